@@ -1,0 +1,68 @@
+# normgrow build. `make` builds build/normgrow; `make test` runs every test.
+CC      ?= gcc
+BUILD   ?= build
+BLAS_DIR = /usr/lib/x86_64-linux-gnu/openblas-openmp
+CPPFLAGS += -Iinclude -I/usr/include/x86_64-linux-gnu/openblas-openmp -I/usr/include/cjson -MMD -MP
+OPT     ?= -O2
+SAN     ?=
+CFLAGS  += $(OPT) -g -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -fopenmp $(SAN)
+LDFLAGS += $(SAN) -fopenmp -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR)
+LDLIBS  += -lopenblas -lcjson -lm
+
+REF_SRC   := $(wildcard ref/*.c)
+TOOL_SRC  := $(wildcard tools/*.c)
+TEST_SRC  := $(wildcard tests/test_*.c)
+REF_OBJ   := $(REF_SRC:%.c=$(BUILD)/%.o)
+TOOL_OBJ  := $(TOOL_SRC:%.c=$(BUILD)/%.o)
+TEST_BIN  := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+LIB       := $(BUILD)/libnormgrow.a
+DEPS_OK   := $(BUILD)/.deps-ok
+
+.PHONY: all test asan bench golden golden-new crosscheck clean deps
+all: $(BUILD)/normgrow
+
+deps: $(DEPS_OK)
+$(DEPS_OK): tools/bootstrap.sh
+	@mkdir -p $(BUILD)
+	@tools/bootstrap.sh
+	@touch $@
+
+$(BUILD)/%.o: %.c | $(DEPS_OK)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+
+$(LIB): $(REF_OBJ)
+	$(AR) rcs $@ $^
+
+$(BUILD)/normgrow: $(TOOL_OBJ) $(LIB)
+	$(CC) $(LDFLAGS) $(TOOL_OBJ) $(LIB) $(LDLIBS) -o $@
+
+$(BUILD)/tests/%: $(BUILD)/tests/%.o $(LIB)
+	$(CC) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
+
+test: $(BUILD)/normgrow $(TEST_BIN)
+	@tests/run.sh $(BUILD)
+
+# The same tests under AddressSanitizer (leaks included) and UBSan, in their own build dir.
+asan:
+	$(MAKE) BUILD=build/asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" test
+
+bench: $(BUILD)/normgrow
+	$(BUILD)/normgrow bench
+
+# Recompute the expected outputs of every golden case from its own inputs.
+golden: $(BUILD)/normgrow
+	$(BUILD)/normgrow golden-update golden/*.safetensors
+
+# Make every golden case anew from golden/specs/*.json (new random inputs from each seed).
+golden-new: $(BUILD)/normgrow
+	for s in golden/specs/*.json; do $(BUILD)/normgrow golden-make $$s golden/$$(basename $$s .json).safetensors || exit 1; done
+
+# Independent float64 PyTorch cross-check on random cases (needs python3-torch).
+crosscheck: $(BUILD)/normgrow
+	/usr/bin/python3 tools/crosscheck_torch.py --cases 40 --seed 1 --bin $(BUILD)/normgrow
+
+clean:
+	rm -rf $(BUILD)
+
+-include $(REF_OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(TEST_SRC:tests/%.c=$(BUILD)/tests/%.d)

@@ -1,0 +1,132 @@
+// normgrow: the backend op table, the seam between the model and the hardware.
+//
+// The model, losses, optimizer and diagnostics are written once (ref/) against
+// this table. Every buffer passed to an op is owned by the backend (host memory
+// for the CPU backend, device memory for CUDA): fp32 row-major unless the name
+// says otherwise. An op is a forward/backward pair; a backward takes the saved
+// forward values it needs and ACCUMULATES (+=) into parameter gradients; into
+// input gradients it writes or accumulates as its comment says.
+//
+// Shapes use N = B*T rows (tokens), D = hidden, H/KV = query/key-value heads,
+// hd = head_dim, F = intermediate, V = vocabulary.
+#ifndef NORMGROW_BACKEND_H
+#define NORMGROW_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct ng_backend ng_backend;
+
+// Attention geometry of one call.
+typedef struct {
+  int64_t B, T, H, KV, hd;
+} ng_attn_shape;
+
+// Per-row loss terms of the fused softmax + CE + KD (see ng_backend.ce_kd).
+typedef struct {
+  double kd_weight;    // alpha: loss = alpha*kd + (1-alpha)*ce (ce alone without teacher)
+  double temperature;  // tau
+} ng_loss_params;
+
+typedef struct {
+  double lr, beta1, beta2, eps, weight_decay;
+  int64_t step;        // 1-based step number for bias correction
+  double grad_scale;   // global-norm clipping coefficient (1 = none)
+} ng_adamw_params;
+
+struct ng_backend {
+  const char *name;
+
+  // --- memory -------------------------------------------------------------
+  void *(*alloc)(ng_backend *be, size_t bytes);              // zero-filled
+  void (*free)(ng_backend *be, void *p);                      // free(NULL) is a no-op
+  void (*upload)(ng_backend *be, void *dst, const void *src, size_t bytes);
+  void (*download)(ng_backend *be, void *dst, const void *src, size_t bytes);
+  void (*copy)(ng_backend *be, void *dst, const void *src, size_t bytes);
+  void (*zero)(ng_backend *be, void *p, size_t bytes);
+
+  // --- linear algebra -----------------------------------------------------
+  // C [M, N] = op(A) op(B) + beta * C, with op(A) [M, K], op(B) [K, N];
+  // ta: A is stored [K, M]; tb: B is stored [N, K]. Packed row-major.
+  void (*matmul)(ng_backend *be, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                 const float *A, const float *B, float beta, float *C);
+
+  // --- embedding ----------------------------------------------------------
+  // out [N, D] = weight[tokens[i]]
+  void (*embedding_forward)(ng_backend *be, const int32_t *tokens, const float *weight,
+                            int64_t N, int64_t D, float *out);
+  // dweight [V, D] += scatter of dout [N, D] by tokens
+  void (*embedding_backward)(ng_backend *be, const int32_t *tokens, const float *dout,
+                             int64_t N, int64_t D, float *dweight);
+
+  // --- RMSNorm over the last dimension ------------------------------------
+  // y [R, C] = w [C] * x * rstd, rstd [R] = 1/sqrt(mean(x^2) + eps) (saved)
+  void (*rmsnorm_forward)(ng_backend *be, const float *x, const float *w, int64_t R,
+                          int64_t C, float eps, float *y, float *rstd);
+  // dx [R, C] += d/dx, dw [C] += d/dw, given dy [R, C] and the saved x, rstd
+  void (*rmsnorm_backward)(ng_backend *be, const float *x, const float *w,
+                           const float *rstd, const float *dy, int64_t R, int64_t C,
+                           float *dx, float *dw);
+
+  // --- rotary embedding, rotate-half, positions 0..T-1 in each row ---------
+  // x [B, T, nh, hd] rotated in place; backward rotates dx by the inverse.
+  void (*rope_forward)(ng_backend *be, float *x, int64_t B, int64_t T, int64_t nh,
+                       int64_t hd, double theta);
+  void (*rope_backward)(ng_backend *be, float *dx, int64_t B, int64_t T, int64_t nh,
+                        int64_t hd, double theta);
+
+  // --- causal grouped-query attention --------------------------------------
+  // q [B, T, H, hd], k, v [B, T, KV, hd] -> out [B, T, H, hd], lse [B, H, T]
+  // (log-sum-exp of each scaled score row, saved for the backward).
+  void (*attention_forward)(ng_backend *be, ng_attn_shape s, const float *q,
+                            const float *k, const float *v, float *out, float *lse);
+  // Writes dq [B, T, H, hd], dk, dv [B, T, KV, hd] (overwritten, not accumulated).
+  void (*attention_backward)(ng_backend *be, ng_attn_shape s, const float *q,
+                             const float *k, const float *v, const float *out,
+                             const float *lse, const float *dout, float *dq, float *dk,
+                             float *dv);
+
+  // --- SwiGLU: s = silu(gate) * up, all [R, F] ------------------------------
+  void (*swiglu_forward)(ng_backend *be, const float *gate, const float *up, int64_t n,
+                         float *s);
+  // Writes dgate, dup [n] from ds [n].
+  void (*swiglu_backward)(ng_backend *be, const float *gate, const float *up,
+                          const float *ds, int64_t n, float *dgate, float *dup);
+
+  // --- elementwise ----------------------------------------------------------
+  // y [n] = a + b (y may alias a or b)
+  void (*add)(ng_backend *be, const float *a, const float *b, int64_t n, float *y);
+  // y [n] = (1 - g) * a + g * b (the growth gate; y may alias a or b)
+  void (*lerp)(ng_backend *be, const float *a, const float *b, float g, int64_t n, float *y);
+  // y [n] = s * x  (y may alias x)
+  void (*scale)(ng_backend *be, const float *x, float s, int64_t n, float *y);
+
+  // --- fused softmax + CE + KD over the vocabulary ------------------------
+  // logits [N, V], teacher [N, V] or NULL, targets [N] (-1 = ignored).
+  // Returns mean ce and kd over the non-ignored rows in *ce, *kd (host) and
+  // their count in *n_valid. When dlogits [N, V] is not NULL it receives
+  // d loss / d logits (written, not accumulated).
+  void (*ce_kd)(ng_backend *be, const float *logits, const float *teacher,
+                const int32_t *targets, int64_t N, int64_t V, ng_loss_params lp,
+                float *dlogits, double *ce, double *kd, int64_t *n_valid);
+
+  // --- optimizer --------------------------------------------------------------
+  // Sum of squares of x [n], accumulated in double (host result).
+  double (*sumsq)(ng_backend *be, const float *x, int64_t n);
+  // One AdamW step on p [n] with gradient g * grad_scale and moments m, v [n].
+  // decay selects decoupled weight decay (tensors of 2 or more dimensions).
+  void (*adamw)(ng_backend *be, float *p, const float *g, float *m, float *v, int64_t n,
+                ng_adamw_params ap, bool decay);
+
+  // --- diagnostics --------------------------------------------------------------
+  // rms [R] = sqrt(mean over C of x^2), no eps; x [R, C]
+  void (*row_rms)(ng_backend *be, const float *x, int64_t R, int64_t C, float *rms);
+};
+
+// The fp32 CPU reference backend (OpenMP loops and cblas_sgemm): the oracle.
+ng_backend *ng_backend_cpu(void);
+// Look a backend up by name ("cpu"); NULL with an error message if unknown.
+ng_backend *ng_backend_get(const char *name);
+
+#endif

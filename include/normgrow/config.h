@@ -1,0 +1,58 @@
+// normgrow: model, loss and optimizer configuration, parsed strictly from JSON.
+//
+// Field names are Hugging Face Qwen3 config.json names, plus norm_placement
+// ("pre" | "post") and final_norm. Parsing rejects unknown keys, missing keys,
+// values of the wrong JSON type and impossible sizes, with one message that
+// names the field ("<where>.num_key_value_heads: ...").
+#ifndef NORMGROW_CONFIG_H
+#define NORMGROW_CONFIG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <cJSON.h>
+
+typedef enum { NG_NORM_PRE = 0, NG_NORM_POST = 1 } ng_norm_placement;
+
+typedef struct {
+  int64_t vocab_size, hidden_size, intermediate_size, num_hidden_layers;
+  int64_t num_attention_heads, num_key_value_heads, head_dim;
+  double rope_theta, rms_norm_eps;
+  bool tie_word_embeddings, final_norm;
+  ng_norm_placement norm_placement;
+} ng_model_config;
+
+typedef struct {
+  double kd_weight, temperature;
+} ng_loss_config;
+
+typedef struct {
+  double lr, beta1, beta2, eps, weight_decay, grad_clip;
+} ng_optim_config;
+
+// Each parser fills *out from the JSON object `obj`; `where` prefixes messages.
+int ng_model_config_parse(const cJSON *obj, const char *where, ng_model_config *out);
+int ng_loss_config_parse(const cJSON *obj, const char *where, ng_loss_config *out);
+int ng_optim_config_parse(const cJSON *obj, const char *where, ng_optim_config *out);
+// Checks the sizes of a model config (also used after programmatic changes).
+int ng_model_config_validate(const ng_model_config *c, const char *where);
+
+// Serialize (for golden metadata, run directories and checkpoints).
+cJSON *ng_model_config_to_json(const ng_model_config *c);
+cJSON *ng_loss_config_to_json(const ng_loss_config *c);
+cJSON *ng_optim_config_to_json(const ng_optim_config *c);
+
+// JSON field helpers shared by every strict parser in normgrow. Each fails
+// with "<where>.<key>: ..." when the key is missing or of the wrong type.
+int ng_json_int(const cJSON *obj, const char *where, const char *key, int64_t min,
+                int64_t max, int64_t *out);
+int ng_json_num(const cJSON *obj, const char *where, const char *key, double min,
+                double max, double *out);
+int ng_json_bool(const cJSON *obj, const char *where, const char *key, bool *out);
+int ng_json_str(const cJSON *obj, const char *where, const char *key, const char **out);
+// Fails naming the first key of obj that is not in the NULL-terminated list.
+int ng_json_only_keys(const cJSON *obj, const char *where, const char *const *keys);
+// "<where>: expected a JSON object" unless obj is an object.
+int ng_json_expect_object(const cJSON *obj, const char *where);
+
+#endif

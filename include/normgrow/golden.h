@@ -1,0 +1,86 @@
+// normgrow: golden cases, the numerical contract of ../shared/GOLDEN.md.
+//
+// A case is one safetensors file with the configuration (metadata), the
+// weights (param.*), the inputs (in.*) and, under golden/, the expected
+// outputs (out.*). The reference computes the outputs; every backend must
+// reproduce them within the tolerances below.
+#ifndef NORMGROW_GOLDEN_H
+#define NORMGROW_GOLDEN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "normgrow/backend.h"
+#include "normgrow/config.h"
+#include "normgrow/safetensors.h"
+
+#define NG_GOLDEN_FORMAT "normgrow-golden-1"
+#define NG_GOLDEN_TOL_FORWARD 1e-4  // logits, hidden, rms, losses, ablation
+#define NG_GOLDEN_TOL_GRAD 1e-3
+#define NG_GOLDEN_TOL_STEP 0.02     // |update error| / lr on non-negligible entries
+
+typedef struct {
+  ng_st_file file;
+  ng_model_config model;
+  ng_loss_config loss;
+  ng_optim_config optim;
+  char *config_json;           // the metadata "config" text
+  int64_t B, T;
+  int32_t *tokens, *targets;   // host [B*T]
+  float *teacher;              // host [B*T, V], or NULL
+} ng_golden_case;
+
+// A named host fp32 tensor (outputs of an evaluation, expected values).
+typedef struct {
+  char name[112];
+  int ndim;
+  int64_t shape[3];
+  size_t numel;
+  float *data;
+} ng_named_tensor;
+
+typedef struct {
+  int n, cap;
+  ng_named_tensor *t;
+} ng_tensor_list;
+
+void ng_tensor_list_free(ng_tensor_list *l);
+const ng_named_tensor *ng_tensor_list_find(const ng_tensor_list *l, const char *name);
+
+// Open and validate a case: metadata, config, every input and weight (names,
+// shapes, dtypes, token ids inside the vocabulary). Unknown in.* or param.*
+// tensors are errors; out.* tensors are ignored here.
+int ng_golden_open(ng_golden_case *gc, const char *path);
+void ng_golden_close(ng_golden_case *gc);
+
+// Compute every out.* tensor of GOLDEN.md on backend `be`.
+int ng_golden_eval(const ng_golden_case *gc, ng_backend *be, ng_tensor_list *out);
+// Write the outputs (and, with_inputs, the case's own inputs first) atomically.
+int ng_golden_write(const ng_golden_case *gc, const ng_tensor_list *out, bool with_inputs,
+                    const char *path);
+
+// Worst relative error per tensor family, filled by ng_golden_compare.
+typedef enum {
+  NG_FAM_LOGITS, NG_FAM_LOSSES, NG_FAM_HIDDEN, NG_FAM_RMS, NG_FAM_ABLATION, NG_FAM_GRAD,
+  NG_FAM_STEP, NG_FAM_COUNT
+} ng_golden_family;
+
+typedef struct {
+  double err[NG_FAM_COUNT];          // max error (step: max update error / lr)
+  char worst[NG_FAM_COUNT][112];     // tensor that gave it
+  int n_bad;                         // tensors out of tolerance (or missing/extra)
+} ng_golden_report;
+
+const char *ng_golden_family_name(ng_golden_family f);
+double ng_golden_family_tol(ng_golden_family f);
+// Compare `got` with the out.* tensors stored in the case file.
+int ng_golden_compare(const ng_golden_case *gc, const ng_tensor_list *got,
+                      ng_golden_report *rep);
+
+// Make a new case from a spec JSON ({"seed", "batch", "seq", "teacher",
+// "ignore_fraction", "model", "loss", "optim"}): random inputs and weights
+// from the seed, outputs from the reference.
+int ng_golden_make(const char *spec_path, const char *out_path);
+
+#endif

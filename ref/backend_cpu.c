@@ -1,0 +1,503 @@
+// normgrow: the fp32 CPU reference backend, the numerical oracle.
+//
+// Matmuls go through cblas_sgemm (OpenBLAS, OpenMP build: it runs
+// single-threaded when called inside one of our parallel regions). Everything
+// else is a plain loop with OpenMP. Reductions whose result must not depend on
+// scheduling are done over fixed blocks and summed in order, so that a thread
+// count fixes every bit.
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "normgrow/backend.h"
+#include "normgrow/common.h"
+
+// Rows per block in reductions over rows (independent of the thread count).
+#define ROW_BLOCK 64
+// Query rows per attention block; two blocks of [ATT_ROWS, T] form the
+// per-thread score buffer, which is at most one [T, T] block when T >= 128.
+#define ATT_ROWS 64
+
+static void *cpu_alloc(ng_backend *be, size_t bytes) {
+  (void)be;
+  return ng_xcalloc(bytes, 1);
+}
+static void cpu_free(ng_backend *be, void *p) { (void)be; free(p); }
+static void cpu_copy(ng_backend *be, void *dst, const void *src, size_t bytes) {
+  (void)be;
+  if (bytes) memmove(dst, src, bytes);
+}
+static void cpu_zero(ng_backend *be, void *p, size_t bytes) {
+  (void)be;
+  if (bytes) memset(p, 0, bytes);
+}
+
+// C [M, N] = op(A) op(B) + beta C
+static void cpu_matmul(ng_backend *be, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                       const float *A, const float *B, float beta, float *C) {
+  (void)be;
+  if (M == 0 || N == 0) return;
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+              (int)M, (int)N, (int)K, 1.0f, A, ta ? (int)M : (int)K, B, tb ? (int)K : (int)N,
+              beta, C, (int)N);
+}
+
+// out [N, D] = weight [V, D] rows picked by tokens [N]
+static void cpu_embedding_forward(ng_backend *be, const int32_t *tokens, const float *weight,
+                                  int64_t N, int64_t D, float *out) {
+  (void)be;
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < N; i++)
+    memcpy(out + (size_t)i * D, weight + (size_t)tokens[i] * D, (size_t)D * sizeof(float));
+}
+
+// dweight [V, D] += dout [N, D] scattered by tokens. Each thread owns a slice
+// of columns and walks all tokens in order: no races, fixed summation order.
+static void cpu_embedding_backward(ng_backend *be, const int32_t *tokens, const float *dout,
+                                   int64_t N, int64_t D, float *dweight) {
+  (void)be;
+  const int64_t cols = 64;
+#pragma omp parallel for schedule(static)
+  for (int64_t c0 = 0; c0 < D; c0 += cols) {
+    int64_t c1 = c0 + cols < D ? c0 + cols : D;
+    for (int64_t i = 0; i < N; i++) {
+      float *dst = dweight + (size_t)tokens[i] * D;
+      const float *src = dout + (size_t)i * D;
+      for (int64_t c = c0; c < c1; c++) dst[c] += src[c];
+    }
+  }
+}
+
+// y [R, C] = w * x * rstd; rstd [R] = 1 / sqrt(mean(x^2) + eps)
+static void cpu_rmsnorm_forward(ng_backend *be, const float *x, const float *w, int64_t R,
+                                int64_t C, float eps, float *y, float *rstd) {
+  (void)be;
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < R; r++) {
+    const float *xr = x + (size_t)r * C;
+    float *yr = y + (size_t)r * C;
+    double ss = 0.0;
+    for (int64_t c = 0; c < C; c++) ss += (double)xr[c] * xr[c];
+    float rs = (float)(1.0 / sqrt(ss / (double)C + (double)eps));
+    rstd[r] = rs;
+    for (int64_t c = 0; c < C; c++) yr[c] = w[c] * (xr[c] * rs);
+  }
+}
+
+// With xh = x * rstd and g = dy * w:
+//   dx += rstd * (g - xh * mean(g * xh)),  dw += sum over rows of dy * xh.
+// dw is reduced over fixed row blocks, then the block partials in order.
+static void cpu_rmsnorm_backward(ng_backend *be, const float *x, const float *w,
+                                 const float *rstd, const float *dy, int64_t R, int64_t C,
+                                 float *dx, float *dw) {
+  (void)be;
+  int64_t nblk = (R + ROW_BLOCK - 1) / ROW_BLOCK;
+  float *part = ng_xcalloc((size_t)nblk * (size_t)C, sizeof(float));  // [nblk, C]
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < nblk; b++) {
+    float *pw = part + (size_t)b * C;
+    int64_t r1 = (b + 1) * ROW_BLOCK < R ? (b + 1) * ROW_BLOCK : R;
+    for (int64_t r = b * ROW_BLOCK; r < r1; r++) {
+      const float *xr = x + (size_t)r * C, *dyr = dy + (size_t)r * C;
+      float *dxr = dx + (size_t)r * C;
+      float rs = rstd[r];
+      double dot = 0.0;
+      for (int64_t c = 0; c < C; c++) dot += (double)(dyr[c] * w[c]) * (xr[c] * rs);
+      float mean = (float)(dot / (double)C);
+      for (int64_t c = 0; c < C; c++) {
+        float xh = xr[c] * rs;
+        dxr[c] += rs * (dyr[c] * w[c] - xh * mean);
+        pw[c] += dyr[c] * xh;
+      }
+    }
+  }
+  for (int64_t b = 0; b < nblk; b++)
+    for (int64_t c = 0; c < C; c++) dw[c] += part[(size_t)b * C + c];
+  free(part);
+}
+
+// cos/sin table [T, hd/2]: angle = t * theta^(-2j/hd), computed in double.
+static void rope_table(int64_t T, int64_t hd, double theta, float *cs, float *sn) {
+  int64_t half = hd / 2;
+  for (int64_t j = 0; j < half; j++) {
+    double inv_freq = pow(theta, -2.0 * (double)j / (double)hd);
+    for (int64_t t = 0; t < T; t++) {
+      double a = (double)t * inv_freq;
+      cs[(size_t)t * half + j] = (float)cos(a);
+      sn[(size_t)t * half + j] = (float)sin(a);
+    }
+  }
+}
+
+// x [B, T, nh, hd]: (x1, x2) <- (x1 cos - x2 sin, x2 cos + x1 sin); sign = -1
+// applies the inverse rotation (the backward of a rotation is its transpose).
+static void rope_apply(float *x, int64_t B, int64_t T, int64_t nh, int64_t hd, double theta,
+                       float sign) {
+  int64_t half = hd / 2;
+  float *cs = ng_xmalloc((size_t)T * half * sizeof(float));
+  float *sn = ng_xmalloc((size_t)T * half * sizeof(float));
+  rope_table(T, hd, theta, cs, sn);
+#pragma omp parallel for schedule(static)
+  for (int64_t bt = 0; bt < B * T; bt++) {
+    const float *c = cs + (size_t)(bt % T) * half, *s = sn + (size_t)(bt % T) * half;
+    for (int64_t h = 0; h < nh; h++) {
+      float *x1 = x + ((size_t)bt * nh + h) * hd, *x2 = x1 + half;
+      for (int64_t j = 0; j < half; j++) {
+        float a = x1[j], b = x2[j], sj = sign * s[j];
+        x1[j] = a * c[j] - b * sj;
+        x2[j] = b * c[j] + a * sj;
+      }
+    }
+  }
+  free(cs);
+  free(sn);
+}
+
+static void cpu_rope_forward(ng_backend *be, float *x, int64_t B, int64_t T, int64_t nh,
+                             int64_t hd, double theta) {
+  (void)be;
+  rope_apply(x, B, T, nh, hd, theta, 1.0f);
+}
+
+static void cpu_rope_backward(ng_backend *be, float *dx, int64_t B, int64_t T, int64_t nh,
+                              int64_t hd, double theta) {
+  (void)be;
+  rope_apply(dx, B, T, nh, hd, theta, -1.0f);
+}
+
+// Scores of query rows [r0, r1) against keys [0, r1) of one (b, h):
+// S [r1-r0, r1] = scale * Q[r0:r1] K[0:r1]^T (Q rows strided by H*hd, K by KV*hd).
+static void att_scores(ng_attn_shape s, const float *q, const float *k, int64_t b, int64_t h,
+                       int64_t r0, int64_t r1, float *S) {
+  int64_t kvh = h / (s.H / s.KV);
+  const float *qb = q + (((size_t)b * s.T + r0) * s.H + h) * s.hd;
+  const float *kb = k + ((size_t)b * s.T * s.KV + kvh) * s.hd;
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(r1 - r0), (int)r1, (int)s.hd,
+              (float)(1.0 / sqrt((double)s.hd)), qb, (int)(s.H * s.hd), kb,
+              (int)(s.KV * s.hd), 0.0f, S, (int)r1);
+}
+
+// Row-block causal softmax: P = exp(S - lse) for key j <= query i, else 0.
+// With lse_in == NULL the lse of each row is computed and stored in lse_out.
+static void att_probs(float *S, int64_t r0, int64_t r1, const float *lse_in, float *lse_out) {
+  int64_t ld = r1;
+  for (int64_t i = r0; i < r1; i++) {
+    float *row = S + (size_t)(i - r0) * ld;
+    float lse;
+    if (lse_in) {
+      lse = lse_in[i];
+    } else {
+      float mx = row[0];
+      for (int64_t j = 1; j <= i; j++) mx = row[j] > mx ? row[j] : mx;
+      double sum = 0.0;
+      for (int64_t j = 0; j <= i; j++) sum += exp((double)(row[j] - mx));
+      lse = mx + (float)log(sum);
+      lse_out[i] = lse;
+    }
+    for (int64_t j = 0; j <= i; j++) row[j] = expf(row[j] - lse);
+    for (int64_t j = i + 1; j < ld; j++) row[j] = 0.0f;
+  }
+}
+
+static int64_t att_block_end(int64_t r0, int64_t T) {
+  return r0 + ATT_ROWS < T ? r0 + ATT_ROWS : T;
+}
+
+// q [B,T,H,hd], k, v [B,T,KV,hd] -> out [B,T,H,hd], lse [B,H,T]
+static void cpu_attention_forward(ng_backend *be, ng_attn_shape s, const float *q,
+                                  const float *k, const float *v, float *out, float *lse) {
+  (void)be;
+  int64_t rows = s.T < ATT_ROWS ? s.T : ATT_ROWS;
+#pragma omp parallel
+  {
+    float *S = ng_xmalloc((size_t)rows * s.T * sizeof(float));  // [rows, T]
+#pragma omp for schedule(static)
+    for (int64_t bh = 0; bh < s.B * s.H; bh++) {
+      int64_t b = bh / s.H, h = bh % s.H, kvh = h / (s.H / s.KV);
+      float *lse_bh = lse + (size_t)bh * s.T;
+      for (int64_t r0 = 0; r0 < s.T; r0 += ATT_ROWS) {
+        int64_t r1 = att_block_end(r0, s.T);
+        att_scores(s, q, k, b, h, r0, r1, S);
+        att_probs(S, r0, r1, NULL, lse_bh);
+        // out[r0:r1, h] [r1-r0, hd] = P [r1-r0, r1] V[0:r1, kvh] [r1, hd]
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)(r1 - r0), (int)s.hd,
+                    (int)r1, 1.0f, S, (int)r1, v + ((size_t)b * s.T * s.KV + kvh) * s.hd,
+                    (int)(s.KV * s.hd), 0.0f, out + (((size_t)b * s.T + r0) * s.H + h) * s.hd,
+                    (int)(s.H * s.hd));
+      }
+    }
+    free(S);
+  }
+}
+
+// One row block of the attention backward for (b, h), P recomputed from lse:
+//   dV += P^T dO;  dP = dO V^T;  dS = P * (dP - rowsum(dO * O));
+//   dQ = scale dS K;  dK += scale dS^T Q.
+static void att_backward_block(ng_attn_shape s, const float *q, const float *k, const float *v,
+                               const float *out, const float *lse, const float *dout,
+                               float *dq, float *dk, float *dv, int64_t b, int64_t h,
+                               int64_t r0, int64_t r1, float *P, float *dP) {
+  int64_t kvh = h / (s.H / s.KV), n = r1 - r0;
+  int ldq = (int)(s.H * s.hd), ldk = (int)(s.KV * s.hd);
+  float scale = (float)(1.0 / sqrt((double)s.hd));
+  size_t qoff = (((size_t)b * s.T + r0) * s.H + h) * s.hd;
+  size_t koff = ((size_t)b * s.T * s.KV + kvh) * s.hd;
+  att_scores(s, q, k, b, h, r0, r1, P);
+  att_probs(P, r0, r1, lse + ((size_t)b * s.H + h) * s.T, NULL);
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)r1, (int)s.hd, (int)n, 1.0f, P,
+              (int)r1, dout + qoff, ldq, 1.0f, dv + koff, ldk);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)r1, (int)s.hd, 1.0f,
+              dout + qoff, ldq, v + koff, ldk, 0.0f, dP, (int)r1);
+  for (int64_t i = 0; i < n; i++) {
+    const float *o = out + qoff + (size_t)i * ldq, *d = dout + qoff + (size_t)i * ldq;
+    double di = 0.0;
+    for (int64_t c = 0; c < s.hd; c++) di += (double)o[c] * d[c];
+    float *p = P + (size_t)i * r1, *dp = dP + (size_t)i * r1;
+    for (int64_t j = 0; j < r1; j++) p[j] = p[j] * (dp[j] - (float)di);  // P <- dS
+  }
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)s.hd, (int)r1, scale, P,
+              (int)r1, k + koff, ldk, 0.0f, dq + qoff, ldq);
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)r1, (int)s.hd, (int)n, scale, P,
+              (int)r1, q + qoff, ldq, 1.0f, dk + koff, ldk);
+}
+
+// Parallel over (b, kv head): the query heads sharing a kv head run in one
+// task, so dk and dv accumulate without races and in a fixed order.
+static void cpu_attention_backward(ng_backend *be, ng_attn_shape s, const float *q,
+                                   const float *k, const float *v, const float *out,
+                                   const float *lse, const float *dout, float *dq, float *dk,
+                                   float *dv) {
+  (void)be;
+  int64_t rows = s.T < ATT_ROWS ? s.T : ATT_ROWS, group = s.H / s.KV;
+  size_t kv_elems = (size_t)s.B * s.T * s.KV * s.hd;
+  memset(dk, 0, kv_elems * sizeof(float));
+  memset(dv, 0, kv_elems * sizeof(float));
+#pragma omp parallel
+  {
+    float *P = ng_xmalloc(2 * (size_t)rows * s.T * sizeof(float));  // [2 * rows, T]
+#pragma omp for schedule(static)
+    for (int64_t bk = 0; bk < s.B * s.KV; bk++) {
+      int64_t b = bk / s.KV, kvh = bk % s.KV;
+      for (int64_t h = kvh * group; h < (kvh + 1) * group; h++)
+        for (int64_t r0 = 0; r0 < s.T; r0 += ATT_ROWS)
+          att_backward_block(s, q, k, v, out, lse, dout, dq, dk, dv, b, h, r0,
+                             att_block_end(r0, s.T), P, P + (size_t)rows * s.T);
+    }
+    free(P);
+  }
+}
+
+static float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+// s [n] = silu(gate) * up
+static void cpu_swiglu_forward(ng_backend *be, const float *gate, const float *up, int64_t n,
+                               float *s) {
+  (void)be;
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; i++) s[i] = gate[i] * sigmoidf(gate[i]) * up[i];
+}
+
+// dgate = ds * up * silu'(gate), silu'(g) = sig(g) (1 + g (1 - sig(g))); dup = ds * silu(gate)
+static void cpu_swiglu_backward(ng_backend *be, const float *gate, const float *up,
+                                const float *ds, int64_t n, float *dgate, float *dup) {
+  (void)be;
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; i++) {
+    float g = gate[i], sg = sigmoidf(g);
+    dgate[i] = ds[i] * up[i] * sg * (1.0f + g * (1.0f - sg));
+    dup[i] = ds[i] * g * sg;
+  }
+}
+
+// y [n] = a + b
+static void cpu_add(ng_backend *be, const float *a, const float *b, int64_t n, float *y) {
+  (void)be;
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; i++) y[i] = a[i] + b[i];
+}
+
+// y [n] = (1 - g) a + g b
+static void cpu_lerp(ng_backend *be, const float *a, const float *b, float g, int64_t n,
+                     float *y) {
+  (void)be;
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; i++) y[i] = (1.0f - g) * a[i] + g * b[i];
+}
+
+// y [n] = s x
+static void cpu_scale(ng_backend *be, const float *x, float s, int64_t n, float *y) {
+  (void)be;
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; i++) y[i] = s * x[i];
+}
+
+static float row_max(const float *x, int64_t V) {
+  float mx = x[0];
+  for (int64_t j = 1; j < V; j++) mx = x[j] > mx ? x[j] : mx;
+  return mx;
+}
+
+// e [V] = exp((x - max x) / tau); returns the sum (so lse = max/tau + log(sum)).
+static double exp_shifted(const float *x, int64_t V, float mx, float inv_tau, float *e) {
+  double z = 0.0;
+  for (int64_t j = 0; j < V; j++) {
+    e[j] = expf((x[j] - mx) * inv_tau);
+    z += e[j];
+  }
+  return z;
+}
+
+// One row of the fused loss, max-subtracted. With ps = softmax(s) and, at
+// temperature tau, pst = softmax(s/tau), pt = softmax(t/tau):
+//   ce_i = log sum exp(s) - s_y,   kl_i = sum_j pt_j (log pt_j - log pst_j),
+//   d/ds = w ((1-a) (ps - onehot) + a tau (pst - pt)),  or w (ps - onehot)
+// without a teacher, where w = 1/n_valid. scratch holds 3 rows of V floats.
+static void ce_kd_row(const float *s, const float *t, int32_t y, int64_t V, ng_loss_params lp,
+                      double w, float *ds, float *scratch, double *ce, double *kl) {
+  float *ps = scratch, *pst = scratch + V, *pt = scratch + 2 * V;
+  float ms = row_max(s, V), inv_tau = (float)(1.0 / lp.temperature);
+  double zs = exp_shifted(s, V, ms, 1.0f, ps);
+  *ce = (double)ms + log(zs) - (double)s[y];
+  *kl = 0.0;
+  double a_ce = t ? 1.0 - lp.kd_weight : 1.0, a_kd = t ? lp.kd_weight * lp.temperature : 0.0;
+  double zst = 1.0, zt = 1.0;
+  float mt = 0.0f;
+  if (t) {
+    mt = row_max(t, V);
+    zst = exp_shifted(s, V, ms, inv_tau, pst);
+    zt = exp_shifted(t, V, mt, inv_tau, pt);
+    // log pt_j - log pst_j = ((t_j - mt) - (s_j - ms)) / tau + log(zst / zt)
+    double log_ratio = log(zst) - log(zt);
+    for (int64_t j = 0; j < V; j++)
+      *kl += (double)pt[j] / zt *
+             ((double)((t[j] - mt) - (s[j] - ms)) * inv_tau + log_ratio);
+  }
+  if (!ds) return;
+  for (int64_t j = 0; j < V; j++) {
+    double g = a_ce * ps[j] / zs;
+    if (t) g += a_kd * (pst[j] / zst - pt[j] / zt);
+    ds[j] = (float)(w * g);
+  }
+  ds[y] -= (float)(w * a_ce);
+}
+
+static void cpu_ce_kd(ng_backend *be, const float *logits, const float *teacher,
+                      const int32_t *targets, int64_t N, int64_t V, ng_loss_params lp,
+                      float *dlogits, double *ce, double *kd, int64_t *n_valid) {
+  (void)be;
+  int64_t nv = 0;
+  for (int64_t i = 0; i < N; i++) nv += targets[i] >= 0;
+  double w = nv ? 1.0 / (double)nv : 0.0;
+  double *row_ce = ng_xcalloc((size_t)N, sizeof(double));  // [N]
+  double *row_kl = ng_xcalloc((size_t)N, sizeof(double));  // [N]
+#pragma omp parallel
+  {
+    float *scratch = ng_xmalloc(3 * (size_t)V * sizeof(float));  // [3, V] per thread
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < N; i++) {
+      float *ds = dlogits ? dlogits + (size_t)i * V : NULL;
+      if (targets[i] < 0) {
+        if (ds) memset(ds, 0, (size_t)V * sizeof(float));
+        continue;
+      }
+      ce_kd_row(logits + (size_t)i * V, teacher ? teacher + (size_t)i * V : NULL, targets[i],
+                V, lp, w, ds, scratch, &row_ce[i], &row_kl[i]);
+    }
+    free(scratch);
+  }
+  double sce = 0.0, skl = 0.0;
+  for (int64_t i = 0; i < N; i++) {
+    sce += row_ce[i];
+    skl += row_kl[i];
+  }
+  free(row_ce);
+  free(row_kl);
+  *ce = sce * w;
+  *kd = teacher ? lp.temperature * lp.temperature * skl * w : 0.0;
+  *n_valid = nv;
+}
+
+// Sum of squares over fixed blocks, then the block sums in order.
+static double cpu_sumsq(ng_backend *be, const float *x, int64_t n) {
+  (void)be;
+  const int64_t blk = 1 << 14;
+  int64_t nblk = (n + blk - 1) / blk;
+  double *part = ng_xcalloc((size_t)nblk, sizeof(double));
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < nblk; b++) {
+    int64_t e = (b + 1) * blk < n ? (b + 1) * blk : n;
+    double acc = 0.0;
+    for (int64_t i = b * blk; i < e; i++) acc += (double)x[i] * x[i];
+    part[b] = acc;
+  }
+  double total = 0.0;
+  for (int64_t b = 0; b < nblk; b++) total += part[b];
+  free(part);
+  return total;
+}
+
+// PyTorch AdamW: p *= 1 - lr wd (decay only); m, v moments of g * grad_scale;
+// p -= lr (m / bc1) / (sqrt(v / bc2) + eps).
+static void cpu_adamw(ng_backend *be, float *p, const float *g, float *m, float *v, int64_t n,
+                      ng_adamw_params ap, bool decay) {
+  (void)be;
+  double bc1 = 1.0 - pow(ap.beta1, (double)ap.step), bc2 = 1.0 - pow(ap.beta2, (double)ap.step);
+  float b1 = (float)ap.beta1, b2 = (float)ap.beta2, gs = (float)ap.grad_scale;
+  float step = (float)(ap.lr / bc1), sqbc2 = (float)sqrt(bc2), eps = (float)ap.eps;
+  float keep = decay ? (float)(1.0 - ap.lr * ap.weight_decay) : 1.0f;
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; i++) {
+    float gi = g[i] * gs;
+    m[i] = b1 * m[i] + (1.0f - b1) * gi;
+    v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
+    p[i] = p[i] * keep - step * m[i] / (sqrtf(v[i]) / sqbc2 + eps);
+  }
+}
+
+// rms [R] = sqrt(mean over C of x^2)
+static void cpu_row_rms(ng_backend *be, const float *x, int64_t R, int64_t C, float *rms) {
+  (void)be;
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < R; r++) {
+    double ss = 0.0;
+    for (int64_t c = 0; c < C; c++) ss += (double)x[(size_t)r * C + c] * x[(size_t)r * C + c];
+    rms[r] = (float)sqrt(ss / (double)C);
+  }
+}
+
+static ng_backend cpu_backend = {
+    .name = "cpu",
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .upload = cpu_copy,
+    .download = cpu_copy,
+    .copy = cpu_copy,
+    .zero = cpu_zero,
+    .matmul = cpu_matmul,
+    .embedding_forward = cpu_embedding_forward,
+    .embedding_backward = cpu_embedding_backward,
+    .rmsnorm_forward = cpu_rmsnorm_forward,
+    .rmsnorm_backward = cpu_rmsnorm_backward,
+    .rope_forward = cpu_rope_forward,
+    .rope_backward = cpu_rope_backward,
+    .attention_forward = cpu_attention_forward,
+    .attention_backward = cpu_attention_backward,
+    .swiglu_forward = cpu_swiglu_forward,
+    .swiglu_backward = cpu_swiglu_backward,
+    .add = cpu_add,
+    .lerp = cpu_lerp,
+    .scale = cpu_scale,
+    .ce_kd = cpu_ce_kd,
+    .sumsq = cpu_sumsq,
+    .adamw = cpu_adamw,
+    .row_rms = cpu_row_rms,
+};
+
+ng_backend *ng_backend_cpu(void) { return &cpu_backend; }
+
+ng_backend *ng_backend_get(const char *name) {
+  if (strcmp(name, "cpu") == 0) return &cpu_backend;
+  ng_fail("backend \"%s\" is not built into this binary (available: cpu)", name);
+  return NULL;
+}

@@ -1,0 +1,61 @@
+// normgrow: error messages, checked allocation and size arithmetic.
+#include "normgrow/common.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NG_ERROR_LEN 1024
+static _Thread_local char ng_err_buf[NG_ERROR_LEN];
+
+int ng_fail(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(ng_err_buf, sizeof ng_err_buf, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+const char *ng_error(void) { return ng_err_buf; }
+
+int ng_fail_prefix(const char *prefix) {
+  size_t n = strlen(prefix);
+  if (strncmp(ng_err_buf, prefix, n) == 0 && strncmp(ng_err_buf + n, ": ", 2) == 0)
+    return -1;  // already names it
+  char old[NG_ERROR_LEN];
+  memcpy(old, ng_err_buf, sizeof old);
+  if (snprintf(ng_err_buf, sizeof ng_err_buf, "%s: %s", prefix, old) >= (int)sizeof ng_err_buf)
+    memcpy(ng_err_buf + sizeof ng_err_buf - 4, "...", 4);  // keep the line, mark the cut
+  return -1;
+}
+
+_Noreturn void ng_abort_at(const char *file, int line, const char *what) {
+  fprintf(stderr, "normgrow: internal error at %s:%d: %s\n", file, line, what);
+  abort();
+}
+
+void *ng_xmalloc(size_t n) {
+  void *p = malloc(n ? n : 1);
+  if (!p) ng_abort_at(__FILE__, __LINE__, "out of memory");
+  return p;
+}
+
+void *ng_xcalloc(size_t n, size_t size) {
+  void *p = calloc(n ? n : 1, size ? size : 1);
+  if (!p) ng_abort_at(__FILE__, __LINE__, "out of memory");
+  return p;
+}
+
+char *ng_xstrdup(const char *s) {
+  size_t n = strlen(s) + 1;
+  char *d = ng_xmalloc(n);
+  memcpy(d, s, n);
+  return d;
+}
+
+int ng_mul_size(size_t a, size_t b, size_t *out) {
+  if (a != 0 && b > SIZE_MAX / a) return -1;
+  *out = a * b;
+  return 0;
+}

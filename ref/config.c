@@ -1,0 +1,180 @@
+// normgrow: strict JSON configuration parsing with cJSON.
+#include "normgrow/config.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "normgrow/common.h"
+
+int ng_json_expect_object(const cJSON *obj, const char *where) {
+  if (!cJSON_IsObject(obj)) return ng_fail("%s: expected a JSON object", where);
+  return 0;
+}
+
+int ng_json_only_keys(const cJSON *obj, const char *where, const char *const *keys) {
+  for (const cJSON *it = obj->child; it; it = it->next) {
+    bool known = false;
+    for (const char *const *k = keys; *k && !known; k++) known = strcmp(*k, it->string) == 0;
+    if (!known) return ng_fail("%s: unknown key \"%s\"", where, it->string);
+    for (const cJSON *dup = it->next; dup; dup = dup->next)
+      if (strcmp(dup->string, it->string) == 0)
+        return ng_fail("%s: duplicate key \"%s\"", where, it->string);
+  }
+  return 0;
+}
+
+static const cJSON *field(const cJSON *obj, const char *where, const char *key) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+  if (!v) ng_fail("%s.%s: missing", where, key);
+  return v;
+}
+
+int ng_json_int(const cJSON *obj, const char *where, const char *key, int64_t min,
+                int64_t max, int64_t *out) {
+  const cJSON *v = field(obj, where, key);
+  if (!v) return -1;
+  double d = cJSON_IsNumber(v) ? v->valuedouble : NAN;
+  if (!cJSON_IsNumber(v) || d != floor(d))
+    return ng_fail("%s.%s: expected an integer", where, key);
+  if (d < (double)min || d > (double)max)
+    return ng_fail("%s.%s: %.17g is outside [%lld, %lld]", where, key, d, (long long)min,
+                   (long long)max);
+  *out = (int64_t)d;
+  return 0;
+}
+
+int ng_json_num(const cJSON *obj, const char *where, const char *key, double min,
+                double max, double *out) {
+  const cJSON *v = field(obj, where, key);
+  if (!v) return -1;
+  if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
+    return ng_fail("%s.%s: expected a number", where, key);
+  if (v->valuedouble < min || v->valuedouble > max)
+    return ng_fail("%s.%s: %.17g is outside [%g, %g]", where, key, v->valuedouble, min, max);
+  *out = v->valuedouble;
+  return 0;
+}
+
+int ng_json_bool(const cJSON *obj, const char *where, const char *key, bool *out) {
+  const cJSON *v = field(obj, where, key);
+  if (!v) return -1;
+  if (!cJSON_IsBool(v)) return ng_fail("%s.%s: expected true or false", where, key);
+  *out = cJSON_IsTrue(v);
+  return 0;
+}
+
+int ng_json_str(const cJSON *obj, const char *where, const char *key, const char **out) {
+  const cJSON *v = field(obj, where, key);
+  if (!v) return -1;
+  if (!cJSON_IsString(v)) return ng_fail("%s.%s: expected a string", where, key);
+  *out = v->valuestring;
+  return 0;
+}
+
+// Sizes up to 2^31 - 1 keep every BLAS dimension an int; products of sizes are
+// computed in size_t / int64 everywhere else.
+#define NG_MAX_DIM 2147483647LL
+
+int ng_model_config_validate(const ng_model_config *c, const char *where) {
+  if (c->num_attention_heads % c->num_key_value_heads != 0)
+    return ng_fail("%s.num_attention_heads: %lld is not divisible by num_key_value_heads %lld",
+                   where, (long long)c->num_attention_heads,
+                   (long long)c->num_key_value_heads);
+  if (c->head_dim % 2 != 0)
+    return ng_fail("%s.head_dim: %lld is odd; rotary embedding pairs dimensions", where,
+                   (long long)c->head_dim);
+  if (c->num_attention_heads * c->head_dim > NG_MAX_DIM ||
+      c->vocab_size * c->hidden_size > (int64_t)1 << 40)
+    return ng_fail("%s: sizes too large", where);
+  return 0;
+}
+
+int ng_model_config_parse(const cJSON *obj, const char *where, ng_model_config *c) {
+  static const char *const keys[] = {
+      "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+      "num_attention_heads", "num_key_value_heads", "head_dim", "rope_theta",
+      "rms_norm_eps", "tie_word_embeddings", "norm_placement", "final_norm", NULL};
+  const char *placement;
+  memset(c, 0, sizeof *c);
+  if (ng_json_expect_object(obj, where) || ng_json_only_keys(obj, where, keys) ||
+      ng_json_int(obj, where, "vocab_size", 1, NG_MAX_DIM, &c->vocab_size) ||
+      ng_json_int(obj, where, "hidden_size", 1, NG_MAX_DIM, &c->hidden_size) ||
+      ng_json_int(obj, where, "intermediate_size", 1, NG_MAX_DIM, &c->intermediate_size) ||
+      ng_json_int(obj, where, "num_hidden_layers", 1, 100000, &c->num_hidden_layers) ||
+      ng_json_int(obj, where, "num_attention_heads", 1, 65536, &c->num_attention_heads) ||
+      ng_json_int(obj, where, "num_key_value_heads", 1, 65536, &c->num_key_value_heads) ||
+      ng_json_int(obj, where, "head_dim", 2, 65536, &c->head_dim) ||
+      ng_json_num(obj, where, "rope_theta", 1.0, 1e30, &c->rope_theta) ||
+      ng_json_num(obj, where, "rms_norm_eps", 0.0, 1.0, &c->rms_norm_eps) ||
+      ng_json_bool(obj, where, "tie_word_embeddings", &c->tie_word_embeddings) ||
+      ng_json_bool(obj, where, "final_norm", &c->final_norm) ||
+      ng_json_str(obj, where, "norm_placement", &placement))
+    return -1;
+  if (strcmp(placement, "pre") == 0) {
+    c->norm_placement = NG_NORM_PRE;
+  } else if (strcmp(placement, "post") == 0) {
+    c->norm_placement = NG_NORM_POST;
+  } else {
+    return ng_fail("%s.norm_placement: \"%s\" is neither \"pre\" nor \"post\"", where,
+                   placement);
+  }
+  return ng_model_config_validate(c, where);
+}
+
+int ng_loss_config_parse(const cJSON *obj, const char *where, ng_loss_config *c) {
+  static const char *const keys[] = {"kd_weight", "temperature", NULL};
+  if (ng_json_expect_object(obj, where) || ng_json_only_keys(obj, where, keys) ||
+      ng_json_num(obj, where, "kd_weight", 0.0, 1.0, &c->kd_weight) ||
+      ng_json_num(obj, where, "temperature", 1e-3, 1e3, &c->temperature))
+    return -1;
+  return 0;
+}
+
+int ng_optim_config_parse(const cJSON *obj, const char *where, ng_optim_config *c) {
+  static const char *const keys[] = {"lr", "beta1", "beta2", "eps", "weight_decay",
+                                     "grad_clip", NULL};
+  if (ng_json_expect_object(obj, where) || ng_json_only_keys(obj, where, keys) ||
+      ng_json_num(obj, where, "lr", 0.0, 1e3, &c->lr) ||
+      ng_json_num(obj, where, "beta1", 0.0, 0.999999, &c->beta1) ||
+      ng_json_num(obj, where, "beta2", 0.0, 0.999999999, &c->beta2) ||
+      ng_json_num(obj, where, "eps", 0.0, 1.0, &c->eps) ||
+      ng_json_num(obj, where, "weight_decay", 0.0, 1e3, &c->weight_decay) ||
+      ng_json_num(obj, where, "grad_clip", 0.0, 1e30, &c->grad_clip))
+    return -1;
+  return 0;
+}
+
+cJSON *ng_model_config_to_json(const ng_model_config *c) {
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddNumberToObject(o, "vocab_size", (double)c->vocab_size);
+  cJSON_AddNumberToObject(o, "hidden_size", (double)c->hidden_size);
+  cJSON_AddNumberToObject(o, "intermediate_size", (double)c->intermediate_size);
+  cJSON_AddNumberToObject(o, "num_hidden_layers", (double)c->num_hidden_layers);
+  cJSON_AddNumberToObject(o, "num_attention_heads", (double)c->num_attention_heads);
+  cJSON_AddNumberToObject(o, "num_key_value_heads", (double)c->num_key_value_heads);
+  cJSON_AddNumberToObject(o, "head_dim", (double)c->head_dim);
+  cJSON_AddNumberToObject(o, "rope_theta", c->rope_theta);
+  cJSON_AddNumberToObject(o, "rms_norm_eps", c->rms_norm_eps);
+  cJSON_AddBoolToObject(o, "tie_word_embeddings", c->tie_word_embeddings);
+  cJSON_AddStringToObject(o, "norm_placement", c->norm_placement == NG_NORM_PRE ? "pre" : "post");
+  cJSON_AddBoolToObject(o, "final_norm", c->final_norm);
+  return o;
+}
+
+cJSON *ng_loss_config_to_json(const ng_loss_config *c) {
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddNumberToObject(o, "kd_weight", c->kd_weight);
+  cJSON_AddNumberToObject(o, "temperature", c->temperature);
+  return o;
+}
+
+cJSON *ng_optim_config_to_json(const ng_optim_config *c) {
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddNumberToObject(o, "lr", c->lr);
+  cJSON_AddNumberToObject(o, "beta1", c->beta1);
+  cJSON_AddNumberToObject(o, "beta2", c->beta2);
+  cJSON_AddNumberToObject(o, "eps", c->eps);
+  cJSON_AddNumberToObject(o, "weight_decay", c->weight_decay);
+  cJSON_AddNumberToObject(o, "grad_clip", c->grad_clip);
+  return o;
+}

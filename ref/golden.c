@@ -1,0 +1,517 @@
+// normgrow: golden cases: validation, evaluation, comparison and generation.
+#include "normgrow/golden.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "normgrow/common.h"
+#include "normgrow/model.h"
+#include "normgrow/optim.h"
+#include "normgrow/rng.h"
+
+// ---------------------------------------------------------------- tensor lists
+
+static ng_named_tensor *list_add(ng_tensor_list *l, const char *name, int ndim,
+                                 const int64_t *shape) {
+  if (l->n == l->cap) {
+    l->cap = l->cap ? 2 * l->cap : 32;
+    l->t = realloc(l->t, (size_t)l->cap * sizeof *l->t);
+    NG_ASSERT(l->t);
+  }
+  ng_named_tensor *t = &l->t[l->n++];
+  memset(t, 0, sizeof *t);
+  snprintf(t->name, sizeof t->name, "%s", name);
+  t->ndim = ndim;
+  t->numel = 1;
+  for (int i = 0; i < ndim; i++) {
+    t->shape[i] = shape[i];
+    t->numel *= (size_t)shape[i];
+  }
+  t->data = ng_xcalloc(t->numel, sizeof(float));
+  return t;
+}
+
+void ng_tensor_list_free(ng_tensor_list *l) {
+  for (int i = 0; i < l->n; i++) free(l->t[i].data);
+  free(l->t);
+  memset(l, 0, sizeof *l);
+}
+
+const ng_named_tensor *ng_tensor_list_find(const ng_tensor_list *l, const char *name) {
+  for (int i = 0; i < l->n; i++)
+    if (strcmp(l->t[i].name, name) == 0) return &l->t[i];
+  return NULL;
+}
+
+// ---------------------------------------------------------------- opening a case
+
+static int parse_config(ng_golden_case *gc) {
+  const ng_st_file *f = &gc->file;
+  const char *format = ng_st_meta(f, "format"), *text = ng_st_meta(f, "config");
+  if (!format || strcmp(format, NG_GOLDEN_FORMAT) != 0)
+    return ng_fail("__metadata__.format: expected \"%s\"", NG_GOLDEN_FORMAT);
+  if (!text) return ng_fail("__metadata__.config: missing");
+  cJSON *root = cJSON_Parse(text);
+  if (!root) return ng_fail("__metadata__.config: not valid JSON");
+  static const char *const keys[] = {"model", "loss", "optim", NULL};
+  int rc = ng_json_expect_object(root, "config") || ng_json_only_keys(root, "config", keys) ||
+                   ng_model_config_parse(cJSON_GetObjectItemCaseSensitive(root, "model"),
+                                         "config.model", &gc->model) ||
+                   ng_loss_config_parse(cJSON_GetObjectItemCaseSensitive(root, "loss"),
+                                        "config.loss", &gc->loss) ||
+                   ng_optim_config_parse(cJSON_GetObjectItemCaseSensitive(root, "optim"),
+                                         "config.optim", &gc->optim)
+               ? -1
+               : 0;
+  cJSON_Delete(root);
+  if (rc == 0) gc->config_json = ng_xstrdup(text);
+  return rc;
+}
+
+// Token ids must lie in [lo, V) (targets may be -1).
+static int check_ids(const char *name, const int32_t *ids, int64_t n, int64_t T, int32_t lo,
+                     int64_t V) {
+  for (int64_t i = 0; i < n; i++)
+    if (ids[i] < lo || ids[i] >= V)
+      return ng_fail("tensor \"%s\": id %d at [%lld, %lld] is outside [%d, %lld)", name, ids[i],
+                     (long long)(i / T), (long long)(i % T), lo, (long long)V);
+  return 0;
+}
+
+static int read_inputs(ng_golden_case *gc) {
+  const ng_st_file *f = &gc->file;
+  const ng_st_tensor *tok = ng_st_find(f, "in.tokens");
+  if (!tok) return ng_fail("tensor \"in.tokens\" is missing");
+  if (tok->ndim != 2 || tok->shape[0] < 1 || tok->shape[1] < 1)
+    return ng_fail("tensor \"in.tokens\": expected shape [B, T] with B, T >= 1");
+  gc->B = tok->shape[0];
+  gc->T = tok->shape[1];
+  int64_t N = gc->B * gc->T, V = gc->model.vocab_size, shape[3] = {gc->B, gc->T, V};
+  gc->tokens = ng_xmalloc((size_t)N * sizeof(int32_t));
+  gc->targets = ng_xmalloc((size_t)N * sizeof(int32_t));
+  if (ng_st_load_i32(f, "in.tokens", 2, shape, gc->tokens) ||
+      ng_st_load_i32(f, "in.targets", 2, shape, gc->targets) ||
+      check_ids("in.tokens", gc->tokens, N, gc->T, 0, V) ||
+      check_ids("in.targets", gc->targets, N, gc->T, -1, V))
+    return -1;
+  if (!ng_st_find(f, "in.teacher_logits")) return 0;
+  if (ng_st_check(f, "in.teacher_logits", 3, shape, true)) return -1;
+  gc->teacher = ng_xmalloc((size_t)N * (size_t)V * sizeof(float));
+  return ng_st_load_f32(f, "in.teacher_logits", 3, shape, gc->teacher);
+}
+
+// Every tensor must be an input, a weight of this config, or an output.
+static int check_names(const ng_golden_case *gc) {
+  ng_model *skel = ng_model_create(NULL, &gc->model, false);
+  int rc = 0;
+  for (int i = 0; i < gc->file.n && rc == 0; i++) {
+    const char *name = gc->file.tensors[i].name;
+    bool ok = strncmp(name, "out.", 4) == 0 || strcmp(name, "in.tokens") == 0 ||
+              strcmp(name, "in.targets") == 0 || strcmp(name, "in.teacher_logits") == 0 ||
+              (strncmp(name, "param.", 6) == 0 && ng_model_find(skel, name + 6));
+    if (!ok) rc = ng_fail("tensor \"%s\" is not part of this case's configuration", name);
+  }
+  ng_model_free(skel);
+  return rc;
+}
+
+int ng_golden_open(ng_golden_case *gc, const char *path) {
+  memset(gc, 0, sizeof *gc);
+  if (ng_st_open(&gc->file, path)) return -1;
+  if (parse_config(gc) || check_names(gc) ||
+      ng_model_check_file(&gc->model, &gc->file, "param.") || read_inputs(gc)) {
+    ng_fail_prefix(path);
+    ng_golden_close(gc);
+    return -1;
+  }
+  return 0;
+}
+
+void ng_golden_close(ng_golden_case *gc) {
+  ng_st_close(&gc->file);
+  free(gc->config_json);
+  free(gc->tokens);
+  free(gc->targets);
+  free(gc->teacher);
+  memset(gc, 0, sizeof *gc);
+}
+
+// ---------------------------------------------------------------- evaluation
+
+static void *upload(ng_backend *be, const void *src, size_t bytes) {
+  void *d = be->alloc(be, bytes);
+  be->upload(be, d, src, bytes);
+  return d;
+}
+
+static void download_as(ng_backend *be, ng_tensor_list *out, const char *name, int ndim,
+                        const int64_t *shape, const float *src) {
+  ng_named_tensor *t = list_add(out, name, ndim, shape);
+  be->download(be, t->data, src, t->numel * sizeof(float));
+}
+
+static void add_scalar(ng_tensor_list *out, const char *name, double v) {
+  int64_t one = 1;
+  list_add(out, name, 1, &one)->data[0] = (float)v;
+}
+
+typedef struct {
+  ng_backend *be;
+  const ng_golden_case *gc;
+  int32_t *tokens, *targets;  // backend buffers
+  float *teacher;             // backend buffer or NULL
+} eval_ctx;
+
+static double loss_of(const eval_ctx *e, const float *logits, float *dlogits, double *ce,
+                      double *kd) {
+  const ng_golden_case *gc = e->gc;
+  ng_loss_params lp = {gc->loss.kd_weight, gc->loss.temperature};
+  int64_t nv;
+  e->be->ce_kd(e->be, logits, e->teacher, e->targets, gc->B * gc->T, gc->model.vocab_size, lp,
+               dlogits, ce, kd, &nv);
+  return e->teacher ? lp.kd_weight * *kd + (1.0 - lp.kd_weight) * *ce : *ce;
+}
+
+// out.hidden.<l>, out.rms.<l> for l = 0..L
+static void emit_hidden(const eval_ctx *e, const ng_acts *a, ng_tensor_list *out) {
+  const ng_golden_case *gc = e->gc;
+  int64_t D = gc->model.hidden_size, hs[3] = {gc->B, gc->T, D};
+  float *rms = e->be->alloc(e->be, (size_t)a->N * sizeof(float));
+  for (int64_t l = 0; l <= gc->model.num_hidden_layers; l++) {
+    char name[64];
+    snprintf(name, sizeof name, "out.hidden.%lld", (long long)l);
+    download_as(e->be, out, name, 3, hs, ng_acts_hidden(a, l));
+    e->be->row_rms(e->be, ng_acts_hidden(a, l), a->N, D, rms);
+    snprintf(name, sizeof name, "out.rms.%lld", (long long)l);
+    download_as(e->be, out, name, 2, hs, rms);
+  }
+  e->be->free(e->be, rms);
+}
+
+// out.<prefix><name> for every parameter, from its data or its gradient.
+static void emit_params(const eval_ctx *e, const ng_model *m, const char *prefix, bool grad,
+                        ng_tensor_list *out) {
+  for (int i = 0; i < m->n_params; i++) {
+    const ng_param *p = &m->params[i];
+    char name[160];
+    snprintf(name, sizeof name, "%s%s", prefix, p->name);
+    download_as(e->be, out, name, p->ndim, p->shape, grad ? p->grad : p->data);
+  }
+}
+
+// out.ablation_ce [L]: ce with block l skipped, each in turn.
+static void emit_ablation(const eval_ctx *e, ng_model *m, ng_tensor_list *out) {
+  int64_t L = m->cfg.num_hidden_layers;
+  ng_acts *a = ng_acts_create(m, e->gc->B, e->gc->T, false);
+  bool *skip = ng_xcalloc((size_t)(L ? L : 1), sizeof(bool));
+  ng_named_tensor *t = list_add(out, "out.ablation_ce", 1, &L);
+  for (int64_t l = 0; l < L; l++) {
+    double ce, kd;
+    skip[l] = true;
+    ng_model_forward(m, a, e->tokens, skip);
+    loss_of(e, a->logits, NULL, &ce, &kd);
+    t->data[l] = (float)ce;
+    skip[l] = false;
+  }
+  free(skip);
+  ng_acts_free(m, a);
+}
+
+int ng_golden_eval(const ng_golden_case *gc, ng_backend *be, ng_tensor_list *out) {
+  int64_t N = gc->B * gc->T, V = gc->model.vocab_size;
+  eval_ctx e = {be, gc, upload(be, gc->tokens, (size_t)N * sizeof(int32_t)),
+                upload(be, gc->targets, (size_t)N * sizeof(int32_t)),
+                gc->teacher ? upload(be, gc->teacher, (size_t)N * V * sizeof(float)) : NULL};
+  ng_model *m = ng_model_create(be, &gc->model, true);
+  if (ng_model_load(m, &gc->file, "param.")) {
+    ng_model_free(m);
+    return -1;
+  }
+  ng_acts *a = ng_acts_create(m, gc->B, gc->T, true);
+  ng_model_forward(m, a, e.tokens, NULL);
+  double ce, kd, loss = loss_of(&e, a->logits, a->ws.dlogits, &ce, &kd);
+  int64_t ls[3] = {gc->B, gc->T, V};
+  download_as(be, out, "out.logits", 3, ls, a->logits);
+  add_scalar(out, "out.ce", ce);
+  add_scalar(out, "out.kd", kd);
+  add_scalar(out, "out.loss", loss);
+  emit_hidden(&e, a, out);
+  ng_model_zero_grad(m);
+  ng_model_backward(m, a, e.tokens);
+  emit_params(&e, m, "out.grad.", true, out);
+  ng_acts_free(m, a);
+  emit_ablation(&e, m, out);
+  ng_adamw *opt = ng_adamw_create(m);
+  ng_adamw_step(m, opt, &gc->optim, gc->optim.lr);
+  emit_params(&e, m, "out.step.", false, out);
+  ng_adamw_free(m, opt);
+  ng_model_free(m);
+  be->free(be, e.tokens);
+  be->free(be, e.targets);
+  be->free(be, e.teacher);
+  return 0;
+}
+
+int ng_golden_write(const ng_golden_case *gc, const ng_tensor_list *out, bool with_inputs,
+                    const char *path) {
+  ng_st_writer *w = ng_st_writer_new();
+  ng_st_writer_meta(w, "format", NG_GOLDEN_FORMAT);
+  ng_st_writer_meta(w, "config", gc->config_json);
+  for (int i = 0; with_inputs && i < gc->file.n; i++) {
+    const ng_st_tensor *t = &gc->file.tensors[i];
+    if (strncmp(t->name, "out.", 4) != 0)
+      ng_st_writer_add(w, t->name, t->dtype, t->ndim, t->shape, t->data);
+  }
+  for (int i = 0; i < out->n; i++)
+    ng_st_writer_add(w, out->t[i].name, NG_F32, out->t[i].ndim, out->t[i].shape, out->t[i].data);
+  int rc = ng_st_writer_save(w, path);
+  ng_st_writer_free(w);
+  return rc;
+}
+
+// ---------------------------------------------------------------- comparison
+
+static const char *const family_names[NG_FAM_COUNT] = {"logits",   "losses", "hidden", "rms",
+                                                       "ablation", "grad",   "step"};
+
+const char *ng_golden_family_name(ng_golden_family f) { return family_names[f]; }
+
+double ng_golden_family_tol(ng_golden_family f) {
+  return f == NG_FAM_GRAD ? NG_GOLDEN_TOL_GRAD
+                          : f == NG_FAM_STEP ? NG_GOLDEN_TOL_STEP : NG_GOLDEN_TOL_FORWARD;
+}
+
+static ng_golden_family family_of(const char *name) {
+  if (strncmp(name, "out.hidden.", 11) == 0) return NG_FAM_HIDDEN;
+  if (strncmp(name, "out.rms.", 8) == 0) return NG_FAM_RMS;
+  if (strncmp(name, "out.grad.", 9) == 0) return NG_FAM_GRAD;
+  if (strncmp(name, "out.step.", 9) == 0) return NG_FAM_STEP;
+  if (strcmp(name, "out.ablation_ce") == 0) return NG_FAM_ABLATION;
+  if (strcmp(name, "out.logits") == 0) return NG_FAM_LOGITS;
+  return NG_FAM_LOSSES;
+}
+
+static double max_abs(const float *x, size_t n) {
+  double m = 0.0;
+  for (size_t i = 0; i < n; i++) m = fmax(m, fabs((double)x[i]));
+  return m;
+}
+
+// max|got - exp| / max|exp| (max|got| when exp is all zero)
+static double rel_error(const float *got, const float *exp, size_t n) {
+  double d = 0.0, scale = max_abs(exp, n);
+  for (size_t i = 0; i < n; i++) d = fmax(d, fabs((double)got[i] - exp[i]));
+  if (isnan(d) || isnan(scale)) return INFINITY;
+  return scale > 0.0 ? d / scale : d;
+}
+
+// Global-norm clipping coefficient of the expected gradients.
+static double clip_coef(const ng_golden_case *gc, const ng_tensor_list *exp) {
+  double ss = 0.0;
+  for (int i = 0; i < exp->n; i++)
+    if (family_of(exp->t[i].name) == NG_FAM_GRAD)
+      for (size_t j = 0; j < exp->t[i].numel; j++) ss += (double)exp->t[i].data[j] * exp->t[i].data[j];
+  double c = gc->optim.grad_clip / (sqrt(ss) + 1e-6);
+  return gc->optim.grad_clip > 0.0 && c < 1.0 ? c : 1.0;
+}
+
+// AdamW update error / lr, over entries whose clipped expected gradient is not
+// negligible: |g| > max(1e-3 max|g| of the tensor, 100 eps). Below that the
+// first step's update lr g / (|g| + eps) is ill-conditioned in g.
+static double step_error(const ng_golden_case *gc, const char *param, const float *got,
+                         const float *exp, const ng_tensor_list *expl, double coef) {
+  char gname[160];
+  snprintf(gname, sizeof gname, "out.grad.%s", param);
+  const ng_named_tensor *g = ng_tensor_list_find(expl, gname);
+  if (!g) return INFINITY;
+  char pname[160];
+  snprintf(pname, sizeof pname, "param.%s", param);
+  const ng_st_tensor *pt = ng_st_find(&gc->file, pname);
+  if (!pt || pt->numel != g->numel) return INFINITY;
+  float *p = ng_xmalloc(pt->numel * sizeof(float));
+  if (ng_st_to_f32(&gc->file, pt, p)) {
+    free(p);
+    return INFINITY;
+  }
+  double thr = fmax(1e-3 * max_abs(g->data, g->numel) * coef, 100.0 * gc->optim.eps), err = 0.0;
+  for (size_t i = 0; i < g->numel; i++) {
+    if (fabs((double)g->data[i] * coef) <= thr) continue;
+    double du = ((double)got[i] - p[i]) - ((double)exp[i] - p[i]);
+    err = isnan(du) ? INFINITY : fmax(err, fabs(du));
+  }
+  free(p);
+  return gc->optim.lr > 0.0 ? err / gc->optim.lr : err;
+}
+
+static int load_expected(const ng_golden_case *gc, ng_tensor_list *exp) {
+  for (int i = 0; i < gc->file.n; i++) {
+    const ng_st_tensor *t = &gc->file.tensors[i];
+    if (strncmp(t->name, "out.", 4) != 0) continue;
+    if (t->ndim > 3) return ng_fail("tensor \"%s\": more than 3 dimensions", t->name);
+    ng_named_tensor *e = list_add(exp, t->name, t->ndim, t->shape);
+    if (ng_st_to_f32(&gc->file, t, e->data)) return -1;
+  }
+  return 0;
+}
+
+static bool same_shape(const ng_named_tensor *a, const ng_named_tensor *b) {
+  if (a->ndim != b->ndim) return false;
+  for (int i = 0; i < a->ndim; i++)
+    if (a->shape[i] != b->shape[i]) return false;
+  return true;
+}
+
+static void note(ng_golden_report *rep, ng_golden_family f, double err, const char *name) {
+  if (err > rep->err[f] || (isinf(err) && !isinf(rep->err[f]))) {
+    rep->err[f] = err;
+    snprintf(rep->worst[f], sizeof rep->worst[f], "%s", name);
+  }
+  if (!(err <= ng_golden_family_tol(f))) rep->n_bad++;
+}
+
+int ng_golden_compare(const ng_golden_case *gc, const ng_tensor_list *got,
+                      ng_golden_report *rep) {
+  memset(rep, 0, sizeof *rep);
+  ng_tensor_list exp = {0};
+  if (load_expected(gc, &exp)) {
+    ng_tensor_list_free(&exp);
+    return -1;
+  }
+  if (exp.n == 0) {
+    ng_tensor_list_free(&exp);
+    return ng_fail("no out.* tensors to compare with");
+  }
+  double coef = clip_coef(gc, &exp);
+  for (int i = 0; i < exp.n; i++) {
+    const ng_named_tensor *e = &exp.t[i], *g = ng_tensor_list_find(got, e->name);
+    ng_golden_family f = family_of(e->name);
+    double err = INFINITY;
+    if (g && same_shape(e, g))
+      err = f == NG_FAM_STEP ? step_error(gc, e->name + 9, g->data, e->data, &exp, coef)
+                             : rel_error(g->data, e->data, e->numel);
+    note(rep, f, err, e->name);
+  }
+  for (int i = 0; i < got->n; i++)  // outputs the case does not expect
+    if (!ng_tensor_list_find(&exp, got->t[i].name)) note(rep, family_of(got->t[i].name), INFINITY, got->t[i].name);
+  ng_tensor_list_free(&exp);
+  return 0;
+}
+
+// ---------------------------------------------------------------- making cases
+
+typedef struct {
+  uint64_t seed;
+  int64_t batch, seq;
+  bool teacher;
+  double ignore_fraction;
+  ng_model_config model;
+  ng_loss_config loss;
+  ng_optim_config optim;
+  char *config_json;
+} golden_spec;
+
+static int parse_spec(const char *path, golden_spec *s) {
+  static const char *const keys[] = {"seed",  "batch", "seq",  "teacher", "ignore_fraction",
+                                     "model", "loss",  "optim", NULL};
+  FILE *fp = fopen(path, "rb");
+  if (!fp) return ng_fail("%s: cannot open", path);
+  char text[16384];
+  size_t n = fread(text, 1, sizeof text - 1, fp);
+  fclose(fp);
+  text[n] = 0;
+  cJSON *root = cJSON_Parse(text);
+  if (!root) return ng_fail("%s: not valid JSON", path);
+  int64_t seed;
+  int rc = ng_json_expect_object(root, "spec") || ng_json_only_keys(root, "spec", keys) ||
+           ng_json_int(root, "spec", "seed", 0, INT64_MAX / 2, &seed) ||
+           ng_json_int(root, "spec", "batch", 1, 64, &s->batch) ||
+           ng_json_int(root, "spec", "seq", 1, 4096, &s->seq) ||
+           ng_json_bool(root, "spec", "teacher", &s->teacher) ||
+           ng_json_num(root, "spec", "ignore_fraction", 0.0, 1.0, &s->ignore_fraction) ||
+           ng_model_config_parse(cJSON_GetObjectItemCaseSensitive(root, "model"), "model", &s->model) ||
+           ng_loss_config_parse(cJSON_GetObjectItemCaseSensitive(root, "loss"), "loss", &s->loss) ||
+           ng_optim_config_parse(cJSON_GetObjectItemCaseSensitive(root, "optim"), "optim", &s->optim);
+  if (rc == 0) {
+    s->seed = (uint64_t)seed;
+    cJSON *cfg = cJSON_CreateObject();
+    cJSON_AddItemToObject(cfg, "model", ng_model_config_to_json(&s->model));
+    cJSON_AddItemToObject(cfg, "loss", ng_loss_config_to_json(&s->loss));
+    cJSON_AddItemToObject(cfg, "optim", ng_optim_config_to_json(&s->optim));
+    s->config_json = cJSON_PrintUnformatted(cfg);
+    cJSON_Delete(cfg);
+  }
+  cJSON_Delete(root);
+  return rc ? ng_fail_prefix(path) : 0;
+}
+
+// Random weights with O(1) activations: matrices N(0, 1/fan_in), embeddings
+// N(0, 1), norm gains 1 + N(0, 0.1^2) (so that their gradients are exercised).
+static void random_weights(ng_rng *r, const ng_model *skel, float **data) {
+  for (int i = 0; i < skel->n_params; i++) {
+    const ng_param *p = &skel->params[i];
+    data[i] = ng_xmalloc(p->numel * sizeof(float));
+    bool embed = strcmp(p->name, "model.embed_tokens.weight") == 0;
+    if (p->ndim == 1)
+      ng_rng_fill_normal(r, data[i], p->numel, 1.0, 0.1);
+    else
+      ng_rng_fill_normal(r, data[i], p->numel, 0.0, embed ? 1.0 : 1.0 / sqrt((double)p->shape[1]));
+  }
+}
+
+static int write_inputs(const golden_spec *s, const char *path) {
+  int64_t N = s->batch * s->seq, V = s->model.vocab_size;
+  int64_t shape[3] = {s->batch, s->seq, V};
+  ng_rng r;
+  ng_rng_seed(&r, s->seed);
+  int32_t *tokens = ng_xmalloc((size_t)N * sizeof(int32_t)), *targets = ng_xmalloc((size_t)N * sizeof(int32_t));
+  for (int64_t i = 0; i < N; i++) {
+    tokens[i] = (int32_t)ng_rng_below(&r, (uint64_t)V);
+    targets[i] = (int32_t)ng_rng_below(&r, (uint64_t)V);
+    if (ng_rng_uniform(&r) < s->ignore_fraction) targets[i] = -1;
+  }
+  float *teacher = NULL;
+  if (s->teacher) {
+    teacher = ng_xmalloc((size_t)N * V * sizeof(float));
+    ng_rng_fill_normal(&r, teacher, (size_t)N * V, 0.0, 2.0);
+  }
+  ng_model *skel = ng_model_create(NULL, &s->model, false);
+  float **data = ng_xcalloc((size_t)skel->n_params, sizeof(float *));
+  random_weights(&r, skel, data);
+  ng_st_writer *w = ng_st_writer_new();
+  ng_st_writer_meta(w, "format", NG_GOLDEN_FORMAT);
+  ng_st_writer_meta(w, "config", s->config_json);
+  ng_st_writer_add(w, "in.tokens", NG_I32, 2, shape, tokens);
+  ng_st_writer_add(w, "in.targets", NG_I32, 2, shape, targets);
+  if (teacher) ng_st_writer_add(w, "in.teacher_logits", NG_F32, 3, shape, teacher);
+  char names[skel->n_params][112];
+  for (int i = 0; i < skel->n_params; i++) {
+    snprintf(names[i], sizeof names[i], "param.%s", skel->params[i].name);
+    ng_st_writer_add(w, names[i], NG_F32, skel->params[i].ndim, skel->params[i].shape, data[i]);
+  }
+  int rc = ng_st_writer_save(w, path);
+  ng_st_writer_free(w);
+  for (int i = 0; i < skel->n_params; i++) free(data[i]);
+  free(data);
+  ng_model_free(skel);
+  free(tokens);
+  free(targets);
+  free(teacher);
+  return rc;
+}
+
+int ng_golden_make(const char *spec_path, const char *out_path) {
+  golden_spec s = {0};
+  if (parse_spec(spec_path, &s)) return -1;
+  int rc = write_inputs(&s, out_path);
+  free(s.config_json);
+  if (rc) return -1;
+  ng_golden_case gc;
+  if (ng_golden_open(&gc, out_path)) return -1;
+  ng_tensor_list out = {0};
+  rc = ng_golden_eval(&gc, ng_backend_cpu(), &out);
+  if (rc == 0) rc = ng_golden_write(&gc, &out, true, out_path);
+  ng_tensor_list_free(&out);
+  ng_golden_close(&gc);
+  return rc;
+}

@@ -1,0 +1,442 @@
+// normgrow: the Qwen3 decoder (teacher and student, Pre- and Post-Norm),
+// forward and backward through the backend op table.
+#include "normgrow/model.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "normgrow/common.h"
+
+// ---------------------------------------------------------------- parameters
+
+static void add_param(ng_model *m, bool trainable, float **w, float **g, int ndim, int64_t d0,
+                      int64_t d1, const char *fmt, int64_t layer) {
+  ng_param *p = &m->params[m->n_params++];
+  snprintf(p->name, sizeof p->name, fmt, (long long)layer);
+  p->ndim = ndim;
+  p->shape[0] = d0;
+  p->shape[1] = ndim == 2 ? d1 : 1;
+  p->numel = (size_t)d0 * (size_t)p->shape[1];
+  if (m->be) {  // a model without a backend is a skeleton: names and shapes only
+    p->data = m->be->alloc(m->be, p->numel * sizeof(float));
+    p->grad = trainable ? m->be->alloc(m->be, p->numel * sizeof(float)) : NULL;
+  }
+  *w = p->data;
+  *g = p->grad;
+}
+
+static void add_layer_params(ng_model *m, bool trainable, int64_t i) {
+  const ng_model_config *c = &m->cfg;
+  int64_t D = c->hidden_size, F = c->intermediate_size, hd = c->head_dim;
+  int64_t Hd = c->num_attention_heads * hd, KVd = c->num_key_value_heads * hd;
+  ng_layer *w = &m->w.layers[i], *g = &m->g.layers[i];
+  if (c->norm_placement == NG_NORM_PRE)
+    add_param(m, trainable, &w->input_layernorm, &g->input_layernorm, 1, D, 0,
+              "model.layers.%lld.input_layernorm.weight", i);
+  add_param(m, trainable, &w->q_proj, &g->q_proj, 2, Hd, D, "model.layers.%lld.self_attn.q_proj.weight", i);
+  add_param(m, trainable, &w->k_proj, &g->k_proj, 2, KVd, D, "model.layers.%lld.self_attn.k_proj.weight", i);
+  add_param(m, trainable, &w->v_proj, &g->v_proj, 2, KVd, D, "model.layers.%lld.self_attn.v_proj.weight", i);
+  add_param(m, trainable, &w->o_proj, &g->o_proj, 2, D, Hd, "model.layers.%lld.self_attn.o_proj.weight", i);
+  add_param(m, trainable, &w->q_norm, &g->q_norm, 1, hd, 0, "model.layers.%lld.self_attn.q_norm.weight", i);
+  add_param(m, trainable, &w->k_norm, &g->k_norm, 1, hd, 0, "model.layers.%lld.self_attn.k_norm.weight", i);
+  add_param(m, trainable, &w->post_attention_layernorm, &g->post_attention_layernorm, 1, D, 0,
+            "model.layers.%lld.post_attention_layernorm.weight", i);
+  if (c->norm_placement == NG_NORM_POST)
+    add_param(m, trainable, &w->post_feedforward_layernorm, &g->post_feedforward_layernorm, 1,
+              D, 0, "model.layers.%lld.post_feedforward_layernorm.weight", i);
+  add_param(m, trainable, &w->gate_proj, &g->gate_proj, 2, F, D, "model.layers.%lld.mlp.gate_proj.weight", i);
+  add_param(m, trainable, &w->up_proj, &g->up_proj, 2, F, D, "model.layers.%lld.mlp.up_proj.weight", i);
+  add_param(m, trainable, &w->down_proj, &g->down_proj, 2, D, F, "model.layers.%lld.mlp.down_proj.weight", i);
+}
+
+ng_model *ng_model_create(ng_backend *be, const ng_model_config *cfg, bool trainable) {
+  ng_model *m = ng_xcalloc(1, sizeof *m);
+  m->cfg = *cfg;
+  m->be = be;
+  int64_t L = cfg->num_hidden_layers, V = cfg->vocab_size, D = cfg->hidden_size;
+  m->params = ng_xcalloc((size_t)(11 * L + 3), sizeof(ng_param));  // 11 per block
+  m->w.layers = ng_xcalloc((size_t)L, sizeof(ng_layer));
+  m->g.layers = ng_xcalloc((size_t)L, sizeof(ng_layer));
+  add_param(m, trainable, &m->w.embed_tokens, &m->g.embed_tokens, 2, V, D,
+            "model.embed_tokens.weight", 0);
+  for (int64_t i = 0; i < L; i++) add_layer_params(m, trainable, i);
+  if (cfg->final_norm)
+    add_param(m, trainable, &m->w.norm, &m->g.norm, 1, D, 0, "model.norm.weight", 0);
+  if (!cfg->tie_word_embeddings)
+    add_param(m, trainable, &m->w.lm_head, &m->g.lm_head, 2, V, D, "lm_head.weight", 0);
+  return m;
+}
+
+int ng_model_check_file(const ng_model_config *cfg, const ng_st_file *f, const char *prefix) {
+  ng_model *m = ng_model_create(NULL, cfg, false);
+  int rc = 0;
+  for (int i = 0; i < m->n_params && rc == 0; i++) {
+    const ng_param *p = &m->params[i];
+    char full[160];
+    snprintf(full, sizeof full, "%s%s", prefix, p->name);
+    rc = ng_st_check(f, full, p->ndim, p->shape, true);
+  }
+  ng_model_free(m);
+  return rc;
+}
+
+void ng_model_free(ng_model *m) {
+  if (!m) return;
+  for (int i = 0; i < m->n_params && m->be; i++) {
+    m->be->free(m->be, m->params[i].data);
+    m->be->free(m->be, m->params[i].grad);
+  }
+  free(m->params);
+  free(m->w.layers);
+  free(m->g.layers);
+  free(m);
+}
+
+const ng_param *ng_model_find(const ng_model *m, const char *name) {
+  for (int i = 0; i < m->n_params; i++)
+    if (strcmp(m->params[i].name, name) == 0) return &m->params[i];
+  return NULL;
+}
+
+int ng_model_load(ng_model *m, const ng_st_file *f, const char *prefix) {
+  int rc = 0;
+  for (int i = 0; i < m->n_params && rc == 0; i++) {
+    const ng_param *p = &m->params[i];
+    char full[160];
+    snprintf(full, sizeof full, "%s%s", prefix, p->name);
+    float *host = ng_xmalloc(p->numel * sizeof(float));
+    rc = ng_st_load_f32(f, full, p->ndim, p->shape, host);
+    if (rc == 0) m->be->upload(m->be, p->data, host, p->numel * sizeof(float));
+    free(host);
+  }
+  return rc;
+}
+
+void ng_model_init_random(ng_model *m, ng_rng *r, double std) {
+  for (int i = 0; i < m->n_params; i++) {
+    const ng_param *p = &m->params[i];
+    float *host = ng_xmalloc(p->numel * sizeof(float));
+    if (p->ndim == 1) {
+      for (size_t j = 0; j < p->numel; j++) host[j] = 1.0f;
+    } else {
+      ng_rng_fill_normal(r, host, p->numel, 0.0, std);
+    }
+    m->be->upload(m->be, p->data, host, p->numel * sizeof(float));
+    free(host);
+  }
+}
+
+void ng_model_zero_grad(ng_model *m) {
+  for (int i = 0; i < m->n_params; i++)
+    if (m->params[i].grad) m->be->zero(m->be, m->params[i].grad, m->params[i].numel * sizeof(float));
+}
+
+// ---------------------------------------------------------------- activations
+
+static float *buf(ng_backend *be, int64_t n) { return be->alloc(be, (size_t)n * sizeof(float)); }
+
+static void block_acts_alloc(const ng_model *m, int64_t B, int64_t T, ng_block_acts *s) {
+  const ng_model_config *c = &m->cfg;
+  ng_backend *be = m->be;
+  int64_t N = B * T, D = c->hidden_size, F = c->intermediate_size;
+  int64_t H = c->num_attention_heads, KV = c->num_key_value_heads, hd = c->head_dim;
+  if (c->norm_placement == NG_NORM_PRE) {
+    s->att_in = buf(be, N * D);
+    s->rstd_in = buf(be, N);
+  }
+  s->q = buf(be, N * H * hd);
+  s->k = buf(be, N * KV * hd);
+  s->v = buf(be, N * KV * hd);
+  s->rstd_q = buf(be, N * H);
+  s->rstd_k = buf(be, N * KV);
+  s->qr = buf(be, N * H * hd);
+  s->kr = buf(be, N * KV * hd);
+  s->att = buf(be, N * H * hd);
+  s->lse = buf(be, N * H);
+  s->res1 = buf(be, N * D);
+  s->mlp_in = buf(be, N * D);
+  s->rstd_pa = buf(be, N);
+  s->gate = buf(be, N * F);
+  s->up = buf(be, N * F);
+  s->act = buf(be, N * F);
+  if (c->norm_placement == NG_NORM_POST) {
+    s->res2 = buf(be, N * D);
+    s->rstd_pf = buf(be, N);
+  }
+}
+
+static void block_acts_free(ng_backend *be, ng_block_acts *s) {
+  float *all[] = {s->att_in, s->rstd_in, s->q,    s->k,    s->v,      s->rstd_q,
+                  s->rstd_k, s->qr,      s->kr,   s->att,  s->lse,    s->res1,
+                  s->mlp_in, s->rstd_pa, s->gate, s->up,   s->act,    s->res2, s->rstd_pf};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) be->free(be, all[i]);
+}
+
+static void grad_ws_alloc(const ng_model *m, int64_t N, ng_grad_ws *w) {
+  const ng_model_config *c = &m->cfg;
+  ng_backend *be = m->be;
+  int64_t D = c->hidden_size, F = c->intermediate_size, hd = c->head_dim;
+  int64_t Hd = c->num_attention_heads * hd, KVd = c->num_key_value_heads * hd;
+  w->dh[0] = buf(be, N * D);
+  w->dh[1] = buf(be, N * D);
+  w->dres2 = buf(be, N * D);
+  w->dres1 = buf(be, N * D);
+  w->dmlp_in = buf(be, N * D);
+  w->datt_in = buf(be, N * D);
+  w->dgate = buf(be, N * F);
+  w->dup = buf(be, N * F);
+  w->dact = buf(be, N * F);
+  w->datt = buf(be, N * Hd);
+  w->dq = buf(be, N * Hd);
+  w->dk = buf(be, N * KVd);
+  w->dv = buf(be, N * KVd);
+  w->dq_raw = buf(be, N * Hd);
+  w->dk_raw = buf(be, N * KVd);
+  w->dfinal = buf(be, N * D);
+  w->dlogits = buf(be, N * c->vocab_size);
+}
+
+static void grad_ws_free(ng_backend *be, ng_grad_ws *w) {
+  float *all[] = {w->dh[0], w->dh[1], w->dres2, w->dres1, w->dmlp_in, w->datt_in,
+                  w->dgate, w->dup,   w->dact,  w->datt,  w->dq,      w->dk,
+                  w->dv,    w->dq_raw, w->dk_raw, w->dfinal, w->dlogits};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) be->free(be, all[i]);
+}
+
+ng_acts *ng_acts_create(const ng_model *m, int64_t B, int64_t T, bool train) {
+  const ng_model_config *c = &m->cfg;
+  ng_acts *a = ng_xcalloc(1, sizeof *a);
+  a->B = B;
+  a->T = T;
+  a->N = B * T;
+  a->train = train;
+  a->n_hidden = train ? (int)c->num_hidden_layers + 1 : 2;
+  a->hidden = ng_xcalloc((size_t)a->n_hidden, sizeof(float *));
+  for (int i = 0; i < a->n_hidden; i++) a->hidden[i] = buf(m->be, a->N * c->hidden_size);
+  a->n_blocks = train ? (int)c->num_hidden_layers : 1;
+  a->blocks = ng_xcalloc((size_t)a->n_blocks, sizeof(ng_block_acts));
+  for (int i = 0; i < a->n_blocks; i++) block_acts_alloc(m, B, T, &a->blocks[i]);
+  if (c->final_norm) {
+    a->final_in = buf(m->be, a->N * c->hidden_size);
+    a->rstd_final = buf(m->be, a->N);
+  }
+  a->logits = buf(m->be, a->N * c->vocab_size);
+  if (train) grad_ws_alloc(m, a->N, &a->ws);
+  return a;
+}
+
+void ng_acts_free(const ng_model *m, ng_acts *a) {
+  if (!a) return;
+  ng_backend *be = m->be;
+  for (int i = 0; i < a->n_hidden; i++) be->free(be, a->hidden[i]);
+  for (int i = 0; i < a->n_blocks; i++) block_acts_free(be, &a->blocks[i]);
+  be->free(be, a->final_in);
+  be->free(be, a->rstd_final);
+  be->free(be, a->logits);
+  if (a->train) grad_ws_free(be, &a->ws);
+  free(a->hidden);
+  free(a->blocks);
+  free(a);
+}
+
+float *ng_acts_hidden(const ng_acts *a, int64_t l) {
+  return a->train ? a->hidden[l] : a->hidden[l % 2];
+}
+
+// ---------------------------------------------------------------- linear layers
+
+// y [N, out] = x [N, in] W^T, W [out, in]
+static void linear_forward(ng_backend *be, const float *x, const float *W, int64_t N,
+                           int64_t in, int64_t out, float *y) {
+  be->matmul(be, false, true, N, out, in, x, W, 0.0f, y);
+}
+
+// dW [out, in] += dy^T x (skipped when dW is NULL: frozen);
+// dx [N, in] = dy W + beta_dx * dx.
+static void linear_backward(ng_backend *be, const float *x, const float *W, const float *dy,
+                            int64_t N, int64_t in, int64_t out, float beta_dx, float *dx,
+                            float *dW) {
+  if (dW) be->matmul(be, true, false, out, in, N, dy, x, 1.0f, dW);
+  be->matmul(be, false, false, N, in, out, dy, W, beta_dx, dx);
+}
+
+// ---------------------------------------------------------------- block forward
+
+static ng_attn_shape attn_shape(const ng_model *m, const ng_acts *a) {
+  return (ng_attn_shape){a->B, a->T, m->cfg.num_attention_heads,
+                         m->cfg.num_key_value_heads, m->cfg.head_dim};
+}
+
+// att_in [N, D] -> s->att [N, H*hd]: projections, q_norm/k_norm, rotary, attention.
+static void attention_forward(ng_model *m, const ng_acts *a, const ng_layer *w,
+                              const float *att_in, ng_block_acts *s) {
+  ng_backend *be = m->be;
+  const ng_model_config *c = &m->cfg;
+  ng_attn_shape as = attn_shape(m, a);
+  int64_t N = a->N, D = c->hidden_size, hd = as.hd;
+  float eps = (float)c->rms_norm_eps;
+  linear_forward(be, att_in, w->q_proj, N, D, as.H * hd, s->q);   // q [N, H*hd]
+  linear_forward(be, att_in, w->k_proj, N, D, as.KV * hd, s->k);  // k [N, KV*hd]
+  linear_forward(be, att_in, w->v_proj, N, D, as.KV * hd, s->v);  // v [N, KV*hd]
+  be->rmsnorm_forward(be, s->q, w->q_norm, N * as.H, hd, eps, s->qr, s->rstd_q);  // per head
+  be->rmsnorm_forward(be, s->k, w->k_norm, N * as.KV, hd, eps, s->kr, s->rstd_k);
+  be->rope_forward(be, s->qr, as.B, as.T, as.H, hd, c->rope_theta);   // qr [B, T, H, hd]
+  be->rope_forward(be, s->kr, as.B, as.T, as.KV, hd, c->rope_theta);  // kr [B, T, KV, hd]
+  be->attention_forward(be, as, s->qr, s->kr, s->v, s->att, s->lse);  // att [N, H*hd]
+}
+
+// x [N, D] -> out [N, D], saving into s (see model.h for the two placements).
+static void block_forward(ng_model *m, const ng_acts *a, int64_t l, const float *x, float *out,
+                          ng_block_acts *s) {
+  ng_backend *be = m->be;
+  const ng_model_config *c = &m->cfg;
+  const ng_layer *w = &m->w.layers[l];
+  bool pre = c->norm_placement == NG_NORM_PRE;
+  int64_t N = a->N, D = c->hidden_size, F = c->intermediate_size;
+  int64_t Hd = c->num_attention_heads * c->head_dim;
+  float eps = (float)c->rms_norm_eps;
+  if (pre) be->rmsnorm_forward(be, x, w->input_layernorm, N, D, eps, s->att_in, s->rstd_in);
+  attention_forward(m, a, w, pre ? s->att_in : x, s);
+  linear_forward(be, s->att, w->o_proj, N, Hd, D, s->res1);       // o [N, D]
+  be->add(be, x, s->res1, N * D, s->res1);                         // res1 = x + o
+  be->rmsnorm_forward(be, s->res1, w->post_attention_layernorm, N, D, eps, s->mlp_in, s->rstd_pa);
+  linear_forward(be, s->mlp_in, w->gate_proj, N, D, F, s->gate);  // gate [N, F]
+  linear_forward(be, s->mlp_in, w->up_proj, N, D, F, s->up);      // up [N, F]
+  be->swiglu_forward(be, s->gate, s->up, N * F, s->act);          // act [N, F]
+  linear_forward(be, s->act, w->down_proj, N, F, D, out);         // mlp [N, D]
+  if (pre) {
+    be->add(be, s->res1, out, N * D, out);                         // y = res2 = res1 + mlp
+  } else {
+    be->add(be, s->mlp_in, out, N * D, s->res2);                   // res2 = mlp_in + mlp
+    be->rmsnorm_forward(be, s->res2, w->post_feedforward_layernorm, N, D, eps, out, s->rstd_pf);
+  }
+}
+
+// h [N, D] -> logits [N, V]
+static void head_forward(ng_model *m, ng_acts *a, const float *h) {
+  const ng_model_config *c = &m->cfg;
+  int64_t D = c->hidden_size;
+  const float *in = h;
+  if (c->final_norm) {
+    m->be->rmsnorm_forward(m->be, h, m->w.norm, a->N, D, (float)c->rms_norm_eps, a->final_in,
+                           a->rstd_final);
+    in = a->final_in;
+  }
+  const float *head = c->tie_word_embeddings ? m->w.embed_tokens : m->w.lm_head;
+  linear_forward(m->be, in, head, a->N, D, c->vocab_size, a->logits);
+}
+
+void ng_model_forward(ng_model *m, ng_acts *a, const int32_t *tokens, const bool *skip) {
+  ng_backend *be = m->be;
+  int64_t L = m->cfg.num_hidden_layers, D = m->cfg.hidden_size;
+  be->embedding_forward(be, tokens, m->w.embed_tokens, a->N, D, ng_acts_hidden(a, 0));
+  for (int64_t l = 0; l < L; l++) {
+    const float *x = ng_acts_hidden(a, l);
+    float *out = ng_acts_hidden(a, l + 1);
+    if (skip && skip[l]) {
+      NG_ASSERT(!a->train);
+      be->copy(be, out, x, (size_t)a->N * D * sizeof(float));
+      continue;
+    }
+    block_forward(m, a, l, x, out, &a->blocks[a->train ? l : 0]);
+  }
+  head_forward(m, a, ng_acts_hidden(a, L));
+}
+
+// ---------------------------------------------------------------- block backward
+
+// d att [N, H*hd] -> datt_in [N, D] (written), accumulating the attention weights' grads.
+static void attention_backward(ng_model *m, const ng_acts *a, int64_t l, const float *att_in,
+                               const ng_block_acts *s, ng_grad_ws *ws) {
+  ng_backend *be = m->be;
+  const ng_model_config *c = &m->cfg;
+  const ng_layer *w = &m->w.layers[l], *g = &m->g.layers[l];
+  ng_attn_shape as = attn_shape(m, a);
+  int64_t N = a->N, D = c->hidden_size, hd = as.hd, Hd = as.H * hd, KVd = as.KV * hd;
+  be->attention_backward(be, as, s->qr, s->kr, s->v, s->att, s->lse, ws->datt, ws->dq, ws->dk,
+                         ws->dv);
+  be->rope_backward(be, ws->dq, as.B, as.T, as.H, hd, c->rope_theta);
+  be->rope_backward(be, ws->dk, as.B, as.T, as.KV, hd, c->rope_theta);
+  be->zero(be, ws->dq_raw, (size_t)N * Hd * sizeof(float));
+  be->zero(be, ws->dk_raw, (size_t)N * KVd * sizeof(float));
+  be->rmsnorm_backward(be, s->q, w->q_norm, s->rstd_q, ws->dq, N * as.H, hd, ws->dq_raw, g->q_norm);
+  be->rmsnorm_backward(be, s->k, w->k_norm, s->rstd_k, ws->dk, N * as.KV, hd, ws->dk_raw, g->k_norm);
+  linear_backward(be, att_in, w->q_proj, ws->dq_raw, N, D, Hd, 0.0f, ws->datt_in, g->q_proj);
+  linear_backward(be, att_in, w->k_proj, ws->dk_raw, N, D, KVd, 1.0f, ws->datt_in, g->k_proj);
+  linear_backward(be, att_in, w->v_proj, ws->dv, N, D, KVd, 1.0f, ws->datt_in, g->v_proj);
+}
+
+// dy [N, D] -> dx [N, D] (written) for block l with input x.
+static void block_backward(ng_model *m, const ng_acts *a, int64_t l, const float *x,
+                           const float *dy, float *dx) {
+  ng_backend *be = m->be;
+  const ng_model_config *c = &m->cfg;
+  const ng_layer *w = &m->w.layers[l], *g = &m->g.layers[l];
+  const ng_block_acts *s = &a->blocks[l];
+  ng_grad_ws *ws = (ng_grad_ws *)&a->ws;
+  bool pre = c->norm_placement == NG_NORM_PRE;
+  int64_t N = a->N, D = c->hidden_size, F = c->intermediate_size;
+  int64_t Hd = c->num_attention_heads * c->head_dim;
+  size_t nd = (size_t)N * D * sizeof(float);
+  const float *dres2 = dy;
+  if (!pre) {
+    be->zero(be, ws->dres2, nd);
+    be->rmsnorm_backward(be, s->res2, w->post_feedforward_layernorm, s->rstd_pf, dy, N, D,
+                         ws->dres2, g->post_feedforward_layernorm);
+    dres2 = ws->dres2;
+  }
+  // res2 = (pre ? res1 : mlp_in) + down(act)
+  linear_backward(be, s->act, w->down_proj, dres2, N, F, D, 0.0f, ws->dact, g->down_proj);
+  be->swiglu_backward(be, s->gate, s->up, ws->dact, N * F, ws->dgate, ws->dup);
+  linear_backward(be, s->mlp_in, w->gate_proj, ws->dgate, N, D, F, 0.0f, ws->dmlp_in, g->gate_proj);
+  linear_backward(be, s->mlp_in, w->up_proj, ws->dup, N, D, F, 1.0f, ws->dmlp_in, g->up_proj);
+  if (pre) {
+    be->copy(be, ws->dres1, dres2, nd);
+  } else {
+    be->add(be, ws->dmlp_in, dres2, N * D, ws->dmlp_in);
+    be->zero(be, ws->dres1, nd);
+  }
+  // mlp_in = N_pa(res1); res1 = x + o_proj(att)
+  be->rmsnorm_backward(be, s->res1, w->post_attention_layernorm, s->rstd_pa, ws->dmlp_in, N, D,
+                       ws->dres1, g->post_attention_layernorm);
+  linear_backward(be, s->att, w->o_proj, ws->dres1, N, Hd, D, 0.0f, ws->datt, g->o_proj);
+  attention_backward(m, a, l, pre ? s->att_in : x, s, ws);
+  be->copy(be, dx, ws->dres1, nd);
+  if (pre) {
+    be->rmsnorm_backward(be, x, w->input_layernorm, s->rstd_in, ws->datt_in, N, D, dx,
+                         g->input_layernorm);
+  } else {
+    be->add(be, dx, ws->datt_in, N * D, dx);
+  }
+}
+
+// dlogits [N, V] -> d h_L [N, D] (written into out)
+static void head_backward(ng_model *m, ng_acts *a, float *out) {
+  ng_backend *be = m->be;
+  const ng_model_config *c = &m->cfg;
+  int64_t N = a->N, D = c->hidden_size, V = c->vocab_size;
+  const float *h = ng_acts_hidden(a, c->num_hidden_layers);
+  bool tied = c->tie_word_embeddings;
+  const float *head = tied ? m->w.embed_tokens : m->w.lm_head;
+  float *dhead = tied ? m->g.embed_tokens : m->g.lm_head;
+  if (!c->final_norm) {
+    linear_backward(be, h, head, a->ws.dlogits, N, D, V, 0.0f, out, dhead);
+    return;
+  }
+  linear_backward(be, a->final_in, head, a->ws.dlogits, N, D, V, 0.0f, a->ws.dfinal, dhead);
+  be->zero(be, out, (size_t)N * D * sizeof(float));
+  be->rmsnorm_backward(be, h, m->w.norm, a->rstd_final, a->ws.dfinal, N, D, out, m->g.norm);
+}
+
+void ng_model_backward(ng_model *m, ng_acts *a, const int32_t *tokens) {
+  NG_ASSERT(a->train);
+  ng_backend *be = m->be;
+  int64_t L = m->cfg.num_hidden_layers;
+  float **dh = a->ws.dh;
+  head_backward(m, a, dh[L % 2]);
+  for (int64_t l = L - 1; l >= 0; l--)
+    block_backward(m, a, l, ng_acts_hidden(a, l), dh[(l + 1) % 2], dh[l % 2]);
+  if (m->g.embed_tokens)
+    be->embedding_backward(be, tokens, dh[0], a->N, m->cfg.hidden_size, m->g.embed_tokens);
+}

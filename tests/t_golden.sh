@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Golden regression: every case in golden/ recomputed and compared within
+# GOLDEN.md's tolerances (worst error per tensor family printed), and
+# golden-eval's output is the same bytes on two runs with the same threads.
+set -u
+root=${NG_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
+bin=${NG_BIN:-$root/build/normgrow}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+for case in "$root"/golden/*.safetensors; do
+  name=$(basename "$case" .safetensors)
+  if out=$("$bin" golden-check "$case" 2>&1); then
+    echo "ok golden $name: $(printf '%s\n' "$out" | head -n 1 | sed 's/^[^:]*: //')"
+  else
+    echo "FAIL golden $name:"
+    printf '%s\n' "$out" | sed 's/^/  /'
+  fi
+done
+"$bin" golden-check "$root"/golden/*.safetensors | grep '^worst'
+
+case=$root/golden/post_untied_final_gqa2_teacher.safetensors
+for threads in 1 2; do
+  "$bin" --threads "$threads" golden-eval "$case" "$tmp/a.safetensors" &&
+    "$bin" --threads "$threads" golden-eval "$case" "$tmp/b.safetensors" &&
+    if cmp -s "$tmp/a.safetensors" "$tmp/b.safetensors"; then
+      echo "ok golden-eval deterministic with $threads threads"
+    else
+      echo "FAIL golden-eval deterministic with $threads threads: outputs differ"
+    fi
+done

@@ -1,0 +1,360 @@
+// Finite-difference gradient checks of every op of the CPU backend and of the
+// whole model in both norm placements. The probe loss f = sum(r * y) (r a
+// fixed random tensor) is accumulated in double; each input entry is moved by
+// +-h and (f+ - f-) / 2h is compared with the backward's gradient:
+// max |fd - analytic| / max |analytic| over the checked entries <= TOL_*.
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "normgrow/backend.h"
+#include "normgrow/common.h"
+#include "normgrow/model.h"
+#include "normgrow/rng.h"
+
+#define TOL_OP 2e-3     // single ops: fp32 rounding and O(h^2) terms stay below 1e-4
+#define TOL_MODEL 1e-2  // whole model: errors compound through the layers (seen: 1.2e-3)
+#define H_STEP 1e-2
+
+static ng_backend *be;
+static ng_rng rng;
+
+static float *randn(size_t n, double mean, double std) {
+  float *x = ng_xmalloc(n * sizeof(float));
+  ng_rng_fill_normal(&rng, x, n, mean, std);
+  return x;
+}
+
+static double dot(const float *a, const float *b, size_t n) {
+  double s = 0.0;
+  for (size_t i = 0; i < n; i++) s += (double)a[i] * b[i];
+  return s;
+}
+
+// A function of the current inputs, evaluated by its forward in fp32.
+typedef double (*probe_fn)(void *ctx);
+
+// Central differences on (up to `max_checks` evenly spaced) entries of x.
+static double fd_error(float *x, size_t n, const float *analytic, probe_fn f, void *ctx,
+                       size_t max_checks) {
+  size_t stride = n > max_checks ? n / max_checks : 1;
+  double worst = 0.0, scale = 0.0;
+  for (size_t i = 0; i < n; i++) scale = fmax(scale, fabs((double)analytic[i]));
+  for (size_t i = 0; i < n; i += stride) {
+    float save = x[i];
+    x[i] = save + (float)H_STEP;
+    double fp = f(ctx);
+    x[i] = save - (float)H_STEP;
+    double fm = f(ctx);
+    x[i] = save;
+    double fd = (fp - fm) / (2.0 * H_STEP);
+    worst = fmax(worst, fabs(fd - analytic[i]));
+  }
+  return scale > 0.0 ? worst / scale : worst;
+}
+
+static void check_grad(double err, double tol, const char *what) {
+  char name[320];
+  snprintf(name, sizeof name, "%s: relative error %.1e", what, err);
+  CHECK(err <= tol, name, "above %.0e", tol);
+}
+#define CHECK_GRAD(err, name) check_grad((err), TOL_OP, (name))
+
+// ---------------------------------------------------------------- matmul
+
+typedef struct {
+  bool ta, tb;
+  int64_t M, N, K;
+  float *A, *B, *C, *r;
+} mm_ctx;
+
+static double mm_probe(void *p) {
+  mm_ctx *c = p;
+  be->matmul(be, c->ta, c->tb, c->M, c->N, c->K, c->A, c->B, 0.0f, c->C);
+  return dot(c->C, c->r, (size_t)(c->M * c->N));
+}
+
+static void test_matmul(bool ta, bool tb) {
+  mm_ctx c = {ta, tb, 3, 4, 5, randn(15, 0, 1), randn(20, 0, 1), randn(12, 0, 1), randn(12, 0, 1)};
+  // dA = r op(B)^T (stored as A), dB = op(A)^T r (stored as B), via the same op.
+  float *dA = ng_xcalloc(15, sizeof(float)), *dB = ng_xcalloc(20, sizeof(float));
+  if (!ta) be->matmul(be, false, !tb, 3, 5, 4, c.r, c.B, 0.0f, dA);      // [M,K] = r [M,N] B'
+  else be->matmul(be, tb, true, 5, 3, 4, c.B, c.r, 0.0f, dA);            // [K,M] = B' r^T
+  if (!tb) be->matmul(be, !ta, false, 5, 4, 3, c.A, c.r, 0.0f, dB);      // [K,N] = A'^T r
+  else be->matmul(be, true, ta, 4, 5, 3, c.r, c.A, 0.0f, dB);            // [N,K] = r^T A'
+  char name[64];
+  snprintf(name, sizeof name, "matmul ta=%d tb=%d dA", ta, tb);
+  CHECK_GRAD(fd_error(c.A, 15, dA, mm_probe, &c, 100), name);
+  snprintf(name, sizeof name, "matmul ta=%d tb=%d dB", ta, tb);
+  CHECK_GRAD(fd_error(c.B, 20, dB, mm_probe, &c, 100), name);
+  free(c.A); free(c.B); free(c.C); free(c.r); free(dA); free(dB);
+}
+
+// ---------------------------------------------------------------- embedding
+
+typedef struct {
+  int32_t tok[6];
+  float *w, *out, *r;
+} emb_ctx;
+
+static double emb_probe(void *p) {
+  emb_ctx *c = p;
+  be->embedding_forward(be, c->tok, c->w, 6, 3, c->out);
+  return dot(c->out, c->r, 18);
+}
+
+static void test_embedding(void) {
+  emb_ctx c = {{1, 3, 1, 0, 4, 1}, randn(15, 0, 1), ng_xcalloc(18, sizeof(float)), randn(18, 0, 1)};
+  float *dw = ng_xcalloc(15, sizeof(float));
+  be->embedding_backward(be, c.tok, c.r, 6, 3, dw);
+  CHECK_GRAD(fd_error(c.w, 15, dw, emb_probe, &c, 100), "embedding dweight (repeated ids)");
+  free(c.w); free(c.out); free(c.r); free(dw);
+}
+
+// ---------------------------------------------------------------- rmsnorm
+
+typedef struct {
+  int64_t R, C;
+  float *x, *w, *y, *rstd, *r;
+} rms_ctx;
+
+static double rms_probe(void *p) {
+  rms_ctx *c = p;
+  be->rmsnorm_forward(be, c->x, c->w, c->R, c->C, 1e-5f, c->y, c->rstd);
+  return dot(c->y, c->r, (size_t)(c->R * c->C));
+}
+
+static void test_rmsnorm(void) {
+  rms_ctx c = {4, 6, randn(24, 0, 1), randn(6, 1, 0.3), ng_xcalloc(24, 4), ng_xcalloc(4, 4),
+               randn(24, 0, 1)};
+  float *dx = randn(24, 0, 1), *dx0 = ng_xmalloc(24 * 4), *dw = ng_xcalloc(6, 4);
+  memcpy(dx0, dx, 24 * 4);
+  rms_probe(&c);
+  be->rmsnorm_backward(be, c.x, c.w, c.rstd, c.r, 4, 6, dx, dw);
+  for (int i = 0; i < 24; i++) dx[i] -= dx0[i];  // the backward accumulates
+  CHECK_GRAD(fd_error(c.x, 24, dx, rms_probe, &c, 100), "rmsnorm dx (accumulated)");
+  CHECK_GRAD(fd_error(c.w, 6, dw, rms_probe, &c, 100), "rmsnorm dw");
+  free(c.x); free(c.w); free(c.y); free(c.rstd); free(c.r); free(dx); free(dx0); free(dw);
+}
+
+// ---------------------------------------------------------------- rotary
+
+typedef struct {
+  float *x, *work, *r;
+  size_t n;
+} rope_ctx;
+
+static double rope_probe(void *p) {
+  rope_ctx *c = p;
+  memcpy(c->work, c->x, c->n * sizeof(float));
+  be->rope_forward(be, c->work, 2, 5, 3, 8, 100.0);
+  return dot(c->work, c->r, c->n);
+}
+
+static void test_rope(void) {
+  size_t n = 2 * 5 * 3 * 8;
+  rope_ctx c = {randn(n, 0, 1), ng_xmalloc(n * 4), randn(n, 0, 1), n};
+  float *dx = ng_xmalloc(n * 4);
+  memcpy(dx, c.r, n * 4);
+  be->rope_backward(be, dx, 2, 5, 3, 8, 100.0);
+  CHECK_GRAD(fd_error(c.x, n, dx, rope_probe, &c, 1000), "rope dx");
+  // Position 0 is the identity; the rotation preserves norms.
+  memcpy(c.work, c.x, n * 4);
+  be->rope_forward(be, c.work, 2, 5, 3, 8, 100.0);
+  double n0 = dot(c.x, c.x, n), n1 = dot(c.work, c.work, n);
+  CHECK(memcmp(c.work, c.x, 3 * 8 * 4) == 0 && fabs(n0 - n1) < 1e-4 * n0, "rope identity at 0, norm kept",
+        "norms %g %g", n0, n1);
+  free(c.x); free(c.work); free(c.r); free(dx);
+}
+
+// ---------------------------------------------------------------- attention
+
+typedef struct {
+  ng_attn_shape s;
+  float *q, *k, *v, *out, *lse, *r;
+} att_ctx;
+
+static double att_probe(void *p) {
+  att_ctx *c = p;
+  be->attention_forward(be, c->s, c->q, c->k, c->v, c->out, c->lse);
+  return dot(c->out, c->r, (size_t)(c->s.B * c->s.T * c->s.H * c->s.hd));
+}
+
+static void test_attention(int64_t H, int64_t KV, int64_t T) {
+  ng_attn_shape s = {2, T, H, KV, 4};
+  size_t nq = (size_t)(s.B * s.T * H * s.hd), nk = (size_t)(s.B * s.T * KV * s.hd);
+  att_ctx c = {s, randn(nq, 0, 1), randn(nk, 0, 1), randn(nk, 0, 1), ng_xcalloc(nq, 4),
+               ng_xcalloc((size_t)(s.B * H * T), 4), randn(nq, 0, 1)};
+  float *dq = ng_xcalloc(nq, 4), *dk = ng_xcalloc(nk, 4), *dv = ng_xcalloc(nk, 4);
+  att_probe(&c);
+  be->attention_backward(be, s, c.q, c.k, c.v, c.out, c.lse, c.r, dq, dk, dv);
+  char name[80];
+  snprintf(name, sizeof name, "attention H=%lld KV=%lld T=%lld dq", (long long)H, (long long)KV, (long long)T);
+  CHECK_GRAD(fd_error(c.q, nq, dq, att_probe, &c, 400), name);
+  snprintf(name, sizeof name, "attention H=%lld KV=%lld T=%lld dk", (long long)H, (long long)KV, (long long)T);
+  CHECK_GRAD(fd_error(c.k, nk, dk, att_probe, &c, 400), name);
+  snprintf(name, sizeof name, "attention H=%lld KV=%lld T=%lld dv", (long long)H, (long long)KV, (long long)T);
+  CHECK_GRAD(fd_error(c.v, nk, dv, att_probe, &c, 400), name);
+  free(c.q); free(c.k); free(c.v); free(c.out); free(c.lse); free(c.r); free(dq); free(dk); free(dv);
+}
+
+// Causality: the output at position t must not change when keys/values after t do.
+static void test_attention_causal(void) {
+  ng_attn_shape s = {1, 6, 2, 1, 4};
+  size_t nq = 6 * 2 * 4, nk = 6 * 4;
+  float *q = randn(nq, 0, 1), *k = randn(nk, 0, 1), *v = randn(nk, 0, 1);
+  float *o1 = ng_xcalloc(nq, 4), *o2 = ng_xcalloc(nq, 4), *lse = ng_xcalloc(12, 4);
+  be->attention_forward(be, s, q, k, v, o1, lse);
+  for (size_t i = 3 * 4; i < nk; i++) k[i] += 5.0f, v[i] -= 3.0f;  // change positions 3..5
+  be->attention_forward(be, s, q, k, v, o2, lse);
+  CHECK(memcmp(o1, o2, 3 * 2 * 4 * 4) == 0 && memcmp(o1, o2, nq * 4) != 0,
+        "attention is causal", "outputs before position 3 changed, or none after");
+  free(q); free(k); free(v); free(o1); free(o2); free(lse);
+}
+
+// ---------------------------------------------------------------- swiglu
+
+typedef struct {
+  float *g, *u, *s, *r;
+} glu_ctx;
+
+static double glu_probe(void *p) {
+  glu_ctx *c = p;
+  be->swiglu_forward(be, c->g, c->u, 20, c->s);
+  return dot(c->s, c->r, 20);
+}
+
+static void test_swiglu(void) {
+  glu_ctx c = {randn(20, 0, 2), randn(20, 0, 1), ng_xcalloc(20, 4), randn(20, 0, 1)};
+  float *dg = ng_xcalloc(20, 4), *du = ng_xcalloc(20, 4);
+  be->swiglu_backward(be, c.g, c.u, c.r, 20, dg, du);
+  CHECK_GRAD(fd_error(c.g, 20, dg, glu_probe, &c, 100), "swiglu dgate");
+  CHECK_GRAD(fd_error(c.u, 20, du, glu_probe, &c, 100), "swiglu dup");
+  free(c.g); free(c.u); free(c.s); free(c.r); free(dg); free(du);
+}
+
+// ---------------------------------------------------------------- fused loss
+
+typedef struct {
+  float *logits, *teacher;
+  int32_t targets[5];
+  ng_loss_params lp;
+} loss_ctx;
+
+static double loss_probe(void *p) {
+  loss_ctx *c = p;
+  double ce, kd;
+  int64_t nv;
+  be->ce_kd(be, c->logits, c->teacher, c->targets, 5, 7, c->lp, NULL, &ce, &kd, &nv);
+  return c->teacher ? c->lp.kd_weight * kd + (1 - c->lp.kd_weight) * ce : ce;
+}
+
+static void test_loss(bool teacher, double tau) {
+  loss_ctx c = {randn(35, 0, 3), teacher ? randn(35, 0, 3) : NULL, {2, -1, 6, 0, 3}, {0.7, tau}};
+  float *d = ng_xcalloc(35, 4);
+  double ce, kd;
+  int64_t nv;
+  be->ce_kd(be, c.logits, c.teacher, c.targets, 5, 7, c.lp, d, &ce, &kd, &nv);
+  char name[80];
+  snprintf(name, sizeof name, "ce+kd dlogits teacher=%d tau=%g", teacher, tau);
+  CHECK_GRAD(fd_error(c.logits, 35, d, loss_probe, &c, 100), name);
+  bool ignored_zero = true;
+  for (int j = 0; j < 7; j++) ignored_zero &= d[7 + j] == 0.0f;
+  CHECK(nv == 4 && ignored_zero, "ce+kd ignores target -1", "n_valid %lld", (long long)nv);
+  free(c.logits); free(c.teacher); free(d);
+}
+
+// Large logits: the max-subtracted log-sum-exp stays finite and exact.
+static void test_loss_stable(void) {
+  float logits[4] = {1000.0f, 999.0f, -1000.0f, 998.0f}, teacher[4] = {-500.f, 800.f, 0.f, 700.f};
+  int32_t y = 0;
+  double ce, kd;
+  int64_t nv;
+  ng_loss_params lp = {0.5, 1.0};
+  be->ce_kd(be, logits, teacher, &y, 1, 4, lp, NULL, &ce, &kd, &nv);
+  double expect = log(1.0 + exp(-1.0) + exp(-2.0));
+  CHECK(isfinite(kd) && fabs(ce - expect) < 1e-6, "ce+kd stable at |logits| 1000", "ce %.9g expected %.9g", ce, expect);
+}
+
+// ---------------------------------------------------------------- whole model
+
+typedef struct {
+  ng_model *m;
+  ng_acts *a;
+  int32_t *tokens, *targets;
+  float *teacher;
+  ng_loss_params lp;
+} model_ctx;
+
+static double model_loss(model_ctx *c, float *dlogits) {
+  double ce, kd;
+  int64_t nv;
+  ng_model_forward(c->m, c->a, c->tokens, NULL);
+  be->ce_kd(be, c->a->logits, c->teacher, c->targets, c->a->N, c->m->cfg.vocab_size, c->lp,
+            dlogits, &ce, &kd, &nv);
+  return c->teacher ? c->lp.kd_weight * kd + (1 - c->lp.kd_weight) * ce : ce;
+}
+
+static double model_probe(void *p) { return model_loss(p, NULL); }
+
+static void test_model(ng_norm_placement np, bool tied, bool final_norm, int64_t H, int64_t KV) {
+  ng_model_config mc = {.vocab_size = 11, .hidden_size = 12, .intermediate_size = 10,
+                        .num_hidden_layers = 2, .num_attention_heads = H, .num_key_value_heads = KV,
+                        .head_dim = 4, .rope_theta = 1e4, .rms_norm_eps = 1e-6,
+                        .tie_word_embeddings = tied, .final_norm = final_norm, .norm_placement = np};
+  int64_t B = 2, T = 4, N = B * T;
+  model_ctx c = {ng_model_create(be, &mc, true), NULL, ng_xmalloc(N * 4), ng_xmalloc(N * 4),
+                 randn((size_t)(N * mc.vocab_size), 0, 2), {0.6, 1.5}};
+  c.a = ng_acts_create(c.m, B, T, true);
+  for (int i = 0; i < c.m->n_params; i++) {
+    ng_param *p = &c.m->params[i];
+    ng_rng_fill_normal(&rng, p->data, p->numel, p->ndim == 1 ? 1.0 : 0.0,
+                       p->ndim == 1 ? 0.2 : 1.0 / sqrt((double)p->shape[1]) * (i == 0 ? 2 : 1));
+  }
+  for (int64_t i = 0; i < N; i++) {
+    c.tokens[i] = (int32_t)ng_rng_below(&rng, 11);
+    c.targets[i] = i % 5 == 2 ? -1 : (int32_t)ng_rng_below(&rng, 11);
+  }
+  ng_model_zero_grad(c.m);
+  model_loss(&c, c.a->ws.dlogits);
+  ng_model_backward(c.m, c.a, c.tokens);
+  double worst = 0.0;
+  const char *worst_name = "";
+  for (int i = 0; i < c.m->n_params; i++) {
+    ng_param *p = &c.m->params[i];
+    double e = fd_error(p->data, p->numel, p->grad, model_probe, &c, 24);
+    if (e > worst) worst = e, worst_name = p->name;
+  }
+  char name[256];
+  snprintf(name, sizeof name, "model %s tied=%d final_norm=%d H=%lld KV=%lld: every parameter (worst %s)",
+           np == NG_NORM_PRE ? "pre" : "post", tied, final_norm, (long long)H, (long long)KV, worst_name);
+  check_grad(worst, TOL_MODEL, name);
+  ng_acts_free(c.m, c.a);
+  ng_model_free(c.m);
+  free(c.tokens); free(c.targets); free(c.teacher);
+}
+
+int main(void) {
+  be = ng_backend_cpu();
+  ng_rng_seed(&rng, 42);
+  for (int ta = 0; ta < 2; ta++)
+    for (int tb = 0; tb < 2; tb++) test_matmul(ta, tb);
+  test_embedding();
+  test_rmsnorm();
+  test_rope();
+  test_attention(4, 2, 5);
+  test_attention(3, 3, 7);
+  test_attention(4, 1, 70);  // more than one row block of queries
+  test_attention_causal();
+  test_swiglu();
+  test_loss(false, 1.0);
+  test_loss(true, 1.0);
+  test_loss(true, 2.5);
+  test_loss_stable();
+  test_model(NG_NORM_PRE, false, true, 4, 2);
+  test_model(NG_NORM_PRE, true, false, 2, 2);
+  test_model(NG_NORM_POST, false, false, 4, 2);
+  test_model(NG_NORM_POST, true, true, 4, 1);
+  return TEST_RESULT();
+}

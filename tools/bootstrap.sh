@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# normgrow bootstrap: makes sure the Debian packages normgrow builds with are present.
+# As root it installs what is missing; otherwise it prints the one command to run.
+#   tools/bootstrap.sh            build dependencies (OpenBLAS with OpenMP, cJSON)
+#   tools/bootstrap.sh demo       also what `make demo` needs (matplotlib, fortunes)
+set -euo pipefail
+
+need=(gcc make pkg-config libopenblas-openmp-dev libcjson-dev)
+if [ "${1:-}" = "demo" ]; then
+  need+=(python3 python3-matplotlib python3-numpy fortunes fortunes-min)
+fi
+
+missing=()
+for p in "${need[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+cmd="apt-get update && apt-get install -y --no-install-recommends ${missing[*]}"
+if [ "$(id -u)" -ne 0 ]; then
+  echo "normgrow: missing Debian packages: ${missing[*]}" >&2
+  echo "normgrow: run as root: $cmd" >&2
+  exit 1
+fi
+echo "normgrow: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq >&2
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2

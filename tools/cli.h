@@ -1,0 +1,28 @@
+// normgrow command-line program: subcommands share these helpers.
+#ifndef NORMGROW_TOOLS_CLI_H
+#define NORMGROW_TOOLS_CLI_H
+
+#include "normgrow/backend.h"
+
+// Parsed common options. Positional arguments are collected in order.
+typedef struct {
+  const char *backend;  // --backend NAME (default "cpu")
+  int threads;          // --threads N (0 = OpenMP default)
+  int npos;
+  const char **pos;
+  int nextra;           // subcommand-specific "--key value" pairs
+  const char **extra_key, **extra_val;
+} ng_cli;
+
+// Returns the value of a subcommand option, or NULL.
+const char *ng_cli_opt(const ng_cli *c, const char *key);
+// Prints "normgrow: <message>" on stderr; returns 1 (the exit status).
+int ng_cli_error(const char *msg);
+
+int cmd_golden_eval(const ng_cli *c);
+int cmd_golden_check(const ng_cli *c);
+int cmd_golden_make(const ng_cli *c);
+int cmd_golden_update(const ng_cli *c);
+int cmd_bench(const ng_cli *c);
+
+#endif

@@ -1,0 +1,691 @@
+#!/usr/bin/python3
+"""Cross-check `normgrow golden-eval` against an independent float64 PyTorch model.
+
+This file is a second, independent implementation of GOLDEN.md, the numerical
+contract of golden cases; it shares no code with the C reference. Every `out.*`
+tensor of a golden case (logits, losses, hidden states and their RMS,
+gradients, one AdamW step and the per-block ablation CE) is computed here in
+float64 with torch autograd, from the float32 inputs of the case, and compared
+with what the binary writes.
+
+Modes:
+  --cases N --seed S   generate N random cases, check the binary on each
+  --case FILE...       check existing case files (e.g. golden/*.safetensors)
+  --self-test          check this implementation itself (no binary needed):
+                       autograd against finite differences, the losses against
+                       torch.nn.functional, the AdamW step against
+                       torch.optim.AdamW, and the ablation of a block that is
+                       the identity.
+
+Tolerances (GOLDEN.md), per tensor, err = max|got - exp| / max|exp| (max|got|
+when exp is all zero): forward outputs 1e-4, gradients 1e-3; AdamW step: the
+update within 0.02 * lr on entries whose clipped gradient is not negligible.
+
+Safetensors files are read and written here with json + struct + numpy.
+Run with Debian's python3-torch: /usr/bin/python3 tools/crosscheck_torch.py.
+"""
+
+import argparse
+import json
+import math
+import struct
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+
+torch.set_default_dtype(torch.float64)
+REPO = Path(__file__).resolve().parent.parent
+FORMAT = "normgrow-golden-1"
+CLIP_EPS = 1e-6  # torch.nn.utils.clip_grad_norm_: coef = max_norm / (norm + 1e-6)
+
+FAMILIES = ("logits", "hidden", "rms", "losses", "ablation", "grad", "step")
+# Per-family bound on the error; for "step" the error is in units of lr.
+TOLERANCE = {"logits": 1e-4, "hidden": 1e-4, "rms": 1e-4, "losses": 1e-4,
+             "ablation": 1e-4, "grad": 1e-3, "step": 0.02}
+
+
+# ----------------------------------------------------------------------------
+# safetensors
+# ----------------------------------------------------------------------------
+
+NUMPY_DTYPE = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "I64": "<i8", "I32": "<i4",
+               "I16": "<i2", "I8": "i1", "U8": "u1", "BOOL": "?"}
+ST_DTYPE = {np.dtype(v): k for k, v in NUMPY_DTYPE.items()}
+
+
+def read_safetensors(path):
+    """Returns ({name: numpy array}, {metadata key: string})."""
+    raw = Path(path).read_bytes()
+    (header_len,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + header_len])
+    data = raw[8 + header_len:]
+    metadata = header.pop("__metadata__", {})
+    tensors = {}
+    for name, info in header.items():
+        if info["dtype"] not in NUMPY_DTYPE:
+            raise ValueError(f"{path}: tensor {name}: unsupported dtype {info['dtype']}")
+        begin, end = info["data_offsets"]
+        flat = np.frombuffer(data[begin:end], dtype=NUMPY_DTYPE[info["dtype"]])
+        tensors[name] = flat.reshape(info["shape"])
+    return tensors, metadata
+
+
+def write_safetensors(path, tensors, metadata):
+    """Writes {name: numpy array} (in that order) with string metadata."""
+    header = {"__metadata__": metadata}
+    blobs, offset = [], 0
+    for name, array in tensors.items():
+        dtype = np.dtype(array.dtype).newbyteorder("<")
+        blob = np.ascontiguousarray(array, dtype=dtype).tobytes()
+        header[name] = {"dtype": ST_DTYPE[dtype], "shape": list(array.shape),
+                        "data_offsets": [offset, offset + len(blob)]}
+        blobs.append(blob)
+        offset += len(blob)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+
+
+# ----------------------------------------------------------------------------
+# the model of GOLDEN.md, float64
+# ----------------------------------------------------------------------------
+
+def layer_param_shapes(m, i):
+    """{HF name: shape} of the weights of block i."""
+    D, F, hd = m["hidden_size"], m["intermediate_size"], m["head_dim"]
+    q, kv = m["num_attention_heads"] * hd, m["num_key_value_heads"] * hd
+    p = f"model.layers.{i}."
+    shapes = {p + "self_attn.q_proj.weight": [q, D], p + "self_attn.k_proj.weight": [kv, D],
+              p + "self_attn.v_proj.weight": [kv, D], p + "self_attn.o_proj.weight": [D, q],
+              p + "self_attn.q_norm.weight": [hd], p + "self_attn.k_norm.weight": [hd],
+              p + "mlp.gate_proj.weight": [F, D], p + "mlp.up_proj.weight": [F, D],
+              p + "mlp.down_proj.weight": [D, F], p + "post_attention_layernorm.weight": [D]}
+    if m["norm_placement"] == "pre":
+        shapes[p + "input_layernorm.weight"] = [D]
+    else:
+        shapes[p + "post_feedforward_layernorm.weight"] = [D]
+    return shapes
+
+
+def param_shapes(m):
+    """{HF name: shape} of every weight of the model config m."""
+    V, D = m["vocab_size"], m["hidden_size"]
+    shapes = {"model.embed_tokens.weight": [V, D]}
+    for i in range(m["num_hidden_layers"]):
+        shapes.update(layer_param_shapes(m, i))
+    if m["final_norm"]:
+        shapes["model.norm.weight"] = [D]
+    if not m["tie_word_embeddings"]:
+        shapes["lm_head.weight"] = [V, D]
+    return shapes
+
+
+def rms_norm(x, w, eps):
+    return w * x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+
+
+def rotary(x, theta):
+    """Rotate-half RoPE on x [B, T, heads, hd]; positions 0..T-1."""
+    T, hd = x.shape[1], x.shape[-1]
+    inv_freq = theta ** (-2.0 * torch.arange(hd // 2, dtype=torch.float64) / hd)
+    angle = torch.arange(T, dtype=torch.float64)[:, None] * inv_freq[None, :]
+    cos = torch.cat([angle.cos(), angle.cos()], -1)[None, :, None, :]
+    sin = torch.cat([angle.sin(), angle.sin()], -1)[None, :, None, :]
+    x1, x2 = x[..., :hd // 2], x[..., hd // 2:]
+    return x * cos + torch.cat([-x2, x1], -1) * sin
+
+
+def attention(x, p, prefix, m):
+    B, T, _ = x.shape
+    H, KV, hd = m["num_attention_heads"], m["num_key_value_heads"], m["head_dim"]
+    eps = m["rms_norm_eps"]
+    q = (x @ p[prefix + "q_proj.weight"].T).view(B, T, H, hd)
+    k = (x @ p[prefix + "k_proj.weight"].T).view(B, T, KV, hd)
+    v = (x @ p[prefix + "v_proj.weight"].T).view(B, T, KV, hd)
+    q = rotary(rms_norm(q, p[prefix + "q_norm.weight"], eps), m["rope_theta"])
+    k = rotary(rms_norm(k, p[prefix + "k_norm.weight"], eps), m["rope_theta"])
+    kv_of_head = torch.arange(H) // (H // KV)
+    q = q.transpose(1, 2)                                                    # [B, H, T, hd]
+    k = k[:, :, kv_of_head].transpose(1, 2)
+    v = v[:, :, kv_of_head].transpose(1, 2)
+    scores = q @ k.transpose(-1, -2) / math.sqrt(hd)                        # [B, H, T, T]
+    future = torch.ones(T, T, dtype=torch.bool).triu(1)
+    probs = scores.masked_fill(future, float("-inf")).softmax(-1)
+    heads = (probs @ v).transpose(1, 2).reshape(B, T, H * hd)             # head-major
+    return heads @ p[prefix + "o_proj.weight"].T
+
+
+def mlp(x, p, prefix):
+    gate = torch.nn.functional.silu(x @ p[prefix + "gate_proj.weight"].T)
+    up = x @ p[prefix + "up_proj.weight"].T
+    return (gate * up) @ p[prefix + "down_proj.weight"].T
+
+
+def block(x, p, i, m):
+    pre = f"model.layers.{i}."
+
+    def norm(y, name):
+        return rms_norm(y, p[pre + name + ".weight"], m["rms_norm_eps"])
+
+    if m["norm_placement"] == "pre":
+        a = x + attention(norm(x, "input_layernorm"), p, pre + "self_attn.", m)
+        return a + mlp(norm(a, "post_attention_layernorm"), p, pre + "mlp.")
+    a = norm(x + attention(x, p, pre + "self_attn.", m), "post_attention_layernorm")
+    return norm(a + mlp(a, p, pre + "mlp."), "post_feedforward_layernorm")
+
+
+def forward(p, tokens, m, skip=None):
+    """Returns (logits, [hidden_0..hidden_L]); block `skip` (0-based) is the identity."""
+    hiddens = [p["model.embed_tokens.weight"][tokens]]
+    for i in range(m["num_hidden_layers"]):
+        x = hiddens[-1]
+        hiddens.append(x if i == skip else block(x, p, i, m))
+    h = hiddens[-1]
+    if m["final_norm"]:
+        h = rms_norm(h, p["model.norm.weight"], m["rms_norm_eps"])
+    head = p["model.embed_tokens.weight" if m["tie_word_embeddings"] else "lm_head.weight"]
+    return h @ head.T, hiddens
+
+
+def losses(logits, targets, teacher, loss_cfg):
+    """(ce, kd, loss) as 0-dim tensors; means over targets != -1 (0 when none)."""
+    keep = targets != -1
+    count = max(int(keep.sum()), 1)
+    logp = logits.log_softmax(-1)
+    nll = -logp.gather(-1, targets.clamp(min=0)[..., None])[..., 0]
+    ce = (nll * keep).sum() / count
+    if teacher is None:
+        return ce, torch.zeros(()), ce
+    tau, alpha = loss_cfg["temperature"], loss_cfg["kd_weight"]
+    log_t = (teacher / tau).log_softmax(-1)
+    log_s = (logits / tau).log_softmax(-1)
+    kl = (log_t.exp() * (log_t - log_s)).sum(-1)
+    kd = tau * tau * (kl * keep).sum() / count
+    return ce, kd, alpha * kd + (1 - alpha) * ce
+
+
+def adamw_step(params, grads, o):
+    """One AdamW step (t = 1) as GOLDEN.md: returns (new params, clipped grads, norm)."""
+    norm = math.sqrt(sum(float(g.pow(2).sum()) for g in grads.values()))
+    coef = o["grad_clip"] / (norm + CLIP_EPS) if o["grad_clip"] > 0 else 1.0
+    if coef < 1:
+        grads = {n: g * coef for n, g in grads.items()}
+    t, b1, b2 = 1, o["beta1"], o["beta2"]
+    stepped = {}
+    for name, p in params.items():
+        g = grads[name]
+        if p.dim() >= 2:
+            p = p * (1 - o["lr"] * o["weight_decay"])
+        m_hat = (1 - b1) * g / (1 - b1 ** t)
+        v_hat = (1 - b2) * g * g / (1 - b2 ** t)
+        stepped[name] = p - o["lr"] * m_hat / (v_hat.sqrt() + o["eps"])
+    return stepped, grads, norm
+
+
+# ----------------------------------------------------------------------------
+# cases
+# ----------------------------------------------------------------------------
+
+class Case:
+    """A golden case: config (dict of model/loss/optim), inputs and float64 params."""
+
+    def __init__(self, config, tokens, targets, teacher, params):
+        self.config, self.model = config, config["model"]
+        self.tokens, self.targets, self.teacher, self.params = tokens, targets, teacher, params
+
+    @classmethod
+    def load(cls, path):
+        tensors, metadata = read_safetensors(path)
+        if metadata.get("format") != FORMAT:
+            raise ValueError(f"{path}: __metadata__.format is not {FORMAT!r}")
+        config = json.loads(metadata["config"])
+        params = {n[len("param."):]: torch.from_numpy(a.astype(np.float64))
+                  for n, a in tensors.items() if n.startswith("param.")}
+        shapes = param_shapes(config["model"])
+        if {n: list(t.shape) for n, t in params.items()} != shapes:
+            raise ValueError(f"{path}: param.* tensors do not match the config: "
+                             f"expected {shapes}")
+        teacher = tensors.get("in.teacher_logits")
+        return cls(config, torch.from_numpy(tensors["in.tokens"].astype(np.int64)),
+                   torch.from_numpy(tensors["in.targets"].astype(np.int64)),
+                   None if teacher is None else torch.from_numpy(teacher.astype(np.float64)),
+                   {n: params[n] for n in shapes})
+
+    def save(self, path):
+        tensors = {"in.tokens": self.tokens.numpy().astype(np.int32),
+                   "in.targets": self.targets.numpy().astype(np.int32)}
+        if self.teacher is not None:
+            tensors["in.teacher_logits"] = self.teacher.numpy().astype(np.float32)
+        for name, p in self.params.items():
+            tensors["param." + name] = p.numpy().astype(np.float32)
+        write_safetensors(path, tensors, {"format": FORMAT, "config": json.dumps(self.config)})
+
+    def summary(self):
+        m, B, T = self.model, *self.tokens.shape
+        parts = [m["norm_placement"], f"V{m['vocab_size']} D{m['hidden_size']}",
+                 f"F{m['intermediate_size']} L{m['num_hidden_layers']}",
+                 f"H{m['num_attention_heads']}/{m['num_key_value_heads']}x{m['head_dim']}",
+                 f"B{B}xT{T}", "tied" if m["tie_word_embeddings"] else "untied",
+                 "fnorm" if m["final_norm"] else "nofnorm",
+                 "kd" if self.teacher is not None else "ce",
+                 f"ign{int((self.targets == -1).sum())}"]
+        return " ".join(parts)
+
+
+def f32(array):
+    """float64 tensor holding the float32 rounding of array (what a case file stores)."""
+    return torch.from_numpy(np.asarray(array, dtype=np.float32).astype(np.float64))
+
+
+def random_model(rng, kv_ratio, placement, tied, final_norm):
+    kv = int(rng.integers(1, 4))
+    heads, head_dim = kv * kv_ratio, 2 * int(rng.integers(1, 9))
+    hidden = int(rng.integers(8, 49))
+    if rng.random() < 0.25 and 8 <= heads * head_dim <= 48:
+        hidden = heads * head_dim
+    return {"vocab_size": int(rng.integers(16, 65)), "hidden_size": hidden,
+            "intermediate_size": int(rng.integers(8, 65)),
+            "num_hidden_layers": int(rng.integers(1, 4)), "num_attention_heads": heads,
+            "num_key_value_heads": kv, "head_dim": head_dim,
+            "rope_theta": float(10 ** rng.uniform(2, 6)),
+            "rms_norm_eps": float(rng.choice([1e-6, 1e-5])),
+            "tie_word_embeddings": tied, "norm_placement": placement, "final_norm": final_norm}
+
+
+def random_params(rng, m):
+    """Embeddings ~ N(0, 1); lm_head ~ N(0, 1/D) (logits of the order of the hidden
+    RMS); other matrices ~ N(0, 0.3^2); norm gains 1 + 0.2 N(0, 1)."""
+    params = {}
+    for name, shape in param_shapes(m).items():
+        if name == "model.embed_tokens.weight":
+            values = rng.normal(size=shape)
+        elif name == "lm_head.weight":
+            values = rng.normal(size=shape) / math.sqrt(m["hidden_size"])
+        elif len(shape) == 2:
+            values = 0.3 * rng.normal(size=shape)
+        else:
+            values = 1 + 0.2 * rng.normal(size=shape)
+        params[name] = f32(values)
+    return params
+
+
+def random_targets(rng, V, B, T, ignore_all):
+    targets = rng.integers(0, V, size=(B, T))
+    targets[rng.random((B, T)) < 0.2] = -1
+    if B > 1 and rng.random() < 0.3:
+        targets[rng.integers(0, B)] = -1
+    if ignore_all:
+        targets[:] = -1
+    elif (targets == -1).all():  # keep the whole-batch-ignored case rare
+        targets.flat[rng.integers(0, B * T)] = rng.integers(0, V)
+    return torch.from_numpy(targets)
+
+
+def random_case(rng, features):
+    """features: placement, tied, final_norm, teacher, clip, kv_ratio, ignore_all."""
+    m = random_model(rng, features["kv_ratio"], features["placement"], features["tied"],
+                     features["final_norm"])
+    B, T, V = int(rng.integers(1, 4)), int(rng.integers(1, 10)), m["vocab_size"]
+    config = {"model": m,
+              "loss": {"kd_weight": float(rng.uniform(0.1, 0.9)),
+                       "temperature": float(rng.uniform(0.5, 3.0))},
+              "optim": {"lr": float(10 ** rng.uniform(-3, -2)),
+                        "beta1": float(rng.uniform(0.8, 0.95)),
+                        "beta2": float(rng.uniform(0.95, 0.999)), "eps": 1e-8,
+                        "weight_decay": float(rng.uniform(0.01, 0.2)),
+                        "grad_clip": 0.5 if features["clip"] else 0.0}}
+    teacher = f32(2 * rng.normal(size=(B, T, V))) if features["teacher"] else None
+    return Case(config, random_tokens(rng, V, B, T),
+                random_targets(rng, V, B, T, features["ignore_all"]), teacher,
+                random_params(rng, m))
+
+
+def random_tokens(rng, V, B, T):
+    """Token ids whose first two differ in every row: where a row attends only to
+    equal values, the q and k gradients vanish only up to rounding, and their
+    relative error means nothing."""
+    tokens = rng.integers(0, V, size=(B, T))
+    if T > 1:
+        tokens[:, 1] = (tokens[:, 0] + rng.integers(1, V, size=B)) % V
+    return torch.from_numpy(tokens)
+
+
+def balanced(rng, n, values):
+    """n values cycling through `values`, shuffled: every value occurs when n >= len."""
+    picks = [values[i % len(values)] for i in range(n)]
+    return [picks[i] for i in rng.permutation(n)]
+
+
+def random_features(rng, n):
+    """Features of n cases; one case in ten has every target ignored."""
+    columns = {"placement": balanced(rng, n, ["pre", "post"]),
+               "tied": balanced(rng, n, [True, False]),
+               "final_norm": balanced(rng, n, [True, False]),
+               "teacher": balanced(rng, n, [True, False]),
+               "clip": balanced(rng, n, [True, False]),
+               "kv_ratio": balanced(rng, n, [1, 2, 4])}
+    return [dict({k: v[i] for k, v in columns.items()}, ignore_all=i % 10 == 9)
+            for i in range(n)]
+
+
+# ----------------------------------------------------------------------------
+# expected outputs
+# ----------------------------------------------------------------------------
+
+class Expected:
+    """out.* tensors (float64 numpy) plus what the step comparison needs."""
+
+    def __init__(self, tensors, clipped_grads, grad_norm):
+        self.tensors, self.clipped_grads, self.grad_norm = tensors, clipped_grads, grad_norm
+
+
+def loss_and_grads(case, params):
+    """(logits, hiddens, (ce, kd, loss), {name: d loss / d param}) with autograd."""
+    leaves = {n: p.clone().requires_grad_(True) for n, p in params.items()}
+    logits, hiddens = forward(leaves, case.tokens, case.model)
+    terms = losses(logits, case.targets, case.teacher, case.config["loss"])
+    grads = torch.autograd.grad(terms[2], list(leaves.values()))
+    return logits, hiddens, terms, dict(zip(leaves, grads))
+
+
+def ablation_ce(case):
+    with torch.no_grad():
+        return [losses(forward(case.params, case.tokens, case.model, skip=i)[0], case.targets,
+                       None, case.config["loss"])[0]
+                for i in range(case.model["num_hidden_layers"])]
+
+
+def expected_outputs(case):
+    logits, hiddens, (ce, kd, loss), grads = loss_and_grads(case, case.params)
+    stepped, clipped, norm = adamw_step(case.params, grads, case.config["optim"])
+    out = {"out.logits": logits, "out.ce": ce.reshape(1), "out.kd": kd.reshape(1),
+           "out.loss": loss.reshape(1)}
+    for l, h in enumerate(hiddens):
+        out[f"out.hidden.{l}"] = h
+        out[f"out.rms.{l}"] = h.pow(2).mean(-1).sqrt()
+    out.update({"out.grad." + n: g for n, g in grads.items()})
+    out.update({"out.step." + n: p for n, p in stepped.items()})
+    out["out.ablation_ce"] = torch.stack(ablation_ce(case))
+    return Expected(to_numpy(out), to_numpy(clipped), norm)
+
+
+def to_numpy(tensors):
+    return {n: t.detach().numpy() for n, t in tensors.items()}
+
+
+# ----------------------------------------------------------------------------
+# comparison
+# ----------------------------------------------------------------------------
+
+def family(name):
+    prefix = name.split(".")[1]
+    return {"ce": "losses", "kd": "losses", "loss": "losses",
+            "ablation_ce": "ablation"}.get(prefix, prefix)
+
+
+def relative_error(got, exp):
+    scale = np.abs(exp).max()
+    if scale == 0:
+        return float(np.abs(got).max())
+    return float(np.abs(got - exp).max() / scale)
+
+
+def step_error(got, name, case, expected):
+    """max |update difference| / lr over entries with a non-negligible clipped gradient."""
+    o = case.config["optim"]
+    g = np.abs(expected.clipped_grads[name])
+    significant = g > max(1e-3 * g.max(), 100 * o["eps"])
+    if not significant.any():
+        return 0.0
+    # The updates share the param, so their difference is the difference of the steps.
+    diff = np.abs(got - expected.tensors["out.step." + name])
+    return float(diff[significant].max() / o["lr"])
+
+
+def compare(case, expected, got):
+    """Returns ({family: worst error}, [problem messages], [(name, error)])."""
+    worst = {f: 0.0 for f in FAMILIES}
+    problems, per_tensor = [], []
+    got = {n: a for n, a in got.items() if n.startswith("out.")}
+    problems += [f"missing {n}" for n in expected.tensors if n not in got]
+    problems += [f"unexpected {n}" for n in got if n not in expected.tensors]
+    for name, exp in expected.tensors.items():
+        if name not in got:
+            continue
+        fam, value = family(name), got[name]
+        if value.dtype != np.float32 or list(value.shape) != list(exp.shape):
+            problems.append(f"{name}: {ST_DTYPE.get(value.dtype, value.dtype)} "
+                            f"{list(value.shape)}, expected F32 {list(exp.shape)}")
+            worst[fam] = math.inf
+            continue
+        value = value.astype(np.float64)
+        if fam == "step":
+            err = step_error(value, name[len("out.step."):], case, expected)
+        else:
+            err = relative_error(value, exp)
+        err = math.inf if math.isnan(err) else err
+        per_tensor.append((name, err))
+        worst[fam] = max(worst[fam], err)
+        if err > TOLERANCE[fam]:
+            problems.append(f"{name}: error {err:.3g} > {TOLERANCE[fam]:g}")
+    return worst, problems, per_tensor
+
+
+FILE_ERRORS = (OSError, ValueError, KeyError, TypeError, struct.error)  # malformed file
+
+
+def binary_outputs(binary, case_path, out_path):
+    """Runs golden-eval; returns ({name: array}, None) or (None, error message)."""
+    try:
+        proc = subprocess.run([str(binary), "golden-eval", str(case_path), str(out_path)],
+                              capture_output=True, text=True, timeout=600)
+    except subprocess.TimeoutExpired:
+        return None, "golden-eval timed out"
+    if proc.returncode != 0:
+        tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])
+        return None, f"golden-eval exited with status {proc.returncode}: {tail}"
+    try:
+        return read_safetensors(out_path)[0], None
+    except FILE_ERRORS as e:
+        return None, f"cannot read the output of golden-eval: {e}"
+
+
+def check_case(label, case_path, out_path, binary, verbose):
+    """Checks the binary on one case file; prints the result; returns pass/fail."""
+    try:
+        case = Case.load(case_path)
+    except FILE_ERRORS as e:
+        print(f"case {label}: cannot load the case: {e} | FAIL")
+        return False
+    expected = expected_outputs(case)
+    clip = case.config["optim"]["grad_clip"]
+    clip_text = f"clip{clip:g}/|g|{expected.grad_norm:.3g}" if clip > 0 else "noclip"
+    got, error = binary_outputs(binary, case_path, out_path)
+    if error is None:
+        worst, problems, per_tensor = compare(case, expected, got)
+        errors = " ".join(f"{f} {worst[f]:.1e}" for f in FAMILIES)
+    else:
+        problems, per_tensor, errors = [error], [], "-"
+    verdict = "FAIL" if problems else "PASS"
+    print(f"case {label}: {case.summary()} {clip_text} | {errors} | {verdict}", flush=True)
+    if verbose:
+        for name, err in per_tensor:
+            print(f"    {name} {err:.3e}")
+    for problem in problems:
+        print(f"    {problem}")
+    return not problems
+
+
+# ----------------------------------------------------------------------------
+# self-test (no binary)
+# ----------------------------------------------------------------------------
+
+def finite_difference_error(case, rng, probes=4, h=1e-6):
+    """Worst |autograd - central difference| / max|grad| over a few entries of each
+    param (max over every grad for a param whose grad is all zero)."""
+    _, _, _, grads = loss_and_grads(case, case.params)
+    overall = max(float(g.abs().max()) for g in grads.values())
+
+    def loss_at(params):
+        logits = forward(params, case.tokens, case.model)[0]
+        return float(losses(logits, case.targets, case.teacher, case.config["loss"])[2])
+
+    worst = 0.0
+    with torch.no_grad():
+        for name, g in grads.items():
+            for flat in rng.integers(0, g.numel(), size=probes):
+                shifted = {}
+                for sign in (1, -1):
+                    p = dict(case.params)
+                    p[name] = case.params[name].clone()
+                    p[name].view(-1)[flat] += sign * h
+                    shifted[sign] = loss_at(p)
+                fd = (shifted[1] - shifted[-1]) / (2 * h)
+                scale = float(g.abs().max()) or overall
+                worst = max(worst, abs(fd - float(g.view(-1)[flat])) / scale)
+    return worst
+
+
+def functional_loss_error(case):
+    """Our (ce, kd) against torch.nn.functional's cross_entropy and kl_div."""
+    F = torch.nn.functional
+    with torch.no_grad():
+        logits = forward(case.params, case.tokens, case.model)[0]
+        ce, kd, _ = losses(logits, case.targets, case.teacher, case.config["loss"])
+        keep = case.targets != -1
+        ref_ce = F.cross_entropy(logits.flatten(0, 1), case.targets.flatten(), ignore_index=-1)
+        tau = case.config["loss"]["temperature"]
+        ref_kd = tau ** 2 * F.kl_div((logits[keep] / tau).log_softmax(-1),
+                                     (case.teacher[keep] / tau).log_softmax(-1),
+                                     log_target=True, reduction="batchmean")
+    return max(abs(float(ce - ref_ce)), abs(float(kd - ref_kd)))
+
+
+def adamw_error(case):
+    """Our AdamW step against torch.optim.AdamW after clip_grad_norm_."""
+    expected = expected_outputs(case)
+    o = case.config["optim"]
+    leaves = {n: p.clone().requires_grad_(True) for n, p in case.params.items()}
+    for name, leaf in leaves.items():
+        leaf.grad = torch.from_numpy(expected.tensors["out.grad." + name].copy())
+    if o["grad_clip"] > 0:
+        torch.nn.utils.clip_grad_norm_(list(leaves.values()), o["grad_clip"])
+    groups = [{"params": [p for p in leaves.values() if p.dim() >= 2],
+               "weight_decay": o["weight_decay"]},
+              {"params": [p for p in leaves.values() if p.dim() < 2], "weight_decay": 0.0}]
+    torch.optim.AdamW(groups, lr=o["lr"], betas=(o["beta1"], o["beta2"]), eps=o["eps"]).step()
+    return max(float(np.abs(leaf.detach().numpy() - expected.tensors["out.step." + n]).max())
+               for n, leaf in leaves.items()) / o["lr"]
+
+
+def rotary_error(rng, T=7, hd=10, theta=500.0):
+    """Rotate-half RoPE against its complex form: z_j = x_j + i x_(j+hd/2) turns by
+    position * theta^(-2j/hd)."""
+    x = torch.from_numpy(rng.normal(size=(2, T, 3, hd)))
+    half = hd // 2
+    z = torch.complex(x[..., :half], x[..., half:])
+    angle = torch.arange(T)[:, None] * theta ** (-2.0 * torch.arange(half) / hd)
+    turned = z * torch.polar(torch.ones_like(angle), angle)[None, :, None, :]
+    return float((rotary(x, theta) - torch.cat([turned.real, turned.imag], -1)).abs().max())
+
+
+def identity_block_error(case):
+    """Pre-norm: with o_proj and down_proj zero, block 0 is the identity, so its
+    ablation CE equals the full CE."""
+    params = dict(case.params)
+    for name in ("self_attn.o_proj.weight", "mlp.down_proj.weight"):
+        params["model.layers.0." + name] = torch.zeros_like(params["model.layers.0." + name])
+    zeroed = Case(case.config, case.tokens, case.targets, None, params)
+    with torch.no_grad():
+        ce = losses(forward(params, case.tokens, case.model)[0], case.targets, None,
+                    case.config["loss"])[0]
+    return abs(float(ce) - float(ablation_ce(zeroed)[0]))
+
+
+def informative_case(rng, features):
+    """A random case with at least 2 blocks and 3 positions, so every weight matters."""
+    while True:
+        case = random_case(rng, features)
+        if case.model["num_hidden_layers"] >= 2 and case.tokens.shape[1] >= 3:
+            return case
+
+
+def self_test(seed):
+    rng = np.random.default_rng(seed)
+    err = rotary_error(rng)
+    ok = err <= 1e-12
+    print(f"self-test: rotary vs complex rotation: {err:.2e} {'PASS' if ok else 'FAIL'}")
+    for i, placement in enumerate(("pre", "post", "pre", "post")):
+        features = {"placement": placement, "tied": i < 2, "final_norm": i % 3 == 0,
+                    "teacher": True, "clip": True, "kv_ratio": 2 ** (i % 3),
+                    "ignore_all": False}
+        case = informative_case(rng, features)
+        checks = [("finite differences", finite_difference_error(case, rng), 1e-6),
+                  ("losses vs torch.nn.functional", functional_loss_error(case), 1e-12),
+                  ("AdamW vs torch.optim.AdamW (units of lr)", adamw_error(case), 1e-9)]
+        if placement == "pre":
+            checks.append(("ablation of an identity block", identity_block_error(case), 1e-12))
+        for what, err, tol in checks:
+            passed = err <= tol
+            ok &= passed
+            print(f"self-test {case.summary()}: {what}: {err:.2e} "
+                  f"{'PASS' if passed else 'FAIL'}")
+    return ok
+
+
+# ----------------------------------------------------------------------------
+# main
+# ----------------------------------------------------------------------------
+
+def parse_args():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--cases", type=int, default=12, help="random cases to generate")
+    mode.add_argument("--case", nargs="+", metavar="FILE", help="check existing case files")
+    mode.add_argument("--self-test", action="store_true", help="check this tool (no binary)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--bin", default="build/normgrow",
+                    help="normgrow binary, relative to the repository root")
+    ap.add_argument("--keep", metavar="DIR", help="keep case and output files in DIR")
+    ap.add_argument("--verbose", action="store_true", help="print per-tensor errors")
+    return ap.parse_args()
+
+
+def case_files(args, workdir):
+    """Yields (label, case path, output path), generating random cases unless --case."""
+    if args.case:
+        for i, path in enumerate(args.case):
+            yield path, Path(path), workdir / f"case{i}.out.safetensors"
+        return
+    rng = np.random.default_rng(args.seed)
+    for i, features in enumerate(random_features(rng, args.cases)):
+        path = workdir / f"case{i}.safetensors"
+        random_case(rng, features).save(path)
+        yield str(i), path, workdir / f"case{i}.out.safetensors"
+
+
+def main():
+    args = parse_args()
+    if args.self_test:
+        return 0 if self_test(args.seed) else 1
+    binary = REPO / args.bin
+    if not binary.is_file():
+        print(f"crosscheck: no binary at {binary} (run make)", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = Path(args.keep or tmp)
+        workdir.mkdir(parents=True, exist_ok=True)
+        results = [check_case(label, path, out, binary, args.verbose)
+                   for label, path, out in case_files(args, workdir)]
+    failed = results.count(False)
+    print(f"{len(results) - failed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

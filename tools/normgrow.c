@@ -1,0 +1,116 @@
+// normgrow: the command-line program. `normgrow help` lists the subcommands.
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "normgrow/common.h"
+
+typedef struct {
+  const char *name;
+  int (*run)(const ng_cli *c);
+  int min_pos, max_pos;
+  const char *usage;
+} command;
+
+static const command commands[] = {
+    {"golden-eval", cmd_golden_eval, 2, 2,
+     "golden-eval CASE OUT [--backend NAME]   write every out.* tensor of CASE to OUT"},
+    {"golden-check", cmd_golden_check, 1, 1 << 20,
+     "golden-check CASE... [--backend NAME]   recompute and compare with the stored out.*"},
+    {"golden-make", cmd_golden_make, 2, 2,
+     "golden-make SPEC.json CASE              new case: random inputs from the spec, reference outputs"},
+    {"golden-update", cmd_golden_update, 1, 1 << 20,
+     "golden-update CASE...                   recompute the stored out.* from the case's inputs"},
+    {"bench", cmd_bench, 0, 0,
+     "bench [--steps N]                       one training step at a toy-medium shape vs the sgemm ceiling"},
+};
+#define N_COMMANDS (int)(sizeof commands / sizeof commands[0])
+
+static void usage(FILE *to) {
+  fprintf(to, "usage: normgrow [--threads N] COMMAND ARGS...\n");
+  for (int i = 0; i < N_COMMANDS; i++) fprintf(to, "  normgrow %s\n", commands[i].usage);
+}
+
+const char *ng_cli_opt(const ng_cli *c, const char *key) {
+  for (int i = 0; i < c->nextra; i++)
+    if (strcmp(c->extra_key[i], key) == 0) return c->extra_val[i];
+  return NULL;
+}
+
+int ng_cli_error(const char *msg) {
+  fprintf(stderr, "normgrow: %s\n", msg);
+  return 1;
+}
+
+static int parse_threads(const char *s, int *out) {
+  char *end;
+  long v = strtol(s, &end, 10);
+  if (*s == 0 || *end != 0 || v < 1 || v > 4096) return -1;
+  *out = (int)v;
+  return 0;
+}
+
+// argv after the command name: --backend, --threads and --key value pairs; the rest positional.
+static int parse_args(int argc, char **argv, ng_cli *c) {
+  c->backend = "cpu";
+  c->pos = ng_xcalloc((size_t)argc + 1, sizeof(char *));
+  c->extra_key = ng_xcalloc((size_t)argc + 1, sizeof(char *));
+  c->extra_val = ng_xcalloc((size_t)argc + 1, sizeof(char *));
+  for (int i = 0; i < argc; i++) {
+    const char *a = argv[i];
+    if (strncmp(a, "--", 2) != 0 || strcmp(a, "--") == 0) {
+      c->pos[c->npos++] = a;
+      continue;
+    }
+    if (i + 1 >= argc) return ng_fail("option %s needs a value", a);
+    const char *v = argv[++i];
+    if (strcmp(a, "--backend") == 0) {
+      c->backend = v;
+    } else if (strcmp(a, "--threads") == 0) {
+      if (parse_threads(v, &c->threads)) return ng_fail("--threads: \"%s\" is not a count 1..4096", v);
+    } else {
+      c->extra_key[c->nextra] = a + 2;
+      c->extra_val[c->nextra++] = v;
+    }
+  }
+  return 0;
+}
+
+static void free_args(ng_cli *c) {
+  free(c->pos);
+  free(c->extra_key);
+  free(c->extra_val);
+}
+
+static const command *find_command(const char *name) {
+  for (int i = 0; i < N_COMMANDS; i++)
+    if (strcmp(name, commands[i].name) == 0) return &commands[i];
+  return NULL;
+}
+
+// Options may stand before or after the command: normgrow [--threads N] CMD ARGS.
+int main(int argc, char **argv) {
+  ng_cli c = {0};
+  int rc = 2;
+  const command *cmd = NULL;
+  if (parse_args(argc - 1, argv + 1, &c)) {
+    rc = ng_cli_error(ng_error());
+  } else if (c.npos == 0 || strcmp(c.pos[0], "help") == 0) {
+    usage(c.npos == 0 ? stderr : stdout);
+    rc = c.npos == 0 ? 2 : 0;
+  } else if (!(cmd = find_command(c.pos[0]))) {
+    fprintf(stderr, "normgrow: unknown command \"%s\" (normgrow help lists them)\n", c.pos[0]);
+  } else if (c.npos - 1 < cmd->min_pos || c.npos - 1 > cmd->max_pos) {
+    fprintf(stderr, "usage: normgrow %s\n", cmd->usage);
+  } else {
+    if (c.threads > 0) omp_set_num_threads(c.threads);
+    c.pos++;  // the command's own positional arguments
+    c.npos--;
+    rc = cmd->run(&c);
+    c.pos--;
+  }
+  free_args(&c);
+  return rc;
+}
