@@ -5,6 +5,8 @@ set -u
 build=${1:-build}
 root=$(cd "$(dirname "$0")/.." && pwd)
 export NG_BIN="$root/$build/normgrow" NG_ROOT="$root"
+# Spinning OpenMP threads make small parallel regions crawl when cores are shared.
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 pass=0 fail=0 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 run() {
