@@ -87,16 +87,17 @@ static void cpu_rmsnorm_forward(ng_backend *be, const float *x, const float *w, 
 
 // With xh = x * rstd and g = dy * w:
 //   dx += rstd * (g - xh * mean(g * xh)),  dw += sum over rows of dy * xh.
-// dw is reduced over fixed row blocks, then the block partials in order.
+// dw is reduced over fixed row blocks, then the block partials in order;
+// dw == NULL (a frozen gain) skips it.
 static void cpu_rmsnorm_backward(ng_backend *be, const float *x, const float *w,
                                  const float *rstd, const float *dy, int64_t R, int64_t C,
                                  float *dx, float *dw) {
   (void)be;
   int64_t nblk = (R + ROW_BLOCK - 1) / ROW_BLOCK;
-  float *part = ng_xcalloc((size_t)nblk * (size_t)C, sizeof(float));  // [nblk, C]
+  float *part = dw ? ng_xcalloc((size_t)nblk * (size_t)C, sizeof(float)) : NULL;  // [nblk, C]
 #pragma omp parallel for schedule(static)
   for (int64_t b = 0; b < nblk; b++) {
-    float *pw = part + (size_t)b * C;
+    float *pw = part ? part + (size_t)b * C : NULL;
     int64_t r1 = (b + 1) * ROW_BLOCK < R ? (b + 1) * ROW_BLOCK : R;
     for (int64_t r = b * ROW_BLOCK; r < r1; r++) {
       const float *xr = x + (size_t)r * C, *dyr = dy + (size_t)r * C;
@@ -108,11 +109,11 @@ static void cpu_rmsnorm_backward(ng_backend *be, const float *x, const float *w,
       for (int64_t c = 0; c < C; c++) {
         float xh = xr[c] * rs;
         dxr[c] += rs * (dyr[c] * w[c] - xh * mean);
-        pw[c] += dyr[c] * xh;
+        if (pw) pw[c] += dyr[c] * xh;
       }
     }
   }
-  for (int64_t b = 0; b < nblk; b++)
+  for (int64_t b = 0; b < nblk && dw; b++)
     for (int64_t c = 0; c < C; c++) dw[c] += part[(size_t)b * C + c];
   free(part);
 }

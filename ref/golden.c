@@ -204,17 +204,17 @@ static void emit_params(const eval_ctx *e, const ng_model *m, const char *prefix
 static void emit_ablation(const eval_ctx *e, ng_model *m, ng_tensor_list *out) {
   int64_t L = m->cfg.num_hidden_layers;
   ng_acts *a = ng_acts_create(m, e->gc->B, e->gc->T, false);
-  bool *skip = ng_xcalloc((size_t)(L ? L : 1), sizeof(bool));
+  ng_block_mode *modes = ng_xcalloc((size_t)L, sizeof(ng_block_mode));
   ng_named_tensor *t = list_add(out, "out.ablation_ce", 1, &L);
   for (int64_t l = 0; l < L; l++) {
     double ce, kd;
-    skip[l] = true;
-    ng_model_forward(m, a, e->tokens, skip);
+    modes[l] = NG_BLOCK_SKIP;
+    ng_model_forward(m, a, e->tokens, modes);
     loss_of(e, a->logits, NULL, &ce, &kd);
     t->data[l] = (float)ce;
-    skip[l] = false;
+    modes[l] = NG_BLOCK_RUN;
   }
-  free(skip);
+  free(modes);
   ng_acts_free(m, a);
 }
 

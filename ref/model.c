@@ -14,6 +14,8 @@ static void add_param(ng_model *m, bool trainable, float **w, float **g, int ndi
                       int64_t d1, const char *fmt, int64_t layer) {
   ng_param *p = &m->params[m->n_params++];
   snprintf(p->name, sizeof p->name, fmt, (long long)layer);
+  p->layer = strstr(fmt, "%lld") ? layer : -1;
+  p->grad_view = g;
   p->ndim = ndim;
   p->shape[0] = d0;
   p->shape[1] = ndim == 2 ? d1 : 1;
@@ -58,6 +60,8 @@ ng_model *ng_model_create(ng_backend *be, const ng_model_config *cfg, bool train
   m->params = ng_xcalloc((size_t)(11 * L + 3), sizeof(ng_param));  // 11 per block
   m->w.layers = ng_xcalloc((size_t)L, sizeof(ng_layer));
   m->g.layers = ng_xcalloc((size_t)L, sizeof(ng_layer));
+  m->gate = ng_xmalloc((size_t)L * sizeof(float));
+  for (int64_t i = 0; i < L; i++) m->gate[i] = 1.0f;
   add_param(m, trainable, &m->w.embed_tokens, &m->g.embed_tokens, 2, V, D,
             "model.embed_tokens.weight", 0);
   for (int64_t i = 0; i < L; i++) add_layer_params(m, trainable, i);
@@ -90,6 +94,7 @@ void ng_model_free(ng_model *m) {
   free(m->params);
   free(m->w.layers);
   free(m->g.layers);
+  free(m->gate);
   free(m);
 }
 
@@ -124,6 +129,15 @@ void ng_model_init_random(ng_model *m, ng_rng *r, double std) {
     }
     m->be->upload(m->be, p->data, host, p->numel * sizeof(float));
     free(host);
+  }
+}
+
+void ng_model_freeze(ng_model *m, int64_t layer, bool frozen) {
+  for (int i = 0; i < m->n_params; i++) {
+    ng_param *p = &m->params[i];
+    if (p->layer != layer || !p->grad) continue;
+    p->frozen = frozen;
+    *p->grad_view = frozen ? NULL : p->grad;
   }
 }
 
@@ -194,13 +208,14 @@ static void grad_ws_alloc(const ng_model *m, int64_t N, ng_grad_ws *w) {
   w->dq_raw = buf(be, N * Hd);
   w->dk_raw = buf(be, N * KVd);
   w->dfinal = buf(be, N * D);
+  w->dgated = buf(be, N * D);
   w->dlogits = buf(be, N * c->vocab_size);
 }
 
 static void grad_ws_free(ng_backend *be, ng_grad_ws *w) {
   float *all[] = {w->dh[0], w->dh[1], w->dres2, w->dres1, w->dmlp_in, w->datt_in,
                   w->dgate, w->dup,   w->dact,  w->datt,  w->dq,      w->dk,
-                  w->dv,    w->dq_raw, w->dk_raw, w->dfinal, w->dlogits};
+                  w->dv,    w->dq_raw, w->dk_raw, w->dfinal, w->dgated, w->dlogits};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) be->free(be, all[i]);
 }
 
@@ -327,19 +342,41 @@ static void head_forward(ng_model *m, ng_acts *a, const float *h) {
   linear_forward(m->be, in, head, a->N, D, c->vocab_size, a->logits);
 }
 
-void ng_model_forward(ng_model *m, ng_acts *a, const int32_t *tokens, const bool *skip) {
+// The block with its sublayers zeroed: res1 = x, mlp_in = N_pa(x),
+// y = pre ? x : N_pf(mlp_in).
+static void block_forward_norms(ng_model *m, const ng_acts *a, int64_t l, const float *x,
+                                float *out, ng_block_acts *s) {
+  ng_backend *be = m->be;
+  const ng_layer *w = &m->w.layers[l];
+  int64_t N = a->N, D = m->cfg.hidden_size;
+  float eps = (float)m->cfg.rms_norm_eps;
+  if (m->cfg.norm_placement == NG_NORM_PRE) {
+    be->copy(be, out, x, (size_t)N * D * sizeof(float));
+    return;
+  }
+  be->rmsnorm_forward(be, x, w->post_attention_layernorm, N, D, eps, s->mlp_in, s->rstd_pa);
+  be->rmsnorm_forward(be, s->mlp_in, w->post_feedforward_layernorm, N, D, eps, out, s->rstd_pf);
+}
+
+void ng_model_forward(ng_model *m, ng_acts *a, const int32_t *tokens,
+                      const ng_block_mode *modes) {
   ng_backend *be = m->be;
   int64_t L = m->cfg.num_hidden_layers, D = m->cfg.hidden_size;
   be->embedding_forward(be, tokens, m->w.embed_tokens, a->N, D, ng_acts_hidden(a, 0));
   for (int64_t l = 0; l < L; l++) {
     const float *x = ng_acts_hidden(a, l);
     float *out = ng_acts_hidden(a, l + 1);
-    if (skip && skip[l]) {
-      NG_ASSERT(!a->train);
+    ng_block_acts *s = &a->blocks[a->train ? l : 0];
+    ng_block_mode mode = modes ? modes[l] : NG_BLOCK_RUN;
+    NG_ASSERT(mode == NG_BLOCK_RUN || !a->train);
+    if (mode == NG_BLOCK_SKIP) {
       be->copy(be, out, x, (size_t)a->N * D * sizeof(float));
-      continue;
+    } else if (mode == NG_BLOCK_NORMS) {
+      block_forward_norms(m, a, l, x, out, s);
+    } else {
+      block_forward(m, a, l, x, out, s);
+      if (m->gate[l] != 1.0f) be->lerp(be, x, out, m->gate[l], a->N * D, out);  // growth gate
     }
-    block_forward(m, a, l, x, out, &a->blocks[a->train ? l : 0]);
   }
   head_forward(m, a, ng_acts_hidden(a, L));
 }
@@ -429,6 +466,22 @@ static void head_backward(ng_model *m, ng_acts *a, float *out) {
   be->rmsnorm_backward(be, h, m->w.norm, a->rstd_final, a->ws.dfinal, N, D, out, m->g.norm);
 }
 
+// y = (1 - g) x + g Block(x): dx = (1 - g) dy + Block'(g dy), through dgated.
+static void gated_block_backward(ng_model *m, const ng_acts *a, int64_t l, const float *x,
+                                 const float *dy, float *dx) {
+  ng_backend *be = m->be;
+  float g = m->gate[l];
+  int64_t n = a->N * m->cfg.hidden_size;
+  if (g == 1.0f) {
+    block_backward(m, a, l, x, dy, dx);
+    return;
+  }
+  be->scale(be, dy, g, n, a->ws.dgated);
+  block_backward(m, a, l, x, a->ws.dgated, dx);
+  be->scale(be, dy, 1.0f - g, n, a->ws.dgated);
+  be->add(be, dx, a->ws.dgated, n, dx);
+}
+
 void ng_model_backward(ng_model *m, ng_acts *a, const int32_t *tokens) {
   NG_ASSERT(a->train);
   ng_backend *be = m->be;
@@ -436,7 +489,7 @@ void ng_model_backward(ng_model *m, ng_acts *a, const int32_t *tokens) {
   float **dh = a->ws.dh;
   head_backward(m, a, dh[L % 2]);
   for (int64_t l = L - 1; l >= 0; l--)
-    block_backward(m, a, l, ng_acts_hidden(a, l), dh[(l + 1) % 2], dh[l % 2]);
+    gated_block_backward(m, a, l, ng_acts_hidden(a, l), dh[(l + 1) % 2], dh[l % 2]);
   if (m->g.embed_tokens)
     be->embedding_backward(be, tokens, dh[0], a->N, m->cfg.hidden_size, m->g.embed_tokens);
 }

@@ -34,7 +34,7 @@ double ng_grad_norm(const ng_model *model) {
   double ss = 0.0;
   for (int i = 0; i < model->n_params; i++) {
     const ng_param *p = &model->params[i];
-    if (p->grad) ss += model->be->sumsq(model->be, p->grad, (int64_t)p->numel);
+    if (p->grad && !p->frozen) ss += model->be->sumsq(model->be, p->grad, (int64_t)p->numel);
   }
   return sqrt(ss);
 }
@@ -50,7 +50,7 @@ double ng_adamw_step(ng_model *model, ng_adamw *o, const ng_optim_config *oc, do
   ng_adamw_params ap = {lr, oc->beta1, oc->beta2, oc->eps, oc->weight_decay, o->step, coef};
   for (int i = 0; i < model->n_params; i++) {
     ng_param *p = &model->params[i];
-    if (!p->grad) continue;
+    if (!p->grad || p->frozen) continue;
     model->be->adamw(model->be, p->data, p->grad, o->m[i], o->v[i], (int64_t)p->numel, ap,
                      p->ndim >= 2);
   }

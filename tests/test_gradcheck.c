@@ -298,7 +298,9 @@ static double model_loss(model_ctx *c, float *dlogits) {
 
 static double model_probe(void *p) { return model_loss(p, NULL); }
 
-static void test_model(ng_norm_placement np, bool tied, bool final_norm, int64_t H, int64_t KV) {
+// gate: every block's growth gate; frozen: block 0 frozen (its gradients must stay 0).
+static void test_model(ng_norm_placement np, bool tied, bool final_norm, int64_t H, int64_t KV,
+                       float gate, bool frozen) {
   ng_model_config mc = {.vocab_size = 11, .hidden_size = 12, .intermediate_size = 10,
                         .num_hidden_layers = 2, .num_attention_heads = H, .num_key_value_heads = KV,
                         .head_dim = 4, .rope_theta = 1e4, .rms_norm_eps = 1e-6,
@@ -316,6 +318,8 @@ static void test_model(ng_norm_placement np, bool tied, bool final_norm, int64_t
     c.tokens[i] = (int32_t)ng_rng_below(&rng, 11);
     c.targets[i] = i % 5 == 2 ? -1 : (int32_t)ng_rng_below(&rng, 11);
   }
+  for (int64_t l = 0; l < mc.num_hidden_layers; l++) c.m->gate[l] = gate;
+  if (frozen) ng_model_freeze(c.m, 0, true);
   ng_model_zero_grad(c.m);
   model_loss(&c, c.a->ws.dlogits);
   ng_model_backward(c.m, c.a, c.tokens);
@@ -323,12 +327,20 @@ static void test_model(ng_norm_placement np, bool tied, bool final_norm, int64_t
   const char *worst_name = "";
   for (int i = 0; i < c.m->n_params; i++) {
     ng_param *p = &c.m->params[i];
+    if (p->frozen) {
+      bool zero = true;
+      for (size_t j = 0; j < p->numel; j++) zero &= p->grad[j] == 0.0f;
+      if (!zero) worst = INFINITY, worst_name = p->name;
+      continue;
+    }
     double e = fd_error(p->data, p->numel, p->grad, model_probe, &c, 24);
     if (e > worst) worst = e, worst_name = p->name;
   }
   char name[256];
-  snprintf(name, sizeof name, "model %s tied=%d final_norm=%d H=%lld KV=%lld: every parameter (worst %s)",
-           np == NG_NORM_PRE ? "pre" : "post", tied, final_norm, (long long)H, (long long)KV, worst_name);
+  snprintf(name, sizeof name,
+           "model %s tied=%d final_norm=%d H=%lld KV=%lld gate=%g frozen=%d: every parameter (worst %s)",
+           np == NG_NORM_PRE ? "pre" : "post", tied, final_norm, (long long)H, (long long)KV, gate,
+           frozen, worst_name);
   check_grad(worst, TOL_MODEL, name);
   ng_acts_free(c.m, c.a);
   ng_model_free(c.m);
@@ -352,9 +364,11 @@ int main(void) {
   test_loss(true, 1.0);
   test_loss(true, 2.5);
   test_loss_stable();
-  test_model(NG_NORM_PRE, false, true, 4, 2);
-  test_model(NG_NORM_PRE, true, false, 2, 2);
-  test_model(NG_NORM_POST, false, false, 4, 2);
-  test_model(NG_NORM_POST, true, true, 4, 1);
+  test_model(NG_NORM_PRE, false, true, 4, 2, 1.0f, false);
+  test_model(NG_NORM_PRE, true, false, 2, 2, 1.0f, false);
+  test_model(NG_NORM_POST, false, false, 4, 2, 1.0f, false);
+  test_model(NG_NORM_POST, true, true, 4, 1, 1.0f, false);
+  test_model(NG_NORM_PRE, false, true, 4, 2, 0.3f, true);   // growth gate, frozen block 0
+  test_model(NG_NORM_POST, false, true, 4, 2, 0.3f, true);
   return TEST_RESULT();
 }

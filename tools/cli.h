@@ -24,5 +24,6 @@ int cmd_golden_check(const ng_cli *c);
 int cmd_golden_make(const ng_cli *c);
 int cmd_golden_update(const ng_cli *c);
 int cmd_bench(const ng_cli *c);
+int cmd_data(const ng_cli *c);
 
 #endif

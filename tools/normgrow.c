@@ -24,6 +24,9 @@ static const command commands[] = {
      "golden-make SPEC.json CASE              new case: random inputs from the spec, reference outputs"},
     {"golden-update", cmd_golden_update, 1, 1 << 20,
      "golden-update CASE...                   recompute the stored out.* from the case's inputs"},
+    {"data", cmd_data, 1, 1 << 20,
+     "data FILE... --out DIR [--records-split LINE] [--val-fraction F] [--seed S]\n"
+     "                                          byte-level token shards DIR/train.bin, DIR/val.bin"},
     {"bench", cmd_bench, 0, 0,
      "bench [--steps N]                       one training step at a toy-medium shape vs the sgemm ceiling"},
 };

@@ -64,7 +64,7 @@ struct ng_backend {
   // y [R, C] = w [C] * x * rstd, rstd [R] = 1/sqrt(mean(x^2) + eps) (saved)
   void (*rmsnorm_forward)(ng_backend *be, const float *x, const float *w, int64_t R,
                           int64_t C, float eps, float *y, float *rstd);
-  // dx [R, C] += d/dx, dw [C] += d/dw, given dy [R, C] and the saved x, rstd
+  // dx [R, C] += d/dx, dw [C] += d/dw (dw may be NULL), given dy [R, C] and the saved x, rstd
   void (*rmsnorm_backward)(ng_backend *be, const float *x, const float *w,
                            const float *rstd, const float *dy, int64_t R, int64_t C,
                            float *dx, float *dw);

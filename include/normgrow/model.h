@@ -48,6 +48,9 @@ typedef struct {
   size_t numel;
   float *data;          // backend buffer
   float *grad;          // backend buffer, NULL for a model without gradients
+  bool frozen;          // no gradient accumulated, no optimizer update
+  int64_t layer;        // block index, or -1 for embeddings, final norm and head
+  float **grad_view;    // the field of ng_model.g that shows `grad` (NULL while frozen)
 } ng_param;
 
 typedef struct {
@@ -56,7 +59,15 @@ typedef struct {
   int n_params;
   ng_param *params;     // embed, layers in order, norm, lm_head
   ng_weights w, g;      // typed views of params[].data and params[].grad
+  float *gate;          // host [L]: block l computes y = (1 - g) x + g Block(x); 1 = plain
 } ng_model;
+
+// How a block runs in a forward (block-removal ablations).
+typedef enum {
+  NG_BLOCK_RUN = 0,
+  NG_BLOCK_SKIP,    // the identity: the block with its norms skipped
+  NG_BLOCK_NORMS,   // sublayers zeroed, norms kept: pre = identity, post y = N_pf(N_pa(x))
+} ng_block_mode;
 
 // Saved values of one block's forward (see the top of this file).
 typedef struct {
@@ -77,7 +88,7 @@ typedef struct {
   float *dgate, *dup, *dact;     // [N, F]
   float *datt, *dq, *dk, *dv;    // [N, H*hd], [N, H*hd], [N, KV*hd] x 2
   float *dq_raw, *dk_raw;        // [N, H*hd], [N, KV*hd]
-  float *dfinal;                 // [N, D]
+  float *dfinal, *dgated;        // [N, D]
   float *dlogits;                // [N, V]
 } ng_grad_ws;
 
@@ -109,6 +120,9 @@ int ng_model_load(ng_model *m, const ng_st_file *f, const char *prefix);
 // Matrices N(0, std^2), norm gains 1, drawn in parameter order.
 void ng_model_init_random(ng_model *m, ng_rng *r, double std);
 void ng_model_zero_grad(ng_model *m);
+// Freeze (or unfreeze) every parameter of block `layer` (-1: embeddings, final
+// norm and head). Frozen parameters get no gradient and no update.
+void ng_model_freeze(ng_model *m, int64_t layer, bool frozen);
 
 ng_acts *ng_acts_create(const ng_model *m, int64_t B, int64_t T, bool train);
 void ng_acts_free(const ng_model *m, ng_acts *a);
@@ -116,9 +130,10 @@ void ng_acts_free(const ng_model *m, ng_acts *a);
 // `train`, only the latest one is still there.
 float *ng_acts_hidden(const ng_acts *a, int64_t l);
 
-// Forward of tokens [B*T] (backend buffer) to a->logits. skip (host, [L], may be
-// NULL) replaces block l by the identity (the block with its norms skipped).
-void ng_model_forward(ng_model *m, ng_acts *a, const int32_t *tokens, const bool *skip);
+// Forward of tokens [B*T] (backend buffer) to a->logits. modes (host, [L], may
+// be NULL = all NG_BLOCK_RUN) selects block-removal ablations (no `train`).
+void ng_model_forward(ng_model *m, ng_acts *a, const int32_t *tokens,
+                      const ng_block_mode *modes);
 // Backward from a->ws.dlogits: accumulates d loss / d param into the gradients.
 void ng_model_backward(ng_model *m, ng_acts *a, const int32_t *tokens);
 

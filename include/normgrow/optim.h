@@ -19,10 +19,11 @@ typedef struct {
 
 ng_adamw *ng_adamw_create(const ng_model *model);
 void ng_adamw_free(const ng_model *model, ng_adamw *opt);
-// Global L2 norm of every gradient of the model (before clipping).
+// Global L2 norm of the gradients of the trainable parameters (before clipping).
 double ng_grad_norm(const ng_model *model);
 // One step at learning rate lr (schedules pass their own); returns the
-// gradient norm before clipping. Parameters without gradients are skipped.
+// gradient norm before clipping. Frozen parameters and those without
+// gradients are skipped (and left out of the norm).
 double ng_adamw_step(ng_model *model, ng_adamw *opt, const ng_optim_config *oc, double lr);
 
 #endif
