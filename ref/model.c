@@ -118,18 +118,82 @@ int ng_model_load(ng_model *m, const ng_st_file *f, const char *prefix) {
   return rc;
 }
 
+// Matrices N(0, std^2), norm gains 1.
+static void init_param(ng_model *m, const ng_param *p, ng_rng *r, double std) {
+  float *host = ng_xmalloc(p->numel * sizeof(float));
+  if (p->ndim == 1) {
+    for (size_t j = 0; j < p->numel; j++) host[j] = 1.0f;
+  } else {
+    ng_rng_fill_normal(r, host, p->numel, 0.0, std);
+  }
+  m->be->upload(m->be, p->data, host, p->numel * sizeof(float));
+  free(host);
+}
+
 void ng_model_init_random(ng_model *m, ng_rng *r, double std) {
+  for (int i = 0; i < m->n_params; i++) init_param(m, &m->params[i], r, std);
+}
+
+// Name of p with its block index replaced by `layer` ("model.layers.<layer>.<rest>").
+static void name_at_layer(const ng_param *p, int64_t layer, char *out, size_t n) {
+  const char *rest = strchr(p->name + strlen("model.layers."), '.');
+  snprintf(out, n, "model.layers.%lld%s", (long long)layer, rest);
+}
+
+const ng_param *ng_model_find_in_layer(const ng_model *m, const ng_param *p, int64_t layer) {
+  if (p->layer < 0) return ng_model_find(m, p->name);
+  char name[128];
+  name_at_layer(p, layer, name, sizeof name);
+  return ng_model_find(m, name);
+}
+
+int ng_model_copy_block(ng_model *dst, int64_t dl, const ng_model *src, int64_t sl) {
+  for (int i = 0; i < dst->n_params; i++) {
+    const ng_param *p = &dst->params[i];
+    if (p->layer != dl) continue;
+    const ng_param *q = ng_model_find_in_layer(src, p, sl);
+    if (!q) continue;  // e.g. post_feedforward_layernorm from a Pre-Norm source: keeps its init
+    if (q->numel != p->numel || q->shape[0] != p->shape[0])
+      return ng_fail("%s: shape differs from the source's %s", p->name, q->name);
+    dst->be->copy(dst->be, p->data, q->data, p->numel * sizeof(float));
+  }
+  return 0;
+}
+
+int ng_model_copy_io(ng_model *dst, const ng_model *src) {
+  for (int i = 0; i < dst->n_params; i++) {
+    const ng_param *p = &dst->params[i];
+    if (p->layer >= 0) continue;
+    const ng_param *q = ng_model_find(src, p->name);
+    if (!q && strcmp(p->name, "lm_head.weight") == 0)  // a tied source: its head is its embedding
+      q = ng_model_find(src, "model.embed_tokens.weight");
+    if (!q) continue;
+    if (q->numel != p->numel || q->shape[0] != p->shape[0])
+      return ng_fail("%s: shape differs from the source's", p->name);
+    dst->be->copy(dst->be, p->data, q->data, p->numel * sizeof(float));
+  }
+  return 0;
+}
+
+void ng_model_init_block(ng_model *m, int64_t layer, ng_rng *r, double std) {
+  for (int i = 0; i < m->n_params; i++)
+    if (m->params[i].layer == layer) init_param(m, &m->params[i], r, std);
+}
+
+double ng_model_matmul_params(const ng_model *m, bool trainable_only) {
+  double n = 0.0;
   for (int i = 0; i < m->n_params; i++) {
     const ng_param *p = &m->params[i];
-    float *host = ng_xmalloc(p->numel * sizeof(float));
-    if (p->ndim == 1) {
-      for (size_t j = 0; j < p->numel; j++) host[j] = 1.0f;
-    } else {
-      ng_rng_fill_normal(r, host, p->numel, 0.0, std);
-    }
-    m->be->upload(m->be, p->data, host, p->numel * sizeof(float));
-    free(host);
+    bool embed = strcmp(p->name, "model.embed_tokens.weight") == 0;
+    if (p->ndim == 2 && (!embed || m->cfg.tie_word_embeddings) && !(trainable_only && p->frozen))
+      n += (double)p->numel;
   }
+  return n;
+}
+
+double ng_attention_flops(const ng_model_config *c, int64_t B, int64_t T) {
+  return 4.0 * (double)c->head_dim * (double)c->num_attention_heads * (double)T * (double)(T + 1) /
+         2.0 * (double)B * (double)c->num_hidden_layers;
 }
 
 void ng_model_freeze(ng_model *m, int64_t layer, bool frozen) {

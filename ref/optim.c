@@ -12,6 +12,7 @@ ng_adamw *ng_adamw_create(const ng_model *model) {
   o->n = model->n_params;
   o->m = ng_xcalloc((size_t)o->n, sizeof(float *));
   o->v = ng_xcalloc((size_t)o->n, sizeof(float *));
+  o->steps = ng_xcalloc((size_t)o->n, sizeof(int64_t));
   for (int i = 0; i < o->n; i++) {
     o->m[i] = be->alloc(be, model->params[i].numel * sizeof(float));
     o->v[i] = be->alloc(be, model->params[i].numel * sizeof(float));
@@ -27,6 +28,7 @@ void ng_adamw_free(const ng_model *model, ng_adamw *o) {
   }
   free(o->m);
   free(o->v);
+  free(o->steps);
   free(o);
 }
 
@@ -46,11 +48,10 @@ double ng_adamw_step(ng_model *model, ng_adamw *o, const ng_optim_config *oc, do
     double c = oc->grad_clip / (norm + 1e-6);
     if (c < 1.0) coef = c;
   }
-  o->step++;
-  ng_adamw_params ap = {lr, oc->beta1, oc->beta2, oc->eps, oc->weight_decay, o->step, coef};
   for (int i = 0; i < model->n_params; i++) {
     ng_param *p = &model->params[i];
     if (!p->grad || p->frozen) continue;
+    ng_adamw_params ap = {lr, oc->beta1, oc->beta2, oc->eps, oc->weight_decay, ++o->steps[i], coef};
     model->be->adamw(model->be, p->data, p->grad, o->m[i], o->v[i], (int64_t)p->numel, ap,
                      p->ndim >= 2);
   }

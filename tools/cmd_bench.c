@@ -50,21 +50,6 @@ static double sgemm_gflops(int64_t M, int64_t N, int64_t K) {
   return best;
 }
 
-static double matmul_params(const ng_model *m) {
-  double n = 0.0;
-  for (int i = 0; i < m->n_params; i++) {
-    const ng_param *p = &m->params[i];
-    bool embed = strcmp(p->name, "model.embed_tokens.weight") == 0;
-    if (p->ndim == 2 && (!embed || m->cfg.tie_word_embeddings)) n += (double)p->numel;
-  }
-  return n;
-}
-
-static double attention_flops_fwd(const ng_model_config *c, int64_t B, int64_t T) {
-  return 4.0 * (double)c->head_dim * c->num_attention_heads * (double)T * (T + 1) / 2.0 * B *
-         c->num_hidden_layers;
-}
-
 typedef struct {
   double teacher, forward, loss, backward, optim;
 } step_times;
@@ -144,9 +129,9 @@ int cmd_bench(const ng_cli *c) {
     sum.optim += st.optim / steps;
   }
   qsort(total, (size_t)steps, sizeof(double), cmp_double);
-  double t = total[steps / 2], P = matmul_params(student);
-  double att = attention_flops_fwd(&mc, B, T);
-  double flops = 6.0 * P * N + 3.0 * att + 2.0 * matmul_params(teacher) * N + att;
+  double t = total[steps / 2], P = ng_model_matmul_params(student, false);
+  double att = ng_attention_flops(&mc, B, T);
+  double flops = 6.0 * P * N + 3.0 * att + 2.0 * ng_model_matmul_params(teacher, false) * N + att;
   printf("step: %.3f s (median of %d): teacher fwd %.3f, student fwd %.3f, loss %.3f, "
          "backward %.3f, adamw %.3f\n",
          t, steps, sum.teacher, sum.forward, sum.loss, sum.backward, sum.optim);

@@ -27,6 +27,8 @@ static const command commands[] = {
     {"data", cmd_data, 1, 1 << 20,
      "data FILE... --out DIR [--records-split LINE] [--val-fraction F] [--seed S]\n"
      "                                          byte-level token shards DIR/train.bin, DIR/val.bin"},
+    {"train", cmd_train, 0, 1,
+     "train RUN.json | train --resume RUN_DIR  run one arm (or continue it from its checkpoint)"},
     {"bench", cmd_bench, 0, 0,
      "bench [--steps N]                       one training step at a toy-medium shape vs the sgemm ceiling"},
 };

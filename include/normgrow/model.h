@@ -120,6 +120,21 @@ int ng_model_load(ng_model *m, const ng_st_file *f, const char *prefix);
 // Matrices N(0, std^2), norm gains 1, drawn in parameter order.
 void ng_model_init_random(ng_model *m, ng_rng *r, double std);
 void ng_model_zero_grad(ng_model *m);
+// Random init of one block only (as ng_model_init_random).
+void ng_model_init_block(ng_model *m, int64_t layer, ng_rng *r, double std);
+// The parameter of m that plays p's role in block `layer` (p's own name for
+// non-block parameters); NULL if m has none (e.g. a norm of the other placement).
+const ng_param *ng_model_find_in_layer(const ng_model *m, const ng_param *p, int64_t layer);
+// Copy block sl of src into block dl of dst (same backend), by role; tensors
+// only one of them has (norms of the other placement) are left alone.
+int ng_model_copy_block(ng_model *dst, int64_t dl, const ng_model *src, int64_t sl);
+// Copy embeddings, final norm and head (a tied source's embedding serves as head).
+int ng_model_copy_io(ng_model *dst, const ng_model *src);
+// Matmul parameters (all 2-D weights; the embedding only when it is the tied
+// head), optionally only the trainable ones: the "params" of 6 x params x tokens.
+double ng_model_matmul_params(const ng_model *m, bool trainable_only);
+// Forward FLOPs of causal attention: 4 hd H T(T+1)/2 per sequence and layer.
+double ng_attention_flops(const ng_model_config *c, int64_t B, int64_t T);
 // Freeze (or unfreeze) every parameter of block `layer` (-1: embeddings, final
 // norm and head). Frozen parameters get no gradient and no update.
 void ng_model_freeze(ng_model *m, int64_t layer, bool frozen);

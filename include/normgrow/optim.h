@@ -12,8 +12,8 @@
 #include "normgrow/model.h"
 
 typedef struct {
-  int64_t step;        // steps taken so far
-  int n;               // one moment pair per model parameter, in ng_model order
+  int n;               // one state per model parameter, in ng_model order
+  int64_t *steps;      // steps taken by each parameter (PyTorch keeps one per tensor)
   float **m, **v;      // backend buffers [numel]
 } ng_adamw;
 

@@ -1,0 +1,37 @@
+// normgrow: checkpoints. One safetensors file, written atomically:
+//   tensors   every parameter under its Hugging Face name (F32), and with an
+//             optimizer "optim.m.<name>", "optim.v.<name>" (AdamW moments)
+//   metadata  "format": "normgrow-checkpoint-1", "model": the model config
+//             (JSON, at the checkpoint's depth), and for a training state
+//             "state": {"step", "stage", "step_in_stage", "tokens",
+//             "layer_tokens", "flops", "rng": [4 hex words], "gate_origin": [L],
+//             "frozen": [L], "adam_steps": [one per parameter]}
+#ifndef NORMGROW_CHECKPOINT_H
+#define NORMGROW_CHECKPOINT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "normgrow/model.h"
+#include "normgrow/optim.h"
+#include "normgrow/rng.h"
+
+#define NG_CKPT_FORMAT "normgrow-checkpoint-1"
+
+typedef struct {
+  int64_t step, stage, step_in_stage, tokens, layer_tokens;
+  double flops;
+  ng_rng rng;             // the batch generator: the data position
+  int64_t *gate_origin;   // [L] step at which block l's gate ramp began, -1 for none
+} ng_train_state;
+
+// Saves the model, and the optimizer and state when not NULL.
+int ng_checkpoint_save(const char *path, const ng_model *m, const ng_adamw *opt,
+                       const ng_train_state *st);
+// Loads a model (any normgrow checkpoint); the optimizer and state when the
+// pointers are not NULL (the file must then hold them). st->gate_origin is
+// allocated [L]; frozen flags are restored on the model.
+int ng_checkpoint_load(const char *path, ng_backend *be, bool trainable, ng_model **m,
+                       ng_adamw **opt, ng_train_state *st);
+
+#endif

@@ -1,0 +1,108 @@
+// normgrow: one training run ("arm"): its configuration, curriculum and loop.
+//
+// RUN.json (every key is checked; unknown keys are errors):
+// {
+//   "name": "grow-post", "seed": 1, "run_dir": "runs/toy/grow-post",
+//   "mode": "distill" | "pretrain",
+//   "data": {"train": "train.bin", "val": "val.bin", "batch": 8, "seq": 64},
+//   "model": { model config of the student at its final depth (config.h) },
+//   "teacher": "runs/toy/teacher/final.safetensors",          (distill only)
+//   "loss": {"kd_weight": 0.5, "temperature": 2.0},              (distill only)
+//   "optim": {"beta1", "beta2", "eps", "weight_decay", "grad_clip", "state_on_growth": "keep"|"reset"},
+//   "lr": {"peak": 3e-3, "floor": 3e-4, "warmup_tokens": 8192, "shape": "cosine"|"linear"|"constant"},
+//   "init": {"std": 0.02, "layers": "random" | [teacher layer per student block],
+//            "embeddings": "random" | "teacher", "freeze_embeddings": false},
+//   "growth": {"position": "top"|"interleave"|"middle",
+//              "init": "random"|"copy_below"|"zero_out"|"gate"|"teacher",
+//              "gate_steps": 50, "teacher_layers": [..one per new block, in order..]},
+//   "stages": [{"depth": 3, "tokens": 65536, "restart_lr": false, "lr": {...},
+//               "freeze_existing": false}, ...],
+//   "eval": {"every_steps": 50, "batches": 4},
+//   "checkpoint_every_steps": 100
+// }
+// Optional keys: teacher/loss (pretrain), lr inside a stage (that stage then
+// restarts with its own schedule), restart_lr (default false: the stage
+// continues the schedule of the stage before), freeze_existing (default false),
+// growth (when every stage has the same depth), init.layers/embeddings
+// (default random), structural_tokens (diagnostics), checkpoint_every_steps.
+#ifndef NORMGROW_RUN_H
+#define NORMGROW_RUN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "normgrow/config.h"
+
+#define NG_MAX_STAGES 16
+#define NG_MAX_LAYERS 1024
+
+typedef enum { NG_LR_COSINE, NG_LR_LINEAR, NG_LR_CONSTANT } ng_lr_shape;
+typedef enum { NG_GROW_TOP, NG_GROW_INTERLEAVE, NG_GROW_MIDDLE } ng_grow_position;
+typedef enum {
+  NG_INIT_RANDOM, NG_INIT_COPY_BELOW, NG_INIT_ZERO_OUT, NG_INIT_GATE, NG_INIT_TEACHER
+} ng_grow_init;
+
+typedef struct {
+  double peak, floor;
+  int64_t warmup_tokens;
+  ng_lr_shape shape;
+} ng_lr_schedule;
+
+typedef struct {
+  int64_t depth, tokens;
+  bool restart_lr, freeze_existing;
+  ng_lr_schedule lr;      // resolved: its own, or the one it continues
+  int64_t segment_start;  // index of the first stage of its schedule segment
+} ng_stage;
+
+typedef struct {
+  char name[128];
+  uint64_t seed;
+  char run_dir[512];
+  bool distill;
+  char train_path[512], val_path[512];
+  int64_t batch, seq;
+  ng_model_config model;     // the student at its final depth
+  char teacher_path[512];
+  ng_loss_config loss;
+  ng_optim_config optim;     // lr unused: the schedule gives it
+  bool reset_state_on_growth;
+  double init_std;
+  int64_t n_init_layers;     // 0: random blocks
+  int64_t init_layers[NG_MAX_LAYERS];
+  bool embeddings_from_teacher, freeze_embeddings;
+  ng_grow_position grow_position;
+  ng_grow_init grow_init;
+  int64_t gate_steps;
+  int64_t n_grow_teacher_layers;
+  int64_t grow_teacher_layers[NG_MAX_LAYERS];
+  int n_stages;
+  ng_stage stages[NG_MAX_STAGES];
+  int64_t eval_every, eval_batches;
+  int64_t checkpoint_every;
+  int n_structural;
+  int32_t structural_tokens[16];  // extra structural token ids for diagnostics
+  char *json;                // the resolved configuration (written to the run dir)
+} ng_run_config;
+
+int ng_run_config_load(const char *path, ng_run_config *rc);
+int ng_run_config_parse(const char *text, const char *where, ng_run_config *rc);
+void ng_run_config_free(ng_run_config *rc);
+
+// Steps of a stage (its tokens are a whole number of batches).
+int64_t ng_stage_steps(const ng_run_config *rc, int stage);
+// Learning rate of the step that starts `tokens_done_in_stage` into `stage`.
+double ng_lr_at(const ng_run_config *rc, int stage, int64_t tokens_done_in_stage);
+
+// Where new blocks go when a model of depth d grows by k: fills from_old
+// [d + k] with the old index of each block of the grown model, or -1 for a
+// new block. top: appended; middle: after old block floor((d-1)/2);
+// interleave: spread evenly, after old block j go
+// floor((j+1) k / d) - floor(j k / d) new blocks.
+void ng_grow_layout(ng_grow_position pos, int64_t d, int64_t k, int64_t *from_old);
+
+// Run the arm of config_path, or resume the run in resume_dir (not NULL) from
+// its last checkpoint; the final weights are bit-identical either way.
+int ng_train(const char *config_path, const char *resume_dir);
+
+#endif

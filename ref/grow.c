@@ -1,0 +1,81 @@
+// normgrow: depth growth of a student and the matching optimizer state.
+#include "normgrow/grow.h"
+
+#include "normgrow/common.h"
+
+// o_proj and down_proj of block j set to zero: the block's sublayers output 0.
+static void zero_outputs(ng_model *m, int64_t j) {
+  const ng_model_config *c = &m->cfg;
+  size_t o = (size_t)c->hidden_size * (size_t)(c->num_attention_heads * c->head_dim);
+  size_t down = (size_t)c->hidden_size * (size_t)c->intermediate_size;
+  m->be->zero(m->be, m->w.layers[j].o_proj, o * sizeof(float));
+  m->be->zero(m->be, m->w.layers[j].down_proj, down * sizeof(float));
+}
+
+// New block j of the grown model m; nth: how many new blocks precede it.
+static int init_new_block(ng_model *m, int64_t j, int64_t nth, const ng_grow_rule *r) {
+  switch (r->init) {
+    case NG_INIT_COPY_BELOW:
+      return ng_model_copy_block(m, j, m, j - 1);
+    case NG_INIT_TEACHER:
+      if (r->teacher_layers[nth] >= r->teacher->cfg.num_hidden_layers)
+        return ng_fail("growth.teacher_layers: teacher layer %lld does not exist (the teacher has %lld)",
+                       (long long)r->teacher_layers[nth], (long long)r->teacher->cfg.num_hidden_layers);
+      return ng_model_copy_block(m, j, r->teacher, r->teacher_layers[nth]);
+    case NG_INIT_ZERO_OUT:
+      ng_model_init_block(m, j, r->rng, r->std);
+      zero_outputs(m, j);
+      return 0;
+    case NG_INIT_GATE:
+      ng_model_init_block(m, j, r->rng, r->std);
+      m->gate[j] = 0.0f;
+      return 0;
+    case NG_INIT_RANDOM:
+      ng_model_init_block(m, j, r->rng, r->std);
+      return 0;
+  }
+  return ng_fail("unknown growth init");
+}
+
+int ng_model_grow(const ng_model *old, int64_t new_depth, const ng_grow_rule *rule,
+                  ng_model **out, int64_t *from_old) {
+  int64_t d = old->cfg.num_hidden_layers;
+  NG_ASSERT(new_depth >= d);
+  ng_model_config cfg = old->cfg;
+  cfg.num_hidden_layers = new_depth;
+  ng_model *m = ng_model_create(old->be, &cfg, true);
+  ng_grow_layout(rule->position, d, new_depth - d, from_old);
+  int rc = ng_model_copy_io(m, old);
+  for (int64_t j = 0, nth = 0; j < new_depth && rc == 0; j++) {
+    if (from_old[j] >= 0) {
+      rc = ng_model_copy_block(m, j, old, from_old[j]);
+      m->gate[j] = old->gate[from_old[j]];
+    } else {
+      rc = init_new_block(m, j, nth++, rule);
+    }
+  }
+  if (rc) {
+    ng_model_free(m);
+    return -1;
+  }
+  *out = m;
+  return 0;
+}
+
+ng_adamw *ng_adamw_regrow(const ng_model *old, const ng_adamw *oo, const ng_model *grown,
+                          const int64_t *from_old, bool reset) {
+  ng_adamw *o = ng_adamw_create(grown);
+  ng_backend *be = grown->be;
+  for (int i = 0; i < grown->n_params && !reset; i++) {
+    const ng_param *p = &grown->params[i];
+    int64_t src_layer = p->layer < 0 ? -1 : from_old[p->layer];
+    if (p->layer >= 0 && src_layer < 0) continue;  // a new block starts at zero
+    const ng_param *q = ng_model_find_in_layer(old, p, src_layer);
+    if (!q) continue;
+    int k = (int)(q - old->params);
+    be->copy(be, o->m[i], oo->m[k], p->numel * sizeof(float));
+    be->copy(be, o->v[i], oo->v[k], p->numel * sizeof(float));
+    o->steps[i] = oo->steps[k];
+  }
+  return o;
+}

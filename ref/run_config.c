@@ -1,0 +1,335 @@
+// normgrow: RUN.json parsing. Defaults are written into the JSON tree before
+// it is read, so that the resolved configuration (every value explicit) is
+// what the run directory records and what a resume reads back.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "normgrow/common.h"
+#include "normgrow/run.h"
+
+// Adds `def` under `key` when obj lacks it (otherwise frees def).
+static void default_item(cJSON *obj, const char *key, cJSON *def) {
+  if (cJSON_IsObject(obj) && !cJSON_GetObjectItemCaseSensitive(obj, key))
+    cJSON_AddItemToObject(obj, key, def);
+  else
+    cJSON_Delete(def);
+}
+
+static int choose(const char *where, const char *key, const char *value,
+                  const char *const *names, int *out) {
+  for (int i = 0; names[i]; i++)
+    if (strcmp(value, names[i]) == 0) return *out = i, 0;
+  char list[256] = "";
+  for (int i = 0; names[i]; i++)
+    snprintf(list + strlen(list), sizeof list - strlen(list), "%s\"%s\"", i ? ", " : "", names[i]);
+  return ng_fail("%s.%s: unknown value \"%s\" (one of %s)", where, key, value, list);
+}
+
+static int json_enum(const cJSON *obj, const char *where, const char *key,
+                     const char *const *names, int *out) {
+  const char *s;
+  return ng_json_str(obj, where, key, &s) || choose(where, key, s, names, out);
+}
+
+static int json_path(const cJSON *obj, const char *where, const char *key, char *dst, size_t n) {
+  const char *s;
+  if (ng_json_str(obj, where, key, &s)) return -1;
+  if (!*s || strlen(s) >= n) return ng_fail("%s.%s: expected a path of 1..%zu characters", where, key, n - 1);
+  snprintf(dst, n, "%s", s);
+  return 0;
+}
+
+// An array of integers in [lo, hi), at most max entries.
+static int json_int_list(const cJSON *arr, const char *where, int64_t lo, int64_t hi,
+                         int64_t max, int64_t *out, int64_t *n) {
+  if (!cJSON_IsArray(arr)) return ng_fail("%s: expected an array of integers", where);
+  *n = 0;
+  for (const cJSON *it = arr->child; it; it = it->next) {
+    if (*n == max) return ng_fail("%s: more than %lld entries", where, (long long)max);
+    if (!cJSON_IsNumber(it) || it->valuedouble != floor(it->valuedouble) ||
+        it->valuedouble < (double)lo || it->valuedouble >= (double)hi)
+      return ng_fail("%s[%lld]: expected an integer in [%lld, %lld)", where, (long long)*n,
+                     (long long)lo, (long long)hi);
+    out[(*n)++] = (int64_t)it->valuedouble;
+  }
+  return 0;
+}
+
+static cJSON *section(const cJSON *root, const char *key) {
+  return cJSON_GetObjectItemCaseSensitive(root, key);
+}
+
+static const char *const lr_shapes[] = {"cosine", "linear", "constant", NULL};
+static const char *const positions[] = {"top", "interleave", "middle", NULL};
+static const char *const inits[] = {"random", "copy_below", "zero_out", "gate", "teacher", NULL};
+
+static int parse_lr(const cJSON *o, const char *where, ng_lr_schedule *lr) {
+  static const char *const keys[] = {"peak", "floor", "warmup_tokens", "shape", NULL};
+  int shape;
+  if (ng_json_expect_object(o, where) || ng_json_only_keys(o, where, keys) ||
+      ng_json_num(o, where, "peak", 0.0, 10.0, &lr->peak) ||
+      ng_json_num(o, where, "floor", 0.0, 10.0, &lr->floor) ||
+      ng_json_int(o, where, "warmup_tokens", 0, INT64_MAX / 4, &lr->warmup_tokens) ||
+      json_enum(o, where, "shape", lr_shapes, &shape))
+    return -1;
+  if (lr->floor > lr->peak) return ng_fail("%s.floor: %g is above peak %g", where, lr->floor, lr->peak);
+  lr->shape = (ng_lr_shape)shape;
+  return 0;
+}
+
+static int parse_data(cJSON *o, ng_run_config *rc) {
+  static const char *const keys[] = {"train", "val", "batch", "seq", NULL};
+  return ng_json_expect_object(o, "data") || ng_json_only_keys(o, "data", keys) ||
+         json_path(o, "data", "train", rc->train_path, sizeof rc->train_path) ||
+         json_path(o, "data", "val", rc->val_path, sizeof rc->val_path) ||
+         ng_json_int(o, "data", "batch", 1, 4096, &rc->batch) ||
+         ng_json_int(o, "data", "seq", 1, 1 << 20, &rc->seq);
+}
+
+static int parse_optim(cJSON *o, ng_run_config *rc) {
+  static const char *const keys[] = {"beta1", "beta2", "eps", "weight_decay", "grad_clip",
+                                     "state_on_growth", NULL};
+  static const char *const states[] = {"keep", "reset", NULL};
+  int state;
+  default_item(o, "state_on_growth", cJSON_CreateString("keep"));
+  if (ng_json_expect_object(o, "optim") || ng_json_only_keys(o, "optim", keys) ||
+      ng_json_num(o, "optim", "beta1", 0.0, 0.999999, &rc->optim.beta1) ||
+      ng_json_num(o, "optim", "beta2", 0.0, 0.999999999, &rc->optim.beta2) ||
+      ng_json_num(o, "optim", "eps", 0.0, 1.0, &rc->optim.eps) ||
+      ng_json_num(o, "optim", "weight_decay", 0.0, 1e3, &rc->optim.weight_decay) ||
+      ng_json_num(o, "optim", "grad_clip", 0.0, 1e30, &rc->optim.grad_clip) ||
+      json_enum(o, "optim", "state_on_growth", states, &state))
+    return -1;
+  rc->reset_state_on_growth = state == 1;
+  return 0;
+}
+
+static int parse_init(cJSON *o, ng_run_config *rc) {
+  static const char *const keys[] = {"std", "layers", "embeddings", "freeze_embeddings", NULL};
+  static const char *const sources[] = {"random", "teacher", NULL};
+  int emb;
+  default_item(o, "layers", cJSON_CreateString("random"));
+  default_item(o, "embeddings", cJSON_CreateString("random"));
+  default_item(o, "freeze_embeddings", cJSON_CreateFalse());
+  if (ng_json_expect_object(o, "init") || ng_json_only_keys(o, "init", keys) ||
+      ng_json_num(o, "init", "std", 0.0, 10.0, &rc->init_std) ||
+      json_enum(o, "init", "embeddings", sources, &emb) ||
+      ng_json_bool(o, "init", "freeze_embeddings", &rc->freeze_embeddings))
+    return -1;
+  rc->embeddings_from_teacher = emb == 1;
+  const cJSON *layers = section(o, "layers");
+  if (cJSON_IsString(layers)) {
+    if (strcmp(layers->valuestring, "random") != 0)
+      return ng_fail("init.layers: expected \"random\" or a list of teacher layers");
+    rc->n_init_layers = 0;
+    return 0;
+  }
+  if (json_int_list(layers, "init.layers", 0, NG_MAX_LAYERS, NG_MAX_LAYERS, rc->init_layers,
+                    &rc->n_init_layers))
+    return -1;
+  if (rc->n_init_layers != rc->stages[0].depth)
+    return ng_fail("init.layers: %lld teacher layers for a first stage of depth %lld",
+                   (long long)rc->n_init_layers, (long long)rc->stages[0].depth);
+  return 0;
+}
+
+static int parse_growth(cJSON *o, ng_run_config *rc) {
+  static const char *const keys[] = {"position", "init", "gate_steps", "teacher_layers", NULL};
+  int pos, init;
+  default_item(o, "gate_steps", cJSON_CreateNumber(0));
+  default_item(o, "teacher_layers", cJSON_CreateArray());
+  if (ng_json_expect_object(o, "growth") || ng_json_only_keys(o, "growth", keys) ||
+      json_enum(o, "growth", "position", positions, &pos) ||
+      json_enum(o, "growth", "init", inits, &init) ||
+      ng_json_int(o, "growth", "gate_steps", 0, INT64_MAX / 4, &rc->gate_steps) ||
+      json_int_list(section(o, "teacher_layers"), "growth.teacher_layers", 0, NG_MAX_LAYERS,
+                    NG_MAX_LAYERS, rc->grow_teacher_layers, &rc->n_grow_teacher_layers))
+    return -1;
+  rc->grow_position = (ng_grow_position)pos;
+  rc->grow_init = (ng_grow_init)init;
+  if (rc->grow_init == NG_INIT_GATE && rc->gate_steps < 1)
+    return ng_fail("growth.gate_steps: the gate init needs at least 1 ramp step");
+  int64_t added = rc->stages[rc->n_stages - 1].depth - rc->stages[0].depth;
+  if (rc->grow_init == NG_INIT_TEACHER && rc->n_grow_teacher_layers != added)
+    return ng_fail("growth.teacher_layers: %lld entries for %lld new blocks",
+                   (long long)rc->n_grow_teacher_layers, (long long)added);
+  return 0;
+}
+
+// Stage i: depth, tokens (a whole number of batches), its schedule.
+static int parse_stage(cJSON *o, int i, const ng_lr_schedule *run_lr, ng_run_config *rc) {
+  static const char *const keys[] = {"depth", "tokens", "restart_lr", "lr", "freeze_existing", NULL};
+  char where[32];
+  snprintf(where, sizeof where, "stages[%d]", i);
+  ng_stage *s = &rc->stages[i];
+  default_item(o, "restart_lr", cJSON_CreateBool(i == 0 || section(o, "lr") != NULL));
+  default_item(o, "freeze_existing", cJSON_CreateFalse());
+  if (ng_json_expect_object(o, where) || ng_json_only_keys(o, where, keys) ||
+      ng_json_int(o, where, "depth", 1, NG_MAX_LAYERS, &s->depth) ||
+      ng_json_int(o, where, "tokens", 1, INT64_MAX / 4, &s->tokens) ||
+      ng_json_bool(o, where, "restart_lr", &s->restart_lr) ||
+      ng_json_bool(o, where, "freeze_existing", &s->freeze_existing))
+    return -1;
+  int64_t per_step = rc->batch * rc->seq;
+  if (s->tokens % per_step != 0)
+    return ng_fail("%s.tokens: %lld is not a whole number of batches of %lld tokens", where,
+                   (long long)s->tokens, (long long)per_step);
+  if (i > 0 && s->depth < rc->stages[i - 1].depth)
+    return ng_fail("%s.depth: %lld is below the depth %lld of the stage before (students only grow)",
+                   where, (long long)s->depth, (long long)rc->stages[i - 1].depth);
+  if (s->freeze_existing && (i == 0 || s->depth == rc->stages[i - 1].depth))
+    return ng_fail("%s.freeze_existing: only a stage that grows the student can freeze its older blocks", where);
+  const cJSON *own = section(o, "lr");
+  if (own && !s->restart_lr) return ng_fail("%s.lr: a stage with its own schedule must restart it", where);
+  if (i == 0 && !s->restart_lr) return ng_fail("%s.restart_lr: the first stage starts its schedule", where);
+  s->segment_start = s->restart_lr ? i : rc->stages[i - 1].segment_start;
+  if (own) {
+    char w[48];
+    snprintf(w, sizeof w, "%s.lr", where);
+    return parse_lr(own, w, &s->lr);
+  }
+  s->lr = i > 0 && !s->restart_lr ? rc->stages[i - 1].lr : *run_lr;
+  return 0;
+}
+
+static int parse_stages(cJSON *arr, const ng_lr_schedule *lr, ng_run_config *rc) {
+  if (!cJSON_IsArray(arr) || cJSON_GetArraySize(arr) == 0)
+    return ng_fail("stages: expected a non-empty array");
+  if (cJSON_GetArraySize(arr) > NG_MAX_STAGES) return ng_fail("stages: more than %d", NG_MAX_STAGES);
+  rc->n_stages = 0;
+  for (cJSON *it = arr->child; it; it = it->next)
+    if (parse_stage(it, rc->n_stages++, lr, rc)) return -1;
+  if (rc->stages[rc->n_stages - 1].depth != rc->model.num_hidden_layers)
+    return ng_fail("stages: the last depth %lld differs from model.num_hidden_layers %lld",
+                   (long long)rc->stages[rc->n_stages - 1].depth,
+                   (long long)rc->model.num_hidden_layers);
+  return 0;
+}
+
+static int parse_eval(cJSON *o, ng_run_config *rc) {
+  static const char *const keys[] = {"every_steps", "batches", NULL};
+  return ng_json_expect_object(o, "eval") || ng_json_only_keys(o, "eval", keys) ||
+         ng_json_int(o, "eval", "every_steps", 1, INT64_MAX / 4, &rc->eval_every) ||
+         ng_json_int(o, "eval", "batches", 1, 100000, &rc->eval_batches);
+}
+
+static int parse_structural(const cJSON *arr, ng_run_config *rc) {
+  int64_t v[16], n;
+  if (json_int_list(arr, "structural_tokens", 0, rc->model.vocab_size, 16, v, &n)) return -1;
+  rc->n_structural = (int)n;
+  for (int64_t i = 0; i < n; i++) rc->structural_tokens[i] = (int32_t)v[i];
+  return 0;
+}
+
+static int parse_distill(cJSON *root, ng_run_config *rc) {
+  if (!rc->distill) {
+    if (section(root, "teacher") || section(root, "loss"))
+      return ng_fail("%s: a pretrain run has no teacher and no KD loss", section(root, "teacher") ? "teacher" : "loss");
+    return 0;
+  }
+  return json_path(root, "run", "teacher", rc->teacher_path, sizeof rc->teacher_path) ||
+         ng_loss_config_parse(section(root, "loss"), "loss", &rc->loss);
+}
+
+static int parse_root(cJSON *root, ng_run_config *rc) {
+  static const char *const keys[] = {"name",  "seed",  "run_dir", "mode",   "data",
+                                     "model", "teacher", "loss",  "optim",  "lr",
+                                     "init",  "growth", "stages", "eval",   "structural_tokens",
+                                     "checkpoint_every_steps", NULL};
+  static const char *const modes[] = {"pretrain", "distill", NULL};
+  const char *name;
+  int64_t seed;
+  int mode;
+  ng_lr_schedule lr;
+  default_item(root, "structural_tokens", cJSON_CreateArray());
+  default_item(root, "checkpoint_every_steps", cJSON_CreateNumber(1000));
+  if (ng_json_expect_object(root, "run") || ng_json_only_keys(root, "run", keys) ||
+      ng_json_str(root, "run", "name", &name) ||
+      ng_json_int(root, "run", "seed", 0, INT64_MAX / 2, &seed) ||
+      json_path(root, "run", "run_dir", rc->run_dir, sizeof rc->run_dir) ||
+      json_enum(root, "run", "mode", modes, &mode) || parse_data(section(root, "data"), rc) ||
+      ng_model_config_parse(section(root, "model"), "model", &rc->model))
+    return -1;
+  snprintf(rc->name, sizeof rc->name, "%s", name);
+  rc->seed = (uint64_t)seed;
+  rc->distill = mode == 1;
+  cJSON *growth = section(root, "growth");
+  if (!growth) cJSON_AddItemToObject(root, "growth", growth = cJSON_CreateObject());
+  default_item(growth, "position", cJSON_CreateString("top"));
+  default_item(growth, "init", cJSON_CreateString("random"));
+  cJSON *init = section(root, "init");
+  if (!init) cJSON_AddItemToObject(root, "init", init = cJSON_CreateObject());
+  default_item(init, "std", cJSON_CreateNumber(0.02));
+  if (parse_distill(root, rc) || parse_optim(section(root, "optim"), rc) ||
+      parse_lr(section(root, "lr"), "lr", &lr) || parse_stages(section(root, "stages"), &lr, rc) ||
+      parse_init(init, rc) || parse_growth(growth, rc) || parse_eval(section(root, "eval"), rc) ||
+      parse_structural(section(root, "structural_tokens"), rc) ||
+      ng_json_int(root, "run", "checkpoint_every_steps", 1, INT64_MAX / 4, &rc->checkpoint_every))
+    return -1;
+  if (!rc->distill && (rc->n_init_layers || rc->embeddings_from_teacher || rc->grow_init == NG_INIT_TEACHER))
+    return ng_fail("init: copying from a teacher needs mode \"distill\"");
+  return 0;
+}
+
+int ng_run_config_parse(const char *text, const char *where, ng_run_config *rc) {
+  memset(rc, 0, sizeof *rc);
+  cJSON *root = cJSON_Parse(text);
+  if (!root) return ng_fail("%s: not valid JSON (near byte %td)", where, cJSON_GetErrorPtr() - text);
+  int r = parse_root(root, rc);
+  if (r == 0) rc->json = cJSON_Print(root);
+  cJSON_Delete(root);
+  return r ? ng_fail_prefix(where) : 0;
+}
+
+int ng_run_config_load(const char *path, ng_run_config *rc) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return ng_fail("%s: cannot open", path);
+  char *text = ng_xmalloc(1 << 20);
+  size_t n = fread(text, 1, (1 << 20) - 1, f);
+  bool too_big = !feof(f);
+  fclose(f);
+  text[n] = 0;
+  int r = too_big ? ng_fail("%s: larger than 1 MiB", path) : ng_run_config_parse(text, path, rc);
+  free(text);
+  return r;
+}
+
+void ng_run_config_free(ng_run_config *rc) {
+  free(rc->json);
+  rc->json = NULL;
+}
+
+int64_t ng_stage_steps(const ng_run_config *rc, int stage) {
+  return rc->stages[stage].tokens / (rc->batch * rc->seq);
+}
+
+// Warmup from 0 to peak over warmup_tokens, then peak -> floor over the rest
+// of the segment (the stages that share this schedule), by shape.
+double ng_lr_at(const ng_run_config *rc, int stage, int64_t tokens_done_in_stage) {
+  const ng_stage *s = &rc->stages[stage];
+  int64_t t = tokens_done_in_stage, total = 0;
+  for (int i = s->segment_start; i < rc->n_stages && rc->stages[i].segment_start == s->segment_start; i++) {
+    if (i < stage) t += rc->stages[i].tokens;
+    total += rc->stages[i].tokens;
+  }
+  const ng_lr_schedule *lr = &s->lr;
+  if (t < lr->warmup_tokens)  // linear warmup, the first step already above 0
+    return lr->peak * fmin(1.0, (double)(t + rc->batch * rc->seq) / (double)lr->warmup_tokens);
+  if (lr->shape == NG_LR_CONSTANT || total <= lr->warmup_tokens) return lr->peak;
+  double p = (double)(t - lr->warmup_tokens) / (double)(total - lr->warmup_tokens);
+  double f = lr->shape == NG_LR_COSINE ? 0.5 * (1.0 + cos(M_PI * p)) : 1.0 - p;
+  return lr->floor + (lr->peak - lr->floor) * f;
+}
+
+void ng_grow_layout(ng_grow_position pos, int64_t d, int64_t k, int64_t *from_old) {
+  int64_t n = 0;
+  for (int64_t j = 0; j < d; j++) {
+    from_old[n++] = j;
+    int64_t add = pos == NG_GROW_TOP ? (j == d - 1 ? k : 0)
+                  : pos == NG_GROW_MIDDLE ? (j == (d - 1) / 2 ? k : 0)
+                                          : (j + 1) * k / d - j * k / d;
+    for (int64_t i = 0; i < add; i++) from_old[n++] = -1;
+  }
+}

@@ -1,0 +1,448 @@
+// normgrow: the training loop of one arm: distillation (or pretraining), the
+// depth-growth curriculum, evaluation, checkpoints, metrics and resume.
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "normgrow/checkpoint.h"
+#include "normgrow/common.h"
+#include "normgrow/data.h"
+#include "normgrow/grow.h"
+#include "normgrow/run.h"
+
+typedef struct {
+  ng_run_config rc;
+  ng_backend *be;
+  ng_shard train, val;
+  ng_model *teacher, *student;
+  ng_adamw *opt;
+  ng_acts *tacts, *sacts, *eval_acts;
+  ng_train_state st;
+  int32_t *h_tokens, *h_targets, *tokens, *targets;  // host and backend [B*T]
+  FILE *metrics;
+  double t_start, last_report, last_loss;
+  int64_t steps_total, steps_at_start;
+} trainer;
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void path_in(const trainer *t, const char *file, char *out, size_t n) {
+  snprintf(out, n, "%s/%s", t->rc.run_dir, file);
+}
+
+// ---------------------------------------------------------------- setup
+
+static int open_data(trainer *t) {
+  const ng_run_config *rc = &t->rc;
+  if (ng_shard_open(&t->train, rc->train_path) || ng_shard_open(&t->val, rc->val_path)) return -1;
+  for (const ng_shard *s = &t->train; s; s = s == &t->train ? &t->val : NULL) {
+    if (s->vocab_size != rc->model.vocab_size)
+      return ng_fail("%s: vocabulary of %u tokens, but model.vocab_size is %lld", s->path,
+                     s->vocab_size, (long long)rc->model.vocab_size);
+    if (s->n_tokens < (uint64_t)rc->seq + 1)
+      return ng_fail("%s: %llu tokens, fewer than one window of seq + 1 = %lld", s->path,
+                     (unsigned long long)s->n_tokens, (long long)rc->seq + 1);
+  }
+  return 0;
+}
+
+static int load_teacher(trainer *t) {
+  if (!t->rc.distill) return 0;
+  if (access(t->rc.teacher_path, R_OK) != 0)
+    return ng_fail("teacher: %s: %s", t->rc.teacher_path, strerror(errno));
+  if (ng_checkpoint_load(t->rc.teacher_path, t->be, false, &t->teacher, NULL, NULL)) return -1;
+  if (t->teacher->cfg.vocab_size != t->rc.model.vocab_size)
+    return ng_fail("teacher %s: vocabulary of %lld tokens, the student's is %lld", t->rc.teacher_path,
+                   (long long)t->teacher->cfg.vocab_size, (long long)t->rc.model.vocab_size);
+  return 0;
+}
+
+static ng_model_config student_config(const ng_run_config *rc, int64_t depth) {
+  ng_model_config c = rc->model;
+  c.num_hidden_layers = depth;
+  return c;
+}
+
+// Fresh student at the first stage's depth: random, or copied from the teacher.
+static int init_student(trainer *t) {
+  const ng_run_config *rc = &t->rc;
+  ng_model_config cfg = student_config(rc, rc->stages[0].depth);
+  ng_rng init;
+  ng_rng_seed(&init, rc->seed ^ 0x696e6974ULL);  // "init": a stream of its own
+  t->student = ng_model_create(t->be, &cfg, true);
+  ng_model_init_random(t->student, &init, rc->init_std);
+  for (int64_t l = 0; l < rc->n_init_layers; l++) {
+    if (rc->init_layers[l] >= t->teacher->cfg.num_hidden_layers)
+      return ng_fail("init.layers[%lld]: the teacher has %lld layers", (long long)l,
+                     (long long)t->teacher->cfg.num_hidden_layers);
+    if (ng_model_copy_block(t->student, l, t->teacher, rc->init_layers[l])) return ng_fail_prefix("init.layers");
+  }
+  if (rc->embeddings_from_teacher && ng_model_copy_io(t->student, t->teacher))
+    return ng_fail_prefix("init.embeddings");
+  t->opt = ng_adamw_create(t->student);
+  t->st.gate_origin = ng_xmalloc((size_t)cfg.num_hidden_layers * sizeof(int64_t));
+  for (int64_t l = 0; l < cfg.num_hidden_layers; l++) t->st.gate_origin[l] = -1;
+  ng_rng_seed(&t->st.rng, rc->seed);
+  return 0;
+}
+
+static void alloc_batches(trainer *t) {
+  size_t bytes = (size_t)(t->rc.batch * t->rc.seq) * sizeof(int32_t);
+  t->h_tokens = ng_xmalloc(bytes);
+  t->h_targets = ng_xmalloc(bytes);
+  t->tokens = t->be->alloc(t->be, bytes);
+  t->targets = t->be->alloc(t->be, bytes);
+  if (t->teacher) t->tacts = ng_acts_create(t->teacher, t->rc.batch, t->rc.seq, false);
+}
+
+// Activations follow the student's depth.
+static void student_acts(trainer *t) {
+  ng_acts_free(t->student, t->sacts);
+  ng_acts_free(t->student, t->eval_acts);
+  t->sacts = ng_acts_create(t->student, t->rc.batch, t->rc.seq, true);
+  t->eval_acts = ng_acts_create(t->student, t->rc.batch, t->rc.seq, false);
+}
+
+static void upload_batch(trainer *t) {
+  size_t bytes = (size_t)(t->rc.batch * t->rc.seq) * sizeof(int32_t);
+  t->be->upload(t->be, t->tokens, t->h_tokens, bytes);
+  t->be->upload(t->be, t->targets, t->h_targets, bytes);
+}
+
+// ---------------------------------------------------------------- logging
+
+static void log_line(trainer *t, cJSON *j) {
+  char *s = cJSON_PrintUnformatted(j);
+  fprintf(t->metrics, "%s\n", s);
+  fflush(t->metrics);
+  free(s);
+  cJSON_Delete(j);
+}
+
+static cJSON *record(const trainer *t, const char *event) {
+  cJSON *j = cJSON_CreateObject();
+  cJSON_AddStringToObject(j, "event", event);
+  cJSON_AddNumberToObject(j, "step", (double)t->st.step);
+  cJSON_AddNumberToObject(j, "stage", (double)t->st.stage);
+  cJSON_AddNumberToObject(j, "depth", (double)t->student->cfg.num_hidden_layers);
+  cJSON_AddNumberToObject(j, "tokens", (double)t->st.tokens);
+  cJSON_AddNumberToObject(j, "layer_tokens", (double)t->st.layer_tokens);
+  cJSON_AddNumberToObject(j, "flops", t->st.flops);
+  return j;
+}
+
+static void progress(trainer *t, double loss, bool force) {
+  double tnow = now();
+  bool tty = isatty(STDERR_FILENO);
+  if (!force && tnow - t->last_report < (tty ? 0.2 : 10.0)) return;
+  t->last_report = tnow;
+  int64_t done = t->st.step - t->steps_at_start, left = t->steps_total - t->st.step;
+  double rate = done > 0 ? (double)done / (tnow - t->t_start) : 0.0;
+  double eta = rate > 0 ? (double)left / rate : 0.0;
+  fprintf(stderr, "%s%s: stage %lld/%d depth %lld step %lld/%lld loss %.4f %.0f tok/s ETA %dm%02ds%s",
+          tty ? "\r" : "", t->rc.name, (long long)t->st.stage + 1, t->rc.n_stages,
+          (long long)t->student->cfg.num_hidden_layers, (long long)t->st.step,
+          (long long)t->steps_total, loss, rate * (double)(t->rc.batch * t->rc.seq), (int)eta / 60,
+          (int)eta % 60, tty ? "\033[K" : "\n");
+}
+
+// ---------------------------------------------------------------- evaluation
+
+typedef struct {
+  double ce, kd, teacher_ce;
+} eval_result;
+
+// Student CE and KD, and the teacher's CE, over the fixed validation batches.
+static eval_result evaluate(trainer *t) {
+  const ng_run_config *rc = &t->rc;
+  ng_backend *be = t->be;
+  ng_loss_params lp = {rc->loss.kd_weight, rc->loss.temperature};
+  eval_result r = {0};
+  int64_t N = rc->batch * rc->seq;
+  for (int64_t b = 0; b < rc->eval_batches; b++) {
+    ng_batch_fixed(&t->val, b, rc->batch, rc->seq, t->h_tokens, t->h_targets);
+    upload_batch(t);
+    double ce, kd, tce, tkd;
+    int64_t nv;
+    const float *tl = NULL;
+    if (t->teacher) {
+      ng_model_forward(t->teacher, t->tacts, t->tokens, NULL);
+      tl = t->tacts->logits;
+      be->ce_kd(be, tl, NULL, t->targets, N, rc->model.vocab_size, lp, NULL, &tce, &tkd, &nv);
+      r.teacher_ce += tce / (double)rc->eval_batches;
+    }
+    ng_model_forward(t->student, t->eval_acts, t->tokens, NULL);
+    be->ce_kd(be, t->eval_acts->logits, tl, t->targets, N, rc->model.vocab_size, lp, NULL, &ce,
+              &kd, &nv);
+    r.ce += ce / (double)rc->eval_batches;
+    r.kd += kd / (double)rc->eval_batches;
+  }
+  return r;
+}
+
+static void log_eval(trainer *t) {
+  eval_result r = evaluate(t);
+  cJSON *j = record(t, "eval");
+  cJSON_AddNumberToObject(j, "val_ce", r.ce);
+  if (t->teacher) {
+    cJSON_AddNumberToObject(j, "val_kd", r.kd);
+    cJSON_AddNumberToObject(j, "teacher_ce", r.teacher_ce);
+  }
+  log_line(t, j);
+}
+
+// ---------------------------------------------------------------- growth
+
+static int grow(trainer *t, int stage) {
+  const ng_run_config *rc = &t->rc;
+  int64_t d = t->student->cfg.num_hidden_layers, nd = rc->stages[stage].depth;
+  eval_result before = evaluate(t);
+  ng_rng init;
+  ng_rng_seed(&init, rc->seed ^ (0x67726f77ULL + (uint64_t)stage));  // "grow" + stage
+  ng_grow_rule rule = {rc->grow_position, rc->grow_init, rc->init_std, &init, t->teacher,
+                       rc->grow_teacher_layers + (d - rc->stages[0].depth)};
+  ng_model *grown;
+  int64_t *from_old = ng_xmalloc((size_t)nd * sizeof(int64_t));
+  if (ng_model_grow(t->student, nd, &rule, &grown, from_old)) {
+    free(from_old);
+    return -1;
+  }
+  ng_adamw *opt = ng_adamw_regrow(t->student, t->opt, grown, from_old, rc->reset_state_on_growth);
+  int64_t *origin = ng_xmalloc((size_t)nd * sizeof(int64_t));
+  for (int64_t j = 0; j < nd; j++)
+    origin[j] = from_old[j] >= 0 ? t->st.gate_origin[from_old[j]]
+                                 : (rc->grow_init == NG_INIT_GATE ? t->st.step : -1);
+  ng_acts_free(t->student, t->sacts);
+  ng_acts_free(t->student, t->eval_acts);
+  t->sacts = t->eval_acts = NULL;
+  ng_adamw_free(t->student, t->opt);
+  ng_model_free(t->student);
+  free(t->st.gate_origin);
+  t->student = grown;
+  t->opt = opt;
+  t->st.gate_origin = origin;
+  for (int64_t j = 0; j < nd; j++) ng_model_freeze(t->student, j, rc->stages[stage].freeze_existing && from_old[j] >= 0);
+  free(from_old);
+  student_acts(t);
+  eval_result after = evaluate(t);
+  cJSON *j = record(t, "growth");
+  cJSON_AddNumberToObject(j, "depth_before", (double)d);
+  cJSON_AddNumberToObject(j, "val_ce_before", before.ce);
+  cJSON_AddNumberToObject(j, "val_ce_after", after.ce);
+  if (t->teacher) {
+    cJSON_AddNumberToObject(j, "val_kd_before", before.kd);
+    cJSON_AddNumberToObject(j, "val_kd_after", after.kd);
+  }
+  log_line(t, j);
+  fprintf(stderr, "%s%s: grew %lld -> %lld blocks at step %lld: val CE %.4f -> %.4f\n",
+          isatty(STDERR_FILENO) ? "\n" : "", rc->name, (long long)d, (long long)nd,
+          (long long)t->st.step, before.ce, after.ce);
+  return 0;
+}
+
+// ---------------------------------------------------------------- one step
+
+// Growth gates ramp linearly from 0 (at growth) to 1 over gate_steps steps.
+static void set_gates(trainer *t) {
+  for (int64_t l = 0; l < t->student->cfg.num_hidden_layers; l++) {
+    int64_t o = t->st.gate_origin[l];
+    t->student->gate[l] = o < 0 ? 1.0f
+                                : (float)fmin(1.0, (double)(t->st.step - o + 1) / (double)t->rc.gate_steps);
+  }
+}
+
+// FLOPs of one step: student forward 2P, input gradients 2P, weight gradients
+// 2P of the trainable part, attention 3x forward; teacher forward 2P + attention.
+static double step_flops(const trainer *t) {
+  int64_t B = t->rc.batch, T = t->rc.seq, N = B * T;
+  const ng_model *s = t->student;
+  double f = (4.0 * ng_model_matmul_params(s, false) + 2.0 * ng_model_matmul_params(s, true)) * (double)N +
+             3.0 * ng_attention_flops(&s->cfg, B, T);
+  if (t->teacher)
+    f += 2.0 * ng_model_matmul_params(t->teacher, false) * (double)N + ng_attention_flops(&t->teacher->cfg, B, T);
+  return f;
+}
+
+static void train_step(trainer *t) {
+  const ng_run_config *rc = &t->rc;
+  ng_backend *be = t->be;
+  int64_t N = rc->batch * rc->seq;
+  double t0 = now(), lr = ng_lr_at(rc, (int)t->st.stage, t->st.step_in_stage * N);
+  ng_batch_sample(&t->train, &t->st.rng, rc->batch, rc->seq, t->h_tokens, t->h_targets);
+  upload_batch(t);
+  set_gates(t);
+  const float *tl = NULL;
+  if (t->teacher) {
+    ng_model_forward(t->teacher, t->tacts, t->tokens, NULL);
+    tl = t->tacts->logits;
+  }
+  ng_loss_params lp = {rc->loss.kd_weight, rc->loss.temperature};
+  double ce, kd;
+  int64_t nv;
+  ng_model_forward(t->student, t->sacts, t->tokens, NULL);
+  be->ce_kd(be, t->sacts->logits, tl, t->targets, N, rc->model.vocab_size, lp, t->sacts->ws.dlogits,
+            &ce, &kd, &nv);
+  ng_model_zero_grad(t->student);
+  ng_model_backward(t->student, t->sacts, t->tokens);
+  double gnorm = ng_adamw_step(t->student, t->opt, &rc->optim, lr);
+  t->st.flops += step_flops(t);
+  t->st.step++;
+  t->st.step_in_stage++;
+  t->st.tokens += N;
+  t->st.layer_tokens += N * t->student->cfg.num_hidden_layers;
+  double loss = tl ? lp.kd_weight * kd + (1.0 - lp.kd_weight) * ce : ce;
+  cJSON *j = record(t, "step");
+  cJSON_AddNumberToObject(j, "lr", lr);
+  cJSON_AddNumberToObject(j, "loss", loss);
+  cJSON_AddNumberToObject(j, "ce", ce);
+  if (tl) cJSON_AddNumberToObject(j, "kd", kd);
+  cJSON_AddNumberToObject(j, "grad_norm", gnorm);
+  cJSON_AddNumberToObject(j, "tokens_per_s", (double)N / (now() - t0));
+  log_line(t, j);
+  t->last_loss = loss;
+  progress(t, loss, false);
+}
+
+// ---------------------------------------------------------------- run
+
+static int save_checkpoint(trainer *t, const char *file, bool with_state) {
+  char path[600];
+  path_in(t, file, path, sizeof path);
+  return ng_checkpoint_save(path, t->student, with_state ? t->opt : NULL, with_state ? &t->st : NULL);
+}
+
+static int run_stages(trainer *t) {
+  const ng_run_config *rc = &t->rc;
+  for (; t->st.stage < rc->n_stages; t->st.stage++, t->st.step_in_stage = 0) {
+    int s = (int)t->st.stage;
+    bool grows = rc->stages[s].depth != t->student->cfg.num_hidden_layers;
+    if (t->st.step_in_stage == 0 && !grows)  // freezing lasts one growing stage
+      for (int64_t l = 0; l < t->student->cfg.num_hidden_layers; l++) ng_model_freeze(t->student, l, false);
+    if (t->st.step_in_stage == 0 && grows && grow(t, s)) return -1;
+    while (t->st.step_in_stage < ng_stage_steps(rc, s)) {
+      train_step(t);
+      if (t->st.step % rc->eval_every == 0) log_eval(t);
+      if (t->st.step % rc->checkpoint_every == 0 && save_checkpoint(t, "checkpoint.safetensors", true))
+        return -1;
+    }
+  }
+  t->st.stage = rc->n_stages - 1;
+  t->st.step_in_stage = ng_stage_steps(rc, rc->n_stages - 1);
+  if (t->st.step % rc->eval_every != 0) log_eval(t);
+  return save_checkpoint(t, "checkpoint.safetensors", true) || save_checkpoint(t, "final.safetensors", false);
+}
+
+static int make_run_dir(const trainer *t) {
+  if (mkdir(t->rc.run_dir, 0777) != 0 && errno != EEXIST)
+    return ng_fail("run_dir %s: %s", t->rc.run_dir, strerror(errno));
+  char path[600], tmp[640];
+  path_in(t, "config.json", path, sizeof path);
+  snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+  FILE *f = fopen(tmp, "w");
+  if (!f) return ng_fail("%s: %s", tmp, strerror(errno));
+  bool ok = fprintf(f, "%s\n", t->rc.json) > 0;
+  ok &= fclose(f) == 0;
+  if (!ok || rename(tmp, path) != 0) {
+    remove(tmp);
+    return ng_fail("%s: cannot write", path);
+  }
+  return 0;
+}
+
+// Keep only metrics records of steps up to the checkpoint's (a resumed run
+// writes the rest again), then append.
+static int reopen_metrics(trainer *t, bool resume) {
+  char path[600];
+  path_in(t, "metrics.jsonl", path, sizeof path);
+  if (!resume) {
+    t->metrics = fopen(path, "w");
+    return t->metrics ? 0 : ng_fail("%s: %s", path, strerror(errno));
+  }
+  FILE *in = fopen(path, "r");
+  char tmp[640], line[65536];
+  snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+  FILE *out = fopen(tmp, "w");
+  if (!out) {
+    if (in) fclose(in);
+    return ng_fail("%s: %s", tmp, strerror(errno));
+  }
+  while (in && fgets(line, sizeof line, in)) {
+    cJSON *j = cJSON_Parse(line);
+    const cJSON *step = cJSON_GetObjectItemCaseSensitive(j, "step");
+    const cJSON *ev = cJSON_GetObjectItemCaseSensitive(j, "event");
+    bool keep = cJSON_IsNumber(step) && step->valuedouble <= (double)t->st.step;
+    // a growth logged at the checkpoint's step happens again after the resume
+    if (keep && cJSON_IsString(ev) && strcmp(ev->valuestring, "growth") == 0 &&
+        step->valuedouble == (double)t->st.step && t->st.step_in_stage == 0)
+      keep = false;
+    if (keep) fputs(line, out);
+    cJSON_Delete(j);
+  }
+  if (in) fclose(in);
+  if (fclose(out) != 0 || rename(tmp, path) != 0) return ng_fail("%s: cannot rewrite", path);
+  t->metrics = fopen(path, "a");
+  return t->metrics ? 0 : ng_fail("%s: %s", path, strerror(errno));
+}
+
+static int resume_from(trainer *t, const char *dir) {
+  char path[600];
+  snprintf(path, sizeof path, "%s/config.json", dir);
+  if (ng_run_config_load(path, &t->rc)) return -1;
+  snprintf(path, sizeof path, "%s/checkpoint.safetensors", dir);
+  if (ng_checkpoint_load(path, t->be, true, &t->student, &t->opt, &t->st)) return -1;
+  if (t->st.stage >= t->rc.n_stages) return ng_fail("%s: stage %lld of %d", path, (long long)t->st.stage, t->rc.n_stages);
+  snprintf(t->rc.run_dir, sizeof t->rc.run_dir, "%s", dir);
+  return 0;
+}
+
+static void trainer_free(trainer *t) {
+  if (t->student) {
+    ng_acts_free(t->student, t->sacts);
+    ng_acts_free(t->student, t->eval_acts);
+    ng_adamw_free(t->student, t->opt);
+  }
+  if (t->teacher) ng_acts_free(t->teacher, t->tacts);
+  ng_model_free(t->student);
+  ng_model_free(t->teacher);
+  if (t->be) {
+    t->be->free(t->be, t->tokens);
+    t->be->free(t->be, t->targets);
+  }
+  free(t->h_tokens);
+  free(t->h_targets);
+  free(t->st.gate_origin);
+  ng_shard_close(&t->train);
+  ng_shard_close(&t->val);
+  if (t->metrics) fclose(t->metrics);
+  ng_run_config_free(&t->rc);
+}
+
+int ng_train(const char *config_path, const char *resume_dir) {
+  trainer t = {0};
+  t.be = ng_backend_cpu();
+  int rc = resume_dir ? resume_from(&t, resume_dir) : ng_run_config_load(config_path, &t.rc);
+  if (rc == 0) rc = open_data(&t) || load_teacher(&t) ? -1 : 0;
+  if (rc == 0 && !resume_dir) rc = init_student(&t) || make_run_dir(&t) ? -1 : 0;
+  if (rc == 0) {
+    if (t.rc.freeze_embeddings) ng_model_freeze(t.student, -1, true);
+    alloc_batches(&t);
+    student_acts(&t);
+    for (int s = 0; s < t.rc.n_stages; s++) t.steps_total += ng_stage_steps(&t.rc, s);
+    t.steps_at_start = t.st.step;
+    t.t_start = now();
+    rc = reopen_metrics(&t, resume_dir != NULL) || run_stages(&t) ? -1 : 0;
+    if (rc == 0) progress(&t, t.last_loss, true);
+    if (rc == 0 && isatty(STDERR_FILENO)) fputc('\n', stderr);
+  }
+  trainer_free(&t);
+  return rc;
+}

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# normgrow data: the summary line on success, and one-line errors (non-zero
+# exit, nothing written) for bad option values.
+set -u
+root=${NG_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
+bin=${NG_BIN:-$root/build/normgrow}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+for i in $(seq 1 40); do printf 'fortune %02d\nsecond line\n%%\n' "$i"; done >"$tmp/f"
+printf 'a whole file\n' >"$tmp/g"
+
+out=$("$bin" data "$tmp/f" --records-split % --val-fraction 0.25 --seed 3 --out "$tmp/o" 2>&1)
+n='[0-9]+'
+want="^data: 40 documents \(train $n, val $n\), $n tokens \(train $n, val $n\)"
+want+=" -> $tmp/o/train.bin, $tmp/o/val.bin$"
+if printf '%s\n' "$out" | grep -Eq "$want" &&
+  [ -f "$tmp/o/train.bin" ] && [ -f "$tmp/o/val.bin" ]; then
+  echo "ok data summary line"
+else
+  echo "FAIL data summary line: $out"
+fi
+
+# 40 records of 22 bytes ("fortune NN\nsecond line") + EOT = 920 tokens in all.
+sum=$(printf '%s\n' "$out" | sed -nE 's/.*tokens \(train ([0-9]+), val ([0-9]+)\).*/\1 + \2/p')
+if [ -n "$sum" ] && [ $(($sum)) -eq 920 ]; then
+  echo "ok data token count"
+else
+  echo "FAIL data token count: $out"
+fi
+
+"$bin" data "$tmp/f" --records-split % --val-fraction 0.25 --seed 3 --out "$tmp/o2" >/dev/null
+if cmp -s "$tmp/o/val.bin" "$tmp/o2/val.bin" && cmp -s "$tmp/o/train.bin" "$tmp/o2/train.bin"; then
+  echo "ok data deterministic for a seed"
+else
+  echo "FAIL data deterministic for a seed: shards differ"
+fi
+
+# expect_error NAME WANT ARGS...: non-zero exit, one stderr line containing WANT, no output dir.
+expect_error() {
+  local name=$1 want=$2
+  shift 2
+  local err status
+  err=$("$bin" data "$@" --out "$tmp/bad" 2>&1 >/dev/null)
+  status=$?
+  if [ "$status" -ne 0 ] && [ "$(printf '%s\n' "$err" | wc -l)" -eq 1 ] &&
+    [[ "$err" == *"$want"* ]] && [ ! -e "$tmp/bad" ]; then
+    echo "ok data rejects $name"
+  else
+    echo "FAIL data rejects $name: status $status, stderr: $err"
+  fi
+}
+expect_error "val-fraction 0" '--val-fraction: "0" is not a number in (0, 1)' \
+  "$tmp/f" --val-fraction 0
+expect_error "val-fraction 1" '"1" is not a number in (0, 1)' "$tmp/f" --val-fraction 1
+expect_error "val-fraction text" '"abc"' "$tmp/f" --val-fraction abc
+expect_error "val-fraction nan" '"nan"' "$tmp/f" --val-fraction nan
+expect_error "negative seed" '--seed: "-1" is not an unsigned 64-bit integer' "$tmp/f" --seed -1
+expect_error "seed past 64 bits" '"18446744073709551616"' "$tmp/f" --seed 18446744073709551616
+expect_error "unknown option" 'unknown option --val_fraction' "$tmp/f" --val_fraction 0.1
+expect_error "missing input" "$tmp/nope" "$tmp/nope"
+expect_error "a single document" "no documents in the" "$tmp/g"
+
+err=$("$bin" data "$tmp/f" 2>&1 >/dev/null)
+if [ $? -ne 0 ] && [[ "$err" == *"--out DIR is required"* ]]; then
+  echo "ok data requires --out"
+else
+  echo "FAIL data requires --out: $err"
+fi

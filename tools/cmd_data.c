@@ -1,0 +1,69 @@
+// normgrow data: text files -> byte-level token shards DIR/train.bin, DIR/val.bin.
+//   normgrow data FILE... --out DIR [--records-split LINE] [--val-fraction F] [--seed S]
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "normgrow/common.h"
+#include "normgrow/data.h"
+
+#define DEFAULT_VAL_FRACTION 0.05
+#define DEFAULT_SEED 0
+
+static const char *const known_options[] = {"out", "records-split", "val-fraction", "seed"};
+#define N_KNOWN (sizeof known_options / sizeof known_options[0])
+
+// Every --key given must be one of ours: a misspelt option is an error, not a no-op.
+static int check_options(const ng_cli *c) {
+  for (int i = 0; i < c->nextra; i++) {
+    size_t k = 0;
+    while (k < N_KNOWN && strcmp(c->extra_key[i], known_options[k]) != 0) k++;
+    if (k == N_KNOWN) return ng_fail("data: unknown option --%s", c->extra_key[i]);
+  }
+  return 0;
+}
+
+// A decimal number strictly between 0 and 1.
+static int parse_fraction(const char *s, double *out) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (*s == 0 || *end != 0 || errno != 0 || !(v > 0.0 && v < 1.0))
+    return ng_fail("--val-fraction: \"%s\" is not a number in (0, 1)", s);
+  *out = v;
+  return 0;
+}
+
+// Decimal digits only (strtoull alone would accept "-1" and " 7"), fitting in 64 bits.
+static int parse_seed(const char *s, uint64_t *out) {
+  char *end;
+  errno = 0;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (*s < '0' || *s > '9' || *end != 0 || errno != 0)
+    return ng_fail("--seed: \"%s\" is not an unsigned 64-bit integer", s);
+  *out = (uint64_t)v;
+  return 0;
+}
+
+int cmd_data(const ng_cli *c) {
+  const char *out = ng_cli_opt(c, "out"), *sep = ng_cli_opt(c, "records-split");
+  const char *frac_opt = ng_cli_opt(c, "val-fraction"), *seed_opt = ng_cli_opt(c, "seed");
+  double frac = DEFAULT_VAL_FRACTION;
+  uint64_t seed = DEFAULT_SEED;
+  if (check_options(c) != 0 || (frac_opt && parse_fraction(frac_opt, &frac) != 0) ||
+      (seed_opt && parse_seed(seed_opt, &seed) != 0))
+    return ng_cli_error(ng_error());
+  if (!out) return ng_cli_error("data: --out DIR is required");
+
+  ng_data_stats st;
+  if (ng_data_build(c->pos, c->npos, sep, frac, seed, out, &st) != 0)
+    return ng_cli_error(ng_error());
+  printf("data: %" PRIu64 " documents (train %" PRIu64 ", val %" PRIu64 "), %" PRIu64
+         " tokens (train %" PRIu64 ", val %" PRIu64 ") -> %s/train.bin, %s/val.bin\n",
+         st.docs[0] + st.docs[1], st.docs[0], st.docs[1], st.tokens[0] + st.tokens[1],
+         st.tokens[0], st.tokens[1], out, out);
+  return 0;
+}
