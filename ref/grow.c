@@ -21,6 +21,7 @@ static int init_new_block(ng_model *m, int64_t j, int64_t nth, const ng_grow_rul
       if (r->teacher_layers[nth] >= r->teacher->cfg.num_hidden_layers)
         return ng_fail("growth.teacher_layers: teacher layer %lld does not exist (the teacher has %lld)",
                        (long long)r->teacher_layers[nth], (long long)r->teacher->cfg.num_hidden_layers);
+      ng_model_init_block(m, j, r->rng, r->std);  // for a norm the teacher's placement lacks
       return ng_model_copy_block(m, j, r->teacher, r->teacher_layers[nth]);
     case NG_INIT_ZERO_OUT:
       ng_model_init_block(m, j, r->rng, r->std);

@@ -27,6 +27,7 @@ typedef struct {
   FILE *metrics;
   double t_start, last_report, last_loss;
   int64_t steps_total, steps_at_start;
+  int64_t stop_after;  // stop (as if killed) after the checkpoint of this step; 0 = never
 } trainer;
 
 static double now(void) {
@@ -322,6 +323,7 @@ static int save_checkpoint(trainer *t, const char *file, bool with_state) {
 
 static int run_stages(trainer *t) {
   const ng_run_config *rc = &t->rc;
+  if (t->stop_after && t->st.step >= t->stop_after) return 0;
   for (; t->st.stage < rc->n_stages; t->st.stage++, t->st.step_in_stage = 0) {
     int s = (int)t->st.stage;
     bool grows = rc->stages[s].depth != t->student->cfg.num_hidden_layers;
@@ -333,6 +335,7 @@ static int run_stages(trainer *t) {
       if (t->st.step % rc->eval_every == 0) log_eval(t);
       if (t->st.step % rc->checkpoint_every == 0 && save_checkpoint(t, "checkpoint.safetensors", true))
         return -1;
+      if (t->st.step == t->stop_after) return 0;  // a stop: no final checkpoint
     }
   }
   t->st.stage = rc->n_stages - 1;
@@ -426,8 +429,8 @@ static void trainer_free(trainer *t) {
   ng_run_config_free(&t->rc);
 }
 
-int ng_train(const char *config_path, const char *resume_dir) {
-  trainer t = {0};
+int ng_train(const char *config_path, const char *resume_dir, int64_t stop_after) {
+  trainer t = {.stop_after = stop_after};
   t.be = ng_backend_cpu();
   int rc = resume_dir ? resume_from(&t, resume_dir) : ng_run_config_load(config_path, &t.rc);
   if (rc == 0) rc = open_data(&t) || load_teacher(&t) ? -1 : 0;

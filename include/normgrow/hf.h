@@ -40,7 +40,7 @@ typedef struct {
 
 // The weights of a directory, every file memory-mapped.
 typedef struct {
-  char *path;                     // model.safetensors or the index: names the checkpoint in messages
+  char *path;                     // model.safetensors or the index (named in messages)
   int n_files;
   ng_st_file *files;              // the single file, or each shard once
   size_t n_entries;

@@ -103,6 +103,8 @@ void ng_grow_layout(ng_grow_position pos, int64_t d, int64_t k, int64_t *from_ol
 
 // Run the arm of config_path, or resume the run in resume_dir (not NULL) from
 // its last checkpoint; the final weights are bit-identical either way.
-int ng_train(const char *config_path, const char *resume_dir);
+// stop_after > 0 ends the run after that step (as a kill would, for tests);
+// it should fall on a checkpoint step.
+int ng_train(const char *config_path, const char *resume_dir, int64_t stop_after);
 
 #endif

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The train command from the outside: a run killed with SIGKILL while it trains
+# and resumed from its last checkpoint ends with final weights identical to an
+# uninterrupted run; a bad config gives one line on stderr and a non-zero exit.
+set -u
+root=${NG_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
+bin=${NG_BIN:-$root/build/normgrow}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+"$bin" data /usr/share/common-licenses/GPL-3 /usr/share/common-licenses/GPL-2 --records-split "" \
+  --val-fraction 0.1 --out "$tmp/data" >/dev/null || { echo "FAIL data: could not build shards"; exit 0; }
+model() {  # layers placement
+  echo "{\"vocab_size\": 257, \"hidden_size\": 32, \"intermediate_size\": 64, \"num_hidden_layers\": $1,
+   \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"head_dim\": 8, \"rope_theta\": 10000,
+   \"rms_norm_eps\": 1e-6, \"tie_word_embeddings\": true, \"norm_placement\": \"$2\", \"final_norm\": true}"
+}
+common="\"data\": {\"train\": \"$tmp/data/train.bin\", \"val\": \"$tmp/data/val.bin\", \"batch\": 8, \"seq\": 32},
+ \"optim\": {\"beta1\": 0.9, \"beta2\": 0.95, \"eps\": 1e-8, \"weight_decay\": 0.1, \"grad_clip\": 1.0},
+ \"lr\": {\"peak\": 0.01, \"floor\": 0.001, \"warmup_tokens\": 2048, \"shape\": \"cosine\"},
+ \"eval\": {\"every_steps\": 50, \"batches\": 2}, \"checkpoint_every_steps\": 7"
+cat >"$tmp/teacher.json" <<JSON
+{"name": "teacher", "seed": 1, "run_dir": "$tmp/teacher", "mode": "pretrain", $common,
+ "model": $(model 2 pre), "stages": [{"depth": 2, "tokens": 10240}]}
+JSON
+arm() {  # name
+  cat <<JSON
+{"name": "$1", "seed": 3, "run_dir": "$tmp/$1", "mode": "distill", $common, "model": $(model 3 pre),
+ "teacher": "$tmp/teacher/final.safetensors", "loss": {"kd_weight": 0.5, "temperature": 2.0},
+ "growth": {"position": "interleave", "init": "copy_below"},
+ "stages": [{"depth": 1, "tokens": 30720}, {"depth": 2, "tokens": 30720}, {"depth": 3, "tokens": 30720}]}
+JSON
+}
+"$bin" train "$tmp/teacher.json" 2>/dev/null || { echo "FAIL train: teacher run failed"; exit 0; }
+arm whole >"$tmp/whole.json"
+arm killed >"$tmp/killed.json"
+"$bin" train "$tmp/whole.json" 2>/dev/null || echo "FAIL train: uninterrupted run failed"
+
+# Kill the second run with SIGKILL once it has written a checkpoint, mid-training.
+"$bin" train "$tmp/killed.json" 2>/dev/null &
+pid=$!
+for _ in $(seq 1 400); do
+  [ -f "$tmp/killed/checkpoint.safetensors" ] && grep -q '"step":40,' "$tmp/killed/metrics.jsonl" 2>/dev/null && break
+  sleep 0.02
+done
+kill -KILL "$pid" 2>/dev/null
+wait "$pid" 2>/dev/null
+killed_at=$(grep -c '"event":"step"' "$tmp/killed/metrics.jsonl")
+"$bin" train --resume "$tmp/killed" 2>/dev/null || echo "FAIL train: resume failed"
+if [ -f "$tmp/whole/final.safetensors" ] && cmp -s "$tmp/whole/final.safetensors" "$tmp/killed/final.safetensors"; then
+  echo "ok SIGKILL after $killed_at of 360 steps, resumed: final weights bit-identical"
+else
+  echo "FAIL SIGKILL after $killed_at of 360 steps, resumed: final weights differ"
+fi
+steps_whole=$(grep -c '"event":"step"' "$tmp/whole/metrics.jsonl")
+steps_killed=$(grep -c '"event":"step"' "$tmp/killed/metrics.jsonl")
+[ "$steps_whole" = "$steps_killed" ] && echo "ok resumed metrics log has each step once ($steps_killed)" ||
+  echo "FAIL resumed metrics log: $steps_killed step records, uninterrupted $steps_whole"
+
+# A bad config: one line on stderr naming the field, non-zero exit.
+sed 's/"init": "copy_below"/"init": "clone"/' "$tmp/whole.json" >"$tmp/bad.json"
+"$bin" train "$tmp/bad.json" 2>"$tmp/err"
+rc=$?
+if [ "$rc" -ne 0 ] && [ "$rc" -lt 128 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && grep -q 'growth.init' "$tmp/err"; then
+  echo "ok bad config: $(cat "$tmp/err")"
+else
+  echo "FAIL bad config: status $rc, stderr: $(cat "$tmp/err")"
+fi

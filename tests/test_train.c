@@ -1,0 +1,287 @@
+// Training runs end to end on real English text (the license texts every
+// Debian system ships): a teacher pretrained, a student grown over 3 stages
+// while distilled. Checks the stage boundaries, the token / layer-token / FLOP
+// accounting against hand computation, that validation CE and KD fall, that a
+// stopped and resumed run ends bit-identical, and the configuration errors.
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "normgrow/checkpoint.h"
+#include "normgrow/common.h"
+#include "normgrow/data.h"
+#include "normgrow/run.h"
+
+static char dir[64];
+enum { B = 8, T = 32, D = 32, F = 64, H = 4, KV = 2, HD = 8, V = 257 };
+
+static void write_file(const char *path, const char *fmt, ...) {
+  FILE *f = fopen(path, "w");
+  NG_ASSERT(f);
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(f, fmt, ap);
+  va_end(ap);
+  fclose(f);
+}
+
+static char *read_file(const char *path, size_t *n) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  *n = (size_t)ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *buf = ng_xmalloc(*n + 1);
+  NG_ASSERT(fread(buf, 1, *n, f) == *n);
+  buf[*n] = 0;
+  fclose(f);
+  return buf;
+}
+
+static const char *model_json(int layers, const char *placement) {
+  static char buf[512];
+  snprintf(buf, sizeof buf,
+           "{\"vocab_size\": %d, \"hidden_size\": %d, \"intermediate_size\": %d, \"num_hidden_layers\": %d,"
+           " \"num_attention_heads\": %d, \"num_key_value_heads\": %d, \"head_dim\": %d, \"rope_theta\": 10000,"
+           " \"rms_norm_eps\": 1e-6, \"tie_word_embeddings\": true, \"norm_placement\": \"%s\", \"final_norm\": true}",
+           V, D, F, layers, H, KV, HD, placement);
+  return buf;
+}
+
+static const char *common_json(void) {
+  static char buf[1024];
+  snprintf(buf, sizeof buf,
+           "\"data\": {\"train\": \"%s/train.bin\", \"val\": \"%s/val.bin\", \"batch\": %d, \"seq\": %d},"
+           " \"optim\": {\"beta1\": 0.9, \"beta2\": 0.95, \"eps\": 1e-8, \"weight_decay\": 0.1, \"grad_clip\": 1.0},"
+           " \"lr\": {\"peak\": 0.01, \"floor\": 0.001, \"warmup_tokens\": 2048, \"shape\": \"cosine\"},"
+           " \"eval\": {\"every_steps\": 10, \"batches\": 4}, \"checkpoint_every_steps\": 10",
+           dir, dir, B, T);
+  return buf;
+}
+
+// The student arm: 3 stages of 20 steps, depths 1, 2, 3 (Post-Norm, gate growth).
+static void write_arm(const char *path, const char *run, const char *extra) {
+  write_file(path,
+             "{\"name\": \"arm\", \"seed\": 5, \"run_dir\": \"%s/%s\", \"mode\": \"distill\", %s,"
+             " \"model\": %s, \"teacher\": \"%s/teacher/final.safetensors\","
+             " \"loss\": {\"kd_weight\": 0.5, \"temperature\": 2.0},"
+             " \"growth\": {\"position\": \"top\", \"init\": \"gate\", \"gate_steps\": 5},"
+             " \"stages\": [{\"depth\": 1, \"tokens\": 5120}, {\"depth\": 2, \"tokens\": 5120},"
+             " {\"depth\": 3, \"tokens\": 5120}] %s}",
+             dir, run, common_json(), model_json(3, "post"), dir, extra);
+}
+
+static bool make_data(void) {
+  static const char *texts[] = {"GPL-3", "GPL-2", "LGPL-2.1", "Apache-2.0", "MPL-2.0", "GFDL-1.3", "Artistic"};
+  const char *files[7];
+  char paths[7][96];
+  int n = 0;
+  for (int i = 0; i < 7; i++) {
+    snprintf(paths[n], sizeof paths[n], "/usr/share/common-licenses/%s", texts[i]);
+    if (access(paths[n], R_OK) == 0) files[n] = paths[n], n++;
+  }
+  ng_data_stats st;
+  int rc = n ? ng_data_build(files, n, "", 0.1, 3, dir, &st) : -1;
+  printf("# data: %d license texts, %llu + %llu tokens\n", n, (unsigned long long)st.tokens[0],
+         (unsigned long long)st.tokens[1]);
+  return rc == 0;
+}
+
+// ---------------------------------------------------------------- metrics
+
+typedef struct {
+  int n;
+  cJSON **rec;
+} metrics;
+
+static metrics read_metrics(const char *run) {
+  char path[160];
+  snprintf(path, sizeof path, "%s/%s/metrics.jsonl", dir, run);
+  metrics m = {0};
+  size_t n;
+  char *text = read_file(path, &n), *save = NULL;
+  for (char *line = text ? strtok_r(text, "\n", &save) : NULL; line; line = strtok_r(NULL, "\n", &save)) {
+    m.rec = realloc(m.rec, (size_t)(m.n + 1) * sizeof(cJSON *));
+    m.rec[m.n++] = cJSON_Parse(line);
+  }
+  free(text);
+  return m;
+}
+
+static void metrics_free(metrics *m) {
+  for (int i = 0; i < m->n; i++) cJSON_Delete(m->rec[i]);
+  free(m->rec);
+}
+
+static double num(const cJSON *j, const char *k) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, k);
+  return cJSON_IsNumber(v) ? v->valuedouble : NAN;
+}
+
+static bool is(const cJSON *j, const char *event) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "event");
+  return cJSON_IsString(v) && strcmp(v->valuestring, event) == 0;
+}
+
+// Matmul parameters of a tied model of `layers` blocks, by hand.
+static double params(int layers) {
+  double block = 2.0 * D * H * HD + 2.0 * D * KV * HD + 3.0 * D * F;
+  return block * layers + (double)V * D;
+}
+
+static double attention(int layers) { return 4.0 * HD * H * T * (T + 1) / 2.0 * B * layers; }
+
+static void check_accounting(const metrics *m) {
+  int growths = 0, steps = 0;
+  bool depth_ok = true, tokens_ok = true;
+  double layer_tokens = 0.0, flops = 0.0, growth_steps[2] = {0};
+  bool flops_ok = true, preserved = true;
+  for (int i = 0; i < m->n; i++) {
+    const cJSON *r = m->rec[i];
+    if (is(r, "growth")) {
+      if (growths < 2) growth_steps[growths] = num(r, "step");
+      growths++;
+      preserved &= num(r, "val_ce_before") == num(r, "val_ce_after");
+      continue;
+    }
+    if (!is(r, "step")) continue;
+    steps++;
+    int depth = steps <= 20 ? 1 : steps <= 40 ? 2 : 3;
+    layer_tokens += (double)depth * B * T;
+    flops += 6.0 * params(depth) * B * T + 3.0 * attention(depth) + 2.0 * params(2) * B * T + attention(2);
+    depth_ok &= num(r, "depth") == depth && num(r, "step") == steps;
+    tokens_ok &= num(r, "tokens") == (double)steps * B * T && num(r, "layer_tokens") == layer_tokens;
+    flops_ok &= fabs(num(r, "flops") - flops) <= 1e-12 * flops;
+  }
+  CHECK(steps == 60 && growths == 2 && growth_steps[0] == 20 && growth_steps[1] == 40,
+        "stage boundaries fall exactly at 5120 and 10240 tokens", "%d steps, %d growths at %g, %g", steps,
+        growths, growth_steps[0], growth_steps[1]);
+  CHECK(depth_ok && tokens_ok, "depth, tokens and layer-tokens of every step match hand computation",
+        "mismatch (layer-tokens by hand %g)", layer_tokens);
+  CHECK(flops_ok, "FLOPs of every step match 6 x params x tokens + attention (+ teacher forward)",
+        "by hand %.6e", flops);
+  CHECK(preserved, "the gate growth keeps validation CE exactly", "CE changed at a growth");
+}
+
+static void check_learning(const metrics *m) {
+  const cJSON *first = NULL, *last = NULL;
+  for (int i = 0; i < m->n; i++)
+    if (is(m->rec[i], "eval")) {
+      if (!first) first = m->rec[i];
+      last = m->rec[i];
+    }
+  NG_ASSERT(first && last);
+  double ce0 = num(first, "val_ce"), ce1 = num(last, "val_ce"), kd0 = num(first, "val_kd"), kd1 = num(last, "val_kd");
+  char name[160];
+  snprintf(name, sizeof name, "distillation on real text lowers validation CE %.3f -> %.3f and KD %.3f -> %.3f",
+           ce0, ce1, kd0, kd1);
+  CHECK(ce1 < ce0 - 0.05 && kd1 < kd0 - 0.05, name, "did not fall");
+}
+
+// ---------------------------------------------------------------- resume
+
+static bool same_file(const char *a, const char *b) {
+  size_t na, nb;
+  char *x = read_file(a, &na), *y = read_file(b, &nb);
+  bool same = x && y && na == nb && memcmp(x, y, na) == 0;
+  free(x);
+  free(y);
+  return same;
+}
+
+static void check_resume(const char *cfg, int64_t stop) {
+  char run[32], path[160], final_a[160], final_b[160], name[128];
+  snprintf(run, sizeof run, "stopped%lld", (long long)stop);
+  snprintf(path, sizeof path, "%s/%s.json", dir, run);
+  write_arm(path, run, "");
+  (void)cfg;
+  bool ok = ng_train(path, NULL, stop) == 0;
+  snprintf(path, sizeof path, "%s/%s", dir, run);
+  ok = ok && ng_train(NULL, path, 0) == 0;
+  snprintf(final_a, sizeof final_a, "%s/arm/final.safetensors", dir);
+  snprintf(final_b, sizeof final_b, "%s/%s/final.safetensors", dir, run);
+  metrics a = read_metrics("arm"), b = read_metrics(run);
+  bool same_log = a.n == b.n;
+  for (int i = 0; same_log && i < a.n; i++) same_log = num(a.rec[i], "step") == num(b.rec[i], "step") && num(a.rec[i], "flops") == num(b.rec[i], "flops");
+  snprintf(name, sizeof name, "stopped after step %lld and resumed: final weights bit-identical, log continues", (long long)stop);
+  CHECK(ok && same_file(final_a, final_b) && same_log, name, "%s", ok ? "outputs differ" : ng_error());
+  metrics_free(&a);
+  metrics_free(&b);
+}
+
+// ---------------------------------------------------------------- bad configs
+
+static void expect_bad(const char *name, const char *extra_or_null, const char *replace_from,
+                       const char *replace_to, const char *want) {
+  char path[160];
+  snprintf(path, sizeof path, "%s/bad.json", dir);
+  write_arm(path, "bad", extra_or_null ? extra_or_null : "");
+  if (replace_from) {
+    size_t n;
+    char *text = read_file(path, &n), *at = strstr(text, replace_from);
+    NG_ASSERT(at);
+    *at = 0;
+    write_file(path, "%s%s%s", text, replace_to, at + strlen(replace_from));
+    free(text);
+  }
+  int rc = ng_train(path, NULL, 0);
+  CHECK(rc != 0 && strstr(ng_error(), want) && !strchr(ng_error(), '\n'), name, "rc %d, message: %s", rc, ng_error());
+}
+
+static void check_bad_configs(void) {
+  expect_bad("a zero depth", NULL, "{\"depth\": 2, \"tokens\": 5120}", "{\"depth\": 0, \"tokens\": 5120}", "stages[1].depth");
+  expect_bad("a depth below the one before", NULL, "\"stages\": [{\"depth\": 1", "\"stages\": [{\"depth\": 3", "only grow");
+  expect_bad("a zero-token stage", NULL, "{\"depth\": 2, \"tokens\": 5120}", "{\"depth\": 2, \"tokens\": 0}", "stages[1].tokens");
+  expect_bad("tokens not a whole number of batches", NULL, "{\"depth\": 2, \"tokens\": 5120}", "{\"depth\": 2, \"tokens\": 5000}", "whole number of batches");
+  expect_bad("no stages", NULL, "\"stages\": [{\"depth\": 1, \"tokens\": 5120}, {\"depth\": 2, \"tokens\": 5120}, {\"depth\": 3, \"tokens\": 5120}]", "\"stages\": []", "stages: expected a non-empty array");
+  expect_bad("unknown growth init", NULL, "\"init\": \"gate\"", "\"init\": \"mirror\"", "growth.init: unknown value \"mirror\"");
+  expect_bad("unknown growth position", NULL, "\"position\": \"top\"", "\"position\": \"bottom\"", "growth.position: unknown value \"bottom\"");
+  expect_bad("unknown key", ", \"warmup\": 3", NULL, NULL, "unknown key \"warmup\"");
+  expect_bad("freezing on a stage that does not grow", NULL, "{\"depth\": 1, \"tokens\": 5120}", "{\"depth\": 1, \"tokens\": 5120, \"freeze_existing\": true}", "freeze_existing");
+  expect_bad("missing teacher file", NULL, "teacher/final.safetensors", "teacher/none.safetensors", "none.safetensors");
+  expect_bad("teacher of another vocabulary", NULL, "teacher/final.safetensors", "wide.safetensors", "vocabulary");
+  expect_bad("last depth differs from the model", NULL, "{\"depth\": 3, \"tokens\": 5120}", "{\"depth\": 4, \"tokens\": 5120}", "num_hidden_layers");
+}
+
+// A teacher checkpoint whose vocabulary differs from the student's.
+static void write_wide_teacher(void) {
+  ng_model_config c = {.vocab_size = 300, .hidden_size = D, .intermediate_size = F, .num_hidden_layers = 1,
+                       .num_attention_heads = H, .num_key_value_heads = KV, .head_dim = HD, .rope_theta = 1e4,
+                       .rms_norm_eps = 1e-6, .tie_word_embeddings = true, .final_norm = true};
+  ng_model *m = ng_model_create(ng_backend_cpu(), &c, false);
+  char path[160];
+  snprintf(path, sizeof path, "%s/wide.safetensors", dir);
+  NG_ASSERT(ng_checkpoint_save(path, m, NULL, NULL) == 0);
+  ng_model_free(m);
+}
+
+int main(void) {
+  snprintf(dir, sizeof dir, "/tmp/ng_train_XXXXXX");
+  NG_ASSERT(mkdtemp(dir));
+  CHECK(make_data(), "token shards from the Debian license texts", "%s", ng_error());
+  char path[160];
+  snprintf(path, sizeof path, "%s/teacher.json", dir);
+  write_file(path,
+             "{\"name\": \"teacher\", \"seed\": 1, \"run_dir\": \"%s/teacher\", \"mode\": \"pretrain\", %s,"
+             " \"model\": %s, \"stages\": [{\"depth\": 2, \"tokens\": 30720}]}",
+             dir, common_json(), model_json(2, "pre"));
+  CHECK(ng_train(path, NULL, 0) == 0, "pretrain a toy teacher", "%s", ng_error());
+  snprintf(path, sizeof path, "%s/arm.json", dir);
+  write_arm(path, "arm", "");
+  CHECK(ng_train(path, NULL, 0) == 0, "distill a growing Post-Norm student", "%s", ng_error());
+  metrics m = read_metrics("arm");
+  check_accounting(&m);
+  check_learning(&m);
+  metrics_free(&m);
+  check_resume(path, 30);  // inside stage 2
+  check_resume(path, 40);  // at the stage boundary, before the growth
+  write_wide_teacher();
+  check_bad_configs();
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  NG_ASSERT(system(cmd) == 0);
+  return TEST_RESULT();
+}
