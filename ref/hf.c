@@ -170,10 +170,10 @@ static int expect_null(const cJSON *obj, const char *where, const char *key) {
   return v && !cJSON_IsNull(v) ? unsupported(where, key, v, "null") : 0;
 }
 
-// layer_types, when present: num_hidden_layers entries, all "full_attention".
+// layer_types, unless absent or null: num_hidden_layers entries, all "full_attention".
 static int check_layer_types(const cJSON *cfg, const char *where) {
   const cJSON *types = item(cfg, "layer_types");
-  if (!types) return 0;
+  if (!types || cJSON_IsNull(types)) return 0;
   if (!cJSON_IsArray(types)) return ng_fail("%s.layer_types: expected an array", where);
   int i = 0;
   for (const cJSON *t = types->child; t; t = t->next, i++) {
@@ -230,16 +230,7 @@ static cJSON *to_normgrow(const cJSON *cfg, const char *where) {
   cJSON *ng = cJSON_CreateObject();
   NG_ASSERT(ng != NULL);
   for (const char *const *k = required; *k; k++) copy_or(ng, cfg, *k, NULL);
-  if (!item(cfg, "head_dim")) {  // as transformers: hidden_size / num_attention_heads
-    int64_t hidden, heads;
-    if (ng_json_int(cfg, where, "hidden_size", 1, INT32_MAX, &hidden) ||
-        ng_json_int(cfg, where, "num_attention_heads", 1, INT32_MAX, &heads)) {
-      cJSON_Delete(ng);
-      return NULL;
-    }
-    NG_ASSERT(cJSON_AddNumberToObject(ng, "head_dim", (double)(hidden / heads)));
-  }
-  copy_or(ng, cfg, "head_dim", NULL);
+  copy_or(ng, cfg, "head_dim", cJSON_CreateNumber(128));  // transformers' Qwen3Config default
   const cJSON *rp = item(cfg, "rope_parameters");
   const cJSON *rp_theta = cJSON_IsObject(rp) ? item(rp, "rope_theta") : NULL;
   copy_or(ng, cfg, "rope_theta",

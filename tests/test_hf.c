@@ -542,7 +542,7 @@ static void test_config_defaults(void) {
   write_file(in_dir(path, dir, "config.json"), text, strlen(text));
   ng_model_config c;
   int rc = ng_hf_read_config(dir, &c);
-  CHECK(rc == 0 && c.head_dim == 8 && c.rope_theta == 5e5 && c.rms_norm_eps == 1e-6 &&
+  CHECK(rc == 0 && c.head_dim == 128 && c.rope_theta == 5e5 && c.rms_norm_eps == 1e-6 &&
             !c.tie_word_embeddings && c.final_norm && c.norm_placement == NG_NORM_PRE,
         "minimal config takes defaults", "%d: %s", rc, ng_error());
 }

@@ -22,7 +22,7 @@
 
 // Parse `<dir>/config.json`. Fields normgrow reads default as in transformers
 // when absent (rope_theta 10000, rms_norm_eps 1e-6, tie_word_embeddings false,
-// head_dim = hidden_size / num_attention_heads); the sizes vocab_size,
+// head_dim 128, as transformers' Qwen3Config); the sizes vocab_size,
 // hidden_size, intermediate_size, num_hidden_layers, num_attention_heads,
 // num_key_value_heads and model_type are required. Refused, with one message
 // naming the field: model_type other than "qwen3", attention_bias true,

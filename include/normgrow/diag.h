@@ -1,0 +1,80 @@
+// normgrow: diagnostics of the residual stream and block-removal ablations.
+//
+// Residual points: "hidden.<l>" for l = 0 (embedding output) .. L (output of
+// block l, as out.hidden.<l> in GOLDEN.md), and for Post-Norm blocks also
+// "res1.<l>" and "res2.<l>" (l = 1..L): the sums x + Attn(x) and
+// a + MLP(a) before their norms (Post-Norm pins the output RMS by
+// construction, so its spread is partly built in; these are not pinned).
+//
+// Token classes of a position t in a row: the document separator; the first
+// token after a separator (t > 0 and the token at t-1 is the separator);
+// structural (one of the configured ids, e.g. newline); ordinary (the rest).
+// A token belongs to the first class that applies, in that order.
+//
+// JSON written by ng_diag_json (one object; the training loop appends one per
+// evaluation to <run_dir>/diag.jsonl, and writes <run_dir>/diag_final.json
+// with the ablation at the end; `normgrow diag` prints the same):
+// {"step": S, "tokens": N, "depth": L, "placement": "pre"|"post",
+//  "points": [{"name": "hidden.3", "kind": "hidden"|"res1"|"res2", "layer": 3,
+//              "rms": {"all": STATS, "separator": STATS, "after_separator": STATS,
+//                      "structural": STATS, "ordinary": STATS},
+//              "growth": mean RMS / mean RMS of hidden.<l-1> (hidden points, l >= 1),
+//              "max_abs": {"value", "median_abs", "ratio", "token", "position", "dim"},
+//              "top": [{"token", "position", "rms"}, ...]}, ...],
+//  "ablation": {"intact": {"ce", "kd"},
+//               "blocks": [{"block": l, "skip": {"ce", "kd", "dce", "dkd"},
+//                           "norms_only": {...same...}  (Post-Norm only)}, ...]}}
+// STATS = {"count", "mean", "std", "max", "p99_over_median"} over tokens of
+// the per-token RMS sqrt(mean over D of h^2) (no eps); a class with no token
+// has count 0 and null values. "position" is the flat index b*T + t in the
+// batches, in order. kd and dkd only with a teacher; "ablation" only when asked.
+#ifndef NORMGROW_DIAG_H
+#define NORMGROW_DIAG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <cJSON.h>
+
+#include "normgrow/backend.h"
+#include "normgrow/data.h"
+#include "normgrow/model.h"
+
+typedef enum {
+  NG_TOK_SEPARATOR, NG_TOK_AFTER_SEPARATOR, NG_TOK_STRUCTURAL, NG_TOK_ORDINARY, NG_TOK_CLASSES
+} ng_token_class;
+
+typedef struct {
+  int32_t separator;          // document separator id, -1 for none
+  int n_structural;
+  const int32_t *structural;  // [n_structural]
+  int top_k;                  // how many largest-RMS tokens to list per point
+} ng_diag_options;
+
+// Class of position i of a row-major [B, T] token batch.
+ng_token_class ng_token_class_of(const int32_t *tokens, int64_t T, int64_t i,
+                                 const ng_diag_options *o);
+
+typedef struct {
+  int64_t count;
+  double mean, std, max, p99_over_median;  // std: population (divide by count)
+} ng_rms_stats;
+
+// Statistics of values [n]: mean, std, max and p99 / median (nearest-rank
+// percentiles on the sorted values: p-th = sorted[ceil(p/100 n) - 1]).
+ng_rms_stats ng_rms_stats_of(const float *values, int64_t n);
+
+typedef struct {
+  // What the batches to look at are: `batches` fixed validation batches of [B, T].
+  const ng_shard *data;
+  int64_t batches, B, T;
+  ng_model *teacher;          // for KD in the ablation, may be NULL
+  ng_loss_params loss;
+} ng_diag_input;
+
+// Residual statistics (and, with `ablation`, the block-removal ablation) of
+// model m as JSON (see above); step/tokens are copied into it.
+cJSON *ng_diag_json(ng_model *m, const ng_diag_input *in, const ng_diag_options *o,
+                    bool ablation, int64_t step, int64_t tokens);
+
+#endif
