@@ -222,8 +222,8 @@ static void copy_or(cJSON *dst, const cJSON *src, const char *key, cJSON *fallba
 
 // The normgrow model object (config.h's keys) of a Qwen3 config.json, with
 // transformers' defaults for absent optional keys. Absent required keys stay
-// absent, so ng_model_config_parse names them. NULL (message set) on failure.
-static cJSON *to_normgrow(const cJSON *cfg, const char *where) {
+// absent, so ng_model_config_parse names them.
+static cJSON *to_normgrow(const cJSON *cfg) {
   static const char *const required[] = {"vocab_size", "hidden_size", "intermediate_size",
                                          "num_hidden_layers", "num_attention_heads",
                                          "num_key_value_heads", NULL};
@@ -246,7 +246,7 @@ int ng_hf_read_config(const char *dir, ng_model_config *out) {
   char *path = path_join(dir, HF_CONFIG);
   cJSON *cfg = read_json(path), *ng = NULL;
   int rc = !cfg || ng_json_expect_object(cfg, path) || check_no_duplicates(cfg, path) ||
-                   check_supported(cfg, path) || !(ng = to_normgrow(cfg, path)) ||
+                   check_supported(cfg, path) || !(ng = to_normgrow(cfg)) ||
                    ng_model_config_parse(ng, path, out)
                ? -1
                : 0;
