@@ -273,17 +273,35 @@ static int parse_root(cJSON *root, ng_run_config *rc) {
   return 0;
 }
 
-int ng_run_config_parse(const char *text, const char *where, ng_run_config *rc) {
+static void apply_overrides(cJSON *root, const ng_run_overrides *ov) {
+  if (!ov || !cJSON_IsObject(root)) return;
+  if (ov->seed >= 0) {
+    cJSON_DeleteItemFromObjectCaseSensitive(root, "seed");
+    cJSON_AddNumberToObject(root, "seed", (double)ov->seed);
+  }
+  if (ov->run_dir) {
+    cJSON_DeleteItemFromObjectCaseSensitive(root, "run_dir");
+    cJSON_AddStringToObject(root, "run_dir", ov->run_dir);
+  }
+}
+
+static int parse_with(const char *text, const char *where, const ng_run_overrides *ov,
+                      ng_run_config *rc) {
   memset(rc, 0, sizeof *rc);
   cJSON *root = cJSON_Parse(text);
   if (!root) return ng_fail("%s: not valid JSON (near byte %td)", where, cJSON_GetErrorPtr() - text);
+  apply_overrides(root, ov);
   int r = parse_root(root, rc);
   if (r == 0) rc->json = cJSON_Print(root);
   cJSON_Delete(root);
   return r ? ng_fail_prefix(where) : 0;
 }
 
-int ng_run_config_load(const char *path, ng_run_config *rc) {
+int ng_run_config_parse(const char *text, const char *where, ng_run_config *rc) {
+  return parse_with(text, where, NULL, rc);
+}
+
+int ng_run_config_load(const char *path, const ng_run_overrides *ov, ng_run_config *rc) {
   FILE *f = fopen(path, "rb");
   if (!f) return ng_fail("%s: cannot open", path);
   char *text = ng_xmalloc(1 << 20);
@@ -291,7 +309,7 @@ int ng_run_config_load(const char *path, ng_run_config *rc) {
   bool too_big = !feof(f);
   fclose(f);
   text[n] = 0;
-  int r = too_big ? ng_fail("%s: larger than 1 MiB", path) : ng_run_config_parse(text, path, rc);
+  int r = too_big ? ng_fail("%s: larger than 1 MiB", path) : parse_with(text, path, ov, rc);
   free(text);
   return r;
 }

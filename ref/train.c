@@ -13,6 +13,7 @@
 #include "normgrow/common.h"
 #include "normgrow/data.h"
 #include "normgrow/grow.h"
+#include "normgrow/hf.h"
 #include "normgrow/run.h"
 
 typedef struct {
@@ -60,7 +61,11 @@ static int load_teacher(trainer *t) {
   if (!t->rc.distill) return 0;
   if (access(t->rc.teacher_path, R_OK) != 0)
     return ng_fail("teacher: %s: %s", t->rc.teacher_path, strerror(errno));
-  if (ng_checkpoint_load(t->rc.teacher_path, t->be, false, &t->teacher, NULL, NULL)) return -1;
+  struct stat st;
+  bool hf_dir = stat(t->rc.teacher_path, &st) == 0 && S_ISDIR(st.st_mode);  // a Hugging Face directory
+  if (hf_dir ? ng_hf_load(t->rc.teacher_path, t->be, false, &t->teacher)
+             : ng_checkpoint_load(t->rc.teacher_path, t->be, false, &t->teacher, NULL, NULL))
+    return -1;
   if (t->teacher->cfg.vocab_size != t->rc.model.vocab_size)
     return ng_fail("teacher %s: vocabulary of %lld tokens, the student's is %lld", t->rc.teacher_path,
                    (long long)t->teacher->cfg.vocab_size, (long long)t->rc.model.vocab_size);
@@ -399,7 +404,7 @@ static int reopen_metrics(trainer *t, bool resume) {
 static int resume_from(trainer *t, const char *dir) {
   char path[600];
   snprintf(path, sizeof path, "%s/config.json", dir);
-  if (ng_run_config_load(path, &t->rc)) return -1;
+  if (ng_run_config_load(path, NULL, &t->rc)) return -1;
   snprintf(path, sizeof path, "%s/checkpoint.safetensors", dir);
   if (ng_checkpoint_load(path, t->be, true, &t->student, &t->opt, &t->st)) return -1;
   if (t->st.stage >= t->rc.n_stages) return ng_fail("%s: stage %lld of %d", path, (long long)t->st.stage, t->rc.n_stages);
@@ -429,10 +434,12 @@ static void trainer_free(trainer *t) {
   ng_run_config_free(&t->rc);
 }
 
-int ng_train(const char *config_path, const char *resume_dir, int64_t stop_after) {
-  trainer t = {.stop_after = stop_after};
+int ng_train(const ng_train_args *args) {
+  trainer t = {.stop_after = args->stop_after};
+  const char *resume_dir = args->resume_dir;
   t.be = ng_backend_cpu();
-  int rc = resume_dir ? resume_from(&t, resume_dir) : ng_run_config_load(config_path, &t.rc);
+  int rc = resume_dir ? resume_from(&t, resume_dir)
+                      : ng_run_config_load(args->config_path, &args->overrides, &t.rc);
   if (rc == 0) rc = open_data(&t) || load_teacher(&t) ? -1 : 0;
   if (rc == 0 && !resume_dir) rc = init_student(&t) || make_run_dir(&t) ? -1 : 0;
   if (rc == 0) {

@@ -28,6 +28,11 @@ static void write_file(const char *path, const char *fmt, ...) {
   fclose(f);
 }
 
+static int train(const char *config_path) {
+  ng_train_args a = {.config_path = config_path, .overrides = {.seed = -1}};
+  return ng_train(&a);
+}
+
 static char *read_file(const char *path, size_t *n) {
   FILE *f = fopen(path, "rb");
   if (!f) return NULL;
@@ -192,15 +197,16 @@ static bool same_file(const char *a, const char *b) {
   return same;
 }
 
-static void check_resume(const char *cfg, int64_t stop) {
+static void check_resume(int64_t stop) {
   char run[32], path[160], final_a[160], final_b[160], name[128];
   snprintf(run, sizeof run, "stopped%lld", (long long)stop);
   snprintf(path, sizeof path, "%s/%s.json", dir, run);
   write_arm(path, run, "");
-  (void)cfg;
-  bool ok = ng_train(path, NULL, stop) == 0;
+  ng_train_args first = {.config_path = path, .overrides = {.seed = -1}, .stop_after = stop};
+  bool ok = ng_train(&first) == 0;
   snprintf(path, sizeof path, "%s/%s", dir, run);
-  ok = ok && ng_train(NULL, path, 0) == 0;
+  ng_train_args resume = {.resume_dir = path};
+  ok = ok && ng_train(&resume) == 0;
   snprintf(final_a, sizeof final_a, "%s/arm/final.safetensors", dir);
   snprintf(final_b, sizeof final_b, "%s/%s/final.safetensors", dir, run);
   metrics a = read_metrics("arm"), b = read_metrics(run);
@@ -227,7 +233,7 @@ static void expect_bad(const char *name, const char *extra_or_null, const char *
     write_file(path, "%s%s%s", text, replace_to, at + strlen(replace_from));
     free(text);
   }
-  int rc = ng_train(path, NULL, 0);
+  int rc = train(path);
   CHECK(rc != 0 && strstr(ng_error(), want) && !strchr(ng_error(), '\n'), name, "rc %d, message: %s", rc, ng_error());
 }
 
@@ -268,16 +274,16 @@ int main(void) {
              "{\"name\": \"teacher\", \"seed\": 1, \"run_dir\": \"%s/teacher\", \"mode\": \"pretrain\", %s,"
              " \"model\": %s, \"stages\": [{\"depth\": 2, \"tokens\": 30720}]}",
              dir, common_json(), model_json(2, "pre"));
-  CHECK(ng_train(path, NULL, 0) == 0, "pretrain a toy teacher", "%s", ng_error());
+  CHECK(train(path) == 0, "pretrain a toy teacher", "%s", ng_error());
   snprintf(path, sizeof path, "%s/arm.json", dir);
   write_arm(path, "arm", "");
-  CHECK(ng_train(path, NULL, 0) == 0, "distill a growing Post-Norm student", "%s", ng_error());
+  CHECK(train(path) == 0, "distill a growing Post-Norm student", "%s", ng_error());
   metrics m = read_metrics("arm");
   check_accounting(&m);
   check_learning(&m);
   metrics_free(&m);
-  check_resume(path, 30);  // inside stage 2
-  check_resume(path, 40);  // at the stage boundary, before the growth
+  check_resume(30);  // inside stage 2
+  check_resume(40);  // at the stage boundary, before the growth
   write_wide_teacher();
   check_bad_configs();
   char cmd[128];

@@ -28,7 +28,8 @@ static const command commands[] = {
      "data FILE... --out DIR [--records-split LINE] [--val-fraction F] [--seed S]\n"
      "                                          byte-level token shards DIR/train.bin, DIR/val.bin"},
     {"train", cmd_train, 0, 1,
-     "train RUN.json | train --resume RUN_DIR  run one arm (or continue it from its checkpoint)"},
+     "train RUN.json [--seed S] [--run-dir DIR] | train --resume RUN_DIR\n"
+     "                                          run one arm, or continue it from its last checkpoint"},
     {"bench", cmd_bench, 0, 0,
      "bench [--steps N]                       one training step at a toy-medium shape vs the sgemm ceiling"},
 };

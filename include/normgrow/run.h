@@ -6,7 +6,8 @@
 //   "mode": "distill" | "pretrain",
 //   "data": {"train": "train.bin", "val": "val.bin", "batch": 8, "seq": 64},
 //   "model": { model config of the student at its final depth (config.h) },
-//   "teacher": "runs/toy/teacher/final.safetensors",          (distill only)
+//   "teacher": "runs/toy/teacher/final.safetensors",          (distill only; a
+//              normgrow checkpoint or a Hugging Face Qwen3 directory)
 //   "loss": {"kd_weight": 0.5, "temperature": 2.0},              (distill only)
 //   "optim": {"beta1", "beta2", "eps", "weight_decay", "grad_clip", "state_on_growth": "keep"|"reset"},
 //   "lr": {"peak": 3e-3, "floor": 3e-4, "warmup_tokens": 8192, "shape": "cosine"|"linear"|"constant"},
@@ -85,7 +86,13 @@ typedef struct {
   char *json;                // the resolved configuration (written to the run dir)
 } ng_run_config;
 
-int ng_run_config_load(const char *path, ng_run_config *rc);
+// Values given on the command line that replace the file's.
+typedef struct {
+  int64_t seed;          // >= 0: replaces "seed"
+  const char *run_dir;   // not NULL: replaces "run_dir"
+} ng_run_overrides;
+
+int ng_run_config_load(const char *path, const ng_run_overrides *ov, ng_run_config *rc);
 int ng_run_config_parse(const char *text, const char *where, ng_run_config *rc);
 void ng_run_config_free(ng_run_config *rc);
 
@@ -101,10 +108,15 @@ double ng_lr_at(const ng_run_config *rc, int stage, int64_t tokens_done_in_stage
 // floor((j+1) k / d) - floor(j k / d) new blocks.
 void ng_grow_layout(ng_grow_position pos, int64_t d, int64_t k, int64_t *from_old);
 
-// Run the arm of config_path, or resume the run in resume_dir (not NULL) from
-// its last checkpoint; the final weights are bit-identical either way.
-// stop_after > 0 ends the run after that step (as a kill would, for tests);
-// it should fall on a checkpoint step.
-int ng_train(const char *config_path, const char *resume_dir, int64_t stop_after);
+typedef struct {
+  const char *config_path;   // a new run of this arm (with `overrides`), or
+  const char *resume_dir;    // the run to continue from its last checkpoint
+  ng_run_overrides overrides;
+  int64_t stop_after;        // > 0: end after this step, as a kill would (tests)
+} ng_train_args;
+
+// Run or resume one arm; a resumed run ends with weights bit-identical to an
+// uninterrupted one (same thread count).
+int ng_train(const ng_train_args *args);
 
 #endif
