@@ -18,7 +18,8 @@ TEST_BIN  := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 LIB       := $(BUILD)/libnormgrow.a
 DEPS_OK   := $(BUILD)/.deps-ok
 
-.PHONY: all test asan bench golden golden-new crosscheck clean deps
+.PHONY: all test asan bench demo golden golden-new crosscheck clean deps
+SEEDS ?= 1
 all: $(BUILD)/normgrow
 
 deps: $(DEPS_OK)
@@ -46,6 +47,10 @@ test: $(BUILD)/normgrow $(TEST_BIN)
 # The same tests under AddressSanitizer (leaks included) and UBSan, in their own build dir.
 asan:
 	$(MAKE) BUILD=build/asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" test
+
+# The whole toy study (about 15 minutes on 2 cores); SEEDS=N repeats every arm.
+demo: $(BUILD)/normgrow
+	tools/demo.sh --seeds $(SEEDS)
 
 bench: $(BUILD)/normgrow
 	$(BUILD)/normgrow bench

@@ -26,5 +26,6 @@ int cmd_golden_update(const ng_cli *c);
 int cmd_bench(const ng_cli *c);
 int cmd_data(const ng_cli *c);
 int cmd_train(const ng_cli *c);
+int cmd_diag(const ng_cli *c);
 
 #endif

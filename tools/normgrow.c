@@ -32,6 +32,9 @@ static const command commands[] = {
      "                                          run one arm, or continue it from its last checkpoint"},
     {"bench", cmd_bench, 0, 0,
      "bench [--steps N]                       one training step at a toy-medium shape vs the sgemm ceiling"},
+    {"diag", cmd_diag, 1, 1,
+     "diag CKPT --data SHARD [--teacher CKPT] [--batches N] [--batch B] [--seq T] [--structural ID,..]\n"
+     "          [--top K] [--kd-weight A] [--temperature TAU] [--out FILE]   residual RMS and block ablation (JSON)"},
 };
 #define N_COMMANDS (int)(sizeof commands / sizeof commands[0])
 

@@ -1,0 +1,452 @@
+// normgrow: residual-stream diagnostics and block-removal ablations (diag.h).
+//
+// Choices the header leaves open:
+// - "median_abs" is exact: the lower median sorted[ceil(n/2) - 1] (the same
+//   nearest rank as the STATS percentiles) of |h| over every entry of the
+//   point in all batches, found by quickselect. It keeps |h| of each point on
+//   the host: points x batches x B x T x D floats, meant for toy shapes.
+// - max_abs and top: the earliest position wins a tie.
+// - Ablation CE and KD are the mean over batches of each batch's mean over
+//   its non-ignored tokens.
+// - Non-finite numbers (no token in a class; a zero median) are JSON null.
+#include "normgrow/diag.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "normgrow/common.h"
+
+// ---------------------------------------------------------------- token classes
+
+static bool is_structural(int32_t token, const ng_diag_options *o) {
+  for (int i = 0; i < o->n_structural; i++)
+    if (o->structural[i] == token) return true;
+  return false;
+}
+
+// A separator of -1 matches no token (ids are >= 0).
+ng_token_class ng_token_class_of(const int32_t *tokens, int64_t T, int64_t i,
+                                 const ng_diag_options *o) {
+  if (tokens[i] == o->separator) return NG_TOK_SEPARATOR;
+  if (i % T > 0 && tokens[i - 1] == o->separator) return NG_TOK_AFTER_SEPARATOR;
+  if (is_structural(tokens[i], o)) return NG_TOK_STRUCTURAL;
+  return NG_TOK_ORDINARY;
+}
+
+// ---------------------------------------------------------------- statistics
+
+static void swap_float(float *a, float *b) {
+  float t = *a;
+  *a = *b;
+  *b = t;
+}
+
+// The k-th smallest (0-based) of v [n], reordering v (nth-element by
+// quickselect with Hoare partitioning).
+static float kth_smallest(float *v, int64_t n, int64_t k) {
+  NG_ASSERT(k >= 0 && k < n);
+  int64_t lo = 0, hi = n - 1;
+  while (lo < hi) {
+    float pivot = v[lo + (hi - lo) / 2];
+    int64_t i = lo, j = hi;
+    while (i <= j) {
+      while (v[i] < pivot) i++;
+      while (v[j] > pivot) j--;
+      if (i <= j) swap_float(&v[i++], &v[j--]);
+    }
+    // now v[lo..j] <= pivot, v[i..hi] >= pivot, and v(j..i) == pivot
+    if (k <= j) {
+      hi = j;
+    } else if (k >= i) {
+      lo = i;
+    } else {
+      return v[k];
+    }
+  }
+  return v[k];
+}
+
+// Nearest-rank p-th percentile of v [n] (reordered): sorted[ceil(p n / 100) - 1].
+static double percentile(float *v, int64_t n, int64_t p) {
+  return kth_smallest(v, n, (p * n + 99) / 100 - 1);
+}
+
+ng_rms_stats ng_rms_stats_of(const float *values, int64_t n) {
+  ng_rms_stats s = {n, NAN, NAN, NAN, NAN};
+  if (n == 0) return s;
+  double sum = 0.0, sq = 0.0, max = -INFINITY;
+  for (int64_t i = 0; i < n; i++) sum += values[i];
+  s.mean = sum / (double)n;
+  for (int64_t i = 0; i < n; i++) {
+    double d = values[i] - s.mean;
+    sq += d * d;
+    max = fmax(max, values[i]);
+  }
+  s.std = sqrt(sq / (double)n);
+  s.max = max;
+  float *copy = ng_xmalloc((size_t)n * sizeof(float));
+  memcpy(copy, values, (size_t)n * sizeof(float));
+  double p99 = percentile(copy, n, 99);
+  s.p99_over_median = p99 / percentile(copy, n, 50);
+  free(copy);
+  return s;
+}
+
+// ---------------------------------------------------------------- JSON helpers
+
+static void add_num(cJSON *o, const char *key, double v) {
+  if (isfinite(v)) {
+    cJSON_AddNumberToObject(o, key, v);
+  } else {
+    cJSON_AddNullToObject(o, key);
+  }
+}
+
+static cJSON *stats_json(ng_rms_stats s) {
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddNumberToObject(o, "count", (double)s.count);
+  add_num(o, "mean", s.mean);
+  add_num(o, "std", s.std);
+  add_num(o, "max", s.max);
+  add_num(o, "p99_over_median", s.p99_over_median);
+  return o;
+}
+
+// ---------------------------------------------------------------- batches
+
+// One fixed batch on the host and on the backend.
+typedef struct {
+  int32_t *tokens, *targets;          // host [N]
+  int32_t *dev_tokens, *dev_targets;  // backend [N]
+} batch;
+
+static batch batch_alloc(ng_backend *be, int64_t N) {
+  size_t bytes = (size_t)N * sizeof(int32_t);
+  return (batch){ng_xmalloc(bytes), ng_xmalloc(bytes), be->alloc(be, bytes), be->alloc(be, bytes)};
+}
+
+static void batch_load(ng_backend *be, const ng_diag_input *in, int64_t index, batch *b) {
+  size_t bytes = (size_t)(in->B * in->T) * sizeof(int32_t);
+  ng_batch_fixed(in->data, index, in->B, in->T, b->tokens, b->targets);
+  be->upload(be, b->dev_tokens, b->tokens, bytes);
+  be->upload(be, b->dev_targets, b->targets, bytes);
+}
+
+static void batch_free(ng_backend *be, batch *b) {
+  free(b->tokens);
+  free(b->targets);
+  be->free(be, b->dev_tokens);
+  be->free(be, b->dev_targets);
+}
+
+// ---------------------------------------------------------------- residual points
+
+typedef enum { POINT_HIDDEN, POINT_RES1, POINT_RES2 } point_kind;
+static const char *const kind_names[] = {"hidden", "res1", "res2"};
+static const char *const class_names[NG_TOK_CLASSES] = {"separator", "after_separator",
+                                                        "structural", "ordinary"};
+
+// What is gathered of one residual point over all batches (host memory).
+typedef struct {
+  point_kind kind;
+  int64_t layer;   // hidden: 0..L; res1, res2: 1..L
+  float *rms;      // [n_tok] per-token RMS, flat positions in batch order
+  float *abs;      // [n_tok, D] |h|, for the median
+  float max_abs;
+  int64_t max_at;  // flat entry of the max: position * D + dim
+} point_acc;
+
+// hidden.0, then for each block l: (Post-Norm) res1.l, res2.l, then hidden.l.
+static point_acc *points_create(const ng_model *m, int64_t n_tok, int *n_points) {
+  int64_t L = m->cfg.num_hidden_layers, D = m->cfg.hidden_size;
+  bool post = m->cfg.norm_placement == NG_NORM_POST;
+  point_acc *p = ng_xcalloc(1 + 3 * (size_t)L, sizeof *p);
+  int n = 0;
+  p[n++] = (point_acc){.kind = POINT_HIDDEN, .layer = 0};
+  for (int64_t l = 1; l <= L; l++) {
+    if (post) {
+      p[n++] = (point_acc){.kind = POINT_RES1, .layer = l};
+      p[n++] = (point_acc){.kind = POINT_RES2, .layer = l};
+    }
+    p[n++] = (point_acc){.kind = POINT_HIDDEN, .layer = l};
+  }
+  for (int i = 0; i < n; i++) {
+    p[i].rms = ng_xmalloc((size_t)n_tok * sizeof(float));
+    p[i].abs = ng_xmalloc((size_t)n_tok * (size_t)D * sizeof(float));
+    p[i].max_abs = -INFINITY;
+  }
+  *n_points = n;
+  return p;
+}
+
+static void points_free(point_acc *p, int n_points) {
+  for (int i = 0; i < n_points; i++) {
+    free(p[i].rms);
+    free(p[i].abs);
+  }
+  free(p);
+}
+
+// The point's values [N, D] in the train-mode activations of a forward.
+static const float *point_data(const ng_acts *a, const point_acc *p) {
+  switch (p->kind) {
+    case POINT_RES1:
+      return a->blocks[p->layer - 1].res1;
+    case POINT_RES2:
+      return a->blocks[p->layer - 1].res2;
+    case POINT_HIDDEN:
+      break;
+  }
+  return ng_acts_hidden(a, p->layer);
+}
+
+// Adds the `index`-th batch of point p from a forward's activations a;
+// rms_dev is backend scratch [N].
+static void point_add_batch(ng_backend *be, const ng_acts *a, int64_t D, int64_t index,
+                            float *rms_dev, point_acc *p) {
+  int64_t N = a->N, first = index * N * D;
+  const float *x = point_data(a, p);
+  be->row_rms(be, x, N, D, rms_dev);                                       // rms [N]
+  be->download(be, p->rms + index * N, rms_dev, (size_t)N * sizeof(float));
+  float *h = p->abs + first;                                               // h [N, D]
+  be->download(be, h, x, (size_t)(N * D) * sizeof(float));
+  for (int64_t i = 0; i < N * D; i++) {
+    h[i] = fabsf(h[i]);
+    if (h[i] > p->max_abs) {
+      p->max_abs = h[i];
+      p->max_at = first + i;
+    }
+  }
+}
+
+// Forwards every fixed batch with train-mode activations (every hidden state
+// and block value kept) and gathers each point; tokens: host [n_tok].
+static void points_collect(ng_model *m, const ng_diag_input *in, point_acc *p, int n_points,
+                           int32_t *tokens) {
+  ng_backend *be = m->be;
+  int64_t N = in->B * in->T, D = m->cfg.hidden_size;
+  ng_acts *a = ng_acts_create(m, in->B, in->T, true);
+  batch bt = batch_alloc(be, N);
+  float *rms_dev = be->alloc(be, (size_t)N * sizeof(float));
+  for (int64_t b = 0; b < in->batches; b++) {
+    batch_load(be, in, b, &bt);
+    memcpy(tokens + b * N, bt.tokens, (size_t)N * sizeof(int32_t));
+    ng_model_forward(m, a, bt.dev_tokens, NULL);
+    for (int i = 0; i < n_points; i++) point_add_batch(be, a, D, b, rms_dev, &p[i]);
+  }
+  be->free(be, rms_dev);
+  batch_free(be, &bt);
+  ng_acts_free(m, a);
+}
+
+// What the JSON of every point needs besides the point itself.
+typedef struct {
+  int64_t n_tok, D;
+  const int32_t *tokens;        // [n_tok]
+  const ng_token_class *cls;    // [n_tok]
+  float *scratch;               // [n_tok]
+  int top_k;
+} points_ctx;
+
+// {"all": STATS, "<class>": STATS...}; *mean_all: the mean over all tokens.
+static cJSON *rms_json(const points_ctx *c, const float *rms, double *mean_all) {
+  cJSON *o = cJSON_CreateObject();
+  ng_rms_stats all = ng_rms_stats_of(rms, c->n_tok);
+  *mean_all = all.mean;
+  cJSON_AddItemToObject(o, "all", stats_json(all));
+  for (int k = 0; k < NG_TOK_CLASSES; k++) {
+    int64_t n = 0;
+    for (int64_t i = 0; i < c->n_tok; i++)
+      if (c->cls[i] == (ng_token_class)k) c->scratch[n++] = rms[i];
+    cJSON_AddItemToObject(o, class_names[k], stats_json(ng_rms_stats_of(c->scratch, n)));
+  }
+  return o;
+}
+
+static cJSON *max_abs_json(const points_ctx *c, point_acc *p) {
+  int64_t n = c->n_tok * c->D, pos = p->max_at / c->D;
+  double median = kth_smallest(p->abs, n, (n + 1) / 2 - 1);
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddNumberToObject(o, "value", p->max_abs);
+  cJSON_AddNumberToObject(o, "median_abs", median);
+  add_num(o, "ratio", p->max_abs / median);
+  cJSON_AddNumberToObject(o, "token", c->tokens[pos]);
+  cJSON_AddNumberToObject(o, "position", (double)pos);
+  cJSON_AddNumberToObject(o, "dim", (double)(p->max_at % c->D));
+  return o;
+}
+
+// [{"token", "position", "rms"}] of the top_k largest RMS, largest first.
+static cJSON *top_json(const points_ctx *c, const float *rms) {
+  int64_t k = c->top_k < c->n_tok ? c->top_k : c->n_tok, n = 0;
+  int64_t *best = ng_xmalloc((size_t)(k > 0 ? k : 1) * sizeof(int64_t));  // positions, descending
+  for (int64_t i = 0; i < c->n_tok; i++) {
+    if (n == k && (k == 0 || rms[i] <= rms[best[k - 1]])) continue;
+    int64_t j = n < k ? n++ : k - 1;  // insertion slot, dropping the smallest when full
+    for (; j > 0 && rms[best[j - 1]] < rms[i]; j--) best[j] = best[j - 1];
+    best[j] = i;
+  }
+  cJSON *arr = cJSON_CreateArray();
+  for (int64_t j = 0; j < n; j++) {
+    cJSON *t = cJSON_CreateObject();
+    cJSON_AddNumberToObject(t, "token", c->tokens[best[j]]);
+    cJSON_AddNumberToObject(t, "position", (double)best[j]);
+    cJSON_AddNumberToObject(t, "rms", rms[best[j]]);
+    cJSON_AddItemToArray(arr, t);
+  }
+  free(best);
+  return arr;
+}
+
+// One point's object. *hidden_mean: the mean RMS of the latest hidden point,
+// for "growth"; a hidden point replaces it with its own.
+static cJSON *point_json(const points_ctx *c, point_acc *p, double *hidden_mean) {
+  char name[48];
+  snprintf(name, sizeof name, "%s.%lld", kind_names[p->kind], (long long)p->layer);
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddStringToObject(o, "name", name);
+  cJSON_AddStringToObject(o, "kind", kind_names[p->kind]);
+  cJSON_AddNumberToObject(o, "layer", (double)p->layer);
+  double mean;
+  cJSON_AddItemToObject(o, "rms", rms_json(c, p->rms, &mean));
+  if (p->kind == POINT_HIDDEN) {
+    if (p->layer >= 1) add_num(o, "growth", mean / *hidden_mean);
+    *hidden_mean = mean;
+  }
+  cJSON_AddItemToObject(o, "max_abs", max_abs_json(c, p));
+  cJSON_AddItemToObject(o, "top", top_json(c, p->rms));
+  return o;
+}
+
+static cJSON *points_json(ng_model *m, const ng_diag_input *in, const ng_diag_options *o) {
+  int64_t n_tok = in->batches * in->B * in->T;
+  int n_points;
+  point_acc *p = points_create(m, n_tok, &n_points);
+  int32_t *tokens = ng_xmalloc((size_t)n_tok * sizeof(int32_t));
+  points_collect(m, in, p, n_points, tokens);
+  // the batches' rows one after another: [batches*B, T]
+  ng_token_class *cls = ng_xmalloc((size_t)n_tok * sizeof(ng_token_class));
+  for (int64_t i = 0; i < n_tok; i++) cls[i] = ng_token_class_of(tokens, in->T, i, o);
+  points_ctx c = {n_tok, m->cfg.hidden_size, tokens, cls,
+                  ng_xmalloc((size_t)n_tok * sizeof(float)), o->top_k};
+  cJSON *arr = cJSON_CreateArray();
+  double hidden_mean = NAN;
+  for (int i = 0; i < n_points; i++) cJSON_AddItemToArray(arr, point_json(&c, &p[i], &hidden_mean));
+  free(c.scratch);
+  free(cls);
+  free(tokens);
+  points_free(p, n_points);
+  return arr;
+}
+
+// ---------------------------------------------------------------- ablation
+
+// ce, kd of a forward of tokens with the block modes.
+static void loss_with(ng_model *m, ng_acts *a, const int32_t *tokens, const int32_t *targets,
+                      const float *teacher_logits, ng_loss_params lp,
+                      const ng_block_mode *modes, double *ce, double *kd) {
+  int64_t n_valid;
+  ng_model_forward(m, a, tokens, modes);
+  m->be->ce_kd(m->be, a->logits, teacher_logits, targets, a->N, m->cfg.vocab_size, lp, NULL,
+               ce, kd, &n_valid);
+}
+
+void ng_diag_ablation_batch(ng_model *m, ng_acts *a, const int32_t *tokens,
+                            const int32_t *targets, const float *teacher_logits,
+                            ng_loss_params lp, double *ce, double *kd) {
+  NG_ASSERT(!a->train);
+  int64_t L = m->cfg.num_hidden_layers;
+  ng_block_mode *modes = ng_xcalloc((size_t)L, sizeof *modes);  // all NG_BLOCK_RUN
+  loss_with(m, a, tokens, targets, teacher_logits, lp, modes, &ce[0], &kd[0]);
+  for (int64_t l = 0; l < L; l++) {
+    modes[l] = NG_BLOCK_SKIP;
+    loss_with(m, a, tokens, targets, teacher_logits, lp, modes, &ce[1 + l], &kd[1 + l]);
+    if (m->cfg.norm_placement == NG_NORM_POST) {
+      modes[l] = NG_BLOCK_NORMS;
+      loss_with(m, a, tokens, targets, teacher_logits, lp, modes, &ce[1 + L + l], &kd[1 + L + l]);
+    }
+    modes[l] = NG_BLOCK_RUN;
+  }
+  free(modes);
+}
+
+// {"ce", "kd"} and, against intact = {ce, kd}, {"dce", "dkd"}; kd only with_kd.
+static cJSON *loss_json(double ce, double kd, bool with_kd, const double *intact) {
+  cJSON *o = cJSON_CreateObject();
+  add_num(o, "ce", ce);
+  if (with_kd) add_num(o, "kd", kd);
+  if (intact) {
+    add_num(o, "dce", ce - intact[0]);
+    if (with_kd) add_num(o, "dkd", kd - intact[1]);
+  }
+  return o;
+}
+
+// ce, kd [1 + 2L] as laid out by ng_diag_ablation_batch, averaged over batches.
+static cJSON *ablation_to_json(const ng_model *m, const double *ce, const double *kd,
+                               bool with_kd) {
+  int64_t L = m->cfg.num_hidden_layers;
+  double intact[2] = {ce[0], kd[0]};
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddItemToObject(o, "intact", loss_json(ce[0], kd[0], with_kd, NULL));
+  cJSON *blocks = cJSON_AddArrayToObject(o, "blocks");
+  for (int64_t l = 1; l <= L; l++) {
+    cJSON *b = cJSON_CreateObject();
+    cJSON_AddNumberToObject(b, "block", (double)l);
+    cJSON_AddItemToObject(b, "skip", loss_json(ce[l], kd[l], with_kd, intact));
+    if (m->cfg.norm_placement == NG_NORM_POST)
+      cJSON_AddItemToObject(b, "norms_only", loss_json(ce[L + l], kd[L + l], with_kd, intact));
+    cJSON_AddItemToArray(blocks, b);
+  }
+  return o;
+}
+
+static cJSON *ablation_json(ng_model *m, const ng_diag_input *in) {
+  ng_backend *be = m->be;
+  ng_model *teacher = in->teacher;
+  size_t n = 1 + 2 * (size_t)m->cfg.num_hidden_layers;
+  double *ce = ng_xcalloc(n, sizeof(double)), *kd = ng_xcalloc(n, sizeof(double));
+  double *ce_sum = ng_xcalloc(n, sizeof(double)), *kd_sum = ng_xcalloc(n, sizeof(double));
+  ng_acts *a = ng_acts_create(m, in->B, in->T, false);
+  ng_acts *ta = teacher ? ng_acts_create(teacher, in->B, in->T, false) : NULL;
+  batch bt = batch_alloc(be, in->B * in->T);
+  for (int64_t b = 0; b < in->batches; b++) {
+    batch_load(be, in, b, &bt);
+    if (ta) ng_model_forward(teacher, ta, bt.dev_tokens, NULL);  // teacher logits [N, V]
+    ng_diag_ablation_batch(m, a, bt.dev_tokens, bt.dev_targets, ta ? ta->logits : NULL,
+                           in->loss, ce, kd);
+    for (size_t i = 0; i < n; i++) {
+      ce_sum[i] += ce[i] / (double)in->batches;
+      kd_sum[i] += kd[i] / (double)in->batches;
+    }
+  }
+  cJSON *o = ablation_to_json(m, ce_sum, kd_sum, teacher != NULL);
+  batch_free(be, &bt);
+  ng_acts_free(m, a);
+  if (ta) ng_acts_free(teacher, ta);
+  free(ce);
+  free(kd);
+  free(ce_sum);
+  free(kd_sum);
+  return o;
+}
+
+// ---------------------------------------------------------------- the report
+
+cJSON *ng_diag_json(ng_model *m, const ng_diag_input *in, const ng_diag_options *o,
+                    bool ablation, int64_t step, int64_t tokens) {
+  NG_ASSERT(in->batches >= 1 && in->B >= 1 && in->T >= 1 && o->top_k >= 0);
+  NG_ASSERT((int64_t)in->data->vocab_size <= m->cfg.vocab_size);
+  NG_ASSERT(!in->teacher || (in->teacher->be == m->be &&
+                             in->teacher->cfg.vocab_size == m->cfg.vocab_size));
+  cJSON *j = cJSON_CreateObject();
+  cJSON_AddNumberToObject(j, "step", (double)step);
+  cJSON_AddNumberToObject(j, "tokens", (double)tokens);
+  cJSON_AddNumberToObject(j, "depth", (double)m->cfg.num_hidden_layers);
+  cJSON_AddStringToObject(j, "placement", m->cfg.norm_placement == NG_NORM_POST ? "post" : "pre");
+  cJSON_AddItemToObject(j, "points", points_json(m, in, o));
+  if (ablation) cJSON_AddItemToObject(j, "ablation", ablation_json(m, in));
+  return j;
+}

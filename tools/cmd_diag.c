@@ -1,0 +1,194 @@
+// normgrow diag: residual statistics and block-removal ablation of a checkpoint.
+//   normgrow diag CHECKPOINT --data SHARD [--teacher CKPT] [--batches N] [--batch B]
+//                [--seq T] [--structural ID,ID...] [--top K] [--kd-weight A]
+//                [--temperature TAU] [--out FILE]
+// Prints the JSON of diag.h (with the ablation) or writes it atomically to FILE.
+#include <errno.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "normgrow/checkpoint.h"
+#include "normgrow/common.h"
+#include "normgrow/diag.h"
+
+#define MAX_COUNT (1 << 20)           // --batches, --batch, --seq, --top
+#define MAX_TOKENS ((int64_t)1 << 30)  // batches x batch x seq
+
+static const char *const known_options[] = {"data",  "teacher",   "batches",     "batch",
+                                            "seq",   "structural", "top",        "kd-weight",
+                                            "temperature", "out"};
+#define N_KNOWN (sizeof known_options / sizeof known_options[0])
+
+typedef struct {
+  const char *data, *teacher, *out;
+  int64_t batches, B, T, top_k;
+  double kd_weight, temperature;
+  const char *structural;  // the --structural text, parsed once the vocabulary is known
+} diag_args;
+
+// Everything loaded; zeroed fields are safe to release.
+typedef struct {
+  ng_model *student, *teacher;
+  ng_shard shard;
+  int32_t *structural;
+  int n_structural;
+} diag_inputs;
+
+static int check_options(const ng_cli *c) {
+  for (int i = 0; i < c->nextra; i++) {
+    size_t k = 0;
+    while (k < N_KNOWN && strcmp(c->extra_key[i], known_options[k]) != 0) k++;
+    if (k == N_KNOWN) return ng_fail("diag: unknown option --%s", c->extra_key[i]);
+  }
+  return 0;
+}
+
+// Decimal integer in [min, max], digits only (strtoll alone would accept " 7" and "+7").
+static int parse_int(const char *s, const char *what, int64_t min, int64_t max, int64_t *out) {
+  char *end;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (*s < '0' || *s > '9' || *end != 0 || errno != 0 || v < min || v > max)
+    return ng_fail("%s: \"%s\" is not an integer in %lld..%lld", what, s, (long long)min,
+                   (long long)max);
+  *out = v;
+  return 0;
+}
+
+// Optional integer option with a default.
+static int int_opt(const ng_cli *c, const char *key, int64_t def, int64_t min, int64_t *out) {
+  const char *s = ng_cli_opt(c, key);
+  char what[32];
+  snprintf(what, sizeof what, "--%s", key);
+  *out = def;
+  return s ? parse_int(s, what, min, MAX_COUNT, out) : 0;
+}
+
+// Optional finite number option with a default, in [min, max] (open at min when !min_ok).
+static int num_opt(const ng_cli *c, const char *key, double def, double min, bool min_ok,
+                   double max, double *out) {
+  const char *s = ng_cli_opt(c, key);
+  *out = def;
+  if (!s) return 0;
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (*s == 0 || *end != 0 || errno != 0 || !isfinite(v) || v < min || (v == min && !min_ok) ||
+      v > max)
+    return ng_fail("--%s: \"%s\" is not a number in %s%g, %g]", key, s, min_ok ? "[" : "(", min, max);
+  *out = v;
+  return 0;
+}
+
+static int parse_args(const ng_cli *c, diag_args *a) {
+  a->data = ng_cli_opt(c, "data");
+  a->teacher = ng_cli_opt(c, "teacher");
+  a->out = ng_cli_opt(c, "out");
+  a->structural = ng_cli_opt(c, "structural");
+  if (check_options(c) || int_opt(c, "batches", 4, 1, &a->batches) ||
+      int_opt(c, "batch", 8, 1, &a->B) || int_opt(c, "seq", 128, 1, &a->T) ||
+      int_opt(c, "top", 5, 0, &a->top_k) ||
+      num_opt(c, "kd-weight", 0.5, 0.0, true, 1.0, &a->kd_weight) ||
+      num_opt(c, "temperature", 2.0, 0.0, false, 1e6, &a->temperature))
+    return -1;
+  if (!a->data) return ng_fail("diag: --data SHARD is required");
+  if (a->batches * a->B * a->T > MAX_TOKENS)
+    return ng_fail("diag: --batches x --batch x --seq is over %lld tokens", (long long)MAX_TOKENS);
+  return 0;
+}
+
+// "ID,ID,..." of token ids below V.
+static int parse_structural(const char *s, int64_t V, diag_inputs *in) {
+  int n = 1;
+  for (const char *p = s; *p; p++) n += *p == ',';
+  in->structural = ng_xcalloc((size_t)n, sizeof(int32_t));
+  char *copy = ng_xstrdup(s), *save = NULL;
+  int rc = 0;
+  for (char *tok = strtok_r(copy, ",", &save); tok && rc == 0; tok = strtok_r(NULL, ",", &save)) {
+    int64_t id;
+    rc = parse_int(tok, "--structural", 0, V - 1, &id);
+    in->structural[in->n_structural++] = (int32_t)id;
+  }
+  free(copy);
+  if (rc == 0 && in->n_structural != n) rc = ng_fail("--structural: \"%s\" has an empty id", s);
+  return rc;
+}
+
+static int load_inputs(const ng_cli *c, const diag_args *a, diag_inputs *in) {
+  ng_backend *be = ng_backend_get(c->backend);
+  if (!be || ng_checkpoint_load(c->pos[0], be, false, &in->student, NULL, NULL)) return -1;
+  int64_t V = in->student->cfg.vocab_size;
+  if (a->teacher) {
+    if (ng_checkpoint_load(a->teacher, be, false, &in->teacher, NULL, NULL)) return -1;
+    if (in->teacher->cfg.vocab_size != V)
+      return ng_fail("diag: the teacher's vocabulary (%lld) differs from the student's (%lld)",
+                     (long long)in->teacher->cfg.vocab_size, (long long)V);
+  }
+  if (ng_shard_open(&in->shard, a->data)) return -1;
+  if ((int64_t)in->shard.vocab_size != V)
+    return ng_fail("%s: vocabulary %u differs from the model's (%lld)", a->data,
+                   in->shard.vocab_size, (long long)V);
+  if (in->shard.n_tokens < (uint64_t)a->T + 1)
+    return ng_fail("%s: %llu tokens, fewer than --seq + 1 = %lld", a->data,
+                   (unsigned long long)in->shard.n_tokens, (long long)(a->T + 1));
+  return a->structural ? parse_structural(a->structural, V, in) : 0;
+}
+
+static void free_inputs(diag_inputs *in) {
+  ng_model_free(in->teacher);
+  ng_model_free(in->student);
+  ng_shard_close(&in->shard);
+  free(in->structural);
+}
+
+// text + "\n" to path, through a temporary file and a rename.
+static int write_atomic(const char *path, const char *text) {
+  size_t cap = strlen(path) + 32;
+  char *tmp = ng_xmalloc(cap);
+  snprintf(tmp, cap, "%s.tmp.%ld", path, (long)getpid());
+  FILE *f = fopen(tmp, "w");
+  int rc = 0;
+  if (!f) {
+    rc = ng_fail("%s: cannot create %s: %s", path, tmp, strerror(errno));
+  } else {
+    bool ok = fprintf(f, "%s\n", text) >= 0;
+    ok = (fclose(f) == 0) && ok;
+    if (!ok || rename(tmp, path) != 0) {
+      rc = ng_fail("%s: cannot write: %s", path, strerror(errno));
+      remove(tmp);
+    }
+  }
+  free(tmp);
+  return rc;
+}
+
+static int run_diag(const diag_args *a, diag_inputs *in) {
+  ng_diag_input di = {&in->shard, a->batches, a->B, a->T, in->teacher,
+                      {a->kd_weight, a->temperature}};
+  ng_diag_options o = {(int32_t)in->shard.separator, in->n_structural, in->structural,
+                       (int)a->top_k};
+  cJSON *j = ng_diag_json(in->student, &di, &o, true, 0, 0);
+  char *text = cJSON_Print(j);
+  cJSON_Delete(j);
+  int rc = 0;
+  if (a->out) {
+    rc = write_atomic(a->out, text);
+  } else {
+    printf("%s\n", text);
+  }
+  cJSON_free(text);
+  return rc;
+}
+
+int cmd_diag(const ng_cli *c) {
+  diag_args a;
+  diag_inputs in = {0};
+  int rc = parse_args(c, &a) || load_inputs(c, &a, &in) || run_diag(&a, &in);
+  free_inputs(&in);
+  return rc ? ng_cli_error(ng_error()) : 0;
+}
