@@ -349,44 +349,91 @@ static double exp_shifted(const float *x, int64_t V, float mx, float inv_tau, fl
   return z;
 }
 
-// One row of the fused loss, max-subtracted. With ps = softmax(s) and, at
-// temperature tau, pst = softmax(s/tau), pt = softmax(t/tau):
-//   ce_i = log sum exp(s) - s_y,   kl_i = sum_j pt_j (log pt_j - log pst_j),
-//   d/ds = w ((1-a) (ps - onehot) + a tau (pst - pt)),  or w (ps - onehot)
+// The teacher of the fused loss: full logits [N, V], or a top-k cache.
+typedef struct {
+  const float *logits;                    // [N, V], or NULL
+  const int32_t *ids;                     // [N, k] cached ids, or NULL
+  const float *vals, *lse;                // [N, k] cached logits, [N] lse at temperature
+  int64_t k;
+} teacher_ref;
+
+static bool has_teacher(const teacher_ref *t) { return t->logits || t->ids; }
+
+// The teacher's distribution at temperature tau is written unnormalised into
+// tgt [V], to be multiplied by *tgt_scale; the KL divergence is returned.
+
+// Full teacher row t [V]: tgt = exp((t - max t) / tau), scale 1/zt; returns
+// KL(pt || pst) = sum_j pt_j (log pt_j - log pst_j), given pst's max ms and sum zst.
+static double kd_full_row(const float *s, const float *t, int64_t V, float ms, double zst,
+                          float inv_tau, float *tgt, double *tgt_scale) {
+  float mt = row_max(t, V);
+  double zt = exp_shifted(t, V, mt, inv_tau, tgt), kl = 0.0;
+  // log pt_j - log pst_j = ((t_j - mt) - (s_j - ms)) / tau + log(zst / zt)
+  double log_ratio = log(zst) - log(zt);
+  for (int64_t j = 0; j < V; j++)
+    kl += (double)tgt[j] / zt * ((double)((t[j] - mt) - (s[j] - ms)) * inv_tau + log_ratio);
+  *tgt_scale = 1.0 / zt;
+  return kl;
+}
+
+// Top-k teacher row: q_j = exp(v_j / tau - lse) on the k cached ids, tail
+// mass q_r = 1 - sum q_j; the student's pst = est / zst (est [V] unnormalised)
+// has tail mass p_r outside the cached ids. KL of the bucketed distributions:
+//   sum_j q_j log(q_j / pst_j) + q_r log(q_r / p_r),
+// whose gradient (times tau) is pst - tgt with tgt_j = q_j on cached ids and
+// pst_j q_r / p_r elsewhere (written relative to zst: scale 1/zst).
+static double kd_topk_row(const int32_t *ids, const float *vals, float lse, int64_t k,
+                          const float *est, double zst, int64_t V, float inv_tau, float *tgt,
+                          double *tgt_scale) {
+  double q_sum = 0.0, p_top = 0.0, kl = 0.0;
+  for (int64_t j = 0; j < k; j++) {
+    double lq = (double)vals[j] * inv_tau - lse, q = exp(lq), p = est[ids[j]] / zst;
+    q_sum += q;
+    p_top += p;
+    kl += q * (lq - log(fmax(p, 1e-300)));
+  }
+  double q_r = fmax(1.0 - q_sum, 0.0), p_r = fmax(1.0 - p_top, 1e-300);
+  if (q_r > 0.0) kl += q_r * (log(q_r) - log(p_r));
+  for (int64_t j = 0; j < V; j++) tgt[j] = (float)(est[j] * (q_r / p_r));
+  for (int64_t j = 0; j < k; j++) tgt[ids[j]] = (float)(exp((double)vals[j] * inv_tau - lse) * zst);
+  *tgt_scale = 1.0 / zst;
+  return kl;
+}
+
+// One row i of the fused loss, max-subtracted. With ps = softmax(s), pst =
+// softmax(s/tau) and tgt the teacher's distribution at tau:
+//   ce_i = log sum exp(s) - s_y,   kl_i = KL(tgt || pst) (see the kd_*_row),
+//   d/ds = w ((1-a) (ps - onehot) + a tau (pst - tgt)),  or w (ps - onehot)
 // without a teacher, where w = 1/n_valid. scratch holds 3 rows of V floats.
-static void ce_kd_row(const float *s, const float *t, int32_t y, int64_t V, ng_loss_params lp,
-                      double w, float *ds, float *scratch, double *ce, double *kl) {
-  float *ps = scratch, *pst = scratch + V, *pt = scratch + 2 * V;
+static void ce_kd_row(const float *s, const teacher_ref *t, int64_t i, int32_t y, int64_t V,
+                      ng_loss_params lp, double w, float *ds, float *scratch, double *ce,
+                      double *kl) {
+  float *ps = scratch, *est = scratch + V, *tgt = scratch + 2 * V;
   float ms = row_max(s, V), inv_tau = (float)(1.0 / lp.temperature);
-  double zs = exp_shifted(s, V, ms, 1.0f, ps);
+  double zs = exp_shifted(s, V, ms, 1.0f, ps), zst = 1.0, tgt_scale = 0.0;
   *ce = (double)ms + log(zs) - (double)s[y];
   *kl = 0.0;
-  double a_ce = t ? 1.0 - lp.kd_weight : 1.0, a_kd = t ? lp.kd_weight * lp.temperature : 0.0;
-  double zst = 1.0, zt = 1.0;
-  float mt = 0.0f;
-  if (t) {
-    mt = row_max(t, V);
-    zst = exp_shifted(s, V, ms, inv_tau, pst);
-    zt = exp_shifted(t, V, mt, inv_tau, pt);
-    // log pt_j - log pst_j = ((t_j - mt) - (s_j - ms)) / tau + log(zst / zt)
-    double log_ratio = log(zst) - log(zt);
-    for (int64_t j = 0; j < V; j++)
-      *kl += (double)pt[j] / zt *
-             ((double)((t[j] - mt) - (s[j] - ms)) * inv_tau + log_ratio);
+  bool teacher = has_teacher(t);
+  double a_ce = teacher ? 1.0 - lp.kd_weight : 1.0, a_kd = teacher ? lp.kd_weight * lp.temperature : 0.0;
+  if (teacher) {
+    zst = exp_shifted(s, V, ms, inv_tau, est);
+    *kl = t->logits ? kd_full_row(s, t->logits + (size_t)i * V, V, ms, zst, inv_tau, tgt, &tgt_scale)
+                    : kd_topk_row(t->ids + (size_t)i * t->k, t->vals + (size_t)i * t->k, t->lse[i],
+                                  t->k, est, zst, V, inv_tau, tgt, &tgt_scale);
   }
   if (!ds) return;
   for (int64_t j = 0; j < V; j++) {
     double g = a_ce * ps[j] / zs;
-    if (t) g += a_kd * (pst[j] / zst - pt[j] / zt);
+    if (teacher) g += a_kd * (est[j] / zst - tgt[j] * tgt_scale);
     ds[j] = (float)(w * g);
   }
   ds[y] -= (float)(w * a_ce);
 }
 
-static void cpu_ce_kd(ng_backend *be, const float *logits, const float *teacher,
-                      const int32_t *targets, int64_t N, int64_t V, ng_loss_params lp,
-                      float *dlogits, double *ce, double *kd, int64_t *n_valid) {
-  (void)be;
+// The row loop shared by both teacher kinds; rows with target -1 are ignored.
+static void ce_kd_rows(const float *logits, const teacher_ref *t, const int32_t *targets,
+                       int64_t N, int64_t V, ng_loss_params lp, float *dlogits, double *ce,
+                       double *kd, int64_t *n_valid) {
   int64_t nv = 0;
   for (int64_t i = 0; i < N; i++) nv += targets[i] >= 0;
   double w = nv ? 1.0 / (double)nv : 0.0;
@@ -402,8 +449,8 @@ static void cpu_ce_kd(ng_backend *be, const float *logits, const float *teacher,
         if (ds) memset(ds, 0, (size_t)V * sizeof(float));
         continue;
       }
-      ce_kd_row(logits + (size_t)i * V, teacher ? teacher + (size_t)i * V : NULL, targets[i],
-                V, lp, w, ds, scratch, &row_ce[i], &row_kl[i]);
+      ce_kd_row(logits + (size_t)i * V, t, i, targets[i], V, lp, w, ds, scratch, &row_ce[i],
+                &row_kl[i]);
     }
     free(scratch);
   }
@@ -415,8 +462,25 @@ static void cpu_ce_kd(ng_backend *be, const float *logits, const float *teacher,
   free(row_ce);
   free(row_kl);
   *ce = sce * w;
-  *kd = teacher ? lp.temperature * lp.temperature * skl * w : 0.0;
+  *kd = has_teacher(t) ? lp.temperature * lp.temperature * skl * w : 0.0;
   *n_valid = nv;
+}
+
+static void cpu_ce_kd(ng_backend *be, const float *logits, const float *teacher,
+                      const int32_t *targets, int64_t N, int64_t V, ng_loss_params lp,
+                      float *dlogits, double *ce, double *kd, int64_t *n_valid) {
+  (void)be;
+  teacher_ref t = {.logits = teacher};
+  ce_kd_rows(logits, &t, targets, N, V, lp, dlogits, ce, kd, n_valid);
+}
+
+static void cpu_ce_kd_topk(ng_backend *be, const float *logits, const int32_t *topk_ids,
+                           const float *topk_vals, const float *topk_lse, int64_t k,
+                           const int32_t *targets, int64_t N, int64_t V, ng_loss_params lp,
+                           float *dlogits, double *ce, double *kd, int64_t *n_valid) {
+  (void)be;
+  teacher_ref t = {.ids = topk_ids, .vals = topk_vals, .lse = topk_lse, .k = k};
+  ce_kd_rows(logits, &t, targets, N, V, lp, dlogits, ce, kd, n_valid);
 }
 
 // Sum of squares over fixed blocks, then the block sums in order.
@@ -490,6 +554,7 @@ static ng_backend cpu_backend = {
     .lerp = cpu_lerp,
     .scale = cpu_scale,
     .ce_kd = cpu_ce_kd,
+    .ce_kd_topk = cpu_ce_kd_topk,
     .sumsq = cpu_sumsq,
     .adamw = cpu_adamw,
     .row_rms = cpu_row_rms,

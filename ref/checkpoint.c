@@ -1,12 +1,15 @@
 // normgrow: checkpoint save and load (see checkpoint.h for the layout).
 #include "normgrow/checkpoint.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "normgrow/common.h"
+#include "normgrow/hf.h"
 
 // Host copies of backend buffers, kept until the writer has saved.
 typedef struct {
@@ -185,4 +188,11 @@ int ng_checkpoint_load(const char *path, ng_backend *be, bool trainable, ng_mode
   *out = m;
   if (opt) *opt = o;
   return 0;
+}
+
+int ng_model_open(const char *path, ng_backend *be, bool trainable, ng_model **out) {
+  struct stat st;
+  if (stat(path, &st) != 0) return ng_fail("%s: %s", path, strerror(errno));
+  if (S_ISDIR(st.st_mode)) return ng_hf_load(path, be, trainable, out);
+  return ng_checkpoint_load(path, be, trainable, out, NULL, NULL);
 }

@@ -10,11 +10,15 @@
 
 // ---------------------------------------------------------------- parameters
 
+// A parameter named "model.layers.<layer>.<name>", or just <name> for layer -1.
 static void add_param(ng_model *m, bool trainable, float **w, float **g, int ndim, int64_t d0,
-                      int64_t d1, const char *fmt, int64_t layer) {
+                      int64_t d1, const char *name, int64_t layer) {
   ng_param *p = &m->params[m->n_params++];
-  snprintf(p->name, sizeof p->name, fmt, (long long)layer);
-  p->layer = strstr(fmt, "%lld") ? layer : -1;
+  if (layer < 0)
+    snprintf(p->name, sizeof p->name, "%s", name);
+  else
+    snprintf(p->name, sizeof p->name, "model.layers.%lld.%s", (long long)layer, name);
+  p->layer = layer;
   p->grad_view = g;
   p->ndim = ndim;
   p->shape[0] = d0;
@@ -35,21 +39,21 @@ static void add_layer_params(ng_model *m, bool trainable, int64_t i) {
   ng_layer *w = &m->w.layers[i], *g = &m->g.layers[i];
   if (c->norm_placement == NG_NORM_PRE)
     add_param(m, trainable, &w->input_layernorm, &g->input_layernorm, 1, D, 0,
-              "model.layers.%lld.input_layernorm.weight", i);
-  add_param(m, trainable, &w->q_proj, &g->q_proj, 2, Hd, D, "model.layers.%lld.self_attn.q_proj.weight", i);
-  add_param(m, trainable, &w->k_proj, &g->k_proj, 2, KVd, D, "model.layers.%lld.self_attn.k_proj.weight", i);
-  add_param(m, trainable, &w->v_proj, &g->v_proj, 2, KVd, D, "model.layers.%lld.self_attn.v_proj.weight", i);
-  add_param(m, trainable, &w->o_proj, &g->o_proj, 2, D, Hd, "model.layers.%lld.self_attn.o_proj.weight", i);
-  add_param(m, trainable, &w->q_norm, &g->q_norm, 1, hd, 0, "model.layers.%lld.self_attn.q_norm.weight", i);
-  add_param(m, trainable, &w->k_norm, &g->k_norm, 1, hd, 0, "model.layers.%lld.self_attn.k_norm.weight", i);
+              "input_layernorm.weight", i);
+  add_param(m, trainable, &w->q_proj, &g->q_proj, 2, Hd, D, "self_attn.q_proj.weight", i);
+  add_param(m, trainable, &w->k_proj, &g->k_proj, 2, KVd, D, "self_attn.k_proj.weight", i);
+  add_param(m, trainable, &w->v_proj, &g->v_proj, 2, KVd, D, "self_attn.v_proj.weight", i);
+  add_param(m, trainable, &w->o_proj, &g->o_proj, 2, D, Hd, "self_attn.o_proj.weight", i);
+  add_param(m, trainable, &w->q_norm, &g->q_norm, 1, hd, 0, "self_attn.q_norm.weight", i);
+  add_param(m, trainable, &w->k_norm, &g->k_norm, 1, hd, 0, "self_attn.k_norm.weight", i);
   add_param(m, trainable, &w->post_attention_layernorm, &g->post_attention_layernorm, 1, D, 0,
-            "model.layers.%lld.post_attention_layernorm.weight", i);
+            "post_attention_layernorm.weight", i);
   if (c->norm_placement == NG_NORM_POST)
     add_param(m, trainable, &w->post_feedforward_layernorm, &g->post_feedforward_layernorm, 1,
-              D, 0, "model.layers.%lld.post_feedforward_layernorm.weight", i);
-  add_param(m, trainable, &w->gate_proj, &g->gate_proj, 2, F, D, "model.layers.%lld.mlp.gate_proj.weight", i);
-  add_param(m, trainable, &w->up_proj, &g->up_proj, 2, F, D, "model.layers.%lld.mlp.up_proj.weight", i);
-  add_param(m, trainable, &w->down_proj, &g->down_proj, 2, D, F, "model.layers.%lld.mlp.down_proj.weight", i);
+              D, 0, "post_feedforward_layernorm.weight", i);
+  add_param(m, trainable, &w->gate_proj, &g->gate_proj, 2, F, D, "mlp.gate_proj.weight", i);
+  add_param(m, trainable, &w->up_proj, &g->up_proj, 2, F, D, "mlp.up_proj.weight", i);
+  add_param(m, trainable, &w->down_proj, &g->down_proj, 2, D, F, "mlp.down_proj.weight", i);
 }
 
 ng_model *ng_model_create(ng_backend *be, const ng_model_config *cfg, bool trainable) {
@@ -63,12 +67,12 @@ ng_model *ng_model_create(ng_backend *be, const ng_model_config *cfg, bool train
   m->gate = ng_xmalloc((size_t)L * sizeof(float));
   for (int64_t i = 0; i < L; i++) m->gate[i] = 1.0f;
   add_param(m, trainable, &m->w.embed_tokens, &m->g.embed_tokens, 2, V, D,
-            "model.embed_tokens.weight", 0);
+            "model.embed_tokens.weight", -1);
   for (int64_t i = 0; i < L; i++) add_layer_params(m, trainable, i);
   if (cfg->final_norm)
-    add_param(m, trainable, &m->w.norm, &m->g.norm, 1, D, 0, "model.norm.weight", 0);
+    add_param(m, trainable, &m->w.norm, &m->g.norm, 1, D, 0, "model.norm.weight", -1);
   if (!cfg->tie_word_embeddings)
-    add_param(m, trainable, &m->w.lm_head, &m->g.lm_head, 2, V, D, "lm_head.weight", 0);
+    add_param(m, trainable, &m->w.lm_head, &m->g.lm_head, 2, V, D, "lm_head.weight", -1);
   return m;
 }
 

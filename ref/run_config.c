@@ -223,19 +223,30 @@ static int parse_structural(const cJSON *arr, ng_run_config *rc) {
   return 0;
 }
 
+static int parse_cache(const cJSON *o, ng_run_config *rc) {
+  static const char *const keys[] = {"train", "val", NULL};
+  rc->use_cache = true;
+  return ng_json_expect_object(o, "teacher_cache") || ng_json_only_keys(o, "teacher_cache", keys) ||
+         json_path(o, "teacher_cache", "train", rc->cache_train, sizeof rc->cache_train) ||
+         json_path(o, "teacher_cache", "val", rc->cache_val, sizeof rc->cache_val);
+}
+
 static int parse_distill(cJSON *root, ng_run_config *rc) {
-  if (!rc->distill) {
-    if (section(root, "teacher") || section(root, "loss"))
-      return ng_fail("%s: a pretrain run has no teacher and no KD loss", section(root, "teacher") ? "teacher" : "loss");
-    return 0;
-  }
-  return json_path(root, "run", "teacher", rc->teacher_path, sizeof rc->teacher_path) ||
-         ng_loss_config_parse(section(root, "loss"), "loss", &rc->loss);
+  const char *extra = section(root, "teacher") ? "teacher" : section(root, "loss") ? "loss"
+                      : section(root, "teacher_cache") ? "teacher_cache" : NULL;
+  if (!rc->distill)
+    return extra ? ng_fail("%s: a pretrain run has no teacher and no KD loss", extra) : 0;
+  const cJSON *cache = section(root, "teacher_cache");
+  if (cache && parse_cache(cache, rc)) return -1;
+  if ((!cache || section(root, "teacher")) &&
+      json_path(root, "run", "teacher", rc->teacher_path, sizeof rc->teacher_path))
+    return -1;
+  return ng_loss_config_parse(section(root, "loss"), "loss", &rc->loss);
 }
 
 static int parse_root(cJSON *root, ng_run_config *rc) {
   static const char *const keys[] = {"name",  "seed",  "run_dir", "mode",   "data",
-                                     "model", "teacher", "loss",  "optim",  "lr",
+                                     "model", "teacher", "teacher_cache", "loss",  "optim",  "lr",
                                      "init",  "growth", "stages", "eval",   "structural_tokens",
                                      "checkpoint_every_steps", NULL};
   static const char *const modes[] = {"pretrain", "distill", NULL};
@@ -268,8 +279,9 @@ static int parse_root(cJSON *root, ng_run_config *rc) {
       parse_structural(section(root, "structural_tokens"), rc) ||
       ng_json_int(root, "run", "checkpoint_every_steps", 1, INT64_MAX / 4, &rc->checkpoint_every))
     return -1;
-  if (!rc->distill && (rc->n_init_layers || rc->embeddings_from_teacher || rc->grow_init == NG_INIT_TEACHER))
-    return ng_fail("init: copying from a teacher needs mode \"distill\"");
+  if ((!rc->distill || !rc->teacher_path[0]) &&
+      (rc->n_init_layers || rc->embeddings_from_teacher || rc->grow_init == NG_INIT_TEACHER))
+    return ng_fail("init: copying from a teacher needs mode \"distill\" and a \"teacher\"");
   return 0;
 }
 

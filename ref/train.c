@@ -13,8 +13,12 @@
 #include "normgrow/common.h"
 #include "normgrow/data.h"
 #include "normgrow/grow.h"
-#include "normgrow/hf.h"
 #include "normgrow/run.h"
+#include "normgrow/topk.h"
+
+typedef struct {
+  double ce, kd, teacher_ce;
+} eval_result;
 
 typedef struct {
   ng_run_config rc;
@@ -25,6 +29,10 @@ typedef struct {
   ng_acts *tacts, *sacts, *eval_acts;
   ng_train_state st;
   int32_t *h_tokens, *h_targets, *tokens, *targets;  // host and backend [B*T]
+  ng_topk_cache cache_train, cache_val;               // when the run uses caches
+  int32_t *h_ids, *ids;                               // [B*T, k] host, backend
+  float *h_vals, *vals, *h_lse, *lse;                 // [B*T, k], [B*T]
+  int64_t *windows;                                   // [B]
   FILE *metrics;
   double t_start, last_report, last_loss;
   int64_t steps_total, steps_at_start;
@@ -57,15 +65,25 @@ static int open_data(trainer *t) {
   return 0;
 }
 
-static int load_teacher(trainer *t) {
-  if (!t->rc.distill) return 0;
-  if (access(t->rc.teacher_path, R_OK) != 0)
-    return ng_fail("teacher: %s: %s", t->rc.teacher_path, strerror(errno));
-  struct stat st;
-  bool hf_dir = stat(t->rc.teacher_path, &st) == 0 && S_ISDIR(st.st_mode);  // a Hugging Face directory
-  if (hf_dir ? ng_hf_load(t->rc.teacher_path, t->be, false, &t->teacher)
-             : ng_checkpoint_load(t->rc.teacher_path, t->be, false, &t->teacher, NULL, NULL))
+static int open_caches(trainer *t) {
+  const ng_run_config *rc = &t->rc;
+  if (!rc->use_cache) return 0;
+  if (ng_topk_open(&t->cache_train, rc->cache_train, &t->train) ||
+      ng_topk_open(&t->cache_val, rc->cache_val, &t->val))
     return -1;
+  for (const ng_topk_cache *c = &t->cache_train; c; c = c == &t->cache_train ? &t->cache_val : NULL) {
+    if (c->seq != rc->seq) return ng_fail("%s: windows of %u tokens, data.seq is %lld", c->path, c->seq, (long long)rc->seq);
+    if (c->temperature != rc->loss.temperature)
+      return ng_fail("%s: made at temperature %g, loss.temperature is %g", c->path, c->temperature, rc->loss.temperature);
+  }
+  if (t->cache_train.k != t->cache_val.k)
+    return ng_fail("%s: k %u differs from %s's %u", rc->cache_val, t->cache_val.k, rc->cache_train, t->cache_train.k);
+  return 0;
+}
+
+static int load_teacher(trainer *t) {
+  if (!t->rc.distill || !t->rc.teacher_path[0]) return 0;
+  if (ng_model_open(t->rc.teacher_path, t->be, false, &t->teacher)) return ng_fail_prefix("teacher");
   if (t->teacher->cfg.vocab_size != t->rc.model.vocab_size)
     return ng_fail("teacher %s: vocabulary of %lld tokens, the student's is %lld", t->rc.teacher_path,
                    (long long)t->teacher->cfg.vocab_size, (long long)t->rc.model.vocab_size);
@@ -102,12 +120,23 @@ static int init_student(trainer *t) {
 }
 
 static void alloc_batches(trainer *t) {
-  size_t bytes = (size_t)(t->rc.batch * t->rc.seq) * sizeof(int32_t);
+  size_t N = (size_t)(t->rc.batch * t->rc.seq), bytes = N * sizeof(int32_t);
   t->h_tokens = ng_xmalloc(bytes);
   t->h_targets = ng_xmalloc(bytes);
   t->tokens = t->be->alloc(t->be, bytes);
   t->targets = t->be->alloc(t->be, bytes);
-  if (t->teacher) t->tacts = ng_acts_create(t->teacher, t->rc.batch, t->rc.seq, false);
+  if (t->rc.use_cache) {
+    size_t k = t->cache_train.k;
+    t->h_ids = ng_xmalloc(N * k * sizeof(int32_t));
+    t->h_vals = ng_xmalloc(N * k * sizeof(float));
+    t->h_lse = ng_xmalloc(N * sizeof(float));
+    t->ids = t->be->alloc(t->be, N * k * sizeof(int32_t));
+    t->vals = t->be->alloc(t->be, N * k * sizeof(float));
+    t->lse = t->be->alloc(t->be, N * sizeof(float));
+    t->windows = ng_xmalloc((size_t)t->rc.batch * sizeof(int64_t));
+  } else if (t->teacher) {
+    t->tacts = ng_acts_create(t->teacher, t->rc.batch, t->rc.seq, false);
+  }
 }
 
 // Activations follow the student's depth.
@@ -119,9 +148,37 @@ static void student_acts(trainer *t) {
 }
 
 static void upload_batch(trainer *t) {
-  size_t bytes = (size_t)(t->rc.batch * t->rc.seq) * sizeof(int32_t);
+  size_t N = (size_t)(t->rc.batch * t->rc.seq), bytes = N * sizeof(int32_t);
   t->be->upload(t->be, t->tokens, t->h_tokens, bytes);
   t->be->upload(t->be, t->targets, t->h_targets, bytes);
+}
+
+// A batch of the cache's windows (their index in t->windows) with its teacher
+// entries, uploaded.
+static int cache_batch(trainer *t, const ng_topk_cache *c, const ng_shard *s) {
+  size_t N = (size_t)(t->rc.batch * t->rc.seq), k = c->k;
+  if (ng_topk_batch(c, s, t->windows, t->rc.batch, t->h_tokens, t->h_targets, t->h_ids,
+                    t->h_vals, t->h_lse))
+    return -1;
+  upload_batch(t);
+  t->be->upload(t->be, t->ids, t->h_ids, N * k * sizeof(int32_t));
+  t->be->upload(t->be, t->vals, t->h_vals, N * k * sizeof(float));
+  t->be->upload(t->be, t->lse, t->h_lse, N * sizeof(float));
+  return 0;
+}
+
+// The fused loss of the student's logits against the teacher: its logits
+// (teacher_logits), the cache's current batch (a run with caches), or none.
+static void loss_of(trainer *t, const float *logits, const float *teacher_logits, float *dlogits,
+                    double *ce, double *kd) {
+  const ng_run_config *rc = &t->rc;
+  ng_loss_params lp = {rc->loss.kd_weight, rc->loss.temperature};
+  int64_t N = rc->batch * rc->seq, V = rc->model.vocab_size, nv;
+  if (rc->use_cache)
+    t->be->ce_kd_topk(t->be, logits, t->ids, t->vals, t->lse, t->cache_train.k, t->targets, N, V,
+                      lp, dlogits, ce, kd, &nv);
+  else
+    t->be->ce_kd(t->be, logits, teacher_logits, t->targets, N, V, lp, dlogits, ce, kd, &nv);
 }
 
 // ---------------------------------------------------------------- logging
@@ -163,47 +220,59 @@ static void progress(trainer *t, double loss, bool force) {
 
 // ---------------------------------------------------------------- evaluation
 
-typedef struct {
-  double ce, kd, teacher_ce;
-} eval_result;
 
-// Student CE and KD, and the teacher's CE, over the fixed validation batches.
-static eval_result evaluate(trainer *t) {
-  const ng_run_config *rc = &t->rc;
-  ng_backend *be = t->be;
-  ng_loss_params lp = {rc->loss.kd_weight, rc->loss.temperature};
-  eval_result r = {0};
-  int64_t N = rc->batch * rc->seq;
-  for (int64_t b = 0; b < rc->eval_batches; b++) {
-    ng_batch_fixed(&t->val, b, rc->batch, rc->seq, t->h_tokens, t->h_targets);
-    upload_batch(t);
-    double ce, kd, tce, tkd;
-    int64_t nv;
-    const float *tl = NULL;
-    if (t->teacher) {
-      ng_model_forward(t->teacher, t->tacts, t->tokens, NULL);
-      tl = t->tacts->logits;
-      be->ce_kd(be, tl, NULL, t->targets, N, rc->model.vocab_size, lp, NULL, &tce, &tkd, &nv);
-      r.teacher_ce += tce / (double)rc->eval_batches;
-    }
-    ng_model_forward(t->student, t->eval_acts, t->tokens, NULL);
-    be->ce_kd(be, t->eval_acts->logits, tl, t->targets, N, rc->model.vocab_size, lp, NULL, &ce,
-              &kd, &nv);
-    r.ce += ce / (double)rc->eval_batches;
-    r.kd += kd / (double)rc->eval_batches;
+// Teacher logits of the current batch (NULL with caches or in pretraining);
+// the teacher's own CE is added into *teacher_ce.
+static const float *teacher_forward(trainer *t, double *teacher_ce) {
+  if (t->rc.use_cache || !t->teacher) return NULL;
+  ng_model_forward(t->teacher, t->tacts, t->tokens, NULL);
+  if (teacher_ce) {
+    double ce, kd;
+    loss_of(t, t->tacts->logits, NULL, NULL, &ce, &kd);
+    *teacher_ce += ce;
   }
-  return r;
+  return t->tacts->logits;
 }
 
-static void log_eval(trainer *t) {
-  eval_result r = evaluate(t);
+// Validation batch b: the fixed windows of the shard, or of the val cache.
+static int eval_batch(trainer *t, int64_t b) {
+  const ng_run_config *rc = &t->rc;
+  if (!rc->use_cache) {
+    ng_batch_fixed(&t->val, b, rc->batch, rc->seq, t->h_tokens, t->h_targets);
+    upload_batch(t);
+    return 0;
+  }
+  for (int64_t r = 0; r < rc->batch; r++)
+    t->windows[r] = (int64_t)(((uint64_t)b * (uint64_t)rc->batch + (uint64_t)r) % t->cache_val.windows);
+  return cache_batch(t, &t->cache_val, &t->val);
+}
+
+// Student CE and KD, and the teacher's CE, over the fixed validation batches.
+static int evaluate(trainer *t, eval_result *r) {
+  const ng_run_config *rc = &t->rc;
+  *r = (eval_result){0};
+  for (int64_t b = 0; b < rc->eval_batches; b++) {
+    if (eval_batch(t, b)) return -1;
+    double ce, kd;
+    const float *tl = teacher_forward(t, &r->teacher_ce);
+    ng_model_forward(t->student, t->eval_acts, t->tokens, NULL);
+    loss_of(t, t->eval_acts->logits, tl, NULL, &ce, &kd);
+    r->ce += ce / (double)rc->eval_batches;
+    r->kd += kd / (double)rc->eval_batches;
+  }
+  r->teacher_ce /= (double)rc->eval_batches;
+  return 0;
+}
+
+static int log_eval(trainer *t) {
+  eval_result r;
+  if (evaluate(t, &r)) return -1;
   cJSON *j = record(t, "eval");
   cJSON_AddNumberToObject(j, "val_ce", r.ce);
-  if (t->teacher) {
-    cJSON_AddNumberToObject(j, "val_kd", r.kd);
-    cJSON_AddNumberToObject(j, "teacher_ce", r.teacher_ce);
-  }
+  if (t->rc.distill) cJSON_AddNumberToObject(j, "val_kd", r.kd);
+  if (t->tacts) cJSON_AddNumberToObject(j, "teacher_ce", r.teacher_ce);
   log_line(t, j);
+  return 0;
 }
 
 // ---------------------------------------------------------------- growth
@@ -211,7 +280,8 @@ static void log_eval(trainer *t) {
 static int grow(trainer *t, int stage) {
   const ng_run_config *rc = &t->rc;
   int64_t d = t->student->cfg.num_hidden_layers, nd = rc->stages[stage].depth;
-  eval_result before = evaluate(t);
+  eval_result before, after;
+  if (evaluate(t, &before)) return -1;
   ng_rng init;
   ng_rng_seed(&init, rc->seed ^ (0x67726f77ULL + (uint64_t)stage));  // "grow" + stage
   ng_grow_rule rule = {rc->grow_position, rc->grow_init, rc->init_std, &init, t->teacher,
@@ -239,12 +309,12 @@ static int grow(trainer *t, int stage) {
   for (int64_t j = 0; j < nd; j++) ng_model_freeze(t->student, j, rc->stages[stage].freeze_existing && from_old[j] >= 0);
   free(from_old);
   student_acts(t);
-  eval_result after = evaluate(t);
+  if (evaluate(t, &after)) return -1;
   cJSON *j = record(t, "growth");
   cJSON_AddNumberToObject(j, "depth_before", (double)d);
   cJSON_AddNumberToObject(j, "val_ce_before", before.ce);
   cJSON_AddNumberToObject(j, "val_ce_after", after.ce);
-  if (t->teacher) {
+  if (rc->distill) {
     cJSON_AddNumberToObject(j, "val_kd_before", before.kd);
     cJSON_AddNumberToObject(j, "val_kd_after", after.kd);
   }
@@ -273,30 +343,32 @@ static double step_flops(const trainer *t) {
   const ng_model *s = t->student;
   double f = (4.0 * ng_model_matmul_params(s, false) + 2.0 * ng_model_matmul_params(s, true)) * (double)N +
              3.0 * ng_attention_flops(&s->cfg, B, T);
-  if (t->teacher)
+  if (t->tacts)  // the teacher runs (not a cache)
     f += 2.0 * ng_model_matmul_params(t->teacher, false) * (double)N + ng_attention_flops(&t->teacher->cfg, B, T);
   return f;
 }
 
-static void train_step(trainer *t) {
+// The next training batch: windows drawn from the generator (one draw each).
+static int next_batch(trainer *t) {
   const ng_run_config *rc = &t->rc;
-  ng_backend *be = t->be;
-  int64_t N = rc->batch * rc->seq;
-  double t0 = now(), lr = ng_lr_at(rc, (int)t->st.stage, t->st.step_in_stage * N);
-  ng_batch_sample(&t->train, &t->st.rng, rc->batch, rc->seq, t->h_tokens, t->h_targets);
-  upload_batch(t);
-  set_gates(t);
-  const float *tl = NULL;
-  if (t->teacher) {
-    ng_model_forward(t->teacher, t->tacts, t->tokens, NULL);
-    tl = t->tacts->logits;
+  if (!rc->use_cache) {
+    if (ng_batch_sample(&t->train, &t->st.rng, rc->batch, rc->seq, t->h_tokens, t->h_targets)) return -1;
+    upload_batch(t);
+    return 0;
   }
-  ng_loss_params lp = {rc->loss.kd_weight, rc->loss.temperature};
-  double ce, kd;
-  int64_t nv;
+  for (int64_t b = 0; b < rc->batch; b++) t->windows[b] = (int64_t)ng_rng_below(&t->st.rng, t->cache_train.windows);
+  return cache_batch(t, &t->cache_train, &t->train);
+}
+
+static int train_step(trainer *t) {
+  const ng_run_config *rc = &t->rc;
+  int64_t N = rc->batch * rc->seq;
+  double t0 = now(), lr = ng_lr_at(rc, (int)t->st.stage, t->st.step_in_stage * N), ce, kd;
+  if (next_batch(t)) return -1;
+  set_gates(t);
+  const float *tl = teacher_forward(t, NULL);
   ng_model_forward(t->student, t->sacts, t->tokens, NULL);
-  be->ce_kd(be, t->sacts->logits, tl, t->targets, N, rc->model.vocab_size, lp, t->sacts->ws.dlogits,
-            &ce, &kd, &nv);
+  loss_of(t, t->sacts->logits, tl, t->sacts->ws.dlogits, &ce, &kd);
   ng_model_zero_grad(t->student);
   ng_model_backward(t->student, t->sacts, t->tokens);
   double gnorm = ng_adamw_step(t->student, t->opt, &rc->optim, lr);
@@ -305,17 +377,18 @@ static void train_step(trainer *t) {
   t->st.step_in_stage++;
   t->st.tokens += N;
   t->st.layer_tokens += N * t->student->cfg.num_hidden_layers;
-  double loss = tl ? lp.kd_weight * kd + (1.0 - lp.kd_weight) * ce : ce;
+  double loss = rc->distill ? rc->loss.kd_weight * kd + (1.0 - rc->loss.kd_weight) * ce : ce;
   cJSON *j = record(t, "step");
   cJSON_AddNumberToObject(j, "lr", lr);
   cJSON_AddNumberToObject(j, "loss", loss);
   cJSON_AddNumberToObject(j, "ce", ce);
-  if (tl) cJSON_AddNumberToObject(j, "kd", kd);
+  if (rc->distill) cJSON_AddNumberToObject(j, "kd", kd);
   cJSON_AddNumberToObject(j, "grad_norm", gnorm);
   cJSON_AddNumberToObject(j, "tokens_per_s", (double)N / (now() - t0));
   log_line(t, j);
   t->last_loss = loss;
   progress(t, loss, false);
+  return 0;
 }
 
 // ---------------------------------------------------------------- run
@@ -336,8 +409,7 @@ static int run_stages(trainer *t) {
       for (int64_t l = 0; l < t->student->cfg.num_hidden_layers; l++) ng_model_freeze(t->student, l, false);
     if (t->st.step_in_stage == 0 && grows && grow(t, s)) return -1;
     while (t->st.step_in_stage < ng_stage_steps(rc, s)) {
-      train_step(t);
-      if (t->st.step % rc->eval_every == 0) log_eval(t);
+      if (train_step(t) || (t->st.step % rc->eval_every == 0 && log_eval(t))) return -1;
       if (t->st.step % rc->checkpoint_every == 0 && save_checkpoint(t, "checkpoint.safetensors", true))
         return -1;
       if (t->st.step == t->stop_after) return 0;  // a stop: no final checkpoint
@@ -345,7 +417,7 @@ static int run_stages(trainer *t) {
   }
   t->st.stage = rc->n_stages - 1;
   t->st.step_in_stage = ng_stage_steps(rc, rc->n_stages - 1);
-  if (t->st.step % rc->eval_every != 0) log_eval(t);
+  if (t->st.step % rc->eval_every != 0 && log_eval(t)) return -1;
   return save_checkpoint(t, "checkpoint.safetensors", true) || save_checkpoint(t, "final.safetensors", false);
 }
 
@@ -428,6 +500,17 @@ static void trainer_free(trainer *t) {
   free(t->h_tokens);
   free(t->h_targets);
   free(t->st.gate_origin);
+  if (t->be) {
+    t->be->free(t->be, t->ids);
+    t->be->free(t->be, t->vals);
+    t->be->free(t->be, t->lse);
+  }
+  free(t->h_ids);
+  free(t->h_vals);
+  free(t->h_lse);
+  free(t->windows);
+  ng_topk_close(&t->cache_train);
+  ng_topk_close(&t->cache_val);
   ng_shard_close(&t->train);
   ng_shard_close(&t->val);
   if (t->metrics) fclose(t->metrics);
@@ -440,7 +523,7 @@ int ng_train(const ng_train_args *args) {
   t.be = ng_backend_cpu();
   int rc = resume_dir ? resume_from(&t, resume_dir)
                       : ng_run_config_load(args->config_path, &args->overrides, &t.rc);
-  if (rc == 0) rc = open_data(&t) || load_teacher(&t) ? -1 : 0;
+  if (rc == 0) rc = open_data(&t) || open_caches(&t) || load_teacher(&t) ? -1 : 0;
   if (rc == 0 && !resume_dir) rc = init_student(&t) || make_run_dir(&t) ? -1 : 0;
   if (rc == 0) {
     if (t.rc.freeze_embeddings) ng_model_freeze(t.student, -1, true);

@@ -111,6 +111,15 @@ struct ng_backend {
                 const int32_t *targets, int64_t N, int64_t V, ng_loss_params lp,
                 float *dlogits, double *ce, double *kd, int64_t *n_valid);
 
+  // Same with the teacher given by a top-k cache: per row its k largest logits
+  // (topk_ids, topk_vals [N, k]) and the log-sum-exp of all its logits at the
+  // temperature (topk_lse [N]). KD is the KL divergence between the bucketed
+  // distributions {the k cached tokens, everything else}: exact when k = V.
+  void (*ce_kd_topk)(ng_backend *be, const float *logits, const int32_t *topk_ids,
+                     const float *topk_vals, const float *topk_lse, int64_t k,
+                     const int32_t *targets, int64_t N, int64_t V, ng_loss_params lp,
+                     float *dlogits, double *ce, double *kd, int64_t *n_valid);
+
   // --- optimizer --------------------------------------------------------------
   // Sum of squares of x [n], accumulated in double (host result).
   double (*sumsq)(ng_backend *be, const float *x, int64_t n);

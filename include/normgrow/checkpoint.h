@@ -34,4 +34,8 @@ int ng_checkpoint_save(const char *path, const ng_model *m, const ng_adamw *opt,
 int ng_checkpoint_load(const char *path, ng_backend *be, bool trainable, ng_model **m,
                        ng_adamw **opt, ng_train_state *st);
 
+// Load a model for use (a teacher, a student to diagnose): a normgrow
+// checkpoint file, or a Hugging Face Qwen3 directory.
+int ng_model_open(const char *path, ng_backend *be, bool trainable, ng_model **out);
+
 #endif

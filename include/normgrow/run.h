@@ -8,6 +8,9 @@
 //   "model": { model config of the student at its final depth (config.h) },
 //   "teacher": "runs/toy/teacher/final.safetensors",          (distill only; a
 //              normgrow checkpoint or a Hugging Face Qwen3 directory)
+//   "teacher_cache": {"train": "train.topk", "val": "val.topk"},  (optional: KD
+//              from top-k caches of the teacher, topk.h; "teacher" is then
+//              needed only to copy layers or embeddings from it)
 //   "loss": {"kd_weight": 0.5, "temperature": 2.0},              (distill only)
 //   "optim": {"beta1", "beta2", "eps", "weight_decay", "grad_clip", "state_on_growth": "keep"|"reset"},
 //   "lr": {"peak": 3e-3, "floor": 3e-4, "warmup_tokens": 8192, "shape": "cosine"|"linear"|"constant"},
@@ -21,7 +24,7 @@
 //   "eval": {"every_steps": 50, "batches": 4},
 //   "checkpoint_every_steps": 100
 // }
-// Optional keys: teacher/loss (pretrain), lr inside a stage (that stage then
+// Optional keys: teacher/loss (pretrain), teacher_cache, lr inside a stage (that stage then
 // restarts with its own schedule), restart_lr (default false: the stage
 // continues the schedule of the stage before), freeze_existing (default false),
 // growth (when every stage has the same depth), init.layers/embeddings
@@ -64,7 +67,9 @@ typedef struct {
   char train_path[512], val_path[512];
   int64_t batch, seq;
   ng_model_config model;     // the student at its final depth
-  char teacher_path[512];
+  char teacher_path[512];    // "" when only a cache is given
+  bool use_cache;            // KD from top-k caches of the teacher
+  char cache_train[512], cache_val[512];
   ng_loss_config loss;
   ng_optim_config optim;     // lr unused: the schedule gives it
   bool reset_state_on_growth;

@@ -1,0 +1,230 @@
+// normgrow: the teacher top-k cache (format in topk.h).
+#include "normgrow/topk.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "normgrow/common.h"
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "normgrow's file formats are little-endian; this host is not"
+#endif
+
+typedef struct {
+  char magic[8];
+  uint32_t version, k, vocab_size, seq;
+  double temperature;
+  uint64_t windows, shard_tokens, shard_checksum, reserved;
+} topk_header;
+_Static_assert(sizeof(topk_header) == NG_TOPK_HEADER, "top-k cache header is 64 bytes");
+
+uint64_t ng_shard_checksum(const ng_shard *s) {
+  const uint8_t *p = (const uint8_t *)s->tokens;
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (uint64_t i = 0; i < s->n_tokens * 4; i++) h = (h ^ p[i]) * 0x100000001b3ULL;
+  return h;
+}
+
+// ---------------------------------------------------------------- building
+
+// The k largest of x [V] into ids/vals, in no particular order. Replacing the
+// smallest kept value rescans for the new smallest: rare after the first
+// entries, so about V + k^2 log(V/k) steps per row.
+static void top_k(const float *x, int64_t V, int64_t k, uint32_t *ids, float *vals) {
+  int64_t lo = 0;  // where the smallest kept value is
+  for (int64_t j = 0; j < V; j++) {
+    if (j < k) {
+      ids[j] = (uint32_t)j, vals[j] = x[j];
+      if (x[j] < vals[lo]) lo = j;
+      continue;
+    }
+    if (x[j] <= vals[lo]) continue;
+    ids[lo] = (uint32_t)j, vals[lo] = x[j];
+    for (int64_t i = 0; i < k; i++)
+      if (vals[i] < vals[lo]) lo = i;
+  }
+}
+
+static float lse_at(const float *x, int64_t V, double inv_tau) {
+  float mx = x[0];
+  for (int64_t j = 1; j < V; j++) mx = x[j] > mx ? x[j] : mx;
+  double z = 0.0;
+  for (int64_t j = 0; j < V; j++) z += exp(((double)x[j] - mx) * inv_tau);
+  return (float)((double)mx * inv_tau + log(z));
+}
+
+static int pwrite_all(int fd, const void *buf, size_t n, uint64_t off, const char *path) {
+  const uint8_t *p = buf;
+  while (n > 0) {
+    ssize_t w = pwrite(fd, p, n, (off_t)off);
+    if (w < 0) return ng_fail("%s: %s", path, strerror(errno));
+    p += w, n -= (size_t)w, off += (uint64_t)w;
+  }
+  return 0;
+}
+
+typedef struct {
+  int fd;
+  const char *tmp;
+  uint64_t P, k;
+} cache_out;
+
+// Rows [p0, p0 + rows) of logits [rows, V] into the file's three regions.
+static int write_rows(const cache_out *o, const float *logits, int64_t V, uint64_t p0,
+                      int64_t rows, double inv_tau, uint32_t *ids, float *vals, float *lse) {
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; r++) {
+    top_k(logits + (size_t)r * V, V, (int64_t)o->k, ids + (size_t)r * o->k, vals + (size_t)r * o->k);
+    lse[r] = lse_at(logits + (size_t)r * V, V, inv_tau);
+  }
+  uint64_t kb = o->k * 4, base = NG_TOPK_HEADER;
+  return pwrite_all(o->fd, ids, (size_t)rows * kb, base + p0 * kb, o->tmp) ||
+         pwrite_all(o->fd, vals, (size_t)rows * kb, base + o->P * kb + p0 * kb, o->tmp) ||
+         pwrite_all(o->fd, lse, (size_t)rows * 4, base + 2 * o->P * kb + p0 * 4, o->tmp);
+}
+
+// Windows [w0, w0 + nb) through the teacher, into the file.
+static int build_batch(ng_model *t, ng_acts *a, const ng_shard *s, const cache_out *o,
+                       int64_t seq, uint64_t w0, int64_t nb, double inv_tau, int32_t *tok,
+                       uint32_t *ids, float *vals, float *lse) {
+  ng_backend *be = t->be;
+  int64_t V = t->cfg.vocab_size, n = nb * seq;
+  for (int64_t i = 0; i < n; i++) tok[i] = (int32_t)s->tokens[w0 * (uint64_t)seq + (uint64_t)i];
+  for (int64_t i = n; i < a->N; i++) tok[i] = 0;  // a short last batch: padding rows
+  int32_t *dtok = be->alloc(be, (size_t)a->N * sizeof(int32_t));
+  be->upload(be, dtok, tok, (size_t)a->N * sizeof(int32_t));
+  ng_model_forward(t, a, dtok, NULL);
+  be->free(be, dtok);
+  float *logits = ng_xmalloc((size_t)n * (size_t)V * sizeof(float));
+  be->download(be, logits, a->logits, (size_t)n * (size_t)V * sizeof(float));
+  int rc = write_rows(o, logits, V, w0 * (uint64_t)seq, n, inv_tau, ids, vals, lse);
+  free(logits);
+  return rc;
+}
+
+static int build_into(ng_model *t, const ng_shard *s, topk_header *h, int64_t batch,
+                      cache_out *o) {
+  int64_t seq = h->seq;
+  if (pwrite_all(o->fd, h, sizeof *h, 0, o->tmp)) return -1;
+  ng_acts *a = ng_acts_create(t, batch, seq, false);
+  int32_t *tok = ng_xmalloc((size_t)(batch * seq) * sizeof(int32_t));
+  uint32_t *ids = ng_xmalloc((size_t)(batch * seq) * o->k * sizeof(uint32_t));
+  float *vals = ng_xmalloc((size_t)(batch * seq) * o->k * sizeof(float));
+  float *lse = ng_xmalloc((size_t)(batch * seq) * sizeof(float));
+  int rc = 0;
+  for (uint64_t w0 = 0; w0 < h->windows && rc == 0; w0 += (uint64_t)batch) {
+    int64_t nb = h->windows - w0 < (uint64_t)batch ? (int64_t)(h->windows - w0) : batch;
+    rc = build_batch(t, a, s, o, seq, w0, nb, 1.0 / h->temperature, tok, ids, vals, lse);
+  }
+  free(tok), free(ids), free(vals), free(lse);
+  ng_acts_free(t, a);
+  return rc;
+}
+
+int ng_topk_build(ng_model *teacher, const ng_shard *s, int64_t k, int64_t seq,
+                  double temperature, int64_t batch, const char *path) {
+  if (k < 1 || k > teacher->cfg.vocab_size) return ng_fail("--k: %lld is outside [1, %lld]", (long long)k, (long long)teacher->cfg.vocab_size);
+  if (s->vocab_size != teacher->cfg.vocab_size)
+    return ng_fail("%s: vocabulary of %u tokens, the teacher's is %lld", s->path, s->vocab_size, (long long)teacher->cfg.vocab_size);
+  if (seq < 1 || s->n_tokens < (uint64_t)seq + 1) return ng_fail("%s: shorter than one window of %lld + 1 tokens", s->path, (long long)seq);
+  topk_header h = {.version = NG_TOPK_VERSION, .k = (uint32_t)k, .vocab_size = s->vocab_size,
+                   .seq = (uint32_t)seq, .temperature = temperature,
+                   .windows = (s->n_tokens - 1) / (uint64_t)seq, .shard_tokens = s->n_tokens,
+                   .shard_checksum = ng_shard_checksum(s)};
+  memcpy(h.magic, NG_TOPK_MAGIC, 8);
+  char tmp[4200];
+  snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+  cache_out o = {open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644), tmp, h.windows * (uint64_t)seq, (uint64_t)k};
+  if (o.fd < 0) return ng_fail("%s: %s", tmp, strerror(errno));
+  int rc = build_into(teacher, s, &h, batch, &o);
+  if (rc == 0 && fsync(o.fd) != 0) rc = ng_fail("%s: %s", tmp, strerror(errno));
+  if (close(o.fd) != 0 && rc == 0) rc = ng_fail("%s: %s", tmp, strerror(errno));
+  if (rc == 0 && rename(tmp, path) != 0) rc = ng_fail("%s: %s", path, strerror(errno));
+  if (rc) unlink(tmp);
+  return rc;
+}
+
+// ---------------------------------------------------------------- reading
+
+static int check_header(const topk_header *h, size_t size, const ng_shard *s) {
+  if (memcmp(h->magic, NG_TOPK_MAGIC, 8) != 0) return ng_fail("not a normgrow top-k cache (bad magic)");
+  if (h->version != NG_TOPK_VERSION) return ng_fail("version %u, expected %u", h->version, NG_TOPK_VERSION);
+  if (h->k < 1 || h->k > h->vocab_size || h->seq < 1 || h->reserved != 0 ||
+      !(h->temperature > 0.0) || !isfinite(h->temperature))
+    return ng_fail("header: k %u, vocab_size %u, seq %u, temperature %g are not valid", h->k,
+                   h->vocab_size, h->seq, h->temperature);
+  size_t P, row, body;
+  if (ng_mul_size(h->windows, h->seq, &P) || ng_mul_size(h->k, 8, &row) ||
+      ng_mul_size(P, row + 4, &body) || body > SIZE_MAX - NG_TOPK_HEADER ||
+      size != NG_TOPK_HEADER + body)
+    return ng_fail("file is %zu bytes, header says 64 + %llu windows x %u positions x (8 x %u + 4)",
+                   size, (unsigned long long)h->windows, h->seq, h->k);
+  if (h->shard_tokens != s->n_tokens || h->shard_checksum != ng_shard_checksum(s) ||
+      h->vocab_size != s->vocab_size)
+    return ng_fail("was made from another shard than %s", s->path);
+  return 0;
+}
+
+int ng_topk_open(ng_topk_cache *c, const char *path, const ng_shard *s) {
+  memset(c, 0, sizeof *c);
+  int fd = open(path, O_RDONLY);
+  if (fd < 0) return ng_fail("%s: cannot open: %s", path, strerror(errno));
+  struct stat st;
+  topk_header h;
+  int rc = fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (size_t)st.st_size < sizeof h
+               ? ng_fail("not a regular file of at least 64 bytes") : 0;
+  void *map = rc ? MAP_FAILED : mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+  close(fd);
+  if (rc == 0 && map == MAP_FAILED) rc = ng_fail("cannot map: %s", strerror(errno));
+  if (rc == 0) {
+    memcpy(&h, map, sizeof h);
+    rc = check_header(&h, (size_t)st.st_size, s);
+  }
+  if (rc) {
+    if (map != MAP_FAILED) munmap(map, (size_t)st.st_size);
+    return ng_fail_prefix(path);
+  }
+  uint64_t P = h.windows * h.seq;
+  *c = (ng_topk_cache){ng_xstrdup(path), map, (size_t)st.st_size, h.k, h.vocab_size, h.seq,
+                       h.temperature, h.windows, h.shard_tokens, h.shard_checksum,
+                       (const uint32_t *)((uint8_t *)map + NG_TOPK_HEADER),
+                       (const float *)((uint8_t *)map + NG_TOPK_HEADER + P * h.k * 4),
+                       (const float *)((uint8_t *)map + NG_TOPK_HEADER + 2 * P * h.k * 4)};
+  return 0;
+}
+
+void ng_topk_close(ng_topk_cache *c) {
+  if (c->map) munmap(c->map, c->map_size);
+  free(c->path);
+  memset(c, 0, sizeof *c);
+}
+
+int ng_topk_batch(const ng_topk_cache *c, const ng_shard *s, const int64_t *windows, int64_t B,
+                  int32_t *tokens, int32_t *targets, int32_t *ids, float *vals, float *lse) {
+  uint64_t T = c->seq, k = c->k;
+  for (int64_t b = 0; b < B; b++) {
+    NG_ASSERT(windows[b] >= 0 && (uint64_t)windows[b] < c->windows);
+    uint64_t p0 = (uint64_t)windows[b] * T;
+    for (uint64_t t = 0; t < T; t++) {
+      tokens[(uint64_t)b * T + t] = (int32_t)s->tokens[p0 + t];
+      targets[(uint64_t)b * T + t] = (int32_t)s->tokens[p0 + t + 1];
+    }
+    for (uint64_t i = 0; i < T * k; i++) {
+      uint32_t id = c->ids[p0 * k + i];
+      if (id >= c->vocab_size)
+        return ng_fail("%s: id %u at position %llu is >= vocab_size %u", c->path, id,
+                       (unsigned long long)(p0 + i / k), c->vocab_size);
+      ids[(uint64_t)b * T * k + i] = (int32_t)id;
+    }
+    memcpy(vals + (uint64_t)b * T * k, c->vals + p0 * k, T * k * sizeof(float));
+    memcpy(lse + (uint64_t)b * T, c->lse + p0, T * sizeof(float));
+  }
+  return 0;
+}

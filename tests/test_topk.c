@@ -1,0 +1,130 @@
+// The teacher top-k cache: its entries against the teacher's own logits, the
+// file's validation, and a distillation run that reads it.
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "normgrow/checkpoint.h"
+#include "normgrow/common.h"
+#include "normgrow/topk.h"
+
+static char dir[64];
+static ng_backend *be;
+
+static ng_model *teacher(void) {
+  ng_model_config c = {.vocab_size = 40, .hidden_size = 16, .intermediate_size = 24, .num_hidden_layers = 2,
+                       .num_attention_heads = 4, .num_key_value_heads = 2, .head_dim = 4, .rope_theta = 1e4,
+                       .rms_norm_eps = 1e-6, .tie_word_embeddings = true, .final_norm = true};
+  ng_model *m = ng_model_create(be, &c, false);
+  ng_rng r;
+  ng_rng_seed(&r, 3);
+  ng_model_init_random(m, &r, 0.5);
+  return m;
+}
+
+static void path_of(char *out, size_t n, const char *file) { snprintf(out, n, "%s/%s", dir, file); }
+
+// Window w of the shard through the teacher: its logits [seq, V] (caller frees).
+static float *window_logits(ng_model *t, const ng_shard *s, int64_t w, int64_t seq) {
+  int32_t tok[16];
+  for (int64_t i = 0; i < seq; i++) tok[i] = (int32_t)s->tokens[w * seq + i];
+  ng_acts *a = ng_acts_create(t, 1, seq, false);
+  ng_model_forward(t, a, tok, NULL);
+  size_t n = (size_t)seq * (size_t)t->cfg.vocab_size;
+  float *out = ng_xmalloc(n * sizeof(float));
+  memcpy(out, a->logits, n * sizeof(float));
+  ng_acts_free(t, a);
+  return out;
+}
+
+static void test_entries(ng_model *t, const ng_shard *s, const ng_topk_cache *c) {
+  int64_t V = 40, k = c->k, seq = c->seq, w = (int64_t)c->windows - 1;
+  float *logits = window_logits(t, s, w, seq);
+  bool ok = true;
+  double worst_lse = 0.0;
+  for (int64_t p = 0; p < seq; p++) {
+    const float *row = logits + p * V;
+    const uint32_t *ids = c->ids + ((uint64_t)w * seq + p) * k;
+    const float *vals = c->vals + ((uint64_t)w * seq + p) * k;
+    float kth = INFINITY;
+    for (int64_t j = 0; j < k; j++) {
+      ok &= vals[j] == row[ids[j]];
+      kth = fminf(kth, vals[j]);
+    }
+    int64_t above = 0;  // no logit outside the cache may exceed the smallest cached one
+    for (int64_t j = 0; j < V; j++) above += row[j] > kth;
+    ok &= above <= k - 1;
+    double mx = row[0], z = 0.0;
+    for (int64_t j = 1; j < V; j++) mx = fmax(mx, row[j]);
+    for (int64_t j = 0; j < V; j++) z += exp((row[j] - mx) / c->temperature);
+    worst_lse = fmax(worst_lse, fabs(c->lse[(uint64_t)w * seq + p] - (mx / c->temperature + log(z))));
+  }
+  CHECK(ok && worst_lse < 1e-5, "cache holds the teacher's k largest logits and the log-sum-exp",
+        "entries %s, lse error %.2e", ok ? "ok" : "wrong", worst_lse);
+  free(logits);
+}
+
+static void write_bytes(const char *path, const uint8_t *p, size_t n) {
+  FILE *f = fopen(path, "wb");
+  fwrite(p, 1, n, f);
+  fclose(f);
+}
+
+static void expect_open_error(const char *name, const char *path, const ng_shard *s, const char *want) {
+  ng_topk_cache c;
+  int rc = ng_topk_open(&c, path, s);
+  CHECK(rc != 0 && strstr(ng_error(), want) && strstr(ng_error(), path), name, "rc %d: %s", rc, ng_error());
+  if (rc == 0) ng_topk_close(&c);
+}
+
+static void test_validation(const ng_topk_cache *c, const ng_shard *s, const ng_shard *other) {
+  char path[128];
+  path_of(path, sizeof path, "bad.topk");
+  write_bytes(path, c->map, c->map_size - 4);
+  expect_open_error("truncated cache", path, s, "bytes");
+  uint8_t *copy = ng_xmalloc(c->map_size);
+  memcpy(copy, c->map, c->map_size);
+  copy[0] = 'X';
+  write_bytes(path, copy, c->map_size);
+  expect_open_error("bad magic", path, s, "magic");
+  memcpy(copy, c->map, c->map_size);
+  copy[12] = 0;  // k = 0
+  write_bytes(path, copy, c->map_size);
+  expect_open_error("k of 0", path, s, "not valid");
+  free(copy);
+  expect_open_error("cache of another shard", c->path, other, "another shard");
+}
+
+int main(void) {
+  be = ng_backend_cpu();
+  snprintf(dir, sizeof dir, "/tmp/ng_topk_XXXXXX");
+  NG_ASSERT(mkdtemp(dir));
+  uint32_t tokens[200], other_tokens[200];
+  ng_rng r;
+  ng_rng_seed(&r, 9);
+  for (int i = 0; i < 200; i++) tokens[i] = (uint32_t)ng_rng_below(&r, 40), other_tokens[i] = tokens[i] ^ 1;
+  char shard_path[128], other_path[128], cache_path[128];
+  path_of(shard_path, sizeof shard_path, "s.bin");
+  path_of(other_path, sizeof other_path, "o.bin");
+  path_of(cache_path, sizeof cache_path, "s.topk");
+  NG_ASSERT(ng_shard_write(shard_path, 40, 39, tokens, 200) == 0);
+  NG_ASSERT(ng_shard_write(other_path, 40, 39, other_tokens, 200) == 0);
+  ng_shard s, other;
+  NG_ASSERT(ng_shard_open(&s, shard_path) == 0 && ng_shard_open(&other, other_path) == 0);
+  ng_model *t = teacher();
+  CHECK(ng_topk_build(t, &s, 5, 16, 2.0, 3, cache_path) == 0, "build a top-5 cache (batches of 3 windows)", "%s", ng_error());
+  ng_topk_cache c;
+  CHECK(ng_topk_open(&c, cache_path, &s) == 0 && c.windows == 199 / 16 && c.k == 5,
+        "open and validate the cache", "%s", ng_error());
+  test_entries(t, &s, &c);
+  test_validation(&c, &s, &other);
+  ng_topk_close(&c);
+  ng_model_free(t);
+  ng_shard_close(&s);
+  ng_shard_close(&other);
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  NG_ASSERT(system(cmd) == 0);
+  return TEST_RESULT();
+}
