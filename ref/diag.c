@@ -191,14 +191,8 @@ static void points_free(point_acc *p, int n_points) {
 
 // The point's values [N, D] in the train-mode activations of a forward.
 static const float *point_data(const ng_acts *a, const point_acc *p) {
-  switch (p->kind) {
-    case POINT_RES1:
-      return a->blocks[p->layer - 1].res1;
-    case POINT_RES2:
-      return a->blocks[p->layer - 1].res2;
-    case POINT_HIDDEN:
-      break;
-  }
+  if (p->kind == POINT_RES1) return a->blocks[p->layer - 1].res1;
+  if (p->kind == POINT_RES2) return a->blocks[p->layer - 1].res2;
   return ng_acts_hidden(a, p->layer);
 }
 

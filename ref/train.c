@@ -12,6 +12,7 @@
 #include "normgrow/checkpoint.h"
 #include "normgrow/common.h"
 #include "normgrow/data.h"
+#include "normgrow/diag.h"
 #include "normgrow/grow.h"
 #include "normgrow/run.h"
 #include "normgrow/topk.h"
@@ -33,7 +34,7 @@ typedef struct {
   int32_t *h_ids, *ids;                               // [B*T, k] host, backend
   float *h_vals, *vals, *h_lse, *lse;                 // [B*T, k], [B*T]
   int64_t *windows;                                   // [B]
-  FILE *metrics;
+  FILE *metrics, *diag;  // metrics.jsonl, diag.jsonl
   double t_start, last_report, last_loss;
   int64_t steps_total, steps_at_start;
   int64_t stop_after;  // stop (as if killed) after the checkpoint of this step; 0 = never
@@ -183,10 +184,10 @@ static void loss_of(trainer *t, const float *logits, const float *teacher_logits
 
 // ---------------------------------------------------------------- logging
 
-static void log_line(trainer *t, cJSON *j) {
+static void log_line(FILE *log, cJSON *j) {
   char *s = cJSON_PrintUnformatted(j);
-  fprintf(t->metrics, "%s\n", s);
-  fflush(t->metrics);
+  fprintf(log, "%s\n", s);
+  fflush(log);
   free(s);
   cJSON_Delete(j);
 }
@@ -264,6 +265,16 @@ static int evaluate(trainer *t, eval_result *r) {
   return 0;
 }
 
+// Residual-stream diagnostics (and with `ablation` the block removals) over
+// the validation batches.
+static cJSON *diagnose(trainer *t, bool ablation) {
+  const ng_run_config *rc = &t->rc;
+  ng_diag_input in = {&t->val, rc->eval_batches, rc->batch, rc->seq, t->tacts ? t->teacher : NULL,
+                      {rc->loss.kd_weight, rc->loss.temperature}};
+  ng_diag_options o = {(int32_t)t->val.separator, rc->n_structural, rc->structural_tokens, 5};
+  return ng_diag_json(t->student, &in, &o, ablation, t->st.step, t->st.tokens);
+}
+
 static int log_eval(trainer *t) {
   eval_result r;
   if (evaluate(t, &r)) return -1;
@@ -271,7 +282,27 @@ static int log_eval(trainer *t) {
   cJSON_AddNumberToObject(j, "val_ce", r.ce);
   if (t->rc.distill) cJSON_AddNumberToObject(j, "val_kd", r.kd);
   if (t->tacts) cJSON_AddNumberToObject(j, "teacher_ce", r.teacher_ce);
-  log_line(t, j);
+  log_line(t->metrics, j);
+  log_line(t->diag, diagnose(t, false));
+  return 0;
+}
+
+// <run_dir>/diag_final.json: the diagnostics with the ablation, at the end.
+static int write_final_diag(trainer *t) {
+  char path[600], tmp[640];
+  path_in(t, "diag_final.json", path, sizeof path);
+  snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+  cJSON *j = diagnose(t, true);
+  char *text = cJSON_Print(j);
+  cJSON_Delete(j);
+  FILE *f = fopen(tmp, "w");
+  bool ok = f && fprintf(f, "%s\n", text) > 0;
+  ok = f && fclose(f) == 0 && ok;
+  free(text);
+  if (!ok || rename(tmp, path) != 0) {
+    remove(tmp);
+    return ng_fail("%s: cannot write", path);
+  }
   return 0;
 }
 
@@ -318,7 +349,7 @@ static int grow(trainer *t, int stage) {
     cJSON_AddNumberToObject(j, "val_kd_before", before.kd);
     cJSON_AddNumberToObject(j, "val_kd_after", after.kd);
   }
-  log_line(t, j);
+  log_line(t->metrics, j);
   fprintf(stderr, "%s%s: grew %lld -> %lld blocks at step %lld: val CE %.4f -> %.4f\n",
           isatty(STDERR_FILENO) ? "\n" : "", rc->name, (long long)d, (long long)nd,
           (long long)t->st.step, before.ce, after.ce);
@@ -385,7 +416,7 @@ static int train_step(trainer *t) {
   if (rc->distill) cJSON_AddNumberToObject(j, "kd", kd);
   cJSON_AddNumberToObject(j, "grad_norm", gnorm);
   cJSON_AddNumberToObject(j, "tokens_per_s", (double)N / (now() - t0));
-  log_line(t, j);
+  log_line(t->metrics, j);
   t->last_loss = loss;
   progress(t, loss, false);
   return 0;
@@ -418,7 +449,8 @@ static int run_stages(trainer *t) {
   t->st.stage = rc->n_stages - 1;
   t->st.step_in_stage = ng_stage_steps(rc, rc->n_stages - 1);
   if (t->st.step % rc->eval_every != 0 && log_eval(t)) return -1;
-  return save_checkpoint(t, "checkpoint.safetensors", true) || save_checkpoint(t, "final.safetensors", false);
+  return save_checkpoint(t, "checkpoint.safetensors", true) || write_final_diag(t) ||
+         save_checkpoint(t, "final.safetensors", false);
 }
 
 static int make_run_dir(const trainer *t) {
@@ -438,39 +470,44 @@ static int make_run_dir(const trainer *t) {
   return 0;
 }
 
-// Keep only metrics records of steps up to the checkpoint's (a resumed run
-// writes the rest again), then append.
-static int reopen_metrics(trainer *t, bool resume) {
-  char path[600];
-  path_in(t, "metrics.jsonl", path, sizeof path);
+// A record a resumed run keeps: one of a step up to the checkpoint's, except a
+// growth at the checkpoint's step (a growth follows the step it is logged with,
+// so the resumed run grows, and logs it, again).
+static bool keep_record(const char *line, int64_t ckpt_step) {
+  cJSON *j = cJSON_Parse(line);
+  const cJSON *step = cJSON_GetObjectItemCaseSensitive(j, "step");
+  const cJSON *ev = cJSON_GetObjectItemCaseSensitive(j, "event");
+  bool growth = cJSON_IsString(ev) && strcmp(ev->valuestring, "growth") == 0;
+  bool keep = cJSON_IsNumber(step) && (step->valuedouble < (double)ckpt_step ||
+                                       (step->valuedouble == (double)ckpt_step && !growth));
+  cJSON_Delete(j);
+  return keep;
+}
+
+// Open a JSON-lines log of the run directory: anew, or on resume rewritten to
+// the records before the checkpoint (the resumed run writes the rest again).
+static int reopen_log(trainer *t, const char *file, bool resume, FILE **log) {
+  char path[600], tmp[640];
+  path_in(t, file, path, sizeof path);
   if (!resume) {
-    t->metrics = fopen(path, "w");
-    return t->metrics ? 0 : ng_fail("%s: %s", path, strerror(errno));
+    *log = fopen(path, "w");
+    return *log ? 0 : ng_fail("%s: %s", path, strerror(errno));
   }
-  FILE *in = fopen(path, "r");
-  char tmp[640], line[65536];
   snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
-  FILE *out = fopen(tmp, "w");
+  FILE *in = fopen(path, "r"), *out = fopen(tmp, "w");
   if (!out) {
     if (in) fclose(in);
     return ng_fail("%s: %s", tmp, strerror(errno));
   }
-  while (in && fgets(line, sizeof line, in)) {
-    cJSON *j = cJSON_Parse(line);
-    const cJSON *step = cJSON_GetObjectItemCaseSensitive(j, "step");
-    const cJSON *ev = cJSON_GetObjectItemCaseSensitive(j, "event");
-    bool keep = cJSON_IsNumber(step) && step->valuedouble <= (double)t->st.step;
-    // a growth logged at the checkpoint's step happens again after the resume
-    if (keep && cJSON_IsString(ev) && strcmp(ev->valuestring, "growth") == 0 &&
-        step->valuedouble == (double)t->st.step && t->st.step_in_stage == 0)
-      keep = false;
-    if (keep) fputs(line, out);
-    cJSON_Delete(j);
-  }
+  char *line = NULL;
+  size_t cap = 0;
+  while (in && getline(&line, &cap, in) > 0)
+    if (keep_record(line, t->st.step)) fputs(line, out);
+  free(line);
   if (in) fclose(in);
   if (fclose(out) != 0 || rename(tmp, path) != 0) return ng_fail("%s: cannot rewrite", path);
-  t->metrics = fopen(path, "a");
-  return t->metrics ? 0 : ng_fail("%s: %s", path, strerror(errno));
+  *log = fopen(path, "a");
+  return *log ? 0 : ng_fail("%s: %s", path, strerror(errno));
 }
 
 static int resume_from(trainer *t, const char *dir) {
@@ -514,6 +551,7 @@ static void trainer_free(trainer *t) {
   ng_shard_close(&t->train);
   ng_shard_close(&t->val);
   if (t->metrics) fclose(t->metrics);
+  if (t->diag) fclose(t->diag);
   ng_run_config_free(&t->rc);
 }
 
@@ -532,7 +570,11 @@ int ng_train(const ng_train_args *args) {
     for (int s = 0; s < t.rc.n_stages; s++) t.steps_total += ng_stage_steps(&t.rc, s);
     t.steps_at_start = t.st.step;
     t.t_start = now();
-    rc = reopen_metrics(&t, resume_dir != NULL) || run_stages(&t) ? -1 : 0;
+    bool resume = resume_dir != NULL;
+    rc = reopen_log(&t, "metrics.jsonl", resume, &t.metrics) ||
+                 reopen_log(&t, "diag.jsonl", resume, &t.diag) || run_stages(&t)
+             ? -1
+             : 0;
     if (rc == 0) progress(&t, t.last_loss, true);
     if (rc == 0 && isatty(STDERR_FILENO)) fputc('\n', stderr);
   }

@@ -52,10 +52,14 @@ if [ -f "$tmp/whole/final.safetensors" ] && cmp -s "$tmp/whole/final.safetensors
 else
   echo "FAIL SIGKILL after $killed_at of 360 steps, resumed: final weights differ"
 fi
-steps_whole=$(grep -c '"event":"step"' "$tmp/whole/metrics.jsonl")
-steps_killed=$(grep -c '"event":"step"' "$tmp/killed/metrics.jsonl")
-[ "$steps_whole" = "$steps_killed" ] && echo "ok resumed metrics log has each step once ($steps_killed)" ||
-  echo "FAIL resumed metrics log: $steps_killed step records, uninterrupted $steps_whole"
+# The logs hold each record once, in order: the same events and steps as the uninterrupted run.
+events() { grep -o '"event":"[a-z]*","step":[0-9]*' "$1"; }
+if [ "$(events "$tmp/whole/metrics.jsonl")" = "$(events "$tmp/killed/metrics.jsonl")" ] &&
+   [ "$(grep -o '"step":[0-9]*' "$tmp/whole/diag.jsonl")" = "$(grep -o '"step":[0-9]*' "$tmp/killed/diag.jsonl")" ]; then
+  echo "ok resumed metrics and diagnostics logs hold each record once ($(wc -l <"$tmp/killed/metrics.jsonl") records)"
+else
+  echo "FAIL resumed logs differ from the uninterrupted run's"
+fi
 
 # A bad config: one line on stderr naming the field, non-zero exit.
 sed 's/"init": "copy_below"/"init": "clone"/' "$tmp/whole.json" >"$tmp/bad.json"

@@ -24,8 +24,11 @@ int cmd_golden_check(const ng_cli *c);
 int cmd_golden_make(const ng_cli *c);
 int cmd_golden_update(const ng_cli *c);
 int cmd_bench(const ng_cli *c);
+int cmd_plan(const ng_cli *c);
+int cmd_report(const ng_cli *c);
 int cmd_data(const ng_cli *c);
 int cmd_train(const ng_cli *c);
+int cmd_teacher_cache(const ng_cli *c);
 int cmd_diag(const ng_cli *c);
 
 #endif

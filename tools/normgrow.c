@@ -30,11 +30,21 @@ static const command commands[] = {
     {"train", cmd_train, 0, 1,
      "train RUN.json [--seed S] [--run-dir DIR] | train --resume RUN_DIR\n"
      "                                          run one arm, or continue it from its last checkpoint"},
+    {"teacher-cache", cmd_teacher_cache, 3, 3,
+     "teacher-cache TEACHER SHARD OUT [--k K] [--temperature TAU] [--seq T] [--batch B]\n"
+     "                                          the teacher's top-k logits over a shard, for every arm"},
     {"bench", cmd_bench, 0, 0,
      "bench [--steps N]                       one training step at a toy-medium shape vs the sgemm ceiling"},
+    {"plan", cmd_plan, 1, 1,
+     "plan RUN.json [--teacher-config FILE.json] [--device-tflops X] [--device-memory-gib M]\n"
+     "                [--devices N] [--bytes-per-param B] [--recompute on|off]\n"
+     "                                          parameters, memory per device and FLOPs of each stage"},
+    {"report", cmd_report, 1, 1 << 20,
+     "report RUN_DIR... [--out DIR]           tables and plots comparing finished runs -> DIR/report.md"},
     {"diag", cmd_diag, 1, 1,
-     "diag CKPT --data SHARD [--teacher CKPT] [--batches N] [--batch B] [--seq T] [--structural ID,..]\n"
-     "          [--top K] [--kd-weight A] [--temperature TAU] [--out FILE]   residual RMS and block ablation (JSON)"},
+     "diag CKPT --data SHARD [--teacher CKPT] [--batches N] [--batch B] [--seq T] [--structural ID,...]\n"
+     "                [--top K] [--kd-weight A] [--temperature TAU] [--out FILE]\n"
+     "                                          residual RMS statistics and block-removal ablation (JSON)"},
 };
 #define N_COMMANDS (int)(sizeof commands / sizeof commands[0])
 

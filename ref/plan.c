@@ -1,0 +1,148 @@
+// normgrow: parameters, memory and FLOPs of a run's stages (see plan.h).
+#include "normgrow/plan.h"
+
+#include <cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "normgrow/common.h"
+#include "normgrow/model.h"
+
+#define GIB 1073741824.0
+#define MAX_CONFIG_BYTES (1 << 20)
+
+// ---------------------------------------------------------------- parameters
+
+ng_plan_params ng_plan_count_params(const ng_model_config *c, int64_t frozen_blocks, bool freeze_io) {
+  ng_model *m = ng_model_create(NULL, c, false);
+  ng_plan_params p = {0};
+  for (int i = 0; i < m->n_params; i++) {
+    ng_param *q = &m->params[i];
+    // A skeleton has no gradients, so ng_model_freeze would leave it alone: mark
+    // the flags as the trainer's freezes set them. Blocks all have the same size,
+    // so which blocks are the frozen ones changes no count.
+    q->frozen = q->layer < 0 ? freeze_io : q->layer < frozen_blocks;
+    p.total += (int64_t)q->numel;
+    if (!q->frozen) p.trainable += (int64_t)q->numel;
+  }
+  p.matmul = ng_model_matmul_params(m, false);
+  p.matmul_trainable = ng_model_matmul_params(m, true);
+  ng_model_free(m);
+  return p;
+}
+
+// ---------------------------------------------------------------- activations
+
+// Per token, the fields of ng_block_acts:
+//   (D + 1)          att_in, rstd_in (pre) or res2, rstd_pf (post)
+//   3 H hd + 3 KV hd q, qr, att; k, kr, v
+//   2 H + KV         rstd_q, lse; rstd_k
+//   2 D + 1          res1, mlp_in, rstd_pa
+//   3 F              gate, up, act
+int64_t ng_plan_block_floats(const ng_model_config *c, int64_t N) {
+  int64_t D = c->hidden_size, F = c->intermediate_size, hd = c->head_dim;
+  int64_t H = c->num_attention_heads, KV = c->num_key_value_heads;
+  int64_t per_token = (D + 1) + 3 * H * hd + 3 * KV * hd + 2 * H + KV + (2 * D + 1) + 3 * F;
+  return N * per_token;
+}
+
+// Per token, the fields of ng_grad_ws:
+//   8 D    dh[0], dh[1], dres2, dres1, dmlp_in, datt_in, dfinal, dgated
+//   3 F    dgate, dup, dact
+//   3 H hd datt, dq, dq_raw;   3 KV hd  dk, dv, dk_raw
+//   V      dlogits
+int64_t ng_plan_grad_ws_floats(const ng_model_config *c, int64_t N) {
+  int64_t D = c->hidden_size, F = c->intermediate_size, hd = c->head_dim;
+  int64_t H = c->num_attention_heads, KV = c->num_key_value_heads, V = c->vocab_size;
+  return N * (8 * D + 3 * F + 3 * H * hd + 3 * KV * hd + V);
+}
+
+// hidden x N D + blocks x block(N) + N (D + 1) [final_norm] + N V [+ grad_ws(N)]
+//   FORWARD:            hidden 2,     blocks 1, no workspace
+//   TRAIN:              hidden L + 1, blocks L, workspace
+//   TRAIN_RECOMPUTE:    hidden L + 1 (the block inputs and the output), blocks 1
+//                       (each block's values recomputed from its input in the backward)
+int64_t ng_plan_acts_floats(const ng_model_config *c, int64_t B, int64_t T, ng_acts_kind kind) {
+  int64_t N = B * T, L = c->num_hidden_layers, D = c->hidden_size, V = c->vocab_size;
+  bool train = kind != NG_ACTS_FORWARD;
+  int64_t hidden = train ? L + 1 : 2;
+  int64_t blocks = kind == NG_ACTS_TRAIN ? L : 1;
+  int64_t n = hidden * N * D + blocks * ng_plan_block_floats(c, N) + N * V;  // N V: logits
+  if (c->final_norm) n += N * (D + 1);  // final_in, rstd_final
+  if (train) n += ng_plan_grad_ws_floats(c, N);
+  return n;
+}
+
+// ---------------------------------------------------------------- FLOPs
+
+double ng_plan_step_flops(const ng_model_config *student, const ng_plan_params *sp,
+                          const ng_model_config *teacher, const ng_plan_params *tp, int64_t B,
+                          int64_t T) {
+  double N = (double)B * (double)T;
+  double f = (4.0 * sp->matmul + 2.0 * sp->matmul_trainable) * N + 3.0 * ng_attention_flops(student, B, T);
+  if (teacher) f += 2.0 * tp->matmul * N + ng_attention_flops(teacher, B, T);
+  return f;
+}
+
+// ---------------------------------------------------------------- stages
+
+// Each device's share with everything sharded evenly, and the devices the total takes.
+static void fit(const ng_plan_device *dev, ng_plan_stage *s) {
+  s->per_device_gib = (double)s->total / (double)dev->devices / GIB;
+  s->fits = s->per_device_gib <= dev->memory_gib;
+  s->devices_needed = (int64_t)ceil((double)s->total / (dev->memory_gib * GIB));
+}
+
+void ng_plan_stage_of(const ng_run_config *rc, int stage, const ng_model_config *teacher,
+                      const ng_plan_device *dev, ng_plan_stage *out) {
+  const ng_stage *st = &rc->stages[stage];
+  ng_model_config sc = rc->model;
+  sc.num_hidden_layers = st->depth;
+  // The parser allows freeze_existing only on a stage that grows: the blocks
+  // of the stage before are the frozen ones.
+  int64_t frozen = st->freeze_existing ? rc->stages[stage - 1].depth : 0;
+  int64_t B = rc->batch, T = rc->seq, bpp = dev->bytes_per_param, f32 = (int64_t)sizeof(float);
+  *out = (ng_plan_stage){.depth = st->depth, .tokens = st->tokens, .steps = ng_stage_steps(rc, stage)};
+  out->student = ng_plan_count_params(&sc, frozen, rc->freeze_embeddings);
+  out->weights = out->grads = out->student.total * bpp;
+  out->adamw = 2 * out->student.total * bpp;
+  out->acts = f32 * ng_plan_acts_floats(&sc, B, T, dev->recompute ? NG_ACTS_TRAIN_RECOMPUTE : NG_ACTS_TRAIN);
+  out->eval_acts = f32 * ng_plan_acts_floats(&sc, B, T, NG_ACTS_FORWARD);
+  if (teacher) {
+    out->teacher = ng_plan_count_params(teacher, 0, false);
+    out->teacher_weights = out->teacher.total * bpp;
+    out->teacher_acts = f32 * ng_plan_acts_floats(teacher, B, T, NG_ACTS_FORWARD);
+  }
+  out->total = out->weights + out->grads + out->adamw + out->acts + out->eval_acts +
+               out->teacher_weights + out->teacher_acts;
+  fit(dev, out);
+  out->flops = ng_plan_step_flops(&sc, &out->student, teacher, &out->teacher, B, T) * (double)out->steps;
+  out->seconds = out->flops / ((double)dev->devices * dev->tflops * 1e12);
+}
+
+// ---------------------------------------------------------------- teacher config file
+
+int ng_plan_read_model_config(const char *path, ng_model_config *out) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return ng_fail("%s: cannot open: %s", path, strerror(errno));
+  char *text = ng_xmalloc(MAX_CONFIG_BYTES + 1);
+  size_t n = fread(text, 1, MAX_CONFIG_BYTES + 1, f);
+  bool failed = ferror(f) != 0;
+  fclose(f);
+  int rc;
+  if (failed) {
+    rc = ng_fail("%s: cannot read", path);
+  } else if (n > MAX_CONFIG_BYTES) {
+    rc = ng_fail("%s: larger than 1 MiB", path);
+  } else {
+    text[n] = 0;
+    cJSON *j = cJSON_Parse(text);
+    rc = j ? ng_model_config_parse(j, path, out) : ng_fail("%s: not valid JSON", path);
+    cJSON_Delete(j);
+  }
+  free(text);
+  return rc;
+}

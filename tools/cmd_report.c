@@ -1,0 +1,1090 @@
+// normgrow report RUN_DIR... [--out DIR]: tables and plots that compare
+// finished runs of `normgrow train`. Runs whose config.json has the same
+// "name" are one arm (its seeds). Writes DIR/report.md, DIR/report-data.json
+// (the series the plots need) and, by running tools/plot_report.py (found in
+// $NG_TOOLS, else in the first directory above the executable that holds
+// tools/plot_report.py), DIR/{val_ce,rms_std,rms_by_class,ablation}.png.
+// DIR defaults to dirname(RUN_DIR[0])/report.
+//
+// Final values come from the last "eval" record of metrics.jsonl; residual
+// statistics from diag.jsonl (one record per evaluation) and diag_final.json
+// (with the ablation), either of which may be missing. Over the seeds of an
+// arm: the mean, and the sample standard deviation (n - 1). A value that is
+// null in a file (not finite when it was written) is NaN here and prints as
+// "nan"; "n/a" means no run of the arm has the value.
+#include <errno.h>
+#include <libgen.h>
+#include <limits.h>
+#include <math.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cJSON.h>
+
+#include "cli.h"
+#include "normgrow/common.h"
+
+extern char **environ;
+
+#define N_CLASSES 4
+static const char *const class_names[N_CLASSES] = {"separator", "after_separator", "structural",
+                                                   "ordinary"};
+#define PLOT_SKIPPED 3  // plot_report.py's status when matplotlib is missing
+
+// ---------------------------------------------------------------- data
+
+typedef struct {
+  double *x, *y;
+  size_t n, cap;
+} series;
+
+typedef struct {
+  double ce, kd, teacher_ce, tokens, layer_tokens, flops;
+  bool has_kd;  // val_kd and teacher_ce (distill)
+} final_eval;
+
+typedef struct {
+  char *dir, *name, *mode, *schedule;
+  bool post;  // Post-Norm, else Pre-Norm
+  long long seed;
+  final_eval final;  // the last eval record of metrics.jsonl
+  series val_ce;     // over tokens
+  series growth;     // tokens of each growth record -> depth after it
+  // diag.jsonl: std over tokens of the per-token RMS at hidden.L and (Post-Norm)
+  // res2.L, L the depth at that evaluation, over tokens.
+  bool has_diag;
+  series rms_hidden, rms_res2;
+  long long depth_first, depth_last;
+  // diag_final.json: mean RMS per layer and token class at hidden.<l> and
+  // res2.<l>, [n_layers * N_CLASSES] layer-major, NaN where absent.
+  bool has_final;
+  size_t n_layers;
+  double *class_hidden, *class_res2;
+  bool has_ablation;
+  double intact_ce;
+  size_t n_blocks;
+  long long *block;
+  double *skip_dce, *norms_dce;  // norms_dce: Post-Norm only
+} run;
+
+typedef struct {
+  const run **runs;  // its seeds, in the order given
+  size_t n;
+} arm;
+
+typedef struct {
+  run *runs;
+  size_t n_runs;
+  arm *arms;
+  size_t n_arms;
+  char *out_dir;
+  char *plots_skipped;  // why the plots were not drawn; NULL when they were
+} report;
+
+static void series_push(series *s, double x, double y) {
+  if (s->n == s->cap) {
+    s->cap = s->cap ? 2 * s->cap : 64;
+    s->x = realloc(s->x, s->cap * sizeof(double));
+    s->y = realloc(s->y, s->cap * sizeof(double));
+    NG_ASSERT(s->x && s->y);
+  }
+  s->x[s->n] = x;
+  s->y[s->n++] = y;
+}
+
+static void series_free(series *s) {
+  free(s->x);
+  free(s->y);
+}
+
+static char *join(const char *dir, const char *file) {
+  size_t n = strlen(dir) + strlen(file) + 2;
+  char *p = ng_xmalloc(n);
+  snprintf(p, n, "%s/%s", dir, file);
+  return p;
+}
+
+// ---------------------------------------------------------------- files
+
+// Everything left in f as a string; false on a read error (*out is set either way).
+static bool slurp(FILE *f, char **out) {
+  size_t len = 0;
+  FILE *mem = open_memstream(out, &len);
+  NG_ASSERT(mem);
+  char chunk[16384];
+  size_t n;
+  while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) fwrite(chunk, 1, n, mem);
+  fclose(mem);
+  return !ferror(f);
+}
+
+static int parse_json_file(const char *path, cJSON **out) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return ng_fail("%s: %s", path, strerror(errno));
+  char *text;
+  bool ok = slurp(f, &text);
+  fclose(f);
+  *out = ok ? cJSON_ParseWithOpts(text, NULL, true) : NULL;
+  free(text);
+  if (!ok) return ng_fail("%s: read error", path);
+  if (cJSON_IsObject(*out)) return 0;
+  cJSON_Delete(*out);
+  return ng_fail("%s: not a valid JSON object", path);
+}
+
+typedef int (*record_fn)(const cJSON *rec, const char *where, run *r);
+
+// Calls fn with each line of a JSON-lines file (blank lines skipped) and
+// "path:LINE" for its messages.
+static int parse_jsonl_file(const char *path, record_fn fn, run *r) {
+  FILE *f = fopen(path, "r");
+  if (!f) return ng_fail("%s: %s", path, strerror(errno));
+  char *line = NULL, where[PATH_MAX + 32];
+  size_t cap = 0;
+  int rc = 0;
+  for (long no = 1; rc == 0 && getline(&line, &cap, f) >= 0; no++) {
+    if (line[strspn(line, " \t\r\n")] == 0) continue;
+    snprintf(where, sizeof where, "%s:%ld", path, no);
+    cJSON *rec = cJSON_ParseWithOpts(line, NULL, false);
+    rc = cJSON_IsObject(rec) ? fn(rec, where, r) : ng_fail("%s: not a valid JSON object", where);
+    cJSON_Delete(rec);
+  }
+  if (rc == 0 && ferror(f)) rc = ng_fail("%s: read error", path);
+  free(line);
+  fclose(f);
+  return rc;
+}
+
+static int write_atomic(const char *path, const char *text, size_t len) {
+  char tmp[PATH_MAX + 32];
+  snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+  FILE *f = fopen(tmp, "wb");
+  if (!f) return ng_fail("%s: %s", tmp, strerror(errno));
+  bool ok = fwrite(text, 1, len, f) == len;
+  ok &= fclose(f) == 0;
+  if (!ok || rename(tmp, path) != 0) {
+    remove(tmp);
+    return ng_fail("%s: cannot write", path);
+  }
+  return 0;
+}
+
+// ---------------------------------------------------------------- JSON fields
+
+// o[k1][k2]...: the keys end with NULL; NULL when a level is missing.
+static const cJSON *dig(const cJSON *o, ...) {
+  va_list ap;
+  va_start(ap, o);
+  for (const char *k; o && (k = va_arg(ap, const char *)) != NULL;)
+    o = cJSON_GetObjectItemCaseSensitive(o, k);
+  va_end(ap);
+  return o;
+}
+
+// "<where>: <problem>", where from a printf format.
+static int fail_at(const char *problem, const char *fmt, va_list ap) {
+  char where[PATH_MAX + 128];
+  vsnprintf(where, sizeof where, fmt, ap);
+  return ng_fail("%s: %s", where, problem);
+}
+
+// A number, or null (a value that was not finite) as NaN.
+static int need_num(const cJSON *v, double *out, const char *fmt, ...) NG_PRINTF(3, 4);
+static int need_num(const cJSON *v, double *out, const char *fmt, ...) {
+  if (cJSON_IsNumber(v) || cJSON_IsNull(v)) {
+    *out = cJSON_IsNumber(v) ? v->valuedouble : NAN;
+    return 0;
+  }
+  va_list ap;
+  va_start(ap, fmt);
+  fail_at("expected a number", fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+// An integer in [0, 2^53] (counts, depths, seeds: exact in a double).
+static int need_int(const cJSON *v, long long *out, const char *fmt, ...) NG_PRINTF(3, 4);
+static int need_int(const cJSON *v, long long *out, const char *fmt, ...) {
+  double d = cJSON_IsNumber(v) ? v->valuedouble : -1.0;
+  if (d >= 0.0 && d <= 9007199254740992.0 && d == floor(d)) {
+    *out = (long long)d;
+    return 0;
+  }
+  va_list ap;
+  va_start(ap, fmt);
+  fail_at("expected a whole number >= 0", fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+static int need_str(const cJSON *v, const char **out, const char *fmt, ...) NG_PRINTF(3, 4);
+static int need_str(const cJSON *v, const char **out, const char *fmt, ...) {
+  if (cJSON_IsString(v)) {
+    *out = v->valuestring;
+    return 0;
+  }
+  va_list ap;
+  va_start(ap, fmt);
+  fail_at("expected a string", fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+// ---------------------------------------------------------------- config.json
+
+// "grow 2→4→6" from the stage depths (repeats folded), or "fixed 6"; the
+// stages after the first that restart the LR schedule are named (from 1).
+static int schedule_of(const cJSON *stages, const char *file, char **out) {
+  int n = cJSON_GetArraySize(stages), restarts = 0, rc = 0;
+  if (!cJSON_IsArray(stages) || n == 0) return ng_fail("%s: stages: expected a non-empty array", file);
+  struct {
+    long long depth;
+    bool restart;
+  } *st = ng_xcalloc((size_t)n, sizeof *st);
+  for (int i = 0; i < n && rc == 0; i++) {
+    const cJSON *s = cJSON_GetArrayItem(stages, i);
+    rc = need_int(dig(s, "depth", NULL), &st[i].depth, "%s: stages[%d].depth", file, i);
+    st[i].restart = i > 0 && cJSON_IsTrue(dig(s, "restart_lr", NULL));
+    restarts += st[i].restart;
+  }
+  if (rc == 0) {
+    size_t len;
+    FILE *m = open_memstream(out, &len);
+    NG_ASSERT(m);
+    fputs(st[0].depth == st[n - 1].depth ? "fixed" : "grow", m);
+    for (int i = 0; i < n; i++)
+      if (i == 0 || st[i].depth != st[i - 1].depth) fprintf(m, "%s%lld", i ? "→" : " ", st[i].depth);
+    for (int i = 1, k = 0; i < n; i++)
+      if (st[i].restart)
+        fprintf(m, "%s%d", k++ ? ", " : restarts > 1 ? " (LR restarts at stages " : " (LR restart at stage ",
+                i + 1);
+    if (restarts) fputc(')', m);
+    fclose(m);
+  }
+  free(st);
+  return rc;
+}
+
+static int load_config(const char *path, run *r) {
+  cJSON *c;
+  if (parse_json_file(path, &c)) return -1;
+  const char *name, *mode, *placement;
+  int rc = need_str(dig(c, "name", NULL), &name, "%s: name", path) ||
+                   need_int(dig(c, "seed", NULL), &r->seed, "%s: seed", path) ||
+                   need_str(dig(c, "mode", NULL), &mode, "%s: mode", path) ||
+                   need_str(dig(c, "model", "norm_placement", NULL), &placement, "%s: model.norm_placement", path) ||
+                   schedule_of(dig(c, "stages", NULL), path, &r->schedule)
+               ? -1
+               : 0;
+  if (rc == 0 && strcmp(placement, "pre") != 0 && strcmp(placement, "post") != 0)
+    rc = ng_fail("%s: model.norm_placement: \"%s\" is neither \"pre\" nor \"post\"", path, placement);
+  if (rc == 0) {
+    r->name = ng_xstrdup(name);
+    r->mode = ng_xstrdup(mode);
+    r->post = strcmp(placement, "post") == 0;
+  }
+  cJSON_Delete(c);
+  return rc;
+}
+
+// ---------------------------------------------------------------- metrics.jsonl
+
+static int eval_record(const cJSON *rec, const char *where, double tokens, run *r) {
+  final_eval *f = &r->final;
+  const cJSON *kd = dig(rec, "val_kd", NULL);
+  f->tokens = tokens;
+  f->has_kd = kd != NULL;
+  if (need_num(dig(rec, "val_ce", NULL), &f->ce, "%s: val_ce", where) ||
+      need_num(dig(rec, "layer_tokens", NULL), &f->layer_tokens, "%s: layer_tokens", where) ||
+      need_num(dig(rec, "flops", NULL), &f->flops, "%s: flops", where) ||
+      (kd && (need_num(kd, &f->kd, "%s: val_kd", where) ||
+              need_num(dig(rec, "teacher_ce", NULL), &f->teacher_ce, "%s: teacher_ce", where))))
+    return -1;
+  series_push(&r->val_ce, tokens, f->ce);
+  return 0;
+}
+
+static int metrics_record(const cJSON *rec, const char *where, run *r) {
+  const char *event;
+  long long tokens, depth;
+  if (need_str(dig(rec, "event", NULL), &event, "%s: event", where) ||
+      need_int(dig(rec, "tokens", NULL), &tokens, "%s: tokens", where))
+    return -1;
+  if (strcmp(event, "eval") == 0) return eval_record(rec, where, (double)tokens, r);
+  if (strcmp(event, "growth") != 0) return 0;
+  if (need_int(dig(rec, "depth", NULL), &depth, "%s: depth", where)) return -1;
+  series_push(&r->growth, (double)tokens, (double)depth);
+  return 0;
+}
+
+// ---------------------------------------------------------------- diag.jsonl
+
+static const cJSON *find_point(const cJSON *diag, const char *kind, long long layer) {
+  char name[64];
+  snprintf(name, sizeof name, "%s.%lld", kind, layer);
+  const cJSON *p;
+  cJSON_ArrayForEach(p, dig(diag, "points", NULL)) {
+    const cJSON *n = dig(p, "name", NULL);
+    if (cJSON_IsString(n) && strcmp(n->valuestring, name) == 0) return p;
+  }
+  return NULL;
+}
+
+// Std over tokens of the per-token RMS of all tokens at point <kind>.<layer>.
+static int point_std(const cJSON *diag, const char *kind, long long layer, const char *where,
+                     double *out) {
+  const cJSON *p = find_point(diag, kind, layer);
+  if (!p) return ng_fail("%s: no point \"%s.%lld\"", where, kind, layer);
+  return need_num(dig(p, "rms", "all", "std", NULL), out, "%s: %s.%lld: rms.all.std", where, kind, layer);
+}
+
+static int diag_record(const cJSON *rec, const char *where, run *r) {
+  long long depth, tokens;
+  double hidden, res2;
+  if (need_int(dig(rec, "depth", NULL), &depth, "%s: depth", where) ||
+      need_int(dig(rec, "tokens", NULL), &tokens, "%s: tokens", where) ||
+      point_std(rec, "hidden", depth, where, &hidden) ||
+      (r->post && point_std(rec, "res2", depth, where, &res2)))
+    return -1;
+  if (r->rms_hidden.n == 0) r->depth_first = depth;
+  r->depth_last = depth;
+  series_push(&r->rms_hidden, (double)tokens, hidden);
+  if (r->post) series_push(&r->rms_res2, (double)tokens, res2);
+  return 0;
+}
+
+// ---------------------------------------------------------------- diag_final.json
+
+// Mean RMS per token class of the hidden and res2 points, by layer.
+static int class_means(const cJSON *d, const char *path, run *r) {
+  long long depth;
+  if (need_int(dig(d, "depth", NULL), &depth, "%s: depth", path)) return -1;
+  if (depth > 1 << 16) return ng_fail("%s: depth %lld is not plausible", path, depth);
+  r->n_layers = (size_t)depth + 1;
+  size_t n = r->n_layers * N_CLASSES;
+  r->class_hidden = ng_xmalloc(n * sizeof(double));
+  r->class_res2 = ng_xmalloc(n * sizeof(double));
+  for (size_t i = 0; i < n; i++) r->class_hidden[i] = r->class_res2[i] = NAN;
+  for (long long l = 0; l <= depth; l++)
+    for (int kind = 0; kind < 2; kind++) {
+      const cJSON *p = find_point(d, kind ? "res2" : "hidden", l);
+      double *to = (kind ? r->class_res2 : r->class_hidden) + (size_t)l * N_CLASSES;
+      for (int k = 0; p && k < N_CLASSES; k++)
+        if (need_num(dig(p, "rms", class_names[k], "mean", NULL), &to[k], "%s: %s.%lld: rms.%s.mean",
+                     path, kind ? "res2" : "hidden", l, class_names[k]))
+          return -1;
+    }
+  return 0;
+}
+
+static int load_ablation(const cJSON *a, const char *path, run *r) {
+  const cJSON *blocks = dig(a, "blocks", NULL), *b;
+  if (need_num(dig(a, "intact", "ce", NULL), &r->intact_ce, "%s: ablation.intact.ce", path)) return -1;
+  if (!cJSON_IsArray(blocks)) return ng_fail("%s: ablation.blocks: expected an array", path);
+  size_t n = (size_t)cJSON_GetArraySize(blocks), i = 0;
+  r->block = ng_xcalloc(n, sizeof *r->block);
+  r->skip_dce = ng_xcalloc(n, sizeof(double));
+  r->norms_dce = ng_xcalloc(n, sizeof(double));
+  r->has_ablation = true;
+  cJSON_ArrayForEach(b, blocks) {
+    const char *at = "%s: ablation.blocks[%zu].%s";
+    if (need_int(dig(b, "block", NULL), &r->block[i], at, path, i, "block") ||
+        need_num(dig(b, "skip", "dce", NULL), &r->skip_dce[i], at, path, i, "skip.dce") ||
+        (r->post && need_num(dig(b, "norms_only", "dce", NULL), &r->norms_dce[i], at, path, i,
+                             "norms_only.dce")))
+      return -1;
+    r->n_blocks = ++i;
+  }
+  return 0;
+}
+
+static int load_diag_final(const char *path, run *r) {
+  cJSON *d;
+  if (parse_json_file(path, &d)) return -1;
+  const cJSON *ablation = dig(d, "ablation", NULL);
+  int rc = class_means(d, path, r) || (ablation && load_ablation(ablation, path, r)) ? -1 : 0;
+  r->has_final = true;
+  cJSON_Delete(d);
+  return rc;
+}
+
+// ---------------------------------------------------------------- runs
+
+static bool exists(const char *path) { return access(path, F_OK) == 0; }
+
+static int load_run(const char *dir, run *r) {
+  r->dir = ng_xstrdup(dir);
+  char *config = join(dir, "config.json"), *metrics = join(dir, "metrics.jsonl");
+  char *diag = join(dir, "diag.jsonl"), *final = join(dir, "diag_final.json");
+  int rc = load_config(config, r) || parse_jsonl_file(metrics, metrics_record, r) ? -1 : 0;
+  if (rc == 0 && r->val_ce.n == 0) rc = ng_fail("%s: no eval record", metrics);
+  r->has_diag = rc == 0 && exists(diag);
+  if (r->has_diag) rc = parse_jsonl_file(diag, diag_record, r);
+  if (rc == 0 && exists(final)) rc = load_diag_final(final, r);
+  free(config);
+  free(metrics);
+  free(diag);
+  free(final);
+  return rc;
+}
+
+static void run_free(run *r) {
+  free(r->dir);
+  free(r->name);
+  free(r->mode);
+  free(r->schedule);
+  series_free(&r->val_ce);
+  series_free(&r->growth);
+  series_free(&r->rms_hidden);
+  series_free(&r->rms_res2);
+  free(r->class_hidden);
+  free(r->class_res2);
+  free(r->block);
+  free(r->skip_dce);
+  free(r->norms_dce);
+}
+
+// Runs grouped by name, in the order their names first appear. The seeds of an
+// arm share its placement and each seed is given once.
+static int group_arms(report *rep) {
+  rep->arms = ng_xcalloc(rep->n_runs, sizeof(arm));
+  for (size_t i = 0; i < rep->n_runs; i++) {
+    const run *r = &rep->runs[i];
+    size_t a = 0;
+    while (a < rep->n_arms && strcmp(rep->arms[a].runs[0]->name, r->name) != 0) a++;
+    arm *g = &rep->arms[a];
+    if (a == rep->n_arms) {
+      g->runs = ng_xcalloc(rep->n_runs, sizeof(run *));
+      rep->n_arms++;
+    }
+    for (size_t k = 0; k < g->n; k++) {
+      if (g->runs[k]->post != r->post)
+        return ng_fail("%s: arm \"%s\" is %s-norm here but %s-norm in %s", r->dir, r->name,
+                       r->post ? "post" : "pre", r->post ? "pre" : "post", g->runs[k]->dir);
+      if (g->runs[k]->seed == r->seed)
+        return ng_fail("%s: arm \"%s\" seed %lld is also in %s", r->dir, r->name, r->seed, g->runs[k]->dir);
+    }
+    g->runs[g->n++] = r;
+  }
+  return 0;
+}
+
+// ---------------------------------------------------------------- over seeds
+
+// One value of a run (i: a block, or a layer * N_CLASSES + class); false when
+// the run does not have it.
+typedef bool (*run_value)(const run *r, size_t i, double *v);
+
+typedef struct {
+  double mean, std;  // std: sample (n - 1), NaN below 2 values
+  size_t n;          // runs that have the value
+} summary;
+
+static summary over_seeds(const arm *a, run_value get, size_t i) {
+  double v, sum = 0.0, sq = 0.0;
+  size_t n = 0;
+  for (size_t k = 0; k < a->n; k++)
+    if (get(a->runs[k], i, &v)) sum += v, n++;
+  double mean = n ? sum / (double)n : NAN;
+  for (size_t k = 0; k < a->n; k++)
+    if (get(a->runs[k], i, &v)) sq += (v - mean) * (v - mean);
+  return (summary){mean, n > 1 ? sqrt(sq / (double)(n - 1)) : NAN, n};
+}
+
+static bool final_ce(const run *r, size_t i, double *v) {
+  (void)i;
+  *v = r->final.ce;
+  return true;
+}
+
+static bool final_kd(const run *r, size_t i, double *v) {
+  (void)i;
+  *v = r->final.kd;
+  return r->final.has_kd;
+}
+
+static bool teacher_ce(const run *r, size_t i, double *v) {
+  (void)i;
+  *v = r->final.teacher_ce;
+  return r->final.has_kd;
+}
+
+// i: 0 hidden.L at the first evaluation, 1 at the last, 2 and 3 the same for res2.L.
+static bool rms_spread(const run *r, size_t i, double *v) {
+  const series *s = i < 2 ? &r->rms_hidden : &r->rms_res2;
+  if (s->n == 0) return false;
+  *v = s->y[i % 2 ? s->n - 1 : 0];
+  return true;
+}
+
+static bool intact_ce(const run *r, size_t i, double *v) {
+  (void)i;
+  *v = r->intact_ce;
+  return r->has_ablation;
+}
+
+static bool block_dce(const run *r, long long block, const double *dce, double *v) {
+  for (size_t j = 0; j < r->n_blocks; j++)
+    if (r->block[j] == block) {
+      *v = dce[j];
+      return true;
+    }
+  return false;
+}
+
+static bool skip_dce(const run *r, size_t block, double *v) {
+  return block_dce(r, (long long)block, r->skip_dce, v);
+}
+
+static bool norms_dce(const run *r, size_t block, double *v) {
+  return r->post && block_dce(r, (long long)block, r->norms_dce, v);
+}
+
+static bool class_hidden(const run *r, size_t i, double *v) {
+  if (i >= r->n_layers * N_CLASSES) return false;
+  *v = r->class_hidden[i];
+  return true;
+}
+
+static bool class_res2(const run *r, size_t i, double *v) {
+  if (!r->post || i >= r->n_layers * N_CLASSES) return false;
+  *v = r->class_res2[i];
+  return true;
+}
+
+// Mean over the arm's runs that have the series (n > 0), at the x values of
+// the first of them that all of them have (seeds evaluate at the same tokens).
+static series mean_series(const arm *a, const series *(*get)(const run *)) {
+  series out = {0};
+  const series *ref = NULL;
+  for (size_t k = 0; k < a->n && !ref; k++)
+    if (get(a->runs[k])->n) ref = get(a->runs[k]);
+  for (size_t i = 0; ref && i < ref->n; i++) {
+    double sum = 0.0;
+    size_t n = 0, runs = 0;
+    for (size_t k = 0; k < a->n; k++) {
+      const series *s = get(a->runs[k]);
+      runs += s->n > 0;
+      for (size_t j = 0; j < s->n; j++)
+        if (s->x[j] == ref->x[i]) {
+          sum += s->y[j];
+          n++;
+          break;
+        }
+    }
+    if (n == runs) series_push(&out, ref->x[i], sum / (double)n);
+  }
+  return out;
+}
+
+static const series *val_ce_of(const run *r) { return &r->val_ce; }
+static const series *rms_hidden_of(const run *r) { return &r->rms_hidden; }
+static const series *rms_res2_of(const run *r) { return &r->rms_res2; }
+
+// Union of the block numbers of every arm's ablation, ascending.
+static size_t ablation_blocks(const report *rep, long long **out) {
+  size_t n = 0, cap = 0;
+  for (size_t i = 0; i < rep->n_runs; i++) cap += rep->runs[i].n_blocks;
+  long long *b = ng_xcalloc(cap, sizeof *b);
+  for (size_t i = 0; i < rep->n_runs; i++)
+    for (size_t j = 0; j < rep->runs[i].n_blocks; j++) {
+      long long v = rep->runs[i].block[j];
+      size_t at = 0;
+      while (at < n && b[at] < v) at++;
+      if (at < n && b[at] == v) continue;
+      memmove(b + at + 1, b + at, (n - at) * sizeof *b);
+      b[at] = v;
+      n++;
+    }
+  *out = b;
+  return n;
+}
+
+// ---------------------------------------------------------------- report.md
+
+static const char *arm_name(const arm *a) { return a->runs[0]->name; }
+static const char *placement(const arm *a) { return a->runs[0]->post ? "Post-Norm" : "Pre-Norm"; }
+
+static void put_seeds(FILE *f, const arm *a) {
+  for (size_t k = 0; k < a->n; k++) fprintf(f, "%s%lld", k ? ", " : "", a->runs[k]->seed);
+}
+
+// The mean (fmt), "n/a" when no run has the value.
+static void put_mean(FILE *f, const char *fmt, summary s) {
+  if (s.n == 0)
+    fputs("n/a", f);
+  else
+    fprintf(f, fmt, s.mean);
+}
+
+// The mean, then "± std" when there are several seeds.
+static void put_summary(FILE *f, const char *fmt, summary s) {
+  put_mean(f, fmt, s);
+  if (s.n > 1) {
+    fputs(" ± ", f);
+    fprintf(f, fmt, s.std);
+  }
+}
+
+// 1.23e12: printf's %.2e without the exponent's sign and leading zeros.
+static void put_sci(FILE *f, double v) {
+  char buf[64];
+  snprintf(buf, sizeof buf, "%.2e", v);
+  char *e = strchr(buf, 'e');
+  if (e) {
+    *e = 0;
+    fprintf(f, "%se%d", buf, atoi(e + 1));
+  } else {
+    fputs(buf, f);
+  }
+}
+
+static bool any_run(const report *rep, bool (*has)(const run *)) {
+  for (size_t i = 0; i < rep->n_runs; i++)
+    if (has(&rep->runs[i])) return true;
+  return false;
+}
+
+static bool has_kd(const run *r) { return r->final.has_kd; }
+static bool lacks_diag(const run *r) { return !r->has_diag; }
+static bool lacks_final(const run *r) { return !r->has_final; }
+static bool lacks_ablation(const run *r) { return r->has_final && !r->has_ablation; }
+
+// "<what>: `dir`, `dir`." for the runs that lack a file.
+static void put_missing(FILE *f, const report *rep, bool (*lacks)(const run *), const char *what) {
+  if (!any_run(rep, lacks)) return;
+  fprintf(f, "\n%s:", what);
+  for (size_t i = 0, k = 0; i < rep->n_runs; i++)
+    if (lacks(&rep->runs[i])) fprintf(f, "%s `%s`", k++ ? "," : "", rep->runs[i].dir);
+  fputs(".\n", f);
+}
+
+static void write_intro(FILE *f, const report *rep) {
+  fprintf(f, "# normgrow report\n\nThis report compares %zu arm%s from %zu run director%s: ", rep->n_arms,
+          rep->n_arms == 1 ? "" : "s", rep->n_runs, rep->n_runs == 1 ? "y" : "ies");
+  for (size_t i = 0; i < rep->n_arms; i++) {
+    const arm *a = &rep->arms[i];
+    fprintf(f, "%s`%s` (%s, %s, %s, seed%s ", i == 0 ? "" : i + 1 == rep->n_arms ? " and " : ", ",
+            arm_name(a), placement(a), a->runs[0]->schedule, a->runs[0]->mode, a->n > 1 ? "s" : "");
+    put_seeds(f, a);
+    fputc(')', f);
+  }
+  fputs(". Final values are those of the last evaluation record of each run's metrics.jsonl. "
+        "Where an arm has several seeds, a value is their mean, shown ± their sample standard "
+        "deviation (n − 1) in the arms table. CE is in nats per token; stages are numbered from 1.\n\n"
+        "Run directories:",
+        f);
+  for (size_t i = 0; i < rep->n_runs; i++) fprintf(f, "%s `%s`", i ? "," : "", rep->runs[i].dir);
+  fputs(".\n", f);
+}
+
+static void write_arms(FILE *f, const report *rep) {
+  bool kd = any_run(rep, has_kd);
+  fprintf(f, "\n## Arms\n\n| arm | placement | schedule | seeds | final val CE |%s tokens | layer-tokens | "
+             "FLOPs |\n|---|---|---|---|---:|%s---:|---:|---:|\n",
+          kd ? " final val KD | teacher CE |" : "", kd ? "---:|---:|" : "");
+  for (size_t i = 0; i < rep->n_arms; i++) {
+    const arm *a = &rep->arms[i];
+    const final_eval *fe = &a->runs[0]->final;
+    fprintf(f, "| %s | %s | %s | ", arm_name(a), placement(a), a->runs[0]->schedule);
+    put_seeds(f, a);
+    fputs(" | ", f);
+    put_summary(f, "%.4f", over_seeds(a, final_ce, 0));
+    if (kd) {
+      fputs(" | ", f);
+      put_summary(f, "%.4f", over_seeds(a, final_kd, 0));
+      fputs(" | ", f);
+      put_summary(f, "%.4f", over_seeds(a, teacher_ce, 0));
+    }
+    fprintf(f, " | %.0f | %.0f | ", fe->tokens, fe->layer_tokens);
+    put_sci(f, fe->flops);
+    fputs(" |\n", f);
+  }
+  fputs("\nTokens, layer-tokens (tokens times active blocks, summed over steps) and FLOPs are the "
+        "training totals of one run of the arm (its first seed) at its final evaluation. "
+        "LR restarts name the stages that start the learning-rate schedule anew.\n",
+        f);
+}
+
+static void write_pairwise(FILE *f, const report *rep) {
+  fputs("\n## Differences in final validation CE\n\nRow arm minus column arm, of the mean final "
+        "validation CE over seeds (negative: the row arm ends lower).",
+        f);
+  bool seeds = false;
+  for (size_t i = 0; i < rep->n_arms; i++) seeds |= rep->arms[i].n > 1;
+  if (seeds) fputs(" Where an arm has several seeds: the larger of the two arms' standard deviations over seeds.", f);
+  fputs("\n\n| row − column |", f);
+  for (size_t j = 0; j < rep->n_arms; j++) fprintf(f, " %s |", arm_name(&rep->arms[j]));
+  fputs("\n|---|", f);
+  for (size_t j = 0; j < rep->n_arms; j++) fputs("---:|", f);
+  for (size_t i = 0; i < rep->n_arms; i++) {
+    summary r = over_seeds(&rep->arms[i], final_ce, 0);
+    fprintf(f, "\n| %s |", arm_name(&rep->arms[i]));
+    for (size_t j = 0; j < rep->n_arms; j++) {
+      summary c = over_seeds(&rep->arms[j], final_ce, 0);
+      if (i == j) {
+        fputs(" — |", f);
+        continue;
+      }
+      fprintf(f, " %+.4f", r.mean - c.mean);
+      if (r.n > 1 || c.n > 1) fprintf(f, " (max std %.4f)", fmax(r.std, c.std));  // fmax skips a NaN
+      fputs(" |", f);
+    }
+  }
+  fputs("\n", f);
+}
+
+static void write_rms_spread(FILE *f, const report *rep) {
+  fputs("\n## Residual RMS spread\n\nStandard deviation over tokens of the per-token RMS (all tokens) "
+        "at hidden.L, the output of the last block (L: the depth at that evaluation), at the first "
+        "and the last evaluation of diag.jsonl; for Post-Norm arms also at res2.L, the sum a + MLP(a) "
+        "before the last norm (hidden.L of Post-Norm is pinned by that norm, res2.L is not). Mean over "
+        "seeds.\n\n| arm | placement | L first → last | hidden.L first | hidden.L last | res2.L first | "
+        "res2.L last |\n|---|---|---|---:|---:|---:|---:|\n",
+        f);
+  for (size_t i = 0; i < rep->n_arms; i++) {
+    const arm *a = &rep->arms[i];
+    const run *d = NULL;
+    for (size_t k = 0; k < a->n && !d; k++)
+      if (a->runs[k]->has_diag && a->runs[k]->rms_hidden.n) d = a->runs[k];
+    fprintf(f, "| %s | %s | ", arm_name(a), placement(a));
+    if (d)
+      fprintf(f, "%lld → %lld", d->depth_first, d->depth_last);
+    else
+      fputs("n/a", f);
+    for (size_t k = 0; k < 4; k++) {
+      fputs(" | ", f);
+      put_mean(f, "%.4g", over_seeds(a, rms_spread, k));
+    }
+    fputs(" |\n", f);
+  }
+  put_missing(f, rep, lacks_diag, "No diag.jsonl (left out of the means above) in");
+}
+
+static void write_ablation(FILE *f, const report *rep) {
+  fputs("\n## Block-removal ablation\n\nΔCE: validation CE with one block removed minus the intact "
+        "model's (diag_final.json), mean over seeds. The two removals differ under Post-Norm "
+        "(STUDY.md):\n\n"
+        "- **skip**: the block is skipped together with its norms (the block becomes the identity).\n"
+        "- **norms_only** (Post-Norm only): the block's attention and MLP are zeroed and its norms "
+        "kept, so the block still returns Norm(Norm(x)).\n\n| arm | removal | intact CE |",
+        f);
+  long long *blocks;
+  size_t nb = ablation_blocks(rep, &blocks);
+  for (size_t j = 0; j < nb; j++) fprintf(f, " block %lld |", blocks[j]);
+  fputs("\n|---|---|---:|", f);
+  for (size_t j = 0; j < nb; j++) fputs("---:|", f);
+  fputc('\n', f);
+  for (size_t i = 0; i < rep->n_arms; i++) {
+    const arm *a = &rep->arms[i];
+    for (int norms = 0; norms <= (int)a->runs[0]->post; norms++) {
+      fprintf(f, "| %s | %s | ", arm_name(a), norms ? "norms_only (F zeroed, norms kept)" : "skip (block and norms removed)");
+      put_mean(f, "%.4f", over_seeds(a, intact_ce, 0));
+      for (size_t j = 0; j < nb; j++) {
+        fputs(" | ", f);
+        put_mean(f, "%+.4f", over_seeds(a, norms ? norms_dce : skip_dce, (size_t)blocks[j]));
+      }
+      fputs(" |\n", f);
+    }
+  }
+  free(blocks);
+  put_missing(f, rep, lacks_final, "No diag_final.json in");
+  put_missing(f, rep, lacks_ablation, "No ablation in the diag_final.json of");
+}
+
+typedef struct {
+  const char *file, *alt, *caption;
+} figure;
+
+static const figure figures[] = {
+    {"val_ce.png", "Validation CE over training tokens",
+     "Validation CE (nats per token) over training tokens, one line per arm (mean over seeds at each "
+     "evaluation). Dotted vertical lines in an arm's colour: its growth steps (the tokens of its "
+     "growth records)."},
+    {"rms_std.png", "Std of per-token RMS at hidden.L over training",
+     "Standard deviation over tokens of the per-token residual RMS at hidden.L (solid; the last "
+     "block's output, L the depth at that evaluation) over training tokens, per arm (mean over "
+     "seeds); Post-Norm arms also at res2.L (dashed), the sum before the last norm. Log scale."},
+    {"rms_by_class.png", "Mean RMS per layer by token class",
+     "Mean per-token RMS at hidden.l for each layer l (0: the embeddings) by token class "
+     "(separator, first token after a separator, structural, ordinary), from diag_final.json, one "
+     "panel per arm (mean over seeds); Post-Norm panels also show res2.l (dashed). Log scale."},
+    {"ablation.png", "ΔCE per removed block",
+     "ΔCE when one block is removed, per block and arm (mean over seeds): skip (plain bars) and, for "
+     "Post-Norm arms, norms_only (hatched bars)."},
+};
+#define N_FIGURES (sizeof figures / sizeof figures[0])
+
+static void write_plots(FILE *f, const report *rep) {
+  fputs("\n## Plots\n", f);
+  if (rep->plots_skipped) {
+    fprintf(f, "\nThe plots were skipped: %s. Their series are in report-data.json; to draw them: "
+               "`python3 tools/plot_report.py %s/report-data.json %s`.\n",
+            rep->plots_skipped, rep->out_dir, rep->out_dir);
+    return;
+  }
+  for (size_t i = 0; i < N_FIGURES; i++)
+    fprintf(f, "\n![%s](%s)\n\n*%s: %s*\n", figures[i].alt, figures[i].file, figures[i].file, figures[i].caption);
+}
+
+static int write_report(const report *rep) {
+  char *text;
+  size_t len;
+  FILE *f = open_memstream(&text, &len);
+  NG_ASSERT(f);
+  write_intro(f, rep);
+  write_arms(f, rep);
+  write_pairwise(f, rep);
+  write_rms_spread(f, rep);
+  write_ablation(f, rep);
+  write_plots(f, rep);
+  fclose(f);
+  char *path = join(rep->out_dir, "report.md");
+  int rc = write_atomic(path, text, len);
+  free(path);
+  free(text);
+  return rc;
+}
+
+// ---------------------------------------------------------------- report-data.json
+
+static cJSON *numbers(const double *v, size_t n) {
+  cJSON *a = cJSON_CreateArray();
+  for (size_t i = 0; i < n; i++)
+    cJSON_AddItemToArray(a, isfinite(v[i]) ? cJSON_CreateNumber(v[i]) : cJSON_CreateNull());
+  return a;
+}
+
+// {"tokens": [...], "mean": [...]}: the mean over seeds of one series.
+static cJSON *series_json(const arm *a, const series *(*get)(const run *)) {
+  series s = mean_series(a, get);
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddItemToObject(o, "tokens", numbers(s.x, s.n));
+  cJSON_AddItemToObject(o, "mean", numbers(s.y, s.n));
+  series_free(&s);
+  return o;
+}
+
+// {class: [mean RMS per layer]} over seeds.
+static cJSON *classes_json(const arm *a, run_value get, size_t n_layers) {
+  cJSON *o = cJSON_CreateObject();
+  double *v = ng_xcalloc(n_layers, sizeof(double));
+  for (size_t k = 0; k < N_CLASSES; k++) {
+    for (size_t l = 0; l < n_layers; l++) {
+      summary s = over_seeds(a, get, l * N_CLASSES + k);
+      v[l] = s.n ? s.mean : NAN;
+    }
+    cJSON_AddItemToObject(o, class_names[k], numbers(v, n_layers));
+  }
+  free(v);
+  return o;
+}
+
+// {"layers": [0..L], "hidden": classes, "res2": classes (Post-Norm)}, or null.
+static cJSON *by_class_json(const arm *a) {
+  size_t n_layers = 0;
+  for (size_t k = 0; k < a->n; k++)
+    if (a->runs[k]->n_layers > n_layers) n_layers = a->runs[k]->n_layers;
+  if (n_layers == 0) return cJSON_CreateNull();
+  cJSON *o = cJSON_CreateObject(), *layers = cJSON_AddArrayToObject(o, "layers");
+  for (size_t l = 0; l < n_layers; l++) cJSON_AddItemToArray(layers, cJSON_CreateNumber((double)l));
+  cJSON_AddItemToObject(o, "hidden", classes_json(a, class_hidden, n_layers));
+  if (a->runs[0]->post) cJSON_AddItemToObject(o, "res2", classes_json(a, class_res2, n_layers));
+  return o;
+}
+
+// {"blocks": [...], "skip": [ΔCE], "norms_only": [ΔCE] (Post-Norm)}, or null.
+static cJSON *ablation_json(const arm *a) {
+  const run *r = NULL;
+  for (size_t k = 0; k < a->n && !r; k++)
+    if (a->runs[k]->has_ablation) r = a->runs[k];
+  if (!r) return cJSON_CreateNull();
+  cJSON *o = cJSON_CreateObject(), *blocks = cJSON_AddArrayToObject(o, "blocks");
+  double *v = ng_xcalloc(r->n_blocks, sizeof(double));
+  for (size_t j = 0; j < r->n_blocks; j++) cJSON_AddItemToArray(blocks, cJSON_CreateNumber((double)r->block[j]));
+  for (int norms = 0; norms <= (int)r->post; norms++) {
+    for (size_t j = 0; j < r->n_blocks; j++) v[j] = over_seeds(a, norms ? norms_dce : skip_dce, (size_t)r->block[j]).mean;
+    cJSON_AddItemToObject(o, norms ? "norms_only" : "skip", numbers(v, r->n_blocks));
+  }
+  free(v);
+  return o;
+}
+
+static cJSON *arm_json(const arm *a) {
+  const run *r = a->runs[0];
+  cJSON *o = cJSON_CreateObject(), *seeds = cJSON_AddArrayToObject(o, "seeds");
+  cJSON_AddStringToObject(o, "name", r->name);
+  cJSON_AddStringToObject(o, "placement", r->post ? "post" : "pre");
+  cJSON_AddStringToObject(o, "schedule", r->schedule);
+  for (size_t k = 0; k < a->n; k++) cJSON_AddItemToArray(seeds, cJSON_CreateNumber((double)a->runs[k]->seed));
+  cJSON_AddItemToObject(o, "val_ce", series_json(a, val_ce_of));
+  cJSON_AddItemToObject(o, "growth_tokens", numbers(r->growth.x, r->growth.n));
+  cJSON *rms = cJSON_AddObjectToObject(o, "rms_std");
+  cJSON_AddItemToObject(rms, "hidden", series_json(a, rms_hidden_of));
+  if (r->post) cJSON_AddItemToObject(rms, "res2", series_json(a, rms_res2_of));
+  cJSON_AddItemToObject(o, "rms_by_class", by_class_json(a));
+  cJSON_AddItemToObject(o, "ablation", ablation_json(a));
+  return o;
+}
+
+// The series of the plots, one object per arm (mean over seeds); see plot_report.py.
+static int write_plot_data(const report *rep) {
+  cJSON *root = cJSON_CreateObject(), *arms = cJSON_AddArrayToObject(root, "arms");
+  for (size_t i = 0; i < rep->n_arms; i++) cJSON_AddItemToArray(arms, arm_json(&rep->arms[i]));
+  char *text = cJSON_Print(root), *path = join(rep->out_dir, "report-data.json");
+  int rc = write_atomic(path, text, strlen(text));
+  free(path);
+  free(text);
+  cJSON_Delete(root);
+  return rc;
+}
+
+// ---------------------------------------------------------------- plots
+
+// tools/plot_report.py: in $NG_TOOLS, else in the nearest directory above the
+// executable that has it (build/normgrow -> tools/plot_report.py).
+static char *find_plot_script(void) {
+  const char *env = getenv("NG_TOOLS");
+  if (env && *env) return join(env, "plot_report.py");
+  char exe[PATH_MAX];
+  ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  exe[len > 0 ? len : 0] = 0;
+  for (char *slash; (slash = strrchr(exe, '/')) != NULL;) {
+    *slash = 0;
+    char *path = join(exe, "tools/plot_report.py");
+    if (exists(path)) return path;
+    free(path);
+  }
+  return NULL;
+}
+
+// Runs argv (argv[0] looked up on PATH) with its stdout and stderr in *output;
+// *status: its exit status, 128 + the signal that ended it. Returns 0, or the
+// errno of what failed (ENOENT: no such program) after ng_fail.
+static int run_captured(char *const argv[], char **output, int *status) {
+  int fd[2];
+  if (pipe(fd) != 0) {
+    int err = errno;
+    ng_fail("pipe: %s", strerror(err));
+    return err;
+  }
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, fd[1], STDOUT_FILENO);
+  posix_spawn_file_actions_adddup2(&fa, fd[1], STDERR_FILENO);
+  posix_spawn_file_actions_addclose(&fa, fd[0]);
+  posix_spawn_file_actions_addclose(&fa, fd[1]);
+  pid_t pid;
+  int err = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  close(fd[1]);
+  if (err != 0) {
+    close(fd[0]);
+    ng_fail("%s: %s", argv[0], strerror(err));
+    return err;
+  }
+  FILE *f = fdopen(fd[0], "r");
+  NG_ASSERT(f);
+  slurp(f, output);
+  fclose(f);
+  int st;
+  while (waitpid(pid, &st, 0) < 0)
+    if (errno != EINTR) {
+      err = errno;
+      ng_fail("%s: waitpid: %s", argv[0], strerror(err));
+      return err;
+    }
+  *status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return 0;
+}
+
+// The last non-empty line of text (cut in place).
+static const char *last_line(char *text) {
+  size_t n = strlen(text);
+  while (n > 0 && (text[n - 1] == '\n' || text[n - 1] == '\r' || text[n - 1] == ' ')) text[--n] = 0;
+  char *nl = strrchr(text, '\n');
+  return nl ? nl + 1 : text;
+}
+
+// Draws the PNGs from report-data.json. Without python3 or matplotlib the
+// report says why the plots were skipped; any other failure is an error
+// (the script's output is kept in DIR/plot_report.log).
+static int draw_plots(report *rep) {
+  char *script = find_plot_script();
+  if (!script) return ng_fail("cannot find tools/plot_report.py above the executable (set NG_TOOLS to the tools directory)");
+  char *data = join(rep->out_dir, "report-data.json"), *output = NULL;
+  char *argv[] = {access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : "python3", script, data,
+                  rep->out_dir, NULL};
+  int status = 0, err = run_captured(argv, &output, &status), rc = err ? -1 : 0;
+  if (err == ENOENT) {
+    rep->plots_skipped = ng_xstrdup("python3 was not found");
+    rc = 0;
+  } else if (rc == 0 && status == PLOT_SKIPPED) {
+    rep->plots_skipped = ng_xstrdup(last_line(output));
+  } else if (rc == 0 && status != 0) {
+    char *log = join(rep->out_dir, "plot_report.log");
+    write_atomic(log, output, strlen(output));
+    rc = ng_fail("%s failed with status %d: %s (full output: %s)", script, status, last_line(output), log);
+    free(log);
+  }
+  free(output);
+  free(data);
+  free(script);
+  return rc;
+}
+
+// ---------------------------------------------------------------- command
+
+// --out DIR, or dirname(RUN_DIR[0])/report; created when missing.
+static int make_out_dir(const ng_cli *c, report *rep) {
+  const char *out = ng_cli_opt(c, "out");
+  if (out) {
+    rep->out_dir = ng_xstrdup(out);
+  } else {
+    char *first = ng_xstrdup(c->pos[0]);
+    size_t n = strlen(first);
+    while (n > 1 && first[n - 1] == '/') first[--n] = 0;
+    rep->out_dir = join(dirname(first), "report");
+    free(first);
+  }
+  if (mkdir(rep->out_dir, 0777) != 0 && errno != EEXIST) return ng_fail("%s: %s", rep->out_dir, strerror(errno));
+  return 0;
+}
+
+static int load_runs(const ng_cli *c, report *rep) {
+  rep->runs = ng_xcalloc((size_t)c->npos, sizeof(run));
+  for (int i = 0; i < c->npos; i++)
+    if (load_run(c->pos[i], &rep->runs[rep->n_runs++])) return -1;  // freed with the others
+  return 0;
+}
+
+static void report_free(report *rep) {
+  for (size_t i = 0; i < rep->n_runs; i++) run_free(&rep->runs[i]);
+  for (size_t i = 0; i < rep->n_arms; i++) free(rep->arms[i].runs);
+  free(rep->runs);
+  free(rep->arms);
+  free(rep->out_dir);
+  free(rep->plots_skipped);
+}
+
+int cmd_report(const ng_cli *c) {
+  for (int i = 0; i < c->nextra; i++)
+    if (strcmp(c->extra_key[i], "out") != 0) return ng_cli_error("report: the only option is --out DIR");
+  report rep = {0};
+  int rc = load_runs(c, &rep) || group_arms(&rep) || make_out_dir(c, &rep) || write_plot_data(&rep) ||
+                   draw_plots(&rep) || write_report(&rep)
+               ? ng_cli_error(ng_error())
+               : 0;
+  if (rc == 0)
+    printf("report: %zu arms from %zu runs -> %s/report.md%s%s\n", rep.n_arms, rep.n_runs, rep.out_dir,
+           rep.plots_skipped ? "; plots skipped: " : " and plots", rep.plots_skipped ? rep.plots_skipped : "");
+  report_free(&rep);
+  return rc;
+}
