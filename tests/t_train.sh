@@ -43,8 +43,7 @@ for _ in $(seq 1 400); do
   [ -f "$tmp/killed/checkpoint.safetensors" ] && grep -q '"step":40,' "$tmp/killed/metrics.jsonl" 2>/dev/null && break
   sleep 0.02
 done
-kill -KILL "$pid" 2>/dev/null
-wait "$pid" 2>/dev/null
+{ kill -KILL "$pid" && wait "$pid"; } 2>/dev/null  # (bash reports the kill on stderr)
 killed_at=$(grep -c '"event":"step"' "$tmp/killed/metrics.jsonl")
 "$bin" train --resume "$tmp/killed" 2>/dev/null || echo "FAIL train: resume failed"
 if [ -f "$tmp/whole/final.safetensors" ] && cmp -s "$tmp/whole/final.safetensors" "$tmp/killed/final.safetensors"; then
