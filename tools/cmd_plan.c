@@ -113,8 +113,8 @@ static int find_teacher(const ng_run_config *rc, const char *file, teacher_info 
   const char *path = rc->teacher_path;
   struct stat st;
   *t = (teacher_info){0};
-  if (!rc->distill) {
-    snprintf(t->source, sizeof t->source, "none (a pretrain run)");
+  if (!rc->distill || !path[0]) {  // pretraining, or KD from top-k caches alone
+    snprintf(t->source, sizeof t->source, "none (%s)", rc->distill ? "KD from top-k caches" : "a pretrain run");
     return 0;
   }
   if (!file && stat(path, &st) != 0) {
@@ -197,6 +197,9 @@ static void print_header(const char *path, const ng_run_config *rc, const teache
   } else {
     printf("  teacher  %s\n", t->source);
   }
+  if (rc->use_cache)
+    printf("  KD       from the top-k caches %s, %s: the teacher does not run\n", rc->cache_train,
+           rc->cache_val);
   printf("  device   %lld x %g GiB at %g TFLOP/s sustained each; weights, gradients and AdamW\n"
          "           moments at %lld bytes per parameter; fp32 activations, %s\n",
          (long long)d->devices, d->memory_gib, d->tflops, (long long)d->bytes_per_param,
@@ -222,18 +225,19 @@ static void print_compute(const ng_plan_stage *s, int n) {
 }
 
 static void print_memory_row(const char *label, const ng_plan_stage *s, bool teacher) {
-  printf("%-6s %8s %8s %8s %9s %9s %8s %8s %9s %10.1f %12s %7lld\n", label, gib(s->weights, true).s,
-         gib(s->grads, true).s, gib(s->adamw, true).s, gib(s->acts, true).s,
-         gib(s->eval_acts, true).s, gib(s->teacher_weights, teacher).s,
-         gib(s->teacher_acts, teacher).s, gib(s->total, true).s, s->per_device_gib,
-         s->fits ? "fits" : "does NOT fit", (long long)s->devices_needed);
+  printf("%-6s %8s %8s %8s %9s %9s %9s %8s %8s %9s %10.1f %12s %7lld\n", label,
+         gib(s->weights, true).s, gib(s->grads, true).s, gib(s->adamw, true).s,
+         gib(s->acts, true).s, gib(s->eval_acts, true).s, gib(s->diag_acts, true).s,
+         gib(s->teacher_weights, teacher).s, gib(s->teacher_acts, teacher).s, gib(s->total, true).s,
+         s->per_device_gib, s->fits ? "fits" : "does NOT fit", (long long)s->devices_needed);
 }
 
 static void print_memory(const ng_plan_stage *s, int n, bool teacher, const ng_plan_device *d) {
   printf("\nmemory in GiB, all devices together; per device = total / %lld (sharded evenly)\n",
          (long long)d->devices);
-  printf("%-6s %8s %8s %8s %9s %9s %8s %8s %9s %10s %12s %7s\n", "stage", "weights", "grads",
-         "AdamW", "acts", "eval acts", "teacher", "t. acts", "total", "per device", "fit", "devices");
+  printf("%-6s %8s %8s %8s %9s %9s %9s %8s %8s %9s %10s %12s %7s\n", "stage", "weights", "grads",
+         "AdamW", "acts", "eval acts", "diag acts", "teacher", "t. acts", "total", "per device",
+         "fit", "devices");
   int peak = 0;
   for (int i = 0; i < n; i++) {
     char label[16];
@@ -246,9 +250,11 @@ static void print_memory(const ng_plan_stage *s, int n, bool teacher, const ng_p
 
 static void print_notes(void) {
   printf("\nFLOPs: the trainer's rule, student (4 P + 2 P_trainable) x tokens + 3 x attention, teacher\n"
-         "2 P x tokens + attention (P: matmul parameters); evaluations (also those at growth) not counted.\n"
-         "Memory: what the reference allocates (gradients and moments for frozen tensors too), plus\n"
-         "nothing for backend scratch or the brief peak of a growth step; devices = ceil(total / device).\n");
+         "2 P x tokens + attention (P: matmul parameters); evaluations not counted.\n"
+         "Memory: what the reference allocates; gradients and moments of frozen tensors included;\n"
+         "diag acts: the residual diagnostics at each evaluation (a train-mode set, while the rest\n"
+         "stays); not counted: token and top-k batches, backend scratch, the brief overlap of old\n"
+         "and grown model at a growth step. devices = ceil(total / one device's memory).\n");
 }
 
 // ---------------------------------------------------------------- the command

@@ -34,8 +34,7 @@
 extern char **environ;
 
 #define N_CLASSES 4
-static const char *const class_names[N_CLASSES] = {"separator", "after_separator", "structural",
-                                                   "ordinary"};
+static const char *const class_names[N_CLASSES] = {"separator", "after_separator", "structural", "ordinary"};
 #define PLOT_SKIPPED 3  // plot_report.py's status when matplotlib is missing
 
 // ---------------------------------------------------------------- data
@@ -188,53 +187,37 @@ static const cJSON *dig(const cJSON *o, ...) {
   return o;
 }
 
-// "<where>: <problem>", where from a printf format.
-static int fail_at(const char *problem, const char *fmt, va_list ap) {
-  char where[PATH_MAX + 128];
-  vsnprintf(where, sizeof where, fmt, ap);
-  return ng_fail("%s: %s", where, problem);
+// A number, or null (a value that was not finite) as NaN; NULL, or what is wrong.
+static const char *as_num(const cJSON *v, double *out) {
+  if (!cJSON_IsNumber(v) && !cJSON_IsNull(v)) return "expected a number";
+  *out = cJSON_IsNumber(v) ? v->valuedouble : NAN;
+  return NULL;
 }
 
-// A number, or null (a value that was not finite) as NaN.
-static int need_num(const cJSON *v, double *out, const char *fmt, ...) NG_PRINTF(3, 4);
-static int need_num(const cJSON *v, double *out, const char *fmt, ...) {
-  if (cJSON_IsNumber(v) || cJSON_IsNull(v)) {
-    *out = cJSON_IsNumber(v) ? v->valuedouble : NAN;
-    return 0;
-  }
-  va_list ap;
-  va_start(ap, fmt);
-  fail_at("expected a number", fmt, ap);
-  va_end(ap);
-  return -1;
-}
-
-// An integer in [0, 2^53] (counts, depths, seeds: exact in a double).
-static int need_int(const cJSON *v, long long *out, const char *fmt, ...) NG_PRINTF(3, 4);
-static int need_int(const cJSON *v, long long *out, const char *fmt, ...) {
+// A whole number in [0, 2^53] (counts, depths, seeds: exact in a double).
+static const char *as_int(const cJSON *v, long long *out) {
   double d = cJSON_IsNumber(v) ? v->valuedouble : -1.0;
-  if (d >= 0.0 && d <= 9007199254740992.0 && d == floor(d)) {
-    *out = (long long)d;
-    return 0;
-  }
-  va_list ap;
-  va_start(ap, fmt);
-  fail_at("expected a whole number >= 0", fmt, ap);
-  va_end(ap);
-  return -1;
+  if (!(d >= 0.0 && d <= 9007199254740992.0 && d == floor(d))) return "expected a whole number >= 0";
+  *out = (long long)d;
+  return NULL;
 }
 
-static int need_str(const cJSON *v, const char **out, const char *fmt, ...) NG_PRINTF(3, 4);
-static int need_str(const cJSON *v, const char **out, const char *fmt, ...) {
-  if (cJSON_IsString(v)) {
-    *out = v->valuestring;
-    return 0;
-  }
+static const char *as_str(const cJSON *v, const char **out) {
+  if (!cJSON_IsString(v)) return "expected a string";
+  *out = v->valuestring;
+  return NULL;
+}
+
+// Fails with "<where>: <problem>" (where: a printf format) unless problem is NULL.
+static int check(const char *problem, const char *fmt, ...) NG_PRINTF(2, 3);
+static int check(const char *problem, const char *fmt, ...) {
+  if (!problem) return 0;
+  char where[PATH_MAX + 128];
   va_list ap;
   va_start(ap, fmt);
-  fail_at("expected a string", fmt, ap);
+  vsnprintf(where, sizeof where, fmt, ap);
   va_end(ap);
-  return -1;
+  return ng_fail("%s: %s", where, problem);
 }
 
 // ---------------------------------------------------------------- config.json
@@ -250,7 +233,7 @@ static int schedule_of(const cJSON *stages, const char *file, char **out) {
   } *st = ng_xcalloc((size_t)n, sizeof *st);
   for (int i = 0; i < n && rc == 0; i++) {
     const cJSON *s = cJSON_GetArrayItem(stages, i);
-    rc = need_int(dig(s, "depth", NULL), &st[i].depth, "%s: stages[%d].depth", file, i);
+    rc = check(as_int(dig(s, "depth", NULL), &st[i].depth), "%s: stages[%d].depth", file, i);
     st[i].restart = i > 0 && cJSON_IsTrue(dig(s, "restart_lr", NULL));
     restarts += st[i].restart;
   }
@@ -263,7 +246,10 @@ static int schedule_of(const cJSON *stages, const char *file, char **out) {
       if (i == 0 || st[i].depth != st[i - 1].depth) fprintf(m, "%s%lld", i ? "→" : " ", st[i].depth);
     for (int i = 1, k = 0; i < n; i++)
       if (st[i].restart)
-        fprintf(m, "%s%d", k++ ? ", " : restarts > 1 ? " (LR restarts at stages " : " (LR restart at stage ",
+        fprintf(m, "%s%d",
+                k++            ? ", "
+                : restarts > 1 ? " (LR restarts at stages "
+                               : " (LR restart at stage ",
                 i + 1);
     if (restarts) fputc(')', m);
     fclose(m);
@@ -275,11 +261,12 @@ static int schedule_of(const cJSON *stages, const char *file, char **out) {
 static int load_config(const char *path, run *r) {
   cJSON *c;
   if (parse_json_file(path, &c)) return -1;
-  const char *name, *mode, *placement;
-  int rc = need_str(dig(c, "name", NULL), &name, "%s: name", path) ||
-                   need_int(dig(c, "seed", NULL), &r->seed, "%s: seed", path) ||
-                   need_str(dig(c, "mode", NULL), &mode, "%s: mode", path) ||
-                   need_str(dig(c, "model", "norm_placement", NULL), &placement, "%s: model.norm_placement", path) ||
+  const char *name = NULL, *mode = NULL, *placement = NULL;
+  int rc = check(as_str(dig(c, "name", NULL), &name), "%s: name", path) ||
+                   check(as_int(dig(c, "seed", NULL), &r->seed), "%s: seed", path) ||
+                   check(as_str(dig(c, "mode", NULL), &mode), "%s: mode", path) ||
+                   check(as_str(dig(c, "model", "norm_placement", NULL), &placement),
+                         "%s: model.norm_placement", path) ||
                    schedule_of(dig(c, "stages", NULL), path, &r->schedule)
                ? -1
                : 0;
@@ -301,25 +288,25 @@ static int eval_record(const cJSON *rec, const char *where, double tokens, run *
   const cJSON *kd = dig(rec, "val_kd", NULL);
   f->tokens = tokens;
   f->has_kd = kd != NULL;
-  if (need_num(dig(rec, "val_ce", NULL), &f->ce, "%s: val_ce", where) ||
-      need_num(dig(rec, "layer_tokens", NULL), &f->layer_tokens, "%s: layer_tokens", where) ||
-      need_num(dig(rec, "flops", NULL), &f->flops, "%s: flops", where) ||
-      (kd && (need_num(kd, &f->kd, "%s: val_kd", where) ||
-              need_num(dig(rec, "teacher_ce", NULL), &f->teacher_ce, "%s: teacher_ce", where))))
+  if (check(as_num(dig(rec, "val_ce", NULL), &f->ce), "%s: val_ce", where) ||
+      check(as_num(dig(rec, "layer_tokens", NULL), &f->layer_tokens), "%s: layer_tokens", where) ||
+      check(as_num(dig(rec, "flops", NULL), &f->flops), "%s: flops", where) ||
+      (kd && (check(as_num(kd, &f->kd), "%s: val_kd", where) ||
+              check(as_num(dig(rec, "teacher_ce", NULL), &f->teacher_ce), "%s: teacher_ce", where))))
     return -1;
   series_push(&r->val_ce, tokens, f->ce);
   return 0;
 }
 
 static int metrics_record(const cJSON *rec, const char *where, run *r) {
-  const char *event;
-  long long tokens, depth;
-  if (need_str(dig(rec, "event", NULL), &event, "%s: event", where) ||
-      need_int(dig(rec, "tokens", NULL), &tokens, "%s: tokens", where))
+  const char *event = NULL;
+  long long tokens = 0, depth = 0;
+  if (check(as_str(dig(rec, "event", NULL), &event), "%s: event", where) ||
+      check(as_int(dig(rec, "tokens", NULL), &tokens), "%s: tokens", where))
     return -1;
   if (strcmp(event, "eval") == 0) return eval_record(rec, where, (double)tokens, r);
   if (strcmp(event, "growth") != 0) return 0;
-  if (need_int(dig(rec, "depth", NULL), &depth, "%s: depth", where)) return -1;
+  if (check(as_int(dig(rec, "depth", NULL), &depth), "%s: depth", where)) return -1;
   series_push(&r->growth, (double)tokens, (double)depth);
   return 0;
 }
@@ -338,18 +325,18 @@ static const cJSON *find_point(const cJSON *diag, const char *kind, long long la
 }
 
 // Std over tokens of the per-token RMS of all tokens at point <kind>.<layer>.
-static int point_std(const cJSON *diag, const char *kind, long long layer, const char *where,
-                     double *out) {
+static int point_std(const cJSON *diag, const char *kind, long long layer, const char *where, double *out) {
   const cJSON *p = find_point(diag, kind, layer);
   if (!p) return ng_fail("%s: no point \"%s.%lld\"", where, kind, layer);
-  return need_num(dig(p, "rms", "all", "std", NULL), out, "%s: %s.%lld: rms.all.std", where, kind, layer);
+  return check(as_num(dig(p, "rms", "all", "std", NULL), out), "%s: %s.%lld: rms.all.std", where, kind,
+               layer);
 }
 
 static int diag_record(const cJSON *rec, const char *where, run *r) {
-  long long depth, tokens;
+  long long depth = 0, tokens = 0;
   double hidden, res2;
-  if (need_int(dig(rec, "depth", NULL), &depth, "%s: depth", where) ||
-      need_int(dig(rec, "tokens", NULL), &tokens, "%s: tokens", where) ||
+  if (check(as_int(dig(rec, "depth", NULL), &depth), "%s: depth", where) ||
+      check(as_int(dig(rec, "tokens", NULL), &tokens), "%s: tokens", where) ||
       point_std(rec, "hidden", depth, where, &hidden) ||
       (r->post && point_std(rec, "res2", depth, where, &res2)))
     return -1;
@@ -364,8 +351,8 @@ static int diag_record(const cJSON *rec, const char *where, run *r) {
 
 // Mean RMS per token class of the hidden and res2 points, by layer.
 static int class_means(const cJSON *d, const char *path, run *r) {
-  long long depth;
-  if (need_int(dig(d, "depth", NULL), &depth, "%s: depth", path)) return -1;
+  long long depth = 0;
+  if (check(as_int(dig(d, "depth", NULL), &depth), "%s: depth", path)) return -1;
   if (depth > 1 << 16) return ng_fail("%s: depth %lld is not plausible", path, depth);
   r->n_layers = (size_t)depth + 1;
   size_t n = r->n_layers * N_CLASSES;
@@ -377,8 +364,8 @@ static int class_means(const cJSON *d, const char *path, run *r) {
       const cJSON *p = find_point(d, kind ? "res2" : "hidden", l);
       double *to = (kind ? r->class_res2 : r->class_hidden) + (size_t)l * N_CLASSES;
       for (int k = 0; p && k < N_CLASSES; k++)
-        if (need_num(dig(p, "rms", class_names[k], "mean", NULL), &to[k], "%s: %s.%lld: rms.%s.mean",
-                     path, kind ? "res2" : "hidden", l, class_names[k]))
+        if (check(as_num(dig(p, "rms", class_names[k], "mean", NULL), &to[k]), "%s: %s.%lld: rms.%s.mean",
+                  path, kind ? "res2" : "hidden", l, class_names[k]))
           return -1;
     }
   return 0;
@@ -386,7 +373,7 @@ static int class_means(const cJSON *d, const char *path, run *r) {
 
 static int load_ablation(const cJSON *a, const char *path, run *r) {
   const cJSON *blocks = dig(a, "blocks", NULL), *b;
-  if (need_num(dig(a, "intact", "ce", NULL), &r->intact_ce, "%s: ablation.intact.ce", path)) return -1;
+  if (check(as_num(dig(a, "intact", "ce", NULL), &r->intact_ce), "%s: ablation.intact.ce", path)) return -1;
   if (!cJSON_IsArray(blocks)) return ng_fail("%s: ablation.blocks: expected an array", path);
   size_t n = (size_t)cJSON_GetArraySize(blocks), i = 0;
   r->block = ng_xcalloc(n, sizeof *r->block);
@@ -395,10 +382,10 @@ static int load_ablation(const cJSON *a, const char *path, run *r) {
   r->has_ablation = true;
   cJSON_ArrayForEach(b, blocks) {
     const char *at = "%s: ablation.blocks[%zu].%s";
-    if (need_int(dig(b, "block", NULL), &r->block[i], at, path, i, "block") ||
-        need_num(dig(b, "skip", "dce", NULL), &r->skip_dce[i], at, path, i, "skip.dce") ||
-        (r->post && need_num(dig(b, "norms_only", "dce", NULL), &r->norms_dce[i], at, path, i,
-                             "norms_only.dce")))
+    if (check(as_int(dig(b, "block", NULL), &r->block[i]), at, path, i, "block") ||
+        check(as_num(dig(b, "skip", "dce", NULL), &r->skip_dce[i]), at, path, i, "skip.dce") ||
+        (r->post &&
+         check(as_num(dig(b, "norms_only", "dce", NULL), &r->norms_dce[i]), at, path, i, "norms_only.dce")))
       return -1;
     r->n_blocks = ++i;
   }
@@ -491,7 +478,10 @@ static summary over_seeds(const arm *a, run_value get, size_t i) {
   double v, sum = 0.0, sq = 0.0;
   size_t n = 0;
   for (size_t k = 0; k < a->n; k++)
-    if (get(a->runs[k], i, &v)) sum += v, n++;
+    if (get(a->runs[k], i, &v)) {
+      sum += v;
+      n++;
+    }
   double mean = n ? sum / (double)n : NAN;
   for (size_t k = 0; k < a->n; k++)
     if (get(a->runs[k], i, &v)) sq += (v - mean) * (v - mean);
@@ -652,7 +642,7 @@ static bool any_run(const report *rep, bool (*has)(const run *)) {
   return false;
 }
 
-static bool has_kd(const run *r) { return r->final.has_kd; }
+static bool distilled(const run *r) { return r->final.has_kd; }
 static bool lacks_diag(const run *r) { return !r->has_diag; }
 static bool lacks_final(const run *r) { return !r->has_final; }
 static bool lacks_ablation(const run *r) { return r->has_final && !r->has_ablation; }
@@ -671,24 +661,29 @@ static void write_intro(FILE *f, const report *rep) {
           rep->n_arms == 1 ? "" : "s", rep->n_runs, rep->n_runs == 1 ? "y" : "ies");
   for (size_t i = 0; i < rep->n_arms; i++) {
     const arm *a = &rep->arms[i];
-    fprintf(f, "%s`%s` (%s, %s, %s, seed%s ", i == 0 ? "" : i + 1 == rep->n_arms ? " and " : ", ",
+    fprintf(f, "%s`%s` (%s, %s, %s, seed%s ",
+            i == 0                 ? ""
+            : i + 1 == rep->n_arms ? " and "
+                                   : ", ",
             arm_name(a), placement(a), a->runs[0]->schedule, a->runs[0]->mode, a->n > 1 ? "s" : "");
     put_seeds(f, a);
     fputc(')', f);
   }
-  fputs(". Final values are those of the last evaluation record of each run's metrics.jsonl. "
-        "Where an arm has several seeds, a value is their mean, shown ± their sample standard "
-        "deviation (n − 1) in the arms table. CE is in nats per token; stages are numbered from 1.\n\n"
-        "Run directories:",
-        f);
+  fputs(
+      ". Final values are those of the last evaluation record of each run's metrics.jsonl. "
+      "Where an arm has several seeds, a value is their mean, shown ± their sample standard "
+      "deviation (n − 1) in the arms table. CE is in nats per token; stages are numbered from 1.\n\n"
+      "Run directories:",
+      f);
   for (size_t i = 0; i < rep->n_runs; i++) fprintf(f, "%s `%s`", i ? "," : "", rep->runs[i].dir);
   fputs(".\n", f);
 }
 
 static void write_arms(FILE *f, const report *rep) {
-  bool kd = any_run(rep, has_kd);
-  fprintf(f, "\n## Arms\n\n| arm | placement | schedule | seeds | final val CE |%s tokens | layer-tokens | "
-             "FLOPs |\n|---|---|---|---|---:|%s---:|---:|---:|\n",
+  bool kd = any_run(rep, distilled);
+  fprintf(f,
+          "\n## Arms\n\n| arm | placement | schedule | seeds | final val CE |%s tokens | layer-tokens | "
+          "FLOPs |\n|---|---|---|---|---:|%s---:|---:|---:|\n",
           kd ? " final val KD | teacher CE |" : "", kd ? "---:|---:|" : "");
   for (size_t i = 0; i < rep->n_arms; i++) {
     const arm *a = &rep->arms[i];
@@ -707,19 +702,22 @@ static void write_arms(FILE *f, const report *rep) {
     put_sci(f, fe->flops);
     fputs(" |\n", f);
   }
-  fputs("\nTokens, layer-tokens (tokens times active blocks, summed over steps) and FLOPs are the "
-        "training totals of one run of the arm (its first seed) at its final evaluation. "
-        "LR restarts name the stages that start the learning-rate schedule anew.\n",
-        f);
+  fputs(
+      "\nTokens, layer-tokens (tokens times active blocks, summed over steps) and FLOPs are the "
+      "training totals of one run of the arm (its first seed) at its final evaluation. "
+      "LR restarts name the stages that start the learning-rate schedule anew.\n",
+      f);
 }
 
 static void write_pairwise(FILE *f, const report *rep) {
-  fputs("\n## Differences in final validation CE\n\nRow arm minus column arm, of the mean final "
-        "validation CE over seeds (negative: the row arm ends lower).",
-        f);
+  fputs(
+      "\n## Differences in final validation CE\n\nRow arm minus column arm, of the mean final "
+      "validation CE over seeds (negative: the row arm ends lower).",
+      f);
   bool seeds = false;
   for (size_t i = 0; i < rep->n_arms; i++) seeds |= rep->arms[i].n > 1;
-  if (seeds) fputs(" Where an arm has several seeds: the larger of the two arms' standard deviations over seeds.", f);
+  if (seeds)
+    fputs(" Where an arm has several seeds: the larger of the two arms' standard deviations over seeds.", f);
   fputs("\n\n| row − column |", f);
   for (size_t j = 0; j < rep->n_arms; j++) fprintf(f, " %s |", arm_name(&rep->arms[j]));
   fputs("\n|---|", f);
@@ -742,13 +740,14 @@ static void write_pairwise(FILE *f, const report *rep) {
 }
 
 static void write_rms_spread(FILE *f, const report *rep) {
-  fputs("\n## Residual RMS spread\n\nStandard deviation over tokens of the per-token RMS (all tokens) "
-        "at hidden.L, the output of the last block (L: the depth at that evaluation), at the first "
-        "and the last evaluation of diag.jsonl; for Post-Norm arms also at res2.L, the sum a + MLP(a) "
-        "before the last norm (hidden.L of Post-Norm is pinned by that norm, res2.L is not). Mean over "
-        "seeds.\n\n| arm | placement | L first → last | hidden.L first | hidden.L last | res2.L first | "
-        "res2.L last |\n|---|---|---|---:|---:|---:|---:|\n",
-        f);
+  fputs(
+      "\n## Residual RMS spread\n\nStandard deviation over tokens of the per-token RMS (all tokens) "
+      "at hidden.L, the output of the last block (L: the depth at that evaluation), at the first "
+      "and the last evaluation of diag.jsonl; for Post-Norm arms also at res2.L, the sum a + MLP(a) "
+      "before the last norm (hidden.L of Post-Norm is pinned by that norm, res2.L is not). Mean over "
+      "seeds.\n\n| arm | placement | L first → last | hidden.L first | hidden.L last | res2.L first | "
+      "res2.L last |\n|---|---|---|---:|---:|---:|---:|\n",
+      f);
   for (size_t i = 0; i < rep->n_arms; i++) {
     const arm *a = &rep->arms[i];
     const run *d = NULL;
@@ -769,13 +768,14 @@ static void write_rms_spread(FILE *f, const report *rep) {
 }
 
 static void write_ablation(FILE *f, const report *rep) {
-  fputs("\n## Block-removal ablation\n\nΔCE: validation CE with one block removed minus the intact "
-        "model's (diag_final.json), mean over seeds. The two removals differ under Post-Norm "
-        "(STUDY.md):\n\n"
-        "- **skip**: the block is skipped together with its norms (the block becomes the identity).\n"
-        "- **norms_only** (Post-Norm only): the block's attention and MLP are zeroed and its norms "
-        "kept, so the block still returns Norm(Norm(x)).\n\n| arm | removal | intact CE |",
-        f);
+  fputs(
+      "\n## Block-removal ablation\n\nΔCE: validation CE with one block removed minus the intact "
+      "model's (diag_final.json), mean over seeds. The two removals differ under Post-Norm "
+      "(STUDY.md):\n\n"
+      "- **skip**: the block is skipped together with its norms (the block becomes the identity).\n"
+      "- **norms_only** (Post-Norm only): the block's attention and MLP are zeroed and its norms "
+      "kept, so the block still returns Norm(Norm(x)).\n\n| arm | removal | intact CE |",
+      f);
   long long *blocks;
   size_t nb = ablation_blocks(rep, &blocks);
   for (size_t j = 0; j < nb; j++) fprintf(f, " block %lld |", blocks[j]);
@@ -785,7 +785,8 @@ static void write_ablation(FILE *f, const report *rep) {
   for (size_t i = 0; i < rep->n_arms; i++) {
     const arm *a = &rep->arms[i];
     for (int norms = 0; norms <= (int)a->runs[0]->post; norms++) {
-      fprintf(f, "| %s | %s | ", arm_name(a), norms ? "norms_only (F zeroed, norms kept)" : "skip (block and norms removed)");
+      fprintf(f, "| %s | %s | ", arm_name(a),
+              norms ? "norms_only (F zeroed, norms kept)" : "skip (block and norms removed)");
       put_mean(f, "%.4f", over_seeds(a, intact_ce, 0));
       for (size_t j = 0; j < nb; j++) {
         fputs(" | ", f);
@@ -807,7 +808,7 @@ static const figure figures[] = {
     {"val_ce.png", "Validation CE over training tokens",
      "Validation CE (nats per token) over training tokens, one line per arm (mean over seeds at each "
      "evaluation). Dotted vertical lines in an arm's colour: its growth steps (the tokens of its "
-     "growth records)."},
+     "growth records), labelled with the depth grown to."},
     {"rms_std.png", "Std of per-token RMS at hidden.L over training",
      "Standard deviation over tokens of the per-token residual RMS at hidden.L (solid; the last "
      "block's output, L the depth at that evaluation) over training tokens, per arm (mean over "
@@ -825,13 +826,15 @@ static const figure figures[] = {
 static void write_plots(FILE *f, const report *rep) {
   fputs("\n## Plots\n", f);
   if (rep->plots_skipped) {
-    fprintf(f, "\nThe plots were skipped: %s. Their series are in report-data.json; to draw them: "
-               "`python3 tools/plot_report.py %s/report-data.json %s`.\n",
+    fprintf(f,
+            "\nThe plots were skipped: %s. Their series are in report-data.json; to draw them: "
+            "`python3 tools/plot_report.py %s/report-data.json %s`.\n",
             rep->plots_skipped, rep->out_dir, rep->out_dir);
     return;
   }
   for (size_t i = 0; i < N_FIGURES; i++)
-    fprintf(f, "\n![%s](%s)\n\n*%s: %s*\n", figures[i].alt, figures[i].file, figures[i].file, figures[i].caption);
+    fprintf(f, "\n![%s](%s)\n\n*%s: %s*\n", figures[i].alt, figures[i].file, figures[i].file,
+            figures[i].caption);
 }
 
 static int write_report(const report *rep) {
@@ -908,9 +911,11 @@ static cJSON *ablation_json(const arm *a) {
   if (!r) return cJSON_CreateNull();
   cJSON *o = cJSON_CreateObject(), *blocks = cJSON_AddArrayToObject(o, "blocks");
   double *v = ng_xcalloc(r->n_blocks, sizeof(double));
-  for (size_t j = 0; j < r->n_blocks; j++) cJSON_AddItemToArray(blocks, cJSON_CreateNumber((double)r->block[j]));
+  for (size_t j = 0; j < r->n_blocks; j++)
+    cJSON_AddItemToArray(blocks, cJSON_CreateNumber((double)r->block[j]));
   for (int norms = 0; norms <= (int)r->post; norms++) {
-    for (size_t j = 0; j < r->n_blocks; j++) v[j] = over_seeds(a, norms ? norms_dce : skip_dce, (size_t)r->block[j]).mean;
+    for (size_t j = 0; j < r->n_blocks; j++)
+      v[j] = over_seeds(a, norms ? norms_dce : skip_dce, (size_t)r->block[j]).mean;
     cJSON_AddItemToObject(o, norms ? "norms_only" : "skip", numbers(v, r->n_blocks));
   }
   free(v);
@@ -925,7 +930,9 @@ static cJSON *arm_json(const arm *a) {
   cJSON_AddStringToObject(o, "schedule", r->schedule);
   for (size_t k = 0; k < a->n; k++) cJSON_AddItemToArray(seeds, cJSON_CreateNumber((double)a->runs[k]->seed));
   cJSON_AddItemToObject(o, "val_ce", series_json(a, val_ce_of));
-  cJSON_AddItemToObject(o, "growth_tokens", numbers(r->growth.x, r->growth.n));
+  cJSON *growth = cJSON_AddObjectToObject(o, "growth");  // of its first run
+  cJSON_AddItemToObject(growth, "tokens", numbers(r->growth.x, r->growth.n));
+  cJSON_AddItemToObject(growth, "depth", numbers(r->growth.y, r->growth.n));
   cJSON *rms = cJSON_AddObjectToObject(o, "rms_std");
   cJSON_AddItemToObject(rms, "hidden", series_json(a, rms_hidden_of));
   if (r->post) cJSON_AddItemToObject(rms, "res2", series_json(a, rms_res2_of));
@@ -1018,7 +1025,9 @@ static const char *last_line(char *text) {
 // (the script's output is kept in DIR/plot_report.log).
 static int draw_plots(report *rep) {
   char *script = find_plot_script();
-  if (!script) return ng_fail("cannot find tools/plot_report.py above the executable (set NG_TOOLS to the tools directory)");
+  if (!script)
+    return ng_fail(
+        "cannot find tools/plot_report.py above the executable (set NG_TOOLS to the tools directory)");
   char *data = join(rep->out_dir, "report-data.json"), *output = NULL;
   char *argv[] = {access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : "python3", script, data,
                   rep->out_dir, NULL};
@@ -1054,7 +1063,8 @@ static int make_out_dir(const ng_cli *c, report *rep) {
     rep->out_dir = join(dirname(first), "report");
     free(first);
   }
-  if (mkdir(rep->out_dir, 0777) != 0 && errno != EEXIST) return ng_fail("%s: %s", rep->out_dir, strerror(errno));
+  if (mkdir(rep->out_dir, 0777) != 0 && errno != EEXIST)
+    return ng_fail("%s: %s", rep->out_dir, strerror(errno));
   return 0;
 }
 
@@ -1084,7 +1094,8 @@ int cmd_report(const ng_cli *c) {
                : 0;
   if (rc == 0)
     printf("report: %zu arms from %zu runs -> %s/report.md%s%s\n", rep.n_arms, rep.n_runs, rep.out_dir,
-           rep.plots_skipped ? "; plots skipped: " : " and plots", rep.plots_skipped ? rep.plots_skipped : "");
+           rep.plots_skipped ? "; plots skipped: " : " and plots",
+           rep.plots_skipped ? rep.plots_skipped : "");
   report_free(&rep);
   return rc;
 }

@@ -54,6 +54,14 @@ def no_data(ax, what):
     ax.text(0.5, 0.5, what, transform=ax.transAxes, ha="center", va="center", color="gray")
 
 
+def legend_below(ax, handles=None, labels=None):
+    """The legend under the axes, clear of the lines and the growth labels."""
+    if handles is None:
+        handles, labels = ax.get_legend_handles_labels()
+    ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2,
+              fontsize="small", frameon=False)
+
+
 def log_y(ax):
     """A log y axis labelled with plain numbers (0.1, 6; not 10^-1, 6x10^0); when
     the data span under two decades, also 2, 3 and 5 times each power of ten."""
@@ -74,16 +82,19 @@ def save(fig, out_dir, name):
 def plot_val_ce(arms, out_dir):
     fig, ax = plt.subplots(figsize=(8, 5))
     color = colors(arms)
-    for a in arms:
+    for i, a in enumerate(arms):
         s = a["val_ce"]
         ax.plot(s["tokens"], values(s["mean"]), marker=".", color=color[a["name"]], label=label(a))
-        for t in a["growth_tokens"]:
+        g = a["growth"]
+        for t, depth in zip(g["tokens"], g["depth"]):
             ax.axvline(t, color=color[a["name"]], linestyle=":", linewidth=1.2)
+            ax.annotate(f"→{depth:g}", (t, 1), xycoords=("data", "axes fraction"), xytext=(2, -12 - 10 * i),
+                        textcoords="offset points", color=color[a["name"]], fontsize="small")
     handles, labels = ax.get_legend_handles_labels()
-    if any(a["growth_tokens"] for a in arms):
+    if any(a["growth"]["tokens"] for a in arms):
         handles.append(Line2D([], [], color="gray", linestyle=":"))
-        labels.append("growth step (arm's colour)")
-    ax.legend(handles, labels)
+        labels.append("growth to →depth (arm's colour)")
+    legend_below(ax, handles, labels)
     ax.set(title="Validation cross-entropy over training (mean over seeds)",
            xlabel="training tokens", ylabel="validation CE (nats/token)")
     ax.grid(alpha=0.3)
@@ -104,7 +115,7 @@ def plot_rms_std(arms, out_dir):
                 drawn = True
     if drawn:
         log_y(ax)
-        ax.legend()
+        legend_below(ax)
     else:
         no_data(ax, "no diag.jsonl in any run")
     ax.set(title="Spread of the residual RMS at the last block (hidden.L; res2.L before the last norm)",

@@ -11,13 +11,21 @@
 //                                       or NG_ACTS_TRAIN_RECOMPUTE)
 //   evaluation activations              4 x ng_plan_acts_floats(student, NG_ACTS_FORWARD):
 //                                       the trainer keeps a forward-only set too
-//   teacher (distill)                   P_teacher bpp + 4 x ng_plan_acts_floats(teacher, NG_ACTS_FORWARD)
-// Activations are fp32 floats, as the reference allocates them.
+//   diagnostics at each evaluation      4 x ng_plan_acts_floats(student, NG_ACTS_TRAIN): the
+//                                       residual statistics forward with every value kept,
+//                                       while everything above stays allocated
+//   teacher (distill)                   P_teacher bpp + 4 x ng_plan_acts_floats(teacher, NG_ACTS_FORWARD);
+//                                       with top-k caches (teacher_cache) the teacher does not
+//                                       run: only its weights, when "teacher" is given
+// Activations are fp32 floats, as the reference allocates them. Not counted:
+// batches of token ids and top-k cache entries (8 k + 4 bytes per token), and
+// backend scratch.
 //
 // FLOPs of one step, the trainer's rule (ref/train.c), with P the matmul
 // parameters of ng_model_matmul_params and A the forward attention FLOPs of
 // ng_attention_flops:
-//   student (4 P_all + 2 P_trainable) N + 3 A_student;   teacher 2 P_teacher N + A_teacher.
+//   student (4 P_all + 2 P_trainable) N + 3 A_student;   teacher 2 P_teacher N + A_teacher
+// (no teacher term with top-k caches). Evaluations are not counted.
 #ifndef NORMGROW_PLAN_H
 #define NORMGROW_PLAN_H
 
@@ -73,14 +81,15 @@ typedef struct {
   int64_t depth, tokens, steps;
   ng_plan_params student, teacher;   // teacher all zero without one
   // Bytes, all devices together.
-  int64_t weights, grads, adamw, acts, eval_acts, teacher_weights, teacher_acts, total;
+  int64_t weights, grads, adamw, acts, eval_acts, diag_acts, teacher_weights, teacher_acts, total;
   double per_device_gib;             // total / devices (everything sharded evenly)
   bool fits;                         // per_device_gib <= memory_gib
   int64_t devices_needed;            // ceil(total / memory_gib)
   double flops, seconds;             // flops / (devices x tflops x 1e12)
 } ng_plan_stage;
 
-// Plan stage `stage` of rc; teacher NULL for a pretrain run or an unknown teacher.
+// Plan stage `stage` of rc; teacher NULL for a pretrain run, a run from top-k
+// caches without a teacher, or an unknown teacher.
 void ng_plan_stage_of(const ng_run_config *rc, int stage, const ng_model_config *teacher,
                       const ng_plan_device *dev, ng_plan_stage *out);
 

@@ -1,0 +1,536 @@
+// Tests for ref/plan.c and `normgrow plan`: parameter counts of Qwen3-8B-Base
+// and of the 9-layer student against hand computation; the memory formulas
+// against what the reference really allocates (a backend that only counts);
+// one stage's FLOPs and fit by hand; the paper configs (every arm parses, the
+// study's token budgets); the command on every arm, with the teacher's config
+// from a file, a Hugging Face directory and a checkpoint, and with bad options.
+#include <cJSON.h>
+#include <glob.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include "check.h"
+#include "normgrow/checkpoint.h"
+#include "normgrow/common.h"
+#include "normgrow/optim.h"
+#include "normgrow/plan.h"
+
+static const char *root, *bin;
+static char dir[64];
+
+// ---------------------------------------------------------------- hand counts
+
+// Qwen3-8B-Base, by hand:
+//   embed_tokens  151936 x 4096                                 =   622,329,856
+//   lm_head       151936 x 4096 (untied)                        =   622,329,856
+//   one block     q_proj 4096 x 4096                            =    16,777,216
+//                 k_proj, v_proj 1024 x 4096 (8 kv heads x 128) =  2 x 4,194,304
+//                 o_proj 4096 x 4096                            =    16,777,216
+//                 q_norm, k_norm 128 each                       =           256
+//                 input_ and post_attention_layernorm 4096 each =         8,192
+//                 gate_, up_, down_proj 4096 x 12288 each       = 3 x 50,331,648
+//                                                               =   192,946,432
+//   36 blocks                                                   = 6,946,071,552
+//   final norm                                                  =         4,096
+//   total                                                       = 8,190,735,360
+#define EMBED (151936LL * 4096)
+#define BLOCK_MATMUL (4096LL * 4096 + 2 * 1024LL * 4096 + 4096LL * 4096 + 3 * 4096LL * 12288)
+#define BLOCK (BLOCK_MATMUL + 2 * 128 + 2 * 4096)
+#define IO (2 * EMBED + 4096)  // embeddings, head, final norm
+
+static ng_model_config qwen3_8b(void) {
+  return (ng_model_config){.vocab_size = 151936, .hidden_size = 4096, .intermediate_size = 12288,
+                           .num_hidden_layers = 36, .num_attention_heads = 32,
+                           .num_key_value_heads = 8, .head_dim = 128, .rope_theta = 1e6,
+                           .rms_norm_eps = 1e-6, .tie_word_embeddings = false, .final_norm = true,
+                           .norm_placement = NG_NORM_PRE};
+}
+
+static bool same_config(const ng_model_config *a, const ng_model_config *b) {
+  return a->vocab_size == b->vocab_size && a->hidden_size == b->hidden_size &&
+         a->intermediate_size == b->intermediate_size && a->num_hidden_layers == b->num_hidden_layers &&
+         a->num_attention_heads == b->num_attention_heads &&
+         a->num_key_value_heads == b->num_key_value_heads && a->head_dim == b->head_dim &&
+         a->rope_theta == b->rope_theta && a->rms_norm_eps == b->rms_norm_eps &&
+         a->tie_word_embeddings == b->tie_word_embeddings && a->final_norm == b->final_norm &&
+         a->norm_placement == b->norm_placement;
+}
+
+static ng_model_config student(ng_norm_placement placement) {
+  ng_model_config c = qwen3_8b();
+  c.num_hidden_layers = 9;
+  c.norm_placement = placement;
+  return c;
+}
+
+static void test_hand_counts(void) {
+  CHECK(BLOCK == 192946432LL && IO == 1244663808LL, "hand count: one block, embeddings + head + norm",
+        "%lld, %lld", BLOCK, IO);
+  ng_model_config t = qwen3_8b();
+  ng_plan_params p = ng_plan_count_params(&t, 0, false);
+  CHECK(p.total == 8190735360LL && p.total == 36 * BLOCK + IO && p.trainable == p.total,
+        "Qwen3-8B-Base: 8,190,735,360 parameters", "%lld", (long long)p.total);
+  // Matmul parameters: every block's projections and the untied head (the
+  // embedding is a gather): 36 x 192,937,984 + 622,329,856 = 7,568,097,280.
+  CHECK(p.matmul == 7568097280.0 && p.matmul == 36.0 * BLOCK_MATMUL + EMBED,
+        "Qwen3-8B-Base: 7,568,097,280 matmul parameters", "%.0f", p.matmul);
+  ng_model_config file_cfg;
+  char path[600];
+  snprintf(path, sizeof path, "%s/configs/paper/qwen3-8b-base.json", root);
+  int rc = ng_plan_read_model_config(path, &file_cfg);
+  CHECK(rc == 0 && same_config(&file_cfg, &t), "configs/paper/qwen3-8b-base.json is Qwen3-8B-Base",
+        "%s", rc ? ng_error() : "fields differ");
+
+  // The student: 9 blocks of the teacher's shape, untied head.
+  //   9 x 192,946,432 + 1,244,663,808 = 1,736,517,888 + 1,244,663,808 = 2,981,181,696.
+  // Post-Norm trades input_layernorm for post_feedforward_layernorm: the same count.
+  for (int post = 0; post <= 1; post++) {
+    ng_model_config s = student(post ? NG_NORM_POST : NG_NORM_PRE);
+    ng_plan_params q = ng_plan_count_params(&s, 0, false);
+    CHECK(q.total == 2981181696LL && q.total == 9 * BLOCK + IO,
+          post ? "Post-Norm student: 2,981,181,696 parameters" : "Pre-Norm student: 2,981,181,696 parameters",
+          "%lld", (long long)q.total);
+  }
+  ng_model_config s = student(NG_NORM_POST);
+  ng_plan_params io = ng_plan_count_params(&s, 0, true), blocks = ng_plan_count_params(&s, 6, false);
+  CHECK(io.trainable == 9 * BLOCK && io.total == 9 * BLOCK + IO && io.matmul_trainable == 9.0 * BLOCK_MATMUL,
+        "frozen embeddings, final norm and head", "%lld trainable", (long long)io.trainable);
+  CHECK(blocks.trainable == 3 * BLOCK + IO && blocks.matmul_trainable == 3.0 * BLOCK_MATMUL + EMBED,
+        "6 of 9 blocks frozen", "%lld trainable", (long long)blocks.trainable);
+}
+
+// ---------------------------------------------------------------- memory vs the reference
+
+// A backend that only adds up what it is asked to allocate; the pointers it
+// hands out are never dereferenced by the calls below.
+static size_t g_counted;
+static void *count_alloc(ng_backend *be, size_t bytes) {
+  (void)be;
+  g_counted += bytes;
+  return &g_counted;
+}
+static void count_free(ng_backend *be, void *p) {
+  (void)be;
+  (void)p;
+}
+static ng_backend g_counting = {.name = "count", .alloc = count_alloc, .free = count_free};
+
+static ng_model_config toy(ng_norm_placement placement, bool tied, bool final_norm, int64_t kv) {
+  return (ng_model_config){.vocab_size = 37, .hidden_size = 24, .intermediate_size = 40,
+                           .num_hidden_layers = 3, .num_attention_heads = 4,
+                           .num_key_value_heads = kv, .head_dim = 8, .rope_theta = 1e4,
+                           .rms_norm_eps = 1e-6, .tie_word_embeddings = tied,
+                           .final_norm = final_norm, .norm_placement = placement};
+}
+
+static void check_allocations(const char *name, const ng_model_config *c) {
+  const int64_t B = 2, T = 5, f32 = 4;
+  ng_plan_params p = ng_plan_count_params(c, 0, false);
+  g_counted = 0;
+  ng_model *m = ng_model_create(&g_counting, c, true);
+  size_t model_bytes = g_counted;
+  g_counted = 0;
+  ng_adamw *opt = ng_adamw_create(m);
+  size_t adamw_bytes = g_counted;
+  g_counted = 0;
+  ng_acts *train = ng_acts_create(m, B, T, true);
+  size_t train_bytes = g_counted;
+  g_counted = 0;
+  ng_acts *fwd = ng_acts_create(m, B, T, false);
+  size_t fwd_bytes = g_counted;
+  ng_acts_free(m, fwd);
+  ng_acts_free(m, train);
+  ng_adamw_free(m, opt);
+  ng_model_free(m);
+  int64_t recompute = ng_plan_acts_floats(c, B, T, NG_ACTS_TRAIN_RECOMPUTE);
+  int64_t kept = ng_plan_acts_floats(c, B, T, NG_ACTS_TRAIN);
+  char label[160];
+  snprintf(label, sizeof label, "%s: weights + gradients, AdamW moments, activations as allocated", name);
+  CHECK(model_bytes == (size_t)(2 * p.total * f32) && adamw_bytes == (size_t)(2 * p.total * f32) &&
+            train_bytes == (size_t)(f32 * kept) &&
+            fwd_bytes == (size_t)(f32 * ng_plan_acts_floats(c, B, T, NG_ACTS_FORWARD)),
+        label, "model %zu vs %lld, adamw %zu, train %zu vs %lld, forward %zu", model_bytes,
+        (long long)(2 * p.total * f32), adamw_bytes, train_bytes, (long long)(f32 * kept), fwd_bytes);
+  snprintf(label, sizeof label, "%s: recompute keeps one block's values", name);
+  CHECK(kept - recompute == (c->num_hidden_layers - 1) * ng_plan_block_floats(c, B * T), label,
+        "%lld vs %lld", (long long)kept, (long long)recompute);
+}
+
+static void test_allocations(void) {
+  ng_model_config a = toy(NG_NORM_PRE, false, true, 2), b = toy(NG_NORM_POST, true, false, 1),
+                  c = toy(NG_NORM_POST, false, true, 4);
+  check_allocations("pre, untied, final norm, GQA", &a);
+  check_allocations("post, tied, no final norm, MQA", &b);
+  check_allocations("post, untied, final norm, MHA", &c);
+}
+
+// ---------------------------------------------------------------- one stage by hand
+
+static int load_arm(const char *name, ng_run_config *rc) {
+  char path[600];
+  snprintf(path, sizeof path, "%s/configs/paper/%s.json", root, name);
+  int r = ng_run_config_load(path, NULL, rc);
+  if (r) printf("# %s: %s\n", path, ng_error());
+  return r;
+}
+
+// The JSON of the file "<root>/<name>".
+static cJSON *read_json(const char *name) {
+  char path[600], text[16384];
+  snprintf(path, sizeof path, "%s/%s", root, name);
+  FILE *f = fopen(path, "rb");
+  NG_ASSERT(f);
+  size_t n = fread(text, 1, sizeof text - 1, f);
+  fclose(f);
+  text[n] = 0;
+  cJSON *j = cJSON_Parse(text);
+  NG_ASSERT(j);
+  return j;
+}
+
+// Parse an edited run config; prints why not.
+static int parse_run(const cJSON *j, ng_run_config *rc) {
+  char *text = cJSON_Print(j);
+  int r = ng_run_config_parse(text, "edited run", rc);
+  if (r) printf("# %s\n", ng_error());
+  free(text);
+  return r;
+}
+
+static void test_stage(void) {
+  ng_run_config rc;
+  if (load_arm("grow-post", &rc)) {
+    CHECK(false, "stage plan of grow-post", "config does not load");
+    return;
+  }
+  ng_model_config t = qwen3_8b();
+  ng_plan_device dev = {400.0, 80.0, 1, 4, false};
+  ng_plan_stage s;
+  ng_plan_stage_of(&rc, 2, &t, &dev, &s);
+  // One step at 256 x 2048 = 524,288 tokens: student 6 P N + 3 A_s, teacher 2 P_t N + A_t,
+  // A = 4 hd H T(T+1)/2 B L; P = 9 x 192,937,984 + 622,329,856 (head) = 2,358,771,712.
+  double N = 524288.0, P = 2358771712.0, Pt = 7568097280.0;
+  double A1 = 4.0 * 128 * 32 * (2048.0 * 2049.0 / 2.0) * 256;  // one layer's forward attention
+  double step = 6.0 * P * N + 3.0 * 9 * A1 + 2.0 * Pt * N + 36 * A1;
+  CHECK(s.steps == 1977 && fabs(s.flops - 1977 * step) <= 1e-12 * s.flops &&
+            fabs(s.seconds - s.flops / 400e12) <= 1e-12 * s.seconds,
+        "grow-post stage 2: FLOPs and time by hand", "%lld steps, %.6e vs %.6e FLOPs",
+        (long long)s.steps, s.flops, 1977 * step);
+  int64_t total = s.weights + s.grads + s.adamw + s.acts + s.eval_acts + s.diag_acts + s.teacher_weights +
+                  s.teacher_acts;
+  CHECK(s.weights == 4 * (9 * BLOCK + IO) && s.adamw == 2 * s.weights && s.diag_acts == s.acts &&
+            s.teacher_weights == 4 * 8190735360LL && s.total == total && !s.fits &&
+            s.devices_needed == (int64_t)ceil((double)total / (80.0 * 1073741824.0)),
+        "grow-post stage 2: memory sums, does not fit on one 80 GiB device", "total %lld, %lld devices",
+        (long long)s.total, (long long)s.devices_needed);
+  ng_plan_device many = {400.0, 80.0, 64, 2, true};
+  ng_plan_stage r;
+  ng_plan_stage_of(&rc, 2, &t, &many, &r);
+  CHECK(r.weights == 2 * (9 * BLOCK + IO) && r.acts < s.acts && r.fits &&
+            fabs(r.per_device_gib * 64 * 1073741824.0 - (double)r.total) < 1.0 &&
+            fabs(r.seconds * 64 - s.seconds) <= 1e-9 * s.seconds,
+        "64 devices, 2 bytes per parameter, recompute", "%.1f GiB per device", r.per_device_gib);
+  ng_run_config_free(&rc);
+
+  // The same stage distilled from top-k caches: the teacher is loaded (for its
+  // "teacher" path) but never runs.
+  cJSON *j = read_json("configs/paper/grow-post.json");
+  cJSON *cache = cJSON_AddObjectToObject(j, "teacher_cache");
+  cJSON_AddStringToObject(cache, "train", "train.topk");
+  cJSON_AddStringToObject(cache, "val", "val.topk");
+  ng_plan_stage c = {0};
+  int parsed = parse_run(j, &rc);
+  if (parsed == 0) {
+    ng_plan_stage_of(&rc, 2, &t, &dev, &c);
+    ng_run_config_free(&rc);
+  }
+  double teacher_step = 2.0 * Pt * N + 36 * A1;
+  CHECK(parsed == 0 && c.teacher_acts == 0 && c.teacher_weights == s.teacher_weights &&
+            fabs(c.flops - (s.flops - 1977 * teacher_step)) <= 1e-12 * s.flops,
+        "top-k caches: no teacher forward, no teacher activations", "%.6e FLOPs", c.flops);
+  cJSON_Delete(j);
+}
+
+// Toy grow-post with stage 1 freezing the blocks of stage 0 and frozen embeddings.
+static void test_freezing(void) {
+  cJSON *j = read_json("configs/toy/grow-post.json");
+  cJSON_AddTrueToObject(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "stages"), 1), "freeze_existing");
+  cJSON_ReplaceItemInObject(cJSON_GetObjectItem(j, "init"), "freeze_embeddings", cJSON_CreateTrue());
+  ng_run_config rc;
+  ng_plan_device dev = {400.0, 80.0, 1, 4, false};
+  ng_plan_stage s[3] = {{0}};
+  int r = parse_run(j, &rc);
+  if (r == 0) {
+    for (int i = 0; i < 3; i++) ng_plan_stage_of(&rc, i, NULL, &dev, &s[i]);
+    ng_run_config_free(&rc);
+  }
+  // Blocks all have one size: stage 0 (2 blocks) trains both, stage 1 (4) only
+  // the 2 new ones, stage 2 (6) all 6 again; embeddings and head never.
+  int64_t block = (s[1].student.total - s[0].student.total) / 2;
+  int64_t io = s[0].student.total - 2 * block;
+  CHECK(r == 0 && s[0].student.trainable == 2 * block && s[1].student.trainable == 2 * block &&
+            s[2].student.trainable == 6 * block && s[2].student.total == 6 * block + io,
+        "trainable: freeze_existing lasts one growing stage, frozen embeddings always", "counts differ");
+  cJSON_Delete(j);
+}
+
+// ---------------------------------------------------------------- the paper configs
+
+static const char *const arms[] = {"joint-pre", "joint-post", "grow-pre", "grow-post",
+                                   "control-extra-tokens", "control-layer-tokens",
+                                   "control-lr-restarts"};
+#define N_ARMS (int)(sizeof arms / sizeof arms[0])
+
+static int64_t run_tokens(const ng_run_config *rc) {
+  int64_t n = 0;
+  for (int i = 0; i < rc->n_stages; i++) n += rc->stages[i].tokens;
+  return n;
+}
+
+// Sum over stages of depth x tokens: the active-layer-token count.
+static int64_t layer_tokens(const ng_run_config *rc) {
+  int64_t n = 0;
+  for (int i = 0; i < rc->n_stages; i++) n += rc->stages[i].depth * rc->stages[i].tokens;
+  return n;
+}
+
+static void test_every_config_parses(void) {
+  char pattern[600];
+  snprintf(pattern, sizeof pattern, "%s/configs/paper/*.json", root);
+  glob_t g;
+  NG_ASSERT(glob(pattern, 0, NULL, &g) == 0);
+  int n_arms = 0;
+  for (size_t i = 0; i < g.gl_pathc; i++) {
+    const char *path = g.gl_pathv[i], *base = strrchr(path, '/') + 1;
+    if (strcmp(base, "qwen3-8b-base.json") == 0) continue;  // the teacher's model config
+    ng_run_config rc;
+    int r = ng_run_config_load(path, NULL, &rc);
+    char label[200];
+    snprintf(label, sizeof label, "configs/paper/%s parses", base);
+    CHECK(r == 0, label, "%s", ng_error());
+    if (r == 0) ng_run_config_free(&rc);
+    n_arms++;
+  }
+  globfree(&g);
+  CHECK(n_arms == N_ARMS, "configs/paper holds the seven arms", "%d run configs", n_arms);
+}
+
+// The study's design: 3.11e9 tokens in batches of 524,288; growth 3 -> 6 -> 9
+// in equal thirds; the controls at depth 9 with 4/3 of the tokens, the growing
+// run's layer-tokens, and three restarted schedules.
+static void test_study_design(void) {
+  ng_run_config rc[N_ARMS];
+  bool ok = true;
+  for (int i = 0; i < N_ARMS; i++) ok = load_arm(arms[i], &rc[i]) == 0 && ok;
+  if (!ok) {
+    CHECK(false, "study design", "an arm does not load");
+    return;
+  }
+  ng_model_config width = qwen3_8b();
+  bool same = true;
+  for (int i = 0; i < N_ARMS; i++) {
+    ng_model_config m = rc[i].model;
+    m.num_hidden_layers = width.num_hidden_layers;
+    m.norm_placement = width.norm_placement;
+    same = same && same_config(&m, &width) && rc[i].model.num_hidden_layers == 9 &&
+           rc[i].distill && strcmp(rc[i].teacher_path, "runs/paper/qwen3-8b-base") == 0 &&
+           rc[i].batch * rc[i].seq == 524288;
+  }
+  CHECK(same, "every arm: a 9-block student of the teacher's shape, batch 524,288 tokens", "an arm differs");
+  const ng_run_config *jpre = &rc[0], *jpost = &rc[1], *gpre = &rc[2], *gpost = &rc[3];
+  const ng_run_config *extra = &rc[4], *layer = &rc[5], *restarts = &rc[6];
+  int64_t total = run_tokens(jpost);
+  CHECK(llabs(total - 3110000000LL) < 3 * 524288 && run_tokens(jpre) == total &&
+            run_tokens(gpre) == total && run_tokens(gpost) == total && run_tokens(restarts) == total,
+        "joint, growing and restart arms: 3.11e9 tokens", "%lld", (long long)total);
+  bool thirds = gpost->n_stages == 3 && gpre->n_stages == 3 && restarts->n_stages == 3;
+  for (int i = 0; thirds && i < 3; i++)
+    thirds = gpost->stages[i].depth == 3 * (i + 1) && gpre->stages[i].depth == 3 * (i + 1) &&
+             gpost->stages[i].tokens == total / 3 && restarts->stages[i].depth == 9 &&
+             restarts->stages[i].restart_lr;
+  CHECK(thirds, "growth 3 -> 6 -> 9 in thirds; restarts at depth 9", "stages differ");
+  CHECK(run_tokens(extra) * 3 == 4 * total && layer_tokens(layer) == layer_tokens(gpost) &&
+            layer->n_stages == 1 && extra->n_stages == 1,
+        "controls: 4/3 of the tokens; the growing run's layer-tokens at depth 9",
+        "%lld tokens, %lld layer-tokens", (long long)run_tokens(extra), (long long)layer_tokens(layer));
+  CHECK(gpre->model.norm_placement == NG_NORM_PRE && jpre->model.norm_placement == NG_NORM_PRE &&
+            gpost->model.norm_placement == NG_NORM_POST && extra->model.norm_placement == NG_NORM_POST,
+        "placements: pre arms Pre-Norm, post arms and controls Post-Norm", "placement differs");
+  for (int i = 0; i < N_ARMS; i++) ng_run_config_free(&rc[i]);
+}
+
+// ---------------------------------------------------------------- the command
+
+typedef struct {
+  int status;          // exit status, -1 if it did not exit
+  int err_lines;
+  char err[1024];      // first stderr line
+  char out[16384];     // stdout (cut)
+} run_result;
+
+static void read_into(const char *path, char *buf, size_t n, int *lines) {
+  FILE *f = fopen(path, "r");
+  size_t got = f ? fread(buf, 1, n - 1, f) : 0;
+  buf[got] = 0;
+  if (f) fclose(f);
+  if (lines) {
+    *lines = 0;
+    for (size_t i = 0; i < got; i++) *lines += buf[i] == '\n';
+  }
+}
+
+// `normgrow plan ARGS` from the repository root.
+static run_result run_plan(const char *args) {
+  char cmd[2048], out[128], err[128];
+  snprintf(out, sizeof out, "%s/stdout", dir);
+  snprintf(err, sizeof err, "%s/stderr", dir);
+  snprintf(cmd, sizeof cmd, "cd '%s' && '%s' plan %s >'%s' 2>'%s'", root, bin, args, out, err);
+  int status = system(cmd);
+  run_result r = {.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1};
+  read_into(out, r.out, sizeof r.out, NULL);
+  read_into(err, r.err, sizeof r.err, &r.err_lines);
+  r.err[strcspn(r.err, "\n")] = 0;
+  return r;
+}
+
+static void write_text(const char *path, const char *text) {
+  FILE *f = fopen(path, "w");
+  NG_ASSERT(f && fputs(text, f) >= 0 && fclose(f) == 0);
+}
+
+// A copy of run config `src` (under the root) with another teacher path, written to `dst`.
+static void with_teacher(const char *src, const char *teacher, const char *dst) {
+  cJSON *j = read_json(src);
+  cJSON_ReplaceItemInObject(j, "teacher", cJSON_CreateString(teacher));
+  char *out = cJSON_Print(j);
+  write_text(dst, out);
+  free(out);
+  cJSON_Delete(j);
+}
+
+static void test_every_arm_plans(void) {
+  for (int i = 0; i < N_ARMS; i++) {
+    char args[1024], label[200];
+    snprintf(args, sizeof args, "configs/paper/%s.json --teacher-config configs/paper/qwen3-8b-base.json", arms[i]);
+    run_result r = run_plan(args);
+    snprintf(label, sizeof label, "plan %s with the teacher's config", arms[i]);
+    CHECK(r.status == 0 && r.err_lines == 0 && strstr(r.out, "8,190,735,360") && strstr(r.out, "total") &&
+              strstr(r.out, "does NOT fit"),
+          label, "status %d, stderr: %s", r.status, r.err);
+  }
+}
+
+// Qwen3-8B-Base's config.json, as Hugging Face ships it.
+static const char *const hf_config =
+    "{\"architectures\": [\"Qwen3ForCausalLM\"], \"attention_bias\": false, \"attention_dropout\": 0.0,"
+    " \"bos_token_id\": 151643, \"eos_token_id\": 151643, \"head_dim\": 128, \"hidden_act\": \"silu\","
+    " \"hidden_size\": 4096, \"initializer_range\": 0.02, \"intermediate_size\": 12288,"
+    " \"max_position_embeddings\": 32768, \"max_window_layers\": 36, \"model_type\": \"qwen3\","
+    " \"num_attention_heads\": 32, \"num_hidden_layers\": 36, \"num_key_value_heads\": 8,"
+    " \"rms_norm_eps\": 1e-06, \"rope_scaling\": null, \"rope_theta\": 1000000,"
+    " \"sliding_window\": null, \"tie_word_embeddings\": false, \"torch_dtype\": \"bfloat16\","
+    " \"transformers_version\": \"4.51.0\", \"use_cache\": true, \"use_sliding_window\": false,"
+    " \"vocab_size\": 151936}\n";
+
+static void test_teacher_sources(void) {
+  const char *src = "configs/paper/grow-pre.json";
+  char run[600], path[600], args[1400];
+  snprintf(run, sizeof run, "%s/run.json", dir);
+
+  snprintf(path, sizeof path, "%s/absent", dir);
+  with_teacher(src, path, run);
+  snprintf(args, sizeof args, "'%s'", run);
+  run_result r = run_plan(args);
+  CHECK(r.status == 0 && strstr(r.out, "planned alone") && !strstr(r.out, "8,190,735,360"),
+        "no teacher config: the student alone", "status %d, stderr: %s", r.status, r.err);
+
+  snprintf(path, sizeof path, "%s/qwen3-8b-base", dir);
+  NG_ASSERT(mkdir(path, 0777) == 0);
+  char cfg[700];
+  snprintf(cfg, sizeof cfg, "%s/config.json", path);
+  write_text(cfg, hf_config);
+  with_teacher(src, path, run);
+  r = run_plan(args);
+  CHECK(r.status == 0 && strstr(r.out, "8,190,735,360") && strstr(r.out, "config.json"),
+        "teacher config from a Hugging Face directory", "status %d, stderr: %s", r.status, r.err);
+
+  // A toy teacher checkpoint (zeroed weights: only its metadata is read).
+  src = "configs/toy/grow-pre.json";
+  snprintf(path, sizeof path, "%s/teacher.safetensors", dir);
+  ng_model_config toy_teacher = toy(NG_NORM_PRE, true, true, 2);
+  toy_teacher.vocab_size = 257;
+  toy_teacher.num_hidden_layers = 5;
+  ng_model *m = ng_model_create(ng_backend_cpu(), &toy_teacher, false);
+  NG_ASSERT(ng_checkpoint_save(path, m, NULL, NULL) == 0);
+  ng_model_free(m);
+  with_teacher(src, path, run);
+  r = run_plan(args);
+  CHECK(r.status == 0 && strstr(r.out, "5 layers") && strstr(r.out, "checkpoint metadata"),
+        "teacher config from a normgrow checkpoint", "status %d, stderr: %s", r.status, r.err);
+}
+
+static void expect_error(const char *name, const char *args, const char *want) {
+  run_result r = run_plan(args);
+  CHECK(r.status != 0 && r.status != -1 && r.err_lines == 1 && strstr(r.err, want), name,
+        "status %d, %d stderr lines: %s", r.status, r.err_lines, r.err);
+}
+
+static void test_bad_input(void) {
+  const char *arm = "configs/paper/grow-post.json";
+  char args[1024], small[600];
+  struct {
+    const char *name, *opts, *want;
+  } cases[] = {
+      {"--devices 0", "--devices 0", "--devices"},
+      {"--devices 2.5", "--devices 2.5", "--devices"},
+      {"--device-tflops not a number", "--device-tflops fast", "--device-tflops"},
+      {"--device-memory-gib negative", "--device-memory-gib -1", "--device-memory-gib"},
+      {"--device-tflops inf", "--device-tflops inf", "--device-tflops"},
+      {"--bytes-per-param 0", "--bytes-per-param 0", "--bytes-per-param"},
+      {"--recompute yes", "--recompute yes", "--recompute"},
+      {"unknown option", "--frobnicate 1", "unknown option --frobnicate"},
+      {"missing teacher config file", "--teacher-config /nonexistent/teacher.json", "/nonexistent/teacher.json"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    snprintf(args, sizeof args, "%s %s", arm, cases[i].opts);
+    expect_error(cases[i].name, args, cases[i].want);
+  }
+  snprintf(small, sizeof small, "%s/small.json", dir);
+  write_text(small, "{\"vocab_size\": 257, \"hidden_size\": 64, \"intermediate_size\": 128,"
+                    " \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"num_key_value_heads\": 2,"
+                    " \"head_dim\": 16, \"rope_theta\": 10000, \"rms_norm_eps\": 1e-6,"
+                    " \"tie_word_embeddings\": true, \"norm_placement\": \"pre\", \"final_norm\": true}");
+  snprintf(args, sizeof args, "%s --teacher-config '%s'", arm, small);
+  expect_error("teacher of another vocabulary", args, "vocabulary");
+  write_text(small, "{\"vocab_size\": 151936}");
+  expect_error("teacher config missing a key", args, "small.json");
+  expect_error("missing run config", "configs/paper/absent.json", "absent.json");
+}
+
+int main(void) {
+  root = getenv("NG_ROOT");
+  bin = getenv("NG_BIN");
+  if (!root || !bin) {
+    fprintf(stderr, "set NG_ROOT and NG_BIN (tests/run.sh does)\n");
+    return 1;
+  }
+  snprintf(dir, sizeof dir, "/tmp/ng_test_plan_XXXXXX");
+  NG_ASSERT(mkdtemp(dir) != NULL);
+  test_hand_counts();
+  test_allocations();
+  test_stage();
+  test_freezing();
+  test_every_config_parses();
+  test_study_design();
+  test_every_arm_plans();
+  test_teacher_sources();
+  test_bad_input();
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  NG_ASSERT(system(cmd) == 0);
+  return TEST_RESULT();
+}
