@@ -112,16 +112,16 @@ void ng_plan_stage_of(const ng_run_config *rc, int stage, const ng_model_config 
   out->acts = f32 * ng_plan_acts_floats(&sc, B, T, dev->recompute ? NG_ACTS_TRAIN_RECOMPUTE : NG_ACTS_TRAIN);
   out->eval_acts = f32 * ng_plan_acts_floats(&sc, B, T, NG_ACTS_FORWARD);
   out->diag_acts = f32 * ng_plan_acts_floats(&sc, B, T, NG_ACTS_TRAIN);
-  const ng_model_config *runs = rc->use_cache ? NULL : teacher;  // the teacher's forward, each step
+  const ng_model_config *forward_teacher = rc->use_cache ? NULL : teacher;  // runs every step
   if (teacher) {
     out->teacher = ng_plan_count_params(teacher, 0, false);
     out->teacher_weights = out->teacher.total * bpp;
   }
-  if (runs) out->teacher_acts = f32 * ng_plan_acts_floats(teacher, B, T, NG_ACTS_FORWARD);
+  if (forward_teacher) out->teacher_acts = f32 * ng_plan_acts_floats(teacher, B, T, NG_ACTS_FORWARD);
   out->total = out->weights + out->grads + out->adamw + out->acts + out->eval_acts +
                out->diag_acts + out->teacher_weights + out->teacher_acts;
   fit(dev, out);
-  out->flops = ng_plan_step_flops(&sc, &out->student, runs, &out->teacher, B, T) * (double)out->steps;
+  out->flops = ng_plan_step_flops(&sc, &out->student, forward_teacher, &out->teacher, B, T) * (double)out->steps;
   out->seconds = out->flops / ((double)dev->devices * dev->tflops * 1e12);
 }
 

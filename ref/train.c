@@ -14,6 +14,7 @@
 #include "normgrow/data.h"
 #include "normgrow/diag.h"
 #include "normgrow/grow.h"
+#include "normgrow/plan.h"
 #include "normgrow/run.h"
 #include "normgrow/topk.h"
 
@@ -367,16 +368,14 @@ static void set_gates(trainer *t) {
   }
 }
 
-// FLOPs of one step: student forward 2P, input gradients 2P, weight gradients
-// 2P of the trainable part, attention 3x forward; teacher forward 2P + attention.
+// FLOPs of one step, by the rule of plan.h (which `normgrow plan` uses too).
 static double step_flops(const trainer *t) {
-  int64_t B = t->rc.batch, T = t->rc.seq, N = B * T;
   const ng_model *s = t->student;
-  double f = (4.0 * ng_model_matmul_params(s, false) + 2.0 * ng_model_matmul_params(s, true)) * (double)N +
-             3.0 * ng_attention_flops(&s->cfg, B, T);
-  if (t->tacts)  // the teacher runs (not a cache)
-    f += 2.0 * ng_model_matmul_params(t->teacher, false) * (double)N + ng_attention_flops(&t->teacher->cfg, B, T);
-  return f;
+  ng_plan_params sp = {.matmul = ng_model_matmul_params(s, false),
+                       .matmul_trainable = ng_model_matmul_params(s, true)};
+  ng_plan_params tp = {.matmul = t->tacts ? ng_model_matmul_params(t->teacher, false) : 0.0};
+  return ng_plan_step_flops(&s->cfg, &sp, t->tacts ? &t->teacher->cfg : NULL, &tp, t->rc.batch,
+                            t->rc.seq);
 }
 
 // The next training batch: windows drawn from the generator (one draw each).

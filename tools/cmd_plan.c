@@ -79,7 +79,8 @@ static int parse_switch(const ng_cli *c, const char *opt, bool *out) {
 }
 
 static int parse_device(const ng_cli *c, ng_plan_device *d) {
-  *d = (ng_plan_device){DEFAULT_TFLOPS, DEFAULT_MEMORY_GIB, 1, 4, false};
+  *d = (ng_plan_device){.tflops = DEFAULT_TFLOPS, .memory_gib = DEFAULT_MEMORY_GIB, .devices = 1,
+                        .bytes_per_param = 4, .recompute = false};
   return parse_positive(c, "device-tflops", 1e6, &d->tflops) ||
          parse_positive(c, "device-memory-gib", 1e6, &d->memory_gib) ||
          parse_int(c, "devices", 1, 1000000, &d->devices) ||
@@ -146,15 +147,14 @@ static int find_teacher(const ng_run_config *rc, const char *file, teacher_info 
 
 typedef struct {
   char s[32];
-} text;
+} cell;  // one table cell, returned by value so that a printf can hold several
 
-// n with thousands separators: 3109552128 -> "3,109,552,128".
-static text grouped(int64_t n) {
+// n >= 0 with thousands separators: 3109552128 -> "3,109,552,128".
+static cell grouped(int64_t n) {
   char digits[24];
-  int len = snprintf(digits, sizeof digits, "%lld", (long long)(n < 0 ? -n : n));
-  text t = {{0}};
+  int len = snprintf(digits, sizeof digits, "%lld", (long long)n);
+  cell t = {{0}};
   int j = 0;
-  if (n < 0) t.s[j++] = '-';
   for (int i = 0; i < len; i++) {
     if (i > 0 && (len - i) % 3 == 0) t.s[j++] = ',';
     t.s[j++] = digits[i];
@@ -163,8 +163,8 @@ static text grouped(int64_t n) {
 }
 
 // Bytes as GiB, or "-" for a part the plan does not know.
-static text gib(int64_t bytes, bool known) {
-  text t;
+static cell gib(int64_t bytes, bool known) {
+  cell t;
   if (known) {
     snprintf(t.s, sizeof t.s, "%.1f", (double)bytes / 1073741824.0);
   } else {

@@ -19,6 +19,7 @@ arms=(joint-pre joint-post grow-pre grow-post control-extra-tokens control-layer
 say() { printf '[demo %4ds] %s\n' $(($(date +%s) - start)) "$*"; }
 
 tools/bootstrap.sh demo
+mkdir -p "$out"
 if [ ! -f "$out/data/val.bin" ]; then
   fortunes=/usr/share/games/fortunes
   # Every English text collection of the Debian fortunes (one fortune per document);
