@@ -400,14 +400,15 @@ static double kd_topk_row(const int32_t *ids, const float *vals, float lse, int6
   return kl;
 }
 
-// One row i of the fused loss, max-subtracted. With ps = softmax(s), pst =
+// One row i of the fused loss over its first V columns (rows `stride` apart),
+// max-subtracted. With ps = softmax(s), pst =
 // softmax(s/tau) and tgt the teacher's distribution at tau:
 //   ce_i = log sum exp(s) - s_y,   kl_i = KL(tgt || pst) (see the kd_*_row),
 //   d/ds = w ((1-a) (ps - onehot) + a tau (pst - tgt)),  or w (ps - onehot)
 // without a teacher, where w = 1/n_valid. scratch holds 3 rows of V floats.
-static void ce_kd_row(const float *s, const teacher_ref *t, int64_t i, int32_t y, int64_t V,
-                      ng_loss_params lp, double w, float *ds, float *scratch, double *ce,
-                      double *kl) {
+static void ce_kd_row(const float *s, const teacher_ref *t, int64_t i, int32_t y, int64_t stride,
+                      int64_t V, ng_loss_params lp, double w, float *ds, float *scratch,
+                      double *ce, double *kl) {
   float *ps = scratch, *est = scratch + V, *tgt = scratch + 2 * V;
   float ms = row_max(s, V), inv_tau = (float)(1.0 / lp.temperature);
   double zs = exp_shifted(s, V, ms, 1.0f, ps), zst = 1.0, tgt_scale = 0.0;
@@ -417,7 +418,7 @@ static void ce_kd_row(const float *s, const teacher_ref *t, int64_t i, int32_t y
   double a_ce = teacher ? 1.0 - lp.kd_weight : 1.0, a_kd = teacher ? lp.kd_weight * lp.temperature : 0.0;
   if (teacher) {
     zst = exp_shifted(s, V, ms, inv_tau, est);
-    *kl = t->logits ? kd_full_row(s, t->logits + (size_t)i * V, V, ms, zst, inv_tau, tgt, &tgt_scale)
+    *kl = t->logits ? kd_full_row(s, t->logits + (size_t)i * stride, V, ms, zst, inv_tau, tgt, &tgt_scale)
                     : kd_topk_row(t->ids + (size_t)i * t->k, t->vals + (size_t)i * t->k, t->lse[i],
                                   t->k, est, zst, V, inv_tau, tgt, &tgt_scale);
   }
@@ -431,9 +432,11 @@ static void ce_kd_row(const float *s, const teacher_ref *t, int64_t i, int32_t y
 }
 
 // The row loop shared by both teacher kinds; rows with target -1 are ignored.
+// Rows are V apart; the softmaxes use their first Vu = vocab_used columns.
 static void ce_kd_rows(const float *logits, const teacher_ref *t, const int32_t *targets,
                        int64_t N, int64_t V, ng_loss_params lp, float *dlogits, double *ce,
                        double *kd, int64_t *n_valid) {
+  int64_t Vu = lp.vocab_used > 0 && lp.vocab_used < V ? lp.vocab_used : V;
   int64_t nv = 0;
   for (int64_t i = 0; i < N; i++) nv += targets[i] >= 0;
   double w = nv ? 1.0 / (double)nv : 0.0;
@@ -449,7 +452,8 @@ static void ce_kd_rows(const float *logits, const teacher_ref *t, const int32_t 
         if (ds) memset(ds, 0, (size_t)V * sizeof(float));
         continue;
       }
-      ce_kd_row(logits + (size_t)i * V, t, i, targets[i], V, lp, w, ds, scratch, &row_ce[i],
+      if (ds && Vu < V) memset(ds + Vu, 0, (size_t)(V - Vu) * sizeof(float));  // padding ids
+      ce_kd_row(logits + (size_t)i * V, t, i, targets[i], V, Vu, lp, w, ds, scratch, &row_ce[i],
                 &row_kl[i]);
     }
     free(scratch);

@@ -20,8 +20,7 @@ typedef struct {
 static const float *host_copy(host_copies *h, ng_backend *be, const float *src, size_t numel) {
   float *d = ng_xmalloc(numel * sizeof(float));
   be->download(be, d, src, numel * sizeof(float));
-  h->bufs = realloc(h->bufs, (size_t)(h->n + 1) * sizeof(float *));
-  NG_ASSERT(h->bufs);
+  h->bufs = ng_xrealloc(h->bufs, (size_t)(h->n + 1) * sizeof(float *));
   return h->bufs[h->n++] = d;
 }
 

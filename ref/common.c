@@ -47,6 +47,12 @@ void *ng_xcalloc(size_t n, size_t size) {
   return p;
 }
 
+void *ng_xrealloc(void *p, size_t n) {
+  p = realloc(p, n ? n : 1);
+  if (!p) ng_abort_at(__FILE__, __LINE__, "out of memory");
+  return p;
+}
+
 char *ng_xstrdup(const char *s) {
   size_t n = strlen(s) + 1;
   char *d = ng_xmalloc(n);

@@ -3,16 +3,12 @@
 #include "normgrow/data.h"
 
 #include "normgrow/common.h"
+#include "normgrow/fileio.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 // Tokens are read from and written to the file as host u32 values.
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -45,37 +41,9 @@ static void put_u64(uint8_t *p, uint64_t v) {
 // Reader
 
 void ng_shard_close(ng_shard *s) {
-  if (s->map) munmap(s->map, s->map_size);
+  ng_unmap_file(s->map, s->map_size);
   free(s->path);
   memset(s, 0, sizeof *s);
-}
-
-// Maps the whole file; it must be a regular file that can hold the header.
-static int map_shard(ng_shard *s) {
-  int fd = open(s->path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ng_fail("%s: cannot open: %s", s->path, strerror(errno));
-  struct stat st;
-  if (fstat(fd, &st) != 0) {
-    int err = errno;
-    close(fd);
-    return ng_fail("%s: cannot stat: %s", s->path, strerror(err));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    close(fd);
-    return ng_fail("%s: not a regular file", s->path);
-  }
-  if (st.st_size < (off_t)NG_SHARD_HEADER) {  // also keeps mmap away from 0 bytes
-    close(fd);
-    return ng_fail("%s: file is %lld bytes, too short for the %u-byte token shard header",
-                   s->path, (long long)st.st_size, NG_SHARD_HEADER);
-  }
-  void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-  int err = errno;
-  close(fd);
-  if (map == MAP_FAILED) return ng_fail("%s: cannot mmap: %s", s->path, strerror(err));
-  s->map = map;
-  s->map_size = (size_t)st.st_size;
-  return 0;
 }
 
 // Magic, version, reserved word, vocabulary and separator. The vocabulary is
@@ -126,7 +94,8 @@ static int check_tokens(const char *path, const uint32_t *tokens, uint64_t n, ui
 int ng_shard_open(ng_shard *s, const char *path) {
   memset(s, 0, sizeof *s);
   s->path = ng_xstrdup(path);
-  if (map_shard(s) != 0 || check_header(s) != 0 || check_length(s) != 0 ||
+  if (ng_map_file(path, NG_SHARD_HEADER, "token shard header", &s->map, &s->map_size) != 0 ||
+      check_header(s) != 0 || check_length(s) != 0 ||
       check_tokens(s->path, s->tokens, s->n_tokens, s->vocab_size) != 0) {
     ng_shard_close(s);
     return -1;
@@ -137,18 +106,23 @@ int ng_shard_open(ng_shard *s, const char *path) {
 // ---------------------------------------------------------------------------
 // Writer
 
-// Header then tokens, flushed to disk; returns false on any write error.
-static bool write_shard_contents(FILE *fp, uint32_t vocab_size, uint32_t separator,
-                                 const uint32_t *tokens, uint64_t n) {
+typedef struct {
+  uint32_t vocab_size, separator;
+  const uint32_t *tokens;
+  uint64_t n;
+} shard_contents;
+
+// ng_write_fn: the header, then the tokens.
+static bool write_shard_contents(FILE *fp, void *ctx) {
+  const shard_contents *c = ctx;
   uint8_t h[NG_SHARD_HEADER] = {0};
   memcpy(h + OFF_MAGIC, NG_SHARD_MAGIC, MAGIC_LEN);
   put_u32(h + OFF_VERSION, NG_SHARD_VERSION);
-  put_u32(h + OFF_VOCAB, vocab_size);
-  put_u32(h + OFF_SEP, separator);
-  put_u64(h + OFF_COUNT, n);
-  bool ok = fwrite(h, 1, sizeof h, fp) == sizeof h;
-  if (ok && n > 0) ok = fwrite(tokens, sizeof *tokens, (size_t)n, fp) == (size_t)n;
-  return ok && fflush(fp) == 0 && fsync(fileno(fp)) == 0;
+  put_u32(h + OFF_VOCAB, c->vocab_size);
+  put_u32(h + OFF_SEP, c->separator);
+  put_u64(h + OFF_COUNT, c->n);
+  return fwrite(h, 1, sizeof h, fp) == sizeof h &&
+         (c->n == 0 || fwrite(c->tokens, sizeof *c->tokens, (size_t)c->n, fp) == (size_t)c->n);
 }
 
 // The same rules as the reader, so that whatever is written can be opened.
@@ -161,32 +135,8 @@ int ng_shard_write(const char *path, uint32_t vocab_size, uint32_t separator,
     return ng_fail("%s: separator %" PRIu32 " is >= vocab_size %" PRIu32, path, separator,
                    vocab_size);
   if (check_tokens(path, tokens, n, vocab_size) != 0) return -1;
-
-  size_t cap = strlen(path) + 32;
-  char *tmp = ng_xmalloc(cap);
-  snprintf(tmp, cap, "%s.tmp.%ld", path, (long)getpid());
-  FILE *fp = fopen(tmp, "wb");
-  if (!fp) {
-    ng_fail("%s: cannot create %s: %s", path, tmp, strerror(errno));
-    free(tmp);
-    return -1;
-  }
-  bool ok = write_shard_contents(fp, vocab_size, separator, tokens, n);
-  int err = errno;
-  if (fclose(fp) != 0 && ok) {
-    ok = false;
-    err = errno;
-  }
-  if (ok && rename(tmp, path) != 0) {
-    ok = false;
-    err = errno;
-  }
-  if (!ok) {
-    remove(tmp);
-    ng_fail("%s: cannot write token shard: %s", path, strerror(err));
-  }
-  free(tmp);
-  return ok ? 0 : -1;
+  shard_contents c = {vocab_size, separator, tokens, n};
+  return ng_write_atomic(path, write_shard_contents, &c);
 }
 
 // ---------------------------------------------------------------------------
@@ -250,18 +200,12 @@ typedef struct {
   uint64_t docs[2];
 } builder;
 
-static void *xrealloc(void *p, size_t n) {
-  p = realloc(p, n);
-  if (!p) ng_abort_at(__FILE__, __LINE__, "out of memory");
-  return p;
-}
-
 static void append_tokens(token_buf *t, const uint8_t *bytes, size_t len) {
   NG_ASSERT(len < SIZE_MAX / sizeof *t->ids - t->n - 1);
   size_t need = t->n + len + 1;
   if (need > t->cap) {
     t->cap = need > 2 * t->cap ? need : 2 * t->cap;
-    t->ids = xrealloc(t->ids, t->cap * sizeof *t->ids);
+    t->ids = ng_xrealloc(t->ids, t->cap * sizeof *t->ids);
   }
   for (size_t i = 0; i < len; i++) t->ids[t->n++] = bytes[i];  // a byte's id is its value
   t->ids[t->n++] = NG_BYTE_EOT;
@@ -309,46 +253,8 @@ static void split_records(builder *b, const uint8_t *text, size_t len, const cha
   add_record(b, text + record, len - record);
 }
 
-// The whole file into a malloc'd buffer (read in chunks: pipes work too).
-static int read_file(const char *path, uint8_t **data, size_t *len) {
-  FILE *fp = fopen(path, "rb");
-  if (!fp) return ng_fail("%s: cannot open: %s", path, strerror(errno));
-  size_t n = 0, cap = 1 << 16;
-  uint8_t *buf = ng_xmalloc(cap);
-  for (size_t got; (got = fread(buf + n, 1, cap - n, fp)) > 0;) {
-    n += got;
-    if (n == cap) {
-      NG_ASSERT(cap <= SIZE_MAX / 2);
-      cap *= 2;
-      buf = xrealloc(buf, cap);
-    }
-  }
-  int err = errno;
-  bool failed = ferror(fp) != 0;
-  fclose(fp);
-  if (failed) {
-    free(buf);
-    return ng_fail("%s: cannot read: %s", path, strerror(err));
-  }
-  *data = buf;
-  *len = n;
-  return 0;
-}
-
-// Creates out_dir (its parent must exist) unless it is already a directory.
-static int make_dir(const char *dir) {
-  struct stat st;
-  if (mkdir(dir, 0777) == 0) return 0;
-  int err = errno;
-  if (err == EEXIST && stat(dir, &st) == 0 && S_ISDIR(st.st_mode)) return 0;
-  if (err == EEXIST) return ng_fail("%s: exists and is not a directory", dir);
-  return ng_fail("%s: cannot create directory: %s", dir, strerror(err));
-}
-
 static int write_split(const char *dir, const char *name, const token_buf *t) {
-  size_t cap = strlen(dir) + strlen(name) + 2;
-  char *path = ng_xmalloc(cap);
-  snprintf(path, cap, "%s/%s", dir, name);
+  char *path = ng_path_join(dir, name);
   int rc = ng_shard_write(path, NG_BYTE_VOCAB, NG_BYTE_EOT, t->ids, t->n);
   free(path);
   return rc;
@@ -358,13 +264,13 @@ static int write_split(const char *dir, const char *name, const token_buf *t) {
 static int tokenize_files(builder *b, const char *const *files, int n_files,
                           const char *record_sep) {
   for (int i = 0; i < n_files; i++) {
-    uint8_t *text = NULL;
-    size_t len = 0;
-    if (read_file(files[i], &text, &len) != 0) return -1;
+    char *text;
+    size_t len;
+    if (ng_read_file(files[i], SIZE_MAX, &text, &len) != 0) return -1;
     if (record_sep)
-      split_records(b, text, len, record_sep);
+      split_records(b, (const uint8_t *)text, len, record_sep);
     else
-      add_document(b, text, len);
+      add_document(b, (const uint8_t *)text, len);
     free(text);
   }
   return 0;
@@ -393,7 +299,7 @@ int ng_data_build(const char *const *files, int n_files, const char *record_sep,
   ng_rng_seed(&b.rng, seed);
   int rc = tokenize_files(&b, files, n_files, record_sep);
   if (rc == 0) rc = check_splits(&b);
-  if (rc == 0) rc = make_dir(out_dir);
+  if (rc == 0) rc = ng_make_dir(out_dir);
   if (rc == 0) rc = write_split(out_dir, "train.bin", &b.split[0]);
   if (rc == 0) rc = write_split(out_dir, "val.bin", &b.split[1]);
   if (rc == 0) {

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "normgrow/common.h"
+#include "normgrow/fileio.h"
 #include "normgrow/model.h"
 #include "normgrow/optim.h"
 #include "normgrow/rng.h"
@@ -16,8 +17,7 @@ static ng_named_tensor *list_add(ng_tensor_list *l, const char *name, int ndim,
                                  const int64_t *shape) {
   if (l->n == l->cap) {
     l->cap = l->cap ? 2 * l->cap : 32;
-    l->t = realloc(l->t, (size_t)l->cap * sizeof *l->t);
-    NG_ASSERT(l->t);
+    l->t = ng_xrealloc(l->t, (size_t)l->cap * sizeof *l->t);
   }
   ng_named_tensor *t = &l->t[l->n++];
   memset(t, 0, sizeof *t);
@@ -166,7 +166,7 @@ typedef struct {
 static double loss_of(const eval_ctx *e, const float *logits, float *dlogits, double *ce,
                       double *kd) {
   const ng_golden_case *gc = e->gc;
-  ng_loss_params lp = {gc->loss.kd_weight, gc->loss.temperature};
+  ng_loss_params lp = {gc->loss.kd_weight, gc->loss.temperature, 0};
   int64_t nv;
   e->be->ce_kd(e->be, logits, e->teacher, e->targets, gc->B * gc->T, gc->model.vocab_size, lp,
                dlogits, ce, kd, &nv);
@@ -400,6 +400,8 @@ int ng_golden_compare(const ng_golden_case *gc, const ng_tensor_list *got,
 
 // ---------------------------------------------------------------- making cases
 
+#define MAX_SPEC_BYTES (1 << 20)  // a spec is under 1 KB
+
 typedef struct {
   uint64_t seed;
   int64_t batch, seq;
@@ -414,13 +416,10 @@ typedef struct {
 static int parse_spec(const char *path, golden_spec *s) {
   static const char *const keys[] = {"seed",  "batch", "seq",  "teacher", "ignore_fraction",
                                      "model", "loss",  "optim", NULL};
-  FILE *fp = fopen(path, "rb");
-  if (!fp) return ng_fail("%s: cannot open", path);
-  char text[16384];
-  size_t n = fread(text, 1, sizeof text - 1, fp);
-  fclose(fp);
-  text[n] = 0;
+  char *text;
+  if (ng_read_file(path, MAX_SPEC_BYTES, &text, NULL) != 0) return -1;
   cJSON *root = cJSON_Parse(text);
+  free(text);
   if (!root) return ng_fail("%s: not valid JSON", path);
   int64_t seed;
   int rc = ng_json_expect_object(root, "spec") || ng_json_only_keys(root, "spec", keys) ||

@@ -5,7 +5,6 @@
 #include <cJSON.h>
 #include <ctype.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +12,7 @@
 #include <unistd.h>
 
 #include "normgrow/common.h"
+#include "normgrow/fileio.h"
 
 #define HF_CONFIG "config.json"
 #define HF_SINGLE "model.safetensors"
@@ -22,56 +22,16 @@
 
 // ---------------------------------------------------------------- files
 
-// "<dir>/<name>", malloc'd.
-static char *path_join(const char *dir, const char *name) {
-  size_t n = strlen(dir) + strlen(name) + 2;
-  char *p = ng_xmalloc(n);
-  snprintf(p, n, "%s/%s", dir, name);
-  return p;
-}
-
 static bool file_exists(const char *path) {
   struct stat st;
   return stat(path, &st) == 0;
 }
 
-// The whole regular file at `path`, NUL-terminated, malloc'd; *len its size.
-static char *read_text(const char *path, size_t *len) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    ng_fail("%s: cannot open: %s", path, strerror(errno));
-    return NULL;
-  }
-  struct stat st;
-  char *text = NULL;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ng_fail("%s: not a regular file", path);
-  } else if (st.st_size > (off_t)HF_MAX_JSON) {
-    ng_fail("%s: %lld bytes, more than the %u allowed", path, (long long)st.st_size,
-            HF_MAX_JSON);
-  } else {
-    *len = (size_t)st.st_size;
-    text = ng_xmalloc(*len + 1);
-    size_t got = 0;
-    ssize_t r = 1;
-    while (got < *len && (r = read(fd, text + got, *len - got)) > 0) got += (size_t)r;
-    if (got != *len) {
-      ng_fail("%s: cannot read: %s", path, r < 0 ? strerror(errno) : "file shrank");
-      free(text);
-      text = NULL;
-    } else {
-      text[*len] = '\0';
-    }
-  }
-  close(fd);
-  return text;
-}
-
 // Parses the file at `path` as one JSON value followed only by whitespace.
 static cJSON *read_json(const char *path) {
+  char *text;
   size_t len;
-  char *text = read_text(path, &len);
-  if (!text) return NULL;
+  if (ng_read_file(path, HF_MAX_JSON, &text, &len) != 0) return NULL;
   const char *end = NULL;
   cJSON *root = cJSON_ParseWithOpts(text, &end, true);
   if (!root) {
@@ -85,32 +45,13 @@ static cJSON *read_json(const char *path) {
   return root;
 }
 
-// Writes `json` (indented) to `path` through a temp file, fsync and rename.
+// Writes `json` (indented) to `path`, atomically.
 static int write_json(const char *path, const cJSON *json) {
   char *text = cJSON_Print(json);
   NG_ASSERT(text != NULL);
-  size_t cap = strlen(path) + 32;
-  char *tmp = ng_xmalloc(cap);
-  snprintf(tmp, cap, "%s.tmp.%ld", path, (long)getpid());
-  FILE *fp = fopen(tmp, "wb");
-  bool ok = fp && fputs(text, fp) >= 0 && fputc('\n', fp) != EOF && fflush(fp) == 0 &&
-            fsync(fileno(fp)) == 0;
-  int err = errno;
-  if (fp && fclose(fp) != 0 && ok) {
-    ok = false;
-    err = errno;
-  }
-  if (ok && rename(tmp, path) != 0) {
-    ok = false;
-    err = errno;
-  }
-  if (!ok) {
-    if (fp) remove(tmp);
-    ng_fail("%s: cannot write: %s", path, strerror(err));
-  }
-  free(tmp);
+  int rc = ng_write_text_atomic(path, text);
   cJSON_free(text);
-  return ok ? 0 : -1;
+  return rc;
 }
 
 // ---------------------------------------------------------------- config.json
@@ -243,7 +184,7 @@ static cJSON *to_normgrow(const cJSON *cfg) {
 }
 
 int ng_hf_read_config(const char *dir, ng_model_config *out) {
-  char *path = path_join(dir, HF_CONFIG);
+  char *path = ng_path_join(dir, HF_CONFIG);
   cJSON *cfg = read_json(path), *ng = NULL;
   int rc = !cfg || ng_json_expect_object(cfg, path) || check_no_duplicates(cfg, path) ||
                    check_supported(cfg, path) || !(ng = to_normgrow(cfg)) ||
@@ -303,7 +244,7 @@ static int shard_file(ng_hf_checkpoint *ck, const char *dir, const char *name,
   if (!*name || strchr(name, '/') || strstr(name, ".."))
     return ng_fail("%s: tensor \"%s\" is mapped to \"%s\", which is not a plain file name",
                    ck->path, tensor, name);
-  char *path = path_join(dir, name);
+  char *path = ng_path_join(dir, name);
   int found = -1;
   for (int i = 0; i < ck->n_files && found < 0; i++)
     if (strcmp(ck->files[i].path, path) == 0) found = i;
@@ -365,13 +306,13 @@ static int open_index(ng_hf_checkpoint *ck, const char *dir, const cJSON *index)
 
 int ng_hf_open(ng_hf_checkpoint *ck, const char *dir) {
   memset(ck, 0, sizeof *ck);
-  ck->path = path_join(dir, HF_SINGLE);  // preferred when both exist, as in transformers
+  ck->path = ng_path_join(dir, HF_SINGLE);  // preferred when both exist, as in transformers
   int rc;
   if (file_exists(ck->path)) {
     rc = open_single(ck);
   } else {
     free(ck->path);
-    ck->path = path_join(dir, HF_INDEX);
+    ck->path = ng_path_join(dir, HF_INDEX);
     cJSON *index = NULL;
     if (!file_exists(ck->path))
       rc = ng_fail("%s: neither %s nor %s exists", dir, HF_SINGLE, HF_INDEX);
@@ -569,7 +510,7 @@ static int write_shard(const ng_model *m, const int *shard_of, int s, ng_dtype d
 
 // Removes `<dir>/<name>` if it exists.
 static int remove_stale(const char *dir, const char *name) {
-  char *path = path_join(dir, name);
+  char *path = ng_path_join(dir, name);
   int rc = 0;
   if (unlink(path) != 0 && errno != ENOENT)
     rc = ng_fail("%s: cannot remove: %s", path, strerror(errno));
@@ -600,13 +541,13 @@ static int write_weights(const ng_model *m, const char *dir, ng_dtype dtype, siz
   for (int s = 0; s < n && rc == 0; s++) {
     char name[64];
     shard_name(name, sizeof name, s, n);
-    char *path = path_join(dir, n == 1 ? HF_SINGLE : name);
+    char *path = ng_path_join(dir, n == 1 ? HF_SINGLE : name);
     rc = write_shard(m, shard_of, s, dtype, path);
     free(path);
   }
   if (rc == 0 && n > 1) {
     cJSON *index = index_json(m, shard_of, n, elem);
-    char *path = path_join(dir, HF_INDEX);
+    char *path = ng_path_join(dir, HF_INDEX);
     rc = write_json(path, index);
     free(path);
     cJSON_Delete(index);
@@ -617,14 +558,6 @@ static int write_weights(const ng_model *m, const char *dir, ng_dtype dtype, siz
   return rc;
 }
 
-static int make_dir(const char *dir) {
-  struct stat st;
-  if (mkdir(dir, 0777) == 0) return 0;
-  if (errno != EEXIST) return ng_fail("%s: cannot create directory: %s", dir, strerror(errno));
-  if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) return ng_fail("%s: not a directory", dir);
-  return 0;
-}
-
 int ng_hf_export(const ng_model *m, const char *dir, ng_dtype dtype, size_t shard_bytes) {
   if (dtype != NG_F32 && dtype != NG_BF16)
     return ng_fail("%s: cannot export weights as %s (F32 or BF16)", dir, ng_dtype_name(dtype));
@@ -632,9 +565,9 @@ int ng_hf_export(const ng_model *m, const char *dir, ng_dtype dtype, size_t shar
     if (m->gate[l] != 1.0f)
       return ng_fail("%s: block %lld has growth gate %g; Qwen3 has no gates", dir,
                      (long long)l, (double)m->gate[l]);
-  if (make_dir(dir) || write_weights(m, dir, dtype, shard_bytes)) return -1;
+  if (ng_make_dir(dir) || write_weights(m, dir, dtype, shard_bytes)) return -1;
   cJSON *cfg = export_config(&m->cfg, dtype);
-  char *path = path_join(dir, HF_CONFIG);
+  char *path = ng_path_join(dir, HF_CONFIG);
   int rc = write_json(path, cfg);
   free(path);
   cJSON_Delete(cfg);

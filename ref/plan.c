@@ -2,13 +2,13 @@
 #include "normgrow/plan.h"
 
 #include <cJSON.h>
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "normgrow/common.h"
+#include "normgrow/fileio.h"
 #include "normgrow/model.h"
 
 #define GIB 1073741824.0
@@ -128,23 +128,11 @@ void ng_plan_stage_of(const ng_run_config *rc, int stage, const ng_model_config 
 // ---------------------------------------------------------------- teacher config file
 
 int ng_plan_read_model_config(const char *path, ng_model_config *out) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return ng_fail("%s: cannot open: %s", path, strerror(errno));
-  char *text = ng_xmalloc(MAX_CONFIG_BYTES + 1);
-  size_t n = fread(text, 1, MAX_CONFIG_BYTES + 1, f);
-  bool failed = ferror(f) != 0;
-  fclose(f);
-  int rc;
-  if (failed) {
-    rc = ng_fail("%s: cannot read", path);
-  } else if (n > MAX_CONFIG_BYTES) {
-    rc = ng_fail("%s: larger than 1 MiB", path);
-  } else {
-    text[n] = 0;
-    cJSON *j = cJSON_Parse(text);
-    rc = j ? ng_model_config_parse(j, path, out) : ng_fail("%s: not valid JSON", path);
-    cJSON_Delete(j);
-  }
+  char *text;
+  if (ng_read_file(path, MAX_CONFIG_BYTES, &text, NULL) != 0) return -1;
+  cJSON *j = cJSON_Parse(text);
+  int rc = j ? ng_model_config_parse(j, path, out) : ng_fail("%s: not valid JSON", path);
+  cJSON_Delete(j);
   free(text);
   return rc;
 }

@@ -7,7 +7,10 @@
 #include <string.h>
 
 #include "normgrow/common.h"
+#include "normgrow/fileio.h"
 #include "normgrow/run.h"
+
+#define MAX_CONFIG_BYTES (1 << 20)  // a run config is a few KB
 
 // Adds `def` under `key` when obj lacks it (otherwise frees def).
 static void default_item(cJSON *obj, const char *key, cJSON *def) {
@@ -314,14 +317,9 @@ int ng_run_config_parse(const char *text, const char *where, ng_run_config *rc) 
 }
 
 int ng_run_config_load(const char *path, const ng_run_overrides *ov, ng_run_config *rc) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return ng_fail("%s: cannot open", path);
-  char *text = ng_xmalloc(1 << 20);
-  size_t n = fread(text, 1, (1 << 20) - 1, f);
-  bool too_big = !feof(f);
-  fclose(f);
-  text[n] = 0;
-  int r = too_big ? ng_fail("%s: larger than 1 MiB", path) : parse_with(text, path, ov, rc);
+  char *text;
+  if (ng_read_file(path, MAX_CONFIG_BYTES, &text, NULL) != 0) return -1;
+  int r = parse_with(text, path, ov, rc);
   free(text);
   return r;
 }

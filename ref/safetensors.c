@@ -2,17 +2,13 @@
 #include "normgrow/safetensors.h"
 
 #include "normgrow/common.h"
+#include "normgrow/fileio.h"
 
 #include <cJSON.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 // Tensor data is little-endian; the conversions below copy it as host values.
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -97,37 +93,9 @@ void ng_st_close(ng_st_file *f) {
   }
   free(f->meta_keys);
   free(f->meta_values);
-  if (f->map) munmap(f->map, f->map_size);
+  ng_unmap_file(f->map, f->map_size);
   free(f->path);
   memset(f, 0, sizeof *f);
-}
-
-static int map_file(ng_st_file *f) {
-  int fd = open(f->path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ng_fail("%s: cannot open: %s", f->path, strerror(errno));
-  struct stat st;
-  if (fstat(fd, &st) != 0) {
-    int err = errno;
-    close(fd);
-    return ng_fail("%s: cannot stat: %s", f->path, strerror(err));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    close(fd);
-    return ng_fail("%s: not a regular file", f->path);
-  }
-  // The 8-byte header length is mandatory (this also keeps mmap away from 0 bytes).
-  if (st.st_size < 8) {
-    close(fd);
-    return ng_fail("%s: file is %lld bytes, too short for a safetensors header", f->path,
-                   (long long)st.st_size);
-  }
-  void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-  int err = errno;
-  close(fd);
-  if (map == MAP_FAILED) return ng_fail("%s: cannot mmap: %s", f->path, strerror(err));
-  f->map = map;
-  f->map_size = (size_t)st.st_size;
-  return 0;
 }
 
 // Header length: u64 little-endian, bounded, and inside the file.
@@ -387,7 +355,9 @@ static int check_layout(ng_st_file *f, size_t data_start) {
 static int load(ng_st_file *f) {
   size_t header_len = 0;
   cJSON *root = NULL;
-  if (map_file(f) != 0 || read_header_len(f, &header_len) != 0 ||
+  // The 8-byte header length is mandatory.
+  if (ng_map_file(f->path, 8, "safetensors header length", &f->map, &f->map_size) != 0 ||
+      read_header_len(f, &header_len) != 0 ||
       parse_header_json(f, header_len, &root) != 0) {
     return -1;
   }
@@ -612,9 +582,7 @@ void ng_st_writer_free(ng_st_writer *w) {
 static void *grow(void *items, int n, int *cap, size_t size) {
   if (n < *cap) return items;
   *cap = *cap ? 2 * *cap : 16;
-  void *p = realloc(items, (size_t)*cap * size);
-  if (!p) ng_abort_at(__FILE__, __LINE__, "out of memory");
-  return p;
+  return ng_xrealloc(items, (size_t)*cap * size);
 }
 
 void ng_st_writer_meta(ng_st_writer *w, const char *key, const char *value) {
@@ -695,8 +663,9 @@ static char *writer_header(const ng_st_writer *w) {
   return text;
 }
 
-// Writes the whole file to `fp`; returns false on any write error.
-static bool write_contents(const ng_st_writer *w, FILE *fp) {
+// ng_write_fn: the whole file (ctx is the writer).
+static bool write_contents(FILE *fp, void *ctx) {
+  const ng_st_writer *w = ctx;
   char *json = writer_header(w);
   size_t len = strlen(json), padded = (len + 7) & ~(size_t)7;
   uint8_t len_le[8];
@@ -708,33 +677,9 @@ static bool write_contents(const ng_st_writer *w, FILE *fp) {
     const writer_tensor *t = &w->tensors[i];
     ok = t->bytes == 0 || fwrite(t->data, 1, t->bytes, fp) == t->bytes;
   }
-  return ok && fflush(fp) == 0 && fsync(fileno(fp)) == 0;
+  return ok;
 }
 
 int ng_st_writer_save(ng_st_writer *w, const char *path) {
-  size_t cap = strlen(path) + 32;
-  char *tmp = ng_xmalloc(cap);
-  snprintf(tmp, cap, "%s.tmp.%ld", path, (long)getpid());
-  FILE *fp = fopen(tmp, "wb");
-  if (!fp) {
-    ng_fail("%s: cannot create %s: %s", path, tmp, strerror(errno));
-    free(tmp);
-    return -1;
-  }
-  bool ok = write_contents(w, fp);
-  int err = errno;
-  if (fclose(fp) != 0 && ok) {
-    ok = false;
-    err = errno;
-  }
-  if (ok && rename(tmp, path) != 0) {
-    ok = false;
-    err = errno;
-  }
-  if (!ok) {
-    remove(tmp);
-    ng_fail("%s: cannot write safetensors file: %s", path, strerror(err));
-  }
-  free(tmp);
-  return ok ? 0 : -1;
+  return ng_write_atomic(path, write_contents, w);
 }

@@ -2,16 +2,14 @@
 #include "normgrow/topk.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "normgrow/common.h"
+#include "normgrow/fileio.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "normgrow's file formats are little-endian; this host is not"
@@ -74,15 +72,17 @@ typedef struct {
   int fd;
   const char *tmp;
   uint64_t P, k;
+  int64_t vocab;  // the shard's ids [0, vocab): a padded teacher's other rows are left out
 } cache_out;
 
-// Rows [p0, p0 + rows) of logits [rows, V] into the file's three regions.
+// Rows [p0, p0 + rows) of logits [rows, V] (their first o->vocab columns)
+// into the file's three regions.
 static int write_rows(const cache_out *o, const float *logits, int64_t V, uint64_t p0,
                       int64_t rows, double inv_tau, uint32_t *ids, float *vals, float *lse) {
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; r++) {
-    top_k(logits + (size_t)r * V, V, (int64_t)o->k, ids + (size_t)r * o->k, vals + (size_t)r * o->k);
-    lse[r] = lse_at(logits + (size_t)r * V, V, inv_tau);
+    top_k(logits + (size_t)r * V, o->vocab, (int64_t)o->k, ids + (size_t)r * o->k, vals + (size_t)r * o->k);
+    lse[r] = lse_at(logits + (size_t)r * V, o->vocab, inv_tau);
   }
   uint64_t kb = o->k * 4, base = NG_TOPK_HEADER;
   return pwrite_all(o->fd, ids, (size_t)rows * kb, base + p0 * kb, o->tmp) ||
@@ -130,25 +130,19 @@ static int build_into(ng_model *t, const ng_shard *s, topk_header *h, int64_t ba
 
 int ng_topk_build(ng_model *teacher, const ng_shard *s, int64_t k, int64_t seq,
                   double temperature, int64_t batch, const char *path) {
-  if (k < 1 || k > teacher->cfg.vocab_size) return ng_fail("--k: %lld is outside [1, %lld]", (long long)k, (long long)teacher->cfg.vocab_size);
-  if (s->vocab_size != teacher->cfg.vocab_size)
-    return ng_fail("%s: vocabulary of %u tokens, the teacher's is %lld", s->path, s->vocab_size, (long long)teacher->cfg.vocab_size);
+  if (k < 1 || k > (int64_t)s->vocab_size) return ng_fail("--k: %lld is outside [1, %u]", (long long)k, s->vocab_size);
+  if (s->vocab_size > teacher->cfg.vocab_size)
+    return ng_fail("%s: vocabulary of %u tokens, larger than the teacher's %lld", s->path, s->vocab_size, (long long)teacher->cfg.vocab_size);
   if (seq < 1 || s->n_tokens < (uint64_t)seq + 1) return ng_fail("%s: shorter than one window of %lld + 1 tokens", s->path, (long long)seq);
   topk_header h = {.version = NG_TOPK_VERSION, .k = (uint32_t)k, .vocab_size = s->vocab_size,
                    .seq = (uint32_t)seq, .temperature = temperature,
                    .windows = (s->n_tokens - 1) / (uint64_t)seq, .shard_tokens = s->n_tokens,
                    .shard_checksum = ng_shard_checksum(s)};
   memcpy(h.magic, NG_TOPK_MAGIC, 8);
-  char tmp[4200];
-  snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
-  cache_out o = {open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644), tmp, h.windows * (uint64_t)seq, (uint64_t)k};
-  if (o.fd < 0) return ng_fail("%s: %s", tmp, strerror(errno));
-  int rc = build_into(teacher, s, &h, batch, &o);
-  if (rc == 0 && fsync(o.fd) != 0) rc = ng_fail("%s: %s", tmp, strerror(errno));
-  if (close(o.fd) != 0 && rc == 0) rc = ng_fail("%s: %s", tmp, strerror(errno));
-  if (rc == 0 && rename(tmp, path) != 0) rc = ng_fail("%s: %s", path, strerror(errno));
-  if (rc) unlink(tmp);
-  return rc;
+  ng_temp_file out;
+  if (ng_temp_create(&out, path) != 0) return -1;
+  cache_out o = {fileno(out.fp), out.tmp, h.windows * (uint64_t)seq, (uint64_t)k, s->vocab_size};
+  return ng_temp_commit(&out, build_into(teacher, s, &h, batch, &o));
 }
 
 // ---------------------------------------------------------------- reading
@@ -174,34 +168,26 @@ static int check_header(const topk_header *h, size_t size, const ng_shard *s) {
 
 int ng_topk_open(ng_topk_cache *c, const char *path, const ng_shard *s) {
   memset(c, 0, sizeof *c);
-  int fd = open(path, O_RDONLY);
-  if (fd < 0) return ng_fail("%s: cannot open: %s", path, strerror(errno));
-  struct stat st;
+  uint8_t *map;
+  size_t size;
+  if (ng_map_file(path, NG_TOPK_HEADER, "top-k cache header", &map, &size) != 0) return -1;
   topk_header h;
-  int rc = fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (size_t)st.st_size < sizeof h
-               ? ng_fail("not a regular file of at least 64 bytes") : 0;
-  void *map = rc ? MAP_FAILED : mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-  close(fd);
-  if (rc == 0 && map == MAP_FAILED) rc = ng_fail("cannot map: %s", strerror(errno));
-  if (rc == 0) {
-    memcpy(&h, map, sizeof h);
-    rc = check_header(&h, (size_t)st.st_size, s);
-  }
-  if (rc) {
-    if (map != MAP_FAILED) munmap(map, (size_t)st.st_size);
+  memcpy(&h, map, sizeof h);
+  if (check_header(&h, size, s) != 0) {
+    ng_unmap_file(map, size);
     return ng_fail_prefix(path);
   }
   uint64_t P = h.windows * h.seq;
-  *c = (ng_topk_cache){ng_xstrdup(path), map, (size_t)st.st_size, h.k, h.vocab_size, h.seq,
+  *c = (ng_topk_cache){ng_xstrdup(path), map, size, h.k, h.vocab_size, h.seq,
                        h.temperature, h.windows, h.shard_tokens, h.shard_checksum,
-                       (const uint32_t *)((uint8_t *)map + NG_TOPK_HEADER),
-                       (const float *)((uint8_t *)map + NG_TOPK_HEADER + P * h.k * 4),
-                       (const float *)((uint8_t *)map + NG_TOPK_HEADER + 2 * P * h.k * 4)};
+                       (const uint32_t *)(map + NG_TOPK_HEADER),
+                       (const float *)(map + NG_TOPK_HEADER + P * h.k * 4),
+                       (const float *)(map + NG_TOPK_HEADER + 2 * P * h.k * 4)};
   return 0;
 }
 
 void ng_topk_close(ng_topk_cache *c) {
-  if (c->map) munmap(c->map, c->map_size);
+  ng_unmap_file(c->map, c->map_size);
   free(c->path);
   memset(c, 0, sizeof *c);
 }

@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -13,6 +12,7 @@
 #include "normgrow/common.h"
 #include "normgrow/data.h"
 #include "normgrow/diag.h"
+#include "normgrow/fileio.h"
 #include "normgrow/grow.h"
 #include "normgrow/plan.h"
 #include "normgrow/run.h"
@@ -57,9 +57,12 @@ static int open_data(trainer *t) {
   const ng_run_config *rc = &t->rc;
   if (ng_shard_open(&t->train, rc->train_path) || ng_shard_open(&t->val, rc->val_path)) return -1;
   for (const ng_shard *s = &t->train; s; s = s == &t->train ? &t->val : NULL) {
-    if (s->vocab_size != rc->model.vocab_size)
-      return ng_fail("%s: vocabulary of %u tokens, but model.vocab_size is %lld", s->path,
-                     s->vocab_size, (long long)rc->model.vocab_size);
+    // A model's vocabulary may be padded past the tokenizer's (the shard's):
+    // the loss then runs over the shard's ids only (ng_loss_params.vocab_used).
+    if (s->vocab_size > rc->model.vocab_size || s->vocab_size != t->train.vocab_size)
+      return ng_fail("%s: vocabulary of %u tokens, but model.vocab_size is %lld (and %s has %u)",
+                     s->path, s->vocab_size, (long long)rc->model.vocab_size, t->train.path,
+                     t->train.vocab_size);
     if (s->n_tokens < (uint64_t)rc->seq + 1)
       return ng_fail("%s: %llu tokens, fewer than one window of seq + 1 = %lld", s->path,
                      (unsigned long long)s->n_tokens, (long long)rc->seq + 1);
@@ -174,7 +177,7 @@ static int cache_batch(trainer *t, const ng_topk_cache *c, const ng_shard *s) {
 static void loss_of(trainer *t, const float *logits, const float *teacher_logits, float *dlogits,
                     double *ce, double *kd) {
   const ng_run_config *rc = &t->rc;
-  ng_loss_params lp = {rc->loss.kd_weight, rc->loss.temperature};
+  ng_loss_params lp = {rc->loss.kd_weight, rc->loss.temperature, t->train.vocab_size};
   int64_t N = rc->batch * rc->seq, V = rc->model.vocab_size, nv;
   if (rc->use_cache)
     t->be->ce_kd_topk(t->be, logits, t->ids, t->vals, t->lse, t->cache_train.k, t->targets, N, V,
@@ -271,7 +274,7 @@ static int evaluate(trainer *t, eval_result *r) {
 static cJSON *diagnose(trainer *t, bool ablation) {
   const ng_run_config *rc = &t->rc;
   ng_diag_input in = {&t->val, rc->eval_batches, rc->batch, rc->seq, t->tacts ? t->teacher : NULL,
-                      {rc->loss.kd_weight, rc->loss.temperature}};
+                      {rc->loss.kd_weight, rc->loss.temperature, t->val.vocab_size}};
   ng_diag_options o = {(int32_t)t->val.separator, rc->n_structural, rc->structural_tokens, 5};
   return ng_diag_json(t->student, &in, &o, ablation, t->st.step, t->st.tokens);
 }
@@ -290,21 +293,14 @@ static int log_eval(trainer *t) {
 
 // <run_dir>/diag_final.json: the diagnostics with the ablation, at the end.
 static int write_final_diag(trainer *t) {
-  char path[600], tmp[640];
+  char path[600];
   path_in(t, "diag_final.json", path, sizeof path);
-  snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
   cJSON *j = diagnose(t, true);
   char *text = cJSON_Print(j);
   cJSON_Delete(j);
-  FILE *f = fopen(tmp, "w");
-  bool ok = f && fprintf(f, "%s\n", text) > 0;
-  ok = f && fclose(f) == 0 && ok;
+  int rc = ng_write_text_atomic(path, text);
   free(text);
-  if (!ok || rename(tmp, path) != 0) {
-    remove(tmp);
-    return ng_fail("%s: cannot write", path);
-  }
-  return 0;
+  return rc;
 }
 
 // ---------------------------------------------------------------- growth
@@ -453,20 +449,10 @@ static int run_stages(trainer *t) {
 }
 
 static int make_run_dir(const trainer *t) {
-  if (mkdir(t->rc.run_dir, 0777) != 0 && errno != EEXIST)
-    return ng_fail("run_dir %s: %s", t->rc.run_dir, strerror(errno));
-  char path[600], tmp[640];
+  if (ng_make_dir(t->rc.run_dir) != 0) return -1;
+  char path[600];
   path_in(t, "config.json", path, sizeof path);
-  snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
-  FILE *f = fopen(tmp, "w");
-  if (!f) return ng_fail("%s: %s", tmp, strerror(errno));
-  bool ok = fprintf(f, "%s\n", t->rc.json) > 0;
-  ok &= fclose(f) == 0;
-  if (!ok || rename(tmp, path) != 0) {
-    remove(tmp);
-    return ng_fail("%s: cannot write", path);
-  }
-  return 0;
+  return ng_write_text_atomic(path, t->rc.json);
 }
 
 // A record a resumed run keeps: one of a step up to the checkpoint's, except a
@@ -483,29 +469,37 @@ static bool keep_record(const char *line, int64_t ckpt_step) {
   return keep;
 }
 
-// Open a JSON-lines log of the run directory: anew, or on resume rewritten to
-// the records before the checkpoint (the resumed run writes the rest again).
-static int reopen_log(trainer *t, const char *file, bool resume, FILE **log) {
-  char path[600], tmp[640];
-  path_in(t, file, path, sizeof path);
-  if (!resume) {
-    *log = fopen(path, "w");
-    return *log ? 0 : ng_fail("%s: %s", path, strerror(errno));
-  }
-  snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
-  FILE *in = fopen(path, "r"), *out = fopen(tmp, "w");
-  if (!out) {
-    if (in) fclose(in);
-    return ng_fail("%s: %s", tmp, strerror(errno));
-  }
+typedef struct {
+  FILE *in;  // the old log; NULL when there is none
+  int64_t ckpt_step;
+} kept_records;
+
+// ng_write_fn: the records of the old log that keep_record keeps.
+static bool copy_kept_records(FILE *out, void *ctx) {
+  const kept_records *k = ctx;
+  if (!k->in) return true;
   char *line = NULL;
   size_t cap = 0;
-  while (in && getline(&line, &cap, in) > 0)
-    if (keep_record(line, t->st.step)) fputs(line, out);
+  bool ok = true;
+  while (ok && getline(&line, &cap, k->in) > 0)
+    if (keep_record(line, k->ckpt_step)) ok = fputs(line, out) >= 0;
   free(line);
-  if (in) fclose(in);
-  if (fclose(out) != 0 || rename(tmp, path) != 0) return ng_fail("%s: cannot rewrite", path);
-  *log = fopen(path, "a");
+  return ok && !ferror(k->in);
+}
+
+// Open a JSON-lines log of the run directory: anew, or on resume rewritten
+// (atomically) to the records before the checkpoint (the resumed run writes
+// the rest again).
+static int reopen_log(trainer *t, const char *file, bool resume, FILE **log) {
+  char path[600];
+  path_in(t, file, path, sizeof path);
+  if (resume) {
+    kept_records k = {fopen(path, "r"), t->st.step};
+    int rc = ng_write_atomic(path, copy_kept_records, &k);
+    if (k.in) fclose(k.in);
+    if (rc != 0) return -1;
+  }
+  *log = fopen(path, resume ? "a" : "w");
   return *log ? 0 : ng_fail("%s: %s", path, strerror(errno));
 }
 

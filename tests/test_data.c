@@ -2,6 +2,7 @@
 // the reader, sampled and fixed batches, and ng_data_build (whole files,
 // "%"-separated records, the EOT after each document, the seeded split).
 #include "normgrow/common.h"
+#include "normgrow/fileio.h"
 #include "normgrow/data.h"
 #include "normgrow/rng.h"
 
@@ -415,16 +416,9 @@ static const char *many_records(void) {
 }
 
 static uint8_t *read_all(const char *path, size_t *n) {
-  FILE *fp = fopen(path, "rb");
-  NG_ASSERT(fp);
-  NG_ASSERT(fseek(fp, 0, SEEK_END) == 0);
-  long size = ftell(fp);
-  NG_ASSERT(size >= 0 && fseek(fp, 0, SEEK_SET) == 0);
-  uint8_t *buf = ng_xmalloc((size_t)size);
-  NG_ASSERT(fread(buf, 1, (size_t)size, fp) == (size_t)size);
-  fclose(fp);
-  *n = (size_t)size;
-  return buf;
+  char *text;
+  NG_ASSERT(ng_read_file(path, SIZE_MAX, &text, n) == 0);
+  return (uint8_t *)text;
 }
 
 // Whether the two files have the same bytes.

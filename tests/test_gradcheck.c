@@ -251,7 +251,7 @@ static double loss_probe(void *p) {
 }
 
 static void test_loss(bool teacher, double tau) {
-  loss_ctx c = {randn(35, 0, 3), teacher ? randn(35, 0, 3) : NULL, {2, -1, 6, 0, 3}, {0.7, tau}};
+  loss_ctx c = {randn(35, 0, 3), teacher ? randn(35, 0, 3) : NULL, {2, -1, 6, 0, 3}, {0.7, tau, 0}};
   float *d = ng_xcalloc(35, 4);
   double ce, kd;
   int64_t nv;
@@ -308,7 +308,7 @@ static void make_cache(topk_ctx *c, const float *t) {
 static void test_loss_topk(void) {
   float *teacher = randn(35, 0, 3);
   for (int64_t k = 3; k <= 7; k += 4) {
-    topk_ctx c = {randn(35, 0, 3), NULL, {0}, {0}, {2, -1, 6, 0, 3}, k, {0.6, 2.0}};
+    topk_ctx c = {randn(35, 0, 3), NULL, {0}, {0}, {2, -1, 6, 0, 3}, k, {0.6, 2.0, 0}};
     make_cache(&c, teacher);
     float *d = ng_xcalloc(35, 4), *d_full = ng_xcalloc(35, 4);
     double ce, kd, ce_full, kd_full;
@@ -329,13 +329,37 @@ static void test_loss_topk(void) {
   free(teacher);
 }
 
+// A vocabulary padded past the tokenizer's: with vocab_used = 5 of 7 columns
+// the loss equals the loss of the 5-column logits, padding columns get zero
+// gradient, for both teacher kinds.
+static void test_loss_padded_vocab(void) {
+  float *s7 = randn(35, 0, 3), *t7 = randn(35, 0, 3), s5[25], t5[25];
+  for (int i = 0; i < 5; i++)
+    for (int j = 0; j < 5; j++) s5[i * 5 + j] = s7[i * 7 + j], t5[i * 5 + j] = t7[i * 7 + j];
+  for (int i = 0; i < 35; i++) t7[i] += (i % 7 >= 5) * 50.0f;  // a padded row the teacher likes
+  int32_t y[5] = {2, -1, 4, 0, 3};
+  ng_loss_params full = {0.6, 2.0, 0}, used = {0.6, 2.0, 5};
+  float d7[35], d5[25];
+  double ce7, kd7, ce5, kd5;
+  int64_t nv;
+  be->ce_kd(be, s7, t7, y, 5, 7, used, d7, &ce7, &kd7, &nv);
+  be->ce_kd(be, s5, t5, y, 5, 5, full, d5, &ce5, &kd5, &nv);
+  bool same = ce7 == ce5 && kd7 == kd5;
+  for (int i = 0; i < 5; i++)
+    for (int j = 0; j < 7; j++) same &= d7[i * 7 + j] == (j < 5 ? d5[i * 5 + j] : 0.0f);
+  CHECK(same, "padded vocabulary: loss over the used ids only, zero gradient on padding",
+        "ce %.9g vs %.9g, kd %.9g vs %.9g", ce7, ce5, kd7, kd5);
+  free(s7);
+  free(t7);
+}
+
 // Large logits: the max-subtracted log-sum-exp stays finite and exact.
 static void test_loss_stable(void) {
   float logits[4] = {1000.0f, 999.0f, -1000.0f, 998.0f}, teacher[4] = {-500.f, 800.f, 0.f, 700.f};
   int32_t y = 0;
   double ce, kd;
   int64_t nv;
-  ng_loss_params lp = {0.5, 1.0};
+  ng_loss_params lp = {0.5, 1.0, 0};
   be->ce_kd(be, logits, teacher, &y, 1, 4, lp, NULL, &ce, &kd, &nv);
   double expect = log(1.0 + exp(-1.0) + exp(-2.0));
   CHECK(isfinite(kd) && fabs(ce - expect) < 1e-6, "ce+kd stable at |logits| 1000", "ce %.9g expected %.9g", ce, expect);
@@ -371,7 +395,7 @@ static void test_model(ng_norm_placement np, bool tied, bool final_norm, int64_t
                         .tie_word_embeddings = tied, .final_norm = final_norm, .norm_placement = np};
   int64_t B = 2, T = 4, N = B * T;
   model_ctx c = {ng_model_create(be, &mc, true), NULL, ng_xmalloc(N * 4), ng_xmalloc(N * 4),
-                 randn((size_t)(N * mc.vocab_size), 0, 2), {0.6, 1.5}};
+                 randn((size_t)(N * mc.vocab_size), 0, 2), {0.6, 1.5, 0}};
   c.a = ng_acts_create(c.m, B, T, true);
   for (int i = 0; i < c.m->n_params; i++) {
     ng_param *p = &c.m->params[i];
@@ -429,6 +453,7 @@ int main(void) {
   test_loss(true, 2.5);
   test_loss_stable();
   test_loss_topk();
+  test_loss_padded_vocab();
   test_model(NG_NORM_PRE, false, true, 4, 2, 1.0f, false);
   test_model(NG_NORM_PRE, true, false, 2, 2, 1.0f, false);
   test_model(NG_NORM_POST, false, false, 4, 2, 1.0f, false);

@@ -1,6 +1,7 @@
 // Tests for ref/safetensors.c: writer/reader round trip, fp16/bf16 conversion,
 // and one hand-crafted bad file per validation rule of the reader.
 #include "normgrow/common.h"
+#include "normgrow/fileio.h"
 #include "normgrow/safetensors.h"
 
 #include <dirent.h>
@@ -35,16 +36,9 @@ static void write_bytes(const char *path, const void *data, size_t n) {
 
 // Reads a whole file into a malloc'd buffer; *n receives its size.
 static uint8_t *read_bytes(const char *path, size_t *n) {
-  FILE *fp = fopen(path, "rb");
-  NG_ASSERT(fp);
-  NG_ASSERT(fseek(fp, 0, SEEK_END) == 0);
-  long size = ftell(fp);
-  NG_ASSERT(size >= 0 && fseek(fp, 0, SEEK_SET) == 0);
-  uint8_t *buf = ng_xmalloc((size_t)size);
-  NG_ASSERT(fread(buf, 1, (size_t)size, fp) == (size_t)size);
-  fclose(fp);
-  *n = (size_t)size;
-  return buf;
+  char *text;
+  NG_ASSERT(ng_read_file(path, SIZE_MAX, &text, n) == 0);
+  return (uint8_t *)text;
 }
 
 // A safetensors file by hand: header length `hlen` (the header's own length

@@ -38,8 +38,10 @@ static float *window_logits(ng_model *t, const ng_shard *s, int64_t w, int64_t s
   return out;
 }
 
-static void test_entries(ng_model *t, const ng_shard *s, const ng_topk_cache *c) {
-  int64_t V = 40, k = c->k, seq = c->seq, w = (int64_t)c->windows - 1;
+// The cache's entries for the last window against the teacher's logits, over
+// the shard's ids [0, Vs) (a teacher padded past them: its other rows left out).
+static void test_entries(ng_model *t, const ng_shard *s, const ng_topk_cache *c, const char *name) {
+  int64_t V = 40, Vs = c->vocab_size, k = c->k, seq = c->seq, w = (int64_t)c->windows - 1;
   float *logits = window_logits(t, s, w, seq);
   bool ok = true;
   double worst_lse = 0.0;
@@ -49,19 +51,18 @@ static void test_entries(ng_model *t, const ng_shard *s, const ng_topk_cache *c)
     const float *vals = c->vals + ((uint64_t)w * seq + p) * k;
     float kth = INFINITY;
     for (int64_t j = 0; j < k; j++) {
-      ok &= vals[j] == row[ids[j]];
+      ok &= ids[j] < Vs && vals[j] == row[ids[j]];
       kth = fminf(kth, vals[j]);
     }
     int64_t above = 0;  // no logit outside the cache may exceed the smallest cached one
-    for (int64_t j = 0; j < V; j++) above += row[j] > kth;
+    for (int64_t j = 0; j < Vs; j++) above += row[j] > kth;
     ok &= above <= k - 1;
     double mx = row[0], z = 0.0;
-    for (int64_t j = 1; j < V; j++) mx = fmax(mx, row[j]);
-    for (int64_t j = 0; j < V; j++) z += exp((row[j] - mx) / c->temperature);
+    for (int64_t j = 1; j < Vs; j++) mx = fmax(mx, row[j]);
+    for (int64_t j = 0; j < Vs; j++) z += exp((row[j] - mx) / c->temperature);
     worst_lse = fmax(worst_lse, fabs(c->lse[(uint64_t)w * seq + p] - (mx / c->temperature + log(z))));
   }
-  CHECK(ok && worst_lse < 1e-5, "cache holds the teacher's k largest logits and the log-sum-exp",
-        "entries %s, lse error %.2e", ok ? "ok" : "wrong", worst_lse);
+  CHECK(ok && worst_lse < 1e-5, name, "entries %s, lse error %.2e", ok ? "ok" : "wrong", worst_lse);
   free(logits);
 }
 
@@ -117,9 +118,19 @@ int main(void) {
   ng_topk_cache c;
   CHECK(ng_topk_open(&c, cache_path, &s) == 0 && c.windows == 199 / 16 && c.k == 5,
         "open and validate the cache", "%s", ng_error());
-  test_entries(t, &s, &c);
+  test_entries(t, &s, &c, "cache holds the teacher's k largest logits and the log-sum-exp");
   test_validation(&c, &s, &other);
   ng_topk_close(&c);
+  // A shard of 30 ids for a teacher of 40 rows (a padded vocabulary).
+  char small_path[128];
+  path_of(small_path, sizeof small_path, "small.bin");
+  for (int i = 0; i < 200; i++) tokens[i] %= 30;
+  ng_shard small;
+  NG_ASSERT(ng_shard_write(small_path, 30, 29, tokens, 200) == 0 && ng_shard_open(&small, small_path) == 0);
+  NG_ASSERT(ng_topk_build(t, &small, 5, 16, 1.0, 4, cache_path) == 0 && ng_topk_open(&c, cache_path, &small) == 0);
+  test_entries(t, &small, &c, "padded teacher vocabulary: cache over the shard's ids only");
+  ng_topk_close(&c);
+  ng_shard_close(&small);
   ng_model_free(t);
   ng_shard_close(&s);
   ng_shard_close(&other);

@@ -2,6 +2,8 @@
 #ifndef NORMGROW_TOOLS_CLI_H
 #define NORMGROW_TOOLS_CLI_H
 
+#include <stdint.h>
+
 #include "normgrow/backend.h"
 
 // Parsed common options. Positional arguments are collected in order.
@@ -16,6 +18,14 @@ typedef struct {
 
 // Returns the value of a subcommand option, or NULL.
 const char *ng_cli_opt(const ng_cli *c, const char *key);
+// Every --key given must be in `known` (NULL-terminated): a misspelt option is
+// an error ("<command>: unknown option --<key>"), not a no-op.
+int ng_cli_check_options(const ng_cli *c, const char *command, const char *const *known);
+// A decimal integer in [min, max], digits only (strtoll alone would accept
+// " 7" and "+7"); `what` names it in the message.
+int ng_cli_parse_int(const char *s, const char *what, int64_t min, int64_t max, int64_t *out);
+// The option --key as such an integer; an absent option keeps *out.
+int ng_cli_int_opt(const ng_cli *c, const char *key, int64_t min, int64_t max, int64_t *out);
 // Prints "normgrow: <message>" on stderr; returns 1 (the exit status).
 int ng_cli_error(const char *msg);
 

@@ -4,7 +4,6 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "cli.h"
 #include "normgrow/common.h"
@@ -13,18 +12,7 @@
 #define DEFAULT_VAL_FRACTION 0.05
 #define DEFAULT_SEED 0
 
-static const char *const known_options[] = {"out", "records-split", "val-fraction", "seed"};
-#define N_KNOWN (sizeof known_options / sizeof known_options[0])
-
-// Every --key given must be one of ours: a misspelt option is an error, not a no-op.
-static int check_options(const ng_cli *c) {
-  for (int i = 0; i < c->nextra; i++) {
-    size_t k = 0;
-    while (k < N_KNOWN && strcmp(c->extra_key[i], known_options[k]) != 0) k++;
-    if (k == N_KNOWN) return ng_fail("data: unknown option --%s", c->extra_key[i]);
-  }
-  return 0;
-}
+static const char *const known_options[] = {"out", "records-split", "val-fraction", "seed", NULL};
 
 // A decimal number strictly between 0 and 1.
 static int parse_fraction(const char *s, double *out) {
@@ -53,7 +41,8 @@ int cmd_data(const ng_cli *c) {
   const char *frac_opt = ng_cli_opt(c, "val-fraction"), *seed_opt = ng_cli_opt(c, "seed");
   double frac = DEFAULT_VAL_FRACTION;
   uint64_t seed = DEFAULT_SEED;
-  if (check_options(c) != 0 || (frac_opt && parse_fraction(frac_opt, &frac) != 0) ||
+  if (ng_cli_check_options(c, "data", known_options) != 0 ||
+      (frac_opt && parse_fraction(frac_opt, &frac) != 0) ||
       (seed_opt && parse_seed(seed_opt, &seed) != 0))
     return ng_cli_error(ng_error());
   if (!out) return ng_cli_error("data: --out DIR is required");

@@ -9,20 +9,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "cli.h"
 #include "normgrow/checkpoint.h"
 #include "normgrow/common.h"
 #include "normgrow/diag.h"
+#include "normgrow/fileio.h"
 
 #define MAX_COUNT (1 << 20)           // --batches, --batch, --seq, --top
 #define MAX_TOKENS ((int64_t)1 << 30)  // batches x batch x seq
 
 static const char *const known_options[] = {"data",  "teacher",   "batches",     "batch",
                                             "seq",   "structural", "top",        "kd-weight",
-                                            "temperature", "out"};
-#define N_KNOWN (sizeof known_options / sizeof known_options[0])
+                                            "temperature", "out", NULL};
 
 typedef struct {
   const char *data, *teacher, *out;
@@ -39,34 +38,10 @@ typedef struct {
   int n_structural;
 } diag_inputs;
 
-static int check_options(const ng_cli *c) {
-  for (int i = 0; i < c->nextra; i++) {
-    size_t k = 0;
-    while (k < N_KNOWN && strcmp(c->extra_key[i], known_options[k]) != 0) k++;
-    if (k == N_KNOWN) return ng_fail("diag: unknown option --%s", c->extra_key[i]);
-  }
-  return 0;
-}
-
-// Decimal integer in [min, max], digits only (strtoll alone would accept " 7" and "+7").
-static int parse_int(const char *s, const char *what, int64_t min, int64_t max, int64_t *out) {
-  char *end;
-  errno = 0;
-  long long v = strtoll(s, &end, 10);
-  if (*s < '0' || *s > '9' || *end != 0 || errno != 0 || v < min || v > max)
-    return ng_fail("%s: \"%s\" is not an integer in %lld..%lld", what, s, (long long)min,
-                   (long long)max);
-  *out = v;
-  return 0;
-}
-
 // Optional integer option with a default.
 static int int_opt(const ng_cli *c, const char *key, int64_t def, int64_t min, int64_t *out) {
-  const char *s = ng_cli_opt(c, key);
-  char what[32];
-  snprintf(what, sizeof what, "--%s", key);
   *out = def;
-  return s ? parse_int(s, what, min, MAX_COUNT, out) : 0;
+  return ng_cli_int_opt(c, key, min, MAX_COUNT, out);
 }
 
 // Optional finite number option with a default, in [min, max] (open at min when !min_ok).
@@ -90,9 +65,9 @@ static int parse_args(const ng_cli *c, diag_args *a) {
   a->teacher = ng_cli_opt(c, "teacher");
   a->out = ng_cli_opt(c, "out");
   a->structural = ng_cli_opt(c, "structural");
-  if (check_options(c) || int_opt(c, "batches", 4, 1, &a->batches) ||
-      int_opt(c, "batch", 8, 1, &a->B) || int_opt(c, "seq", 128, 1, &a->T) ||
-      int_opt(c, "top", 5, 0, &a->top_k) ||
+  if (ng_cli_check_options(c, "diag", known_options) ||
+      int_opt(c, "batches", 4, 1, &a->batches) || int_opt(c, "batch", 8, 1, &a->B) ||
+      int_opt(c, "seq", 128, 1, &a->T) || int_opt(c, "top", 5, 0, &a->top_k) ||
       num_opt(c, "kd-weight", 0.5, 0.0, true, 1.0, &a->kd_weight) ||
       num_opt(c, "temperature", 2.0, 0.0, false, 1e6, &a->temperature))
     return -1;
@@ -111,7 +86,7 @@ static int parse_structural(const char *s, int64_t V, diag_inputs *in) {
   int rc = 0;
   for (char *tok = strtok_r(copy, ",", &save); tok && rc == 0; tok = strtok_r(NULL, ",", &save)) {
     int64_t id;
-    rc = parse_int(tok, "--structural", 0, V - 1, &id);
+    rc = ng_cli_parse_int(tok, "--structural", 0, V - 1, &id);
     in->structural[in->n_structural++] = (int32_t)id;
   }
   free(copy);
@@ -130,8 +105,8 @@ static int load_inputs(const ng_cli *c, const diag_args *a, diag_inputs *in) {
                      (long long)in->teacher->cfg.vocab_size, (long long)V);
   }
   if (ng_shard_open(&in->shard, a->data)) return -1;
-  if ((int64_t)in->shard.vocab_size != V)
-    return ng_fail("%s: vocabulary %u differs from the model's (%lld)", a->data,
+  if ((int64_t)in->shard.vocab_size > V)  // a padded model vocabulary is fine
+    return ng_fail("%s: vocabulary %u is larger than the model's (%lld)", a->data,
                    in->shard.vocab_size, (long long)V);
   if (in->shard.n_tokens < (uint64_t)a->T + 1)
     return ng_fail("%s: %llu tokens, fewer than --seq + 1 = %lld", a->data,
@@ -146,30 +121,9 @@ static void free_inputs(diag_inputs *in) {
   free(in->structural);
 }
 
-// text + "\n" to path, through a temporary file and a rename.
-static int write_atomic(const char *path, const char *text) {
-  size_t cap = strlen(path) + 32;
-  char *tmp = ng_xmalloc(cap);
-  snprintf(tmp, cap, "%s.tmp.%ld", path, (long)getpid());
-  FILE *f = fopen(tmp, "w");
-  int rc = 0;
-  if (!f) {
-    rc = ng_fail("%s: cannot create %s: %s", path, tmp, strerror(errno));
-  } else {
-    bool ok = fprintf(f, "%s\n", text) >= 0;
-    ok = (fclose(f) == 0) && ok;
-    if (!ok || rename(tmp, path) != 0) {
-      rc = ng_fail("%s: cannot write: %s", path, strerror(errno));
-      remove(tmp);
-    }
-  }
-  free(tmp);
-  return rc;
-}
-
 static int run_diag(const diag_args *a, diag_inputs *in) {
   ng_diag_input di = {&in->shard, a->batches, a->B, a->T, in->teacher,
-                      {a->kd_weight, a->temperature}};
+                      {a->kd_weight, a->temperature, in->shard.vocab_size}};
   ng_diag_options o = {(int32_t)in->shard.separator, in->n_structural, in->structural,
                        (int)a->top_k};
   cJSON *j = ng_diag_json(in->student, &di, &o, true, 0, 0);
@@ -177,7 +131,7 @@ static int run_diag(const diag_args *a, diag_inputs *in) {
   cJSON_Delete(j);
   int rc = 0;
   if (a->out) {
-    rc = write_atomic(a->out, text);
+    rc = ng_write_text_atomic(a->out, text);
   } else {
     printf("%s\n", text);
   }

@@ -27,33 +27,9 @@
 #define DEFAULT_MEMORY_GIB 80.0
 
 static const char *const known_options[] = {"teacher-config", "device-tflops", "device-memory-gib",
-                                            "devices", "bytes-per-param", "recompute"};
-#define N_KNOWN (sizeof known_options / sizeof known_options[0])
-
-static int check_options(const ng_cli *c) {
-  for (int i = 0; i < c->nextra; i++) {
-    size_t k = 0;
-    while (k < N_KNOWN && strcmp(c->extra_key[i], known_options[k]) != 0) k++;
-    if (k == N_KNOWN) return ng_fail("plan: unknown option --%s", c->extra_key[i]);
-  }
-  return 0;
-}
+                                            "devices", "bytes-per-param", "recompute", NULL};
 
 // ---------------------------------------------------------------- options
-
-// Decimal integer in [min, max] (digits only); an absent option keeps *out.
-static int parse_int(const ng_cli *c, const char *opt, int64_t min, int64_t max, int64_t *out) {
-  const char *s = ng_cli_opt(c, opt);
-  if (!s) return 0;
-  char *end;
-  errno = 0;
-  long long v = strtoll(s, &end, 10);
-  if (*s < '0' || *s > '9' || *end != 0 || errno != 0 || v < min || v > max)
-    return ng_fail("--%s: \"%s\" is not an integer in %lld..%lld", opt, s, (long long)min,
-                   (long long)max);
-  *out = v;
-  return 0;
-}
 
 // Finite number in (0, max]; an absent option keeps *out.
 static int parse_positive(const ng_cli *c, const char *opt, double max, double *out) {
@@ -83,8 +59,8 @@ static int parse_device(const ng_cli *c, ng_plan_device *d) {
                         .bytes_per_param = 4, .recompute = false};
   return parse_positive(c, "device-tflops", 1e6, &d->tflops) ||
          parse_positive(c, "device-memory-gib", 1e6, &d->memory_gib) ||
-         parse_int(c, "devices", 1, 1000000, &d->devices) ||
-         parse_int(c, "bytes-per-param", 1, 16, &d->bytes_per_param) ||
+         ng_cli_int_opt(c, "devices", 1, 1000000, &d->devices) ||
+         ng_cli_int_opt(c, "bytes-per-param", 1, 16, &d->bytes_per_param) ||
          parse_switch(c, "recompute", &d->recompute);
 }
 
@@ -263,7 +239,8 @@ int cmd_plan(const ng_cli *c) {
   ng_plan_device dev;
   ng_run_config rc;
   teacher_info t;
-  if (check_options(c) || parse_device(c, &dev)) return ng_cli_error(ng_error());
+  if (ng_cli_check_options(c, "plan", known_options) || parse_device(c, &dev))
+    return ng_cli_error(ng_error());
   if (ng_run_config_load(c->pos[0], NULL, &rc)) return ng_cli_error(ng_error());
   if (find_teacher(&rc, ng_cli_opt(c, "teacher-config"), &t)) {
     ng_run_config_free(&rc);

@@ -22,7 +22,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -30,6 +29,7 @@
 
 #include "cli.h"
 #include "normgrow/common.h"
+#include "normgrow/fileio.h"
 
 extern char **environ;
 
@@ -90,9 +90,8 @@ typedef struct {
 static void series_push(series *s, double x, double y) {
   if (s->n == s->cap) {
     s->cap = s->cap ? 2 * s->cap : 64;
-    s->x = realloc(s->x, s->cap * sizeof(double));
-    s->y = realloc(s->y, s->cap * sizeof(double));
-    NG_ASSERT(s->x && s->y);
+    s->x = ng_xrealloc(s->x, s->cap * sizeof(double));
+    s->y = ng_xrealloc(s->y, s->cap * sizeof(double));
   }
   s->x[s->n] = x;
   s->y[s->n++] = y;
@@ -101,13 +100,6 @@ static void series_push(series *s, double x, double y) {
 static void series_free(series *s) {
   free(s->x);
   free(s->y);
-}
-
-static char *join(const char *dir, const char *file) {
-  size_t n = strlen(dir) + strlen(file) + 2;
-  char *p = ng_xmalloc(n);
-  snprintf(p, n, "%s/%s", dir, file);
-  return p;
 }
 
 // ---------------------------------------------------------------- files
@@ -125,14 +117,10 @@ static bool slurp(FILE *f, char **out) {
 }
 
 static int parse_json_file(const char *path, cJSON **out) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return ng_fail("%s: %s", path, strerror(errno));
   char *text;
-  bool ok = slurp(f, &text);
-  fclose(f);
-  *out = ok ? cJSON_ParseWithOpts(text, NULL, true) : NULL;
+  if (ng_read_file(path, SIZE_MAX, &text, NULL) != 0) return -1;
+  *out = cJSON_ParseWithOpts(text, NULL, true);
   free(text);
-  if (!ok) return ng_fail("%s: read error", path);
   if (cJSON_IsObject(*out)) return 0;
   cJSON_Delete(*out);
   return ng_fail("%s: not a valid JSON object", path);
@@ -159,20 +147,6 @@ static int parse_jsonl_file(const char *path, record_fn fn, run *r) {
   free(line);
   fclose(f);
   return rc;
-}
-
-static int write_atomic(const char *path, const char *text, size_t len) {
-  char tmp[PATH_MAX + 32];
-  snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
-  FILE *f = fopen(tmp, "wb");
-  if (!f) return ng_fail("%s: %s", tmp, strerror(errno));
-  bool ok = fwrite(text, 1, len, f) == len;
-  ok &= fclose(f) == 0;
-  if (!ok || rename(tmp, path) != 0) {
-    remove(tmp);
-    return ng_fail("%s: cannot write", path);
-  }
-  return 0;
 }
 
 // ---------------------------------------------------------------- JSON fields
@@ -408,8 +382,8 @@ static bool exists(const char *path) { return access(path, F_OK) == 0; }
 
 static int load_run(const char *dir, run *r) {
   r->dir = ng_xstrdup(dir);
-  char *config = join(dir, "config.json"), *metrics = join(dir, "metrics.jsonl");
-  char *diag = join(dir, "diag.jsonl"), *final = join(dir, "diag_final.json");
+  char *config = ng_path_join(dir, "config.json"), *metrics = ng_path_join(dir, "metrics.jsonl");
+  char *diag = ng_path_join(dir, "diag.jsonl"), *final = ng_path_join(dir, "diag_final.json");
   int rc = load_config(config, r) || parse_jsonl_file(metrics, metrics_record, r) ? -1 : 0;
   if (rc == 0 && r->val_ce.n == 0) rc = ng_fail("%s: no eval record", metrics);
   r->has_diag = rc == 0 && exists(diag);
@@ -837,22 +811,22 @@ static void write_plots(FILE *f, const report *rep) {
             figures[i].caption);
 }
 
-static int write_report(const report *rep) {
-  char *text;
-  size_t len;
-  FILE *f = open_memstream(&text, &len);
-  NG_ASSERT(f);
+// ng_write_fn: report.md, section by section (ctx is the report).
+static bool write_report_md(FILE *f, void *ctx) {
+  const report *rep = ctx;
   write_intro(f, rep);
   write_arms(f, rep);
   write_pairwise(f, rep);
   write_rms_spread(f, rep);
   write_ablation(f, rep);
   write_plots(f, rep);
-  fclose(f);
-  char *path = join(rep->out_dir, "report.md");
-  int rc = write_atomic(path, text, len);
+  return !ferror(f);
+}
+
+static int write_report(const report *rep) {
+  char *path = ng_path_join(rep->out_dir, "report.md");
+  int rc = ng_write_atomic(path, write_report_md, (void *)rep);  // only read
   free(path);
-  free(text);
   return rc;
 }
 
@@ -945,8 +919,8 @@ static cJSON *arm_json(const arm *a) {
 static int write_plot_data(const report *rep) {
   cJSON *root = cJSON_CreateObject(), *arms = cJSON_AddArrayToObject(root, "arms");
   for (size_t i = 0; i < rep->n_arms; i++) cJSON_AddItemToArray(arms, arm_json(&rep->arms[i]));
-  char *text = cJSON_Print(root), *path = join(rep->out_dir, "report-data.json");
-  int rc = write_atomic(path, text, strlen(text));
+  char *text = cJSON_Print(root), *path = ng_path_join(rep->out_dir, "report-data.json");
+  int rc = ng_write_text_atomic(path, text);
   free(path);
   free(text);
   cJSON_Delete(root);
@@ -959,13 +933,13 @@ static int write_plot_data(const report *rep) {
 // executable that has it (build/normgrow -> tools/plot_report.py).
 static char *find_plot_script(void) {
   const char *env = getenv("NG_TOOLS");
-  if (env && *env) return join(env, "plot_report.py");
+  if (env && *env) return ng_path_join(env, "plot_report.py");
   char exe[PATH_MAX];
   ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
   exe[len > 0 ? len : 0] = 0;
   for (char *slash; (slash = strrchr(exe, '/')) != NULL;) {
     *slash = 0;
-    char *path = join(exe, "tools/plot_report.py");
+    char *path = ng_path_join(exe, "tools/plot_report.py");
     if (exists(path)) return path;
     free(path);
   }
@@ -1028,7 +1002,7 @@ static int draw_plots(report *rep) {
   if (!script)
     return ng_fail(
         "cannot find tools/plot_report.py above the executable (set NG_TOOLS to the tools directory)");
-  char *data = join(rep->out_dir, "report-data.json"), *output = NULL;
+  char *data = ng_path_join(rep->out_dir, "report-data.json"), *output = NULL;
   char *argv[] = {access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : "python3", script, data,
                   rep->out_dir, NULL};
   int status = 0, err = run_captured(argv, &output, &status), rc = err ? -1 : 0;
@@ -1038,8 +1012,8 @@ static int draw_plots(report *rep) {
   } else if (rc == 0 && status == PLOT_SKIPPED) {
     rep->plots_skipped = ng_xstrdup(last_line(output));
   } else if (rc == 0 && status != 0) {
-    char *log = join(rep->out_dir, "plot_report.log");
-    write_atomic(log, output, strlen(output));
+    char *log = ng_path_join(rep->out_dir, "plot_report.log");
+    ng_write_text_atomic(log, output);
     rc = ng_fail("%s failed with status %d: %s (full output: %s)", script, status, last_line(output), log);
     free(log);
   }
@@ -1060,12 +1034,10 @@ static int make_out_dir(const ng_cli *c, report *rep) {
     char *first = ng_xstrdup(c->pos[0]);
     size_t n = strlen(first);
     while (n > 1 && first[n - 1] == '/') first[--n] = 0;
-    rep->out_dir = join(dirname(first), "report");
+    rep->out_dir = ng_path_join(dirname(first), "report");
     free(first);
   }
-  if (mkdir(rep->out_dir, 0777) != 0 && errno != EEXIST)
-    return ng_fail("%s: %s", rep->out_dir, strerror(errno));
-  return 0;
+  return ng_make_dir(rep->out_dir);
 }
 
 static int load_runs(const ng_cli *c, report *rep) {

@@ -1,4 +1,5 @@
 // normgrow: the command-line program. `normgrow help` lists the subcommands.
+#include <errno.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,6 +58,34 @@ const char *ng_cli_opt(const ng_cli *c, const char *key) {
   for (int i = 0; i < c->nextra; i++)
     if (strcmp(c->extra_key[i], key) == 0) return c->extra_val[i];
   return NULL;
+}
+
+int ng_cli_check_options(const ng_cli *c, const char *command, const char *const *known) {
+  for (int i = 0; i < c->nextra; i++) {
+    const char *const *k = known;
+    while (*k && strcmp(c->extra_key[i], *k) != 0) k++;
+    if (!*k) return ng_fail("%s: unknown option --%s", command, c->extra_key[i]);
+  }
+  return 0;
+}
+
+int ng_cli_parse_int(const char *s, const char *what, int64_t min, int64_t max, int64_t *out) {
+  char *end;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (*s < '0' || *s > '9' || *end != 0 || errno != 0 || v < min || v > max)
+    return ng_fail("%s: \"%s\" is not an integer in %lld..%lld", what, s, (long long)min,
+                   (long long)max);
+  *out = v;
+  return 0;
+}
+
+int ng_cli_int_opt(const ng_cli *c, const char *key, int64_t min, int64_t max, int64_t *out) {
+  const char *s = ng_cli_opt(c, key);
+  if (!s) return 0;
+  char what[64];
+  snprintf(what, sizeof what, "--%s", key);
+  return ng_cli_parse_int(s, what, min, max, out);
 }
 
 int ng_cli_error(const char *msg) {

@@ -27,6 +27,11 @@ typedef struct {
 typedef struct {
   double kd_weight;    // alpha: loss = alpha*kd + (1-alpha)*ce (ce alone without teacher)
   double temperature;  // tau
+  // Columns the softmaxes run over: ids [0, vocab_used) of rows of V (0 = all
+  // V). A model's vocabulary may be padded past its tokenizer's (Qwen3: 151936
+  // rows for 151669 tokens); the padding ids are never targets and take no
+  // part in CE or KD, for student and teacher alike, and get zero gradient.
+  int64_t vocab_used;
 } ng_loss_params;
 
 typedef struct {

@@ -33,6 +33,7 @@ _Noreturn void ng_abort_at(const char *file, int line, const char *what);
 // not an input error: sizes are validated before anything is allocated).
 void *ng_xmalloc(size_t n);
 void *ng_xcalloc(size_t n, size_t size);
+void *ng_xrealloc(void *p, size_t n);
 char *ng_xstrdup(const char *s);
 
 // Checked size arithmetic for sizes that come from files: returns -1 on overflow.

@@ -84,7 +84,7 @@ void ng_st_writer_free(ng_st_writer *w);
 void ng_st_writer_meta(ng_st_writer *w, const char *key, const char *value);
 void ng_st_writer_add(ng_st_writer *w, const char *name, ng_dtype dtype, int ndim,
                       const int64_t *shape, const void *data);
-// Writes `path.tmp.<pid>`, flushes it, and renames it over `path`. Tensors are
+// Replaces `path` atomically (ng_write_atomic in fileio.h). Tensors are
 // laid out in the order they were added; the header is padded with spaces to
 // a multiple of 8 bytes. Output is a pure function of the inputs.
 int ng_st_writer_save(ng_st_writer *w, const char *path);
