@@ -125,8 +125,18 @@ static int parse_init(cJSON *o, ng_run_config *rc) {
   const cJSON *layers = section(o, "layers");
   if (cJSON_IsString(layers)) {
     if (strcmp(layers->valuestring, "random") != 0)
-      return ng_fail("init.layers: expected \"random\" or a list of teacher layers");
+      return ng_fail("init.layers: expected \"random\", a list of teacher layers or {\"every\": k}");
     rc->n_init_layers = 0;
+    return 0;
+  }
+  if (cJSON_IsObject(layers)) {  // {"every": k}: student block i <- teacher layer i k
+    static const char *const every_keys[] = {"every", NULL};
+    int64_t k;
+    if (ng_json_only_keys(layers, "init.layers", every_keys) ||
+        ng_json_int(layers, "init.layers", "every", 1, NG_MAX_LAYERS, &k))
+      return -1;
+    rc->n_init_layers = rc->stages[0].depth;
+    for (int64_t i = 0; i < rc->n_init_layers; i++) rc->init_layers[i] = i * k;
     return 0;
   }
   if (json_int_list(layers, "init.layers", 0, NG_MAX_LAYERS, NG_MAX_LAYERS, rc->init_layers,

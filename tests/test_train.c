@@ -252,6 +252,35 @@ static void check_bad_configs(void) {
   expect_bad("last depth differs from the model", NULL, "{\"depth\": 3, \"tokens\": 5120}", "{\"depth\": 4, \"tokens\": 5120}", "num_hidden_layers");
 }
 
+// A student started from teacher layers {"every": 1} and its embeddings, trained
+// at learning rate 0: its final weights are the teacher's, tensor for tensor.
+static void check_init_from_teacher(void) {
+  char path[160];
+  snprintf(path, sizeof path, "%s/copy.json", dir);
+  write_file(path,
+             "{\"name\": \"copy\", \"seed\": 5, \"run_dir\": \"%s/copy\", \"mode\": \"distill\", %s,"
+             " \"model\": %s, \"teacher\": \"%s/teacher/final.safetensors\","
+             " \"loss\": {\"kd_weight\": 0.5, \"temperature\": 2.0},"
+             " \"init\": {\"layers\": {\"every\": 1}, \"embeddings\": \"teacher\"},"
+             " \"stages\": [{\"depth\": 2, \"tokens\": 2560, \"lr\": {\"peak\": 0, \"floor\": 0,"
+             " \"warmup_tokens\": 0, \"shape\": \"constant\"}}]}",
+             dir, common_json(), model_json(2, "pre"), dir);
+  int rc = train(path);
+  char a[160], b[160];
+  snprintf(a, sizeof a, "%s/teacher/final.safetensors", dir);
+  snprintf(b, sizeof b, "%s/copy/final.safetensors", dir);
+  ng_model *teacher = NULL, *student = NULL;
+  bool same = rc == 0 && ng_checkpoint_load(a, ng_backend_cpu(), false, &teacher, NULL, NULL) == 0 &&
+              ng_checkpoint_load(b, ng_backend_cpu(), false, &student, NULL, NULL) == 0 &&
+              teacher->n_params == student->n_params;
+  for (int i = 0; same && i < student->n_params; i++)
+    same = memcmp(student->params[i].data, teacher->params[i].data, student->params[i].numel * 4) == 0;
+  CHECK(same, "student initialised from teacher layers (every 1) and embeddings holds the teacher's tensors",
+        "%s", rc ? ng_error() : "tensors differ");
+  ng_model_free(teacher);
+  ng_model_free(student);
+}
+
 // A teacher checkpoint whose vocabulary differs from the student's.
 static void write_wide_teacher(void) {
   ng_model_config c = {.vocab_size = 300, .hidden_size = D, .intermediate_size = F, .num_hidden_layers = 1,
@@ -282,6 +311,7 @@ int main(void) {
   check_accounting(&m);
   check_learning(&m);
   metrics_free(&m);
+  check_init_from_teacher();
   check_resume(30);  // inside stage 2
   check_resume(40);  // at the stage boundary, before the growth
   write_wide_teacher();

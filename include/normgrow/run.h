@@ -14,7 +14,8 @@
 //   "loss": {"kd_weight": 0.5, "temperature": 2.0},              (distill only)
 //   "optim": {"beta1", "beta2", "eps", "weight_decay", "grad_clip", "state_on_growth": "keep"|"reset"},
 //   "lr": {"peak": 3e-3, "floor": 3e-4, "warmup_tokens": 8192, "shape": "cosine"|"linear"|"constant"},
-//   "init": {"std": 0.02, "layers": "random" | [teacher layer per student block],
+//   "init": {"std": 0.02, "layers": "random" | [teacher layer per student block]
+//                                  | {"every": k} (block i <- teacher layer i k),
 //            "embeddings": "random" | "teacher", "freeze_embeddings": false},
 //   "growth": {"position": "top"|"interleave"|"middle",
 //              "init": "random"|"copy_below"|"zero_out"|"gate"|"teacher",
