@@ -15,8 +15,8 @@
 
 // Rows per block in reductions over rows (independent of the thread count).
 #define ROW_BLOCK 64
-// Query rows per attention block; two blocks of [ATT_ROWS, T] form the
-// per-thread score buffer, which is at most one [T, T] block when T >= 128.
+// Most query rows per attention block (see att_rows): a thread's score buffer
+// is at most one [T, T] block (two floats at T = 1).
 #define ATT_ROWS 64
 
 static void *cpu_alloc(ng_backend *be, size_t bytes) {
@@ -201,15 +201,22 @@ static void att_probs(float *S, int64_t r0, int64_t r1, const float *lse_in, flo
   }
 }
 
-static int64_t att_block_end(int64_t r0, int64_t T) {
-  return r0 + ATT_ROWS < T ? r0 + ATT_ROWS : T;
+// Query rows per block: at most ATT_ROWS, and in the backward (which holds two
+// blocks, P and dP) at most T/2, so that a thread's scores fit one [T, T] block.
+static int64_t att_rows(int64_t T, bool backward) {
+  int64_t cap = backward ? (T / 2 > 0 ? T / 2 : 1) : T;
+  return cap < ATT_ROWS ? cap : ATT_ROWS;
+}
+
+static int64_t att_block_end(int64_t r0, int64_t rows, int64_t T) {
+  return r0 + rows < T ? r0 + rows : T;
 }
 
 // q [B,T,H,hd], k, v [B,T,KV,hd] -> out [B,T,H,hd], lse [B,H,T]
 static void cpu_attention_forward(ng_backend *be, ng_attn_shape s, const float *q,
                                   const float *k, const float *v, float *out, float *lse) {
   (void)be;
-  int64_t rows = s.T < ATT_ROWS ? s.T : ATT_ROWS;
+  int64_t rows = att_rows(s.T, false);
 #pragma omp parallel
   {
     float *S = ng_xmalloc((size_t)rows * s.T * sizeof(float));  // [rows, T]
@@ -217,8 +224,8 @@ static void cpu_attention_forward(ng_backend *be, ng_attn_shape s, const float *
     for (int64_t bh = 0; bh < s.B * s.H; bh++) {
       int64_t b = bh / s.H, h = bh % s.H, kvh = h / (s.H / s.KV);
       float *lse_bh = lse + (size_t)bh * s.T;
-      for (int64_t r0 = 0; r0 < s.T; r0 += ATT_ROWS) {
-        int64_t r1 = att_block_end(r0, s.T);
+      for (int64_t r0 = 0; r0 < s.T; r0 += rows) {
+        int64_t r1 = att_block_end(r0, rows, s.T);
         att_scores(s, q, k, b, h, r0, r1, S);
         att_probs(S, r0, r1, NULL, lse_bh);
         // out[r0:r1, h] [r1-r0, hd] = P [r1-r0, r1] V[0:r1, kvh] [r1, hd]
@@ -270,7 +277,7 @@ static void cpu_attention_backward(ng_backend *be, ng_attn_shape s, const float 
                                    const float *lse, const float *dout, float *dq, float *dk,
                                    float *dv) {
   (void)be;
-  int64_t rows = s.T < ATT_ROWS ? s.T : ATT_ROWS, group = s.H / s.KV;
+  int64_t rows = att_rows(s.T, true), group = s.H / s.KV;
   size_t kv_elems = (size_t)s.B * s.T * s.KV * s.hd;
   memset(dk, 0, kv_elems * sizeof(float));
   memset(dv, 0, kv_elems * sizeof(float));
@@ -281,9 +288,9 @@ static void cpu_attention_backward(ng_backend *be, ng_attn_shape s, const float 
     for (int64_t bk = 0; bk < s.B * s.KV; bk++) {
       int64_t b = bk / s.KV, kvh = bk % s.KV;
       for (int64_t h = kvh * group; h < (kvh + 1) * group; h++)
-        for (int64_t r0 = 0; r0 < s.T; r0 += ATT_ROWS)
+        for (int64_t r0 = 0; r0 < s.T; r0 += rows)
           att_backward_block(s, q, k, v, out, lse, dout, dq, dk, dv, b, h, r0,
-                             att_block_end(r0, s.T), P, P + (size_t)rows * s.T);
+                             att_block_end(r0, rows, s.T), P, P + (size_t)rows * s.T);
     }
     free(P);
   }
