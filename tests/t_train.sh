@@ -39,7 +39,7 @@ arm killed >"$tmp/killed.json"
 # Kill the second run with SIGKILL once it has written a checkpoint, mid-training.
 "$bin" train "$tmp/killed.json" 2>/dev/null &
 pid=$!
-for _ in $(seq 1 400); do
+for _ in $(seq 1 3000); do  # up to a minute on a slow machine
   [ -f "$tmp/killed/checkpoint.safetensors" ] && grep -q '"step":40,' "$tmp/killed/metrics.jsonl" 2>/dev/null && break
   sleep 0.02
 done
