@@ -60,6 +60,21 @@ else
   echo "FAIL resumed logs differ from the uninterrupted run's"
 fi
 
+# The teacher exported as a Hugging Face directory (F32: exact) teaches the same:
+# a run distilled from it ends with the same weights as one from the checkpoint.
+"$bin" export "$tmp/teacher/final.safetensors" "$tmp/teacher-hf" --dtype f32 >/dev/null
+short() {  # name teacher
+  sed "s|\"run_dir\": \"[^\"]*\"|\"run_dir\": \"$tmp/$1\"|; s|\"teacher\": \"[^\"]*\"|\"teacher\": \"$2\"|;
+       s|\"tokens\": 30720|\"tokens\": 2560|g" "$tmp/whole.json" >"$tmp/$1.json"
+  "$bin" train "$tmp/$1.json" 2>/dev/null
+}
+short from-ckpt "$tmp/teacher/final.safetensors" && short from-hf "$tmp/teacher-hf"
+if [ -f "$tmp/teacher-hf/config.json" ] && cmp -s "$tmp/from-ckpt/final.safetensors" "$tmp/from-hf/final.safetensors"; then
+  echo "ok export to a Hugging Face directory, then distil from it: identical weights"
+else
+  echo "FAIL export / Hugging Face teacher: weights differ"
+fi
+
 # A bad config: one line on stderr naming the field, non-zero exit.
 sed 's/"init": "copy_below"/"init": "clone"/' "$tmp/whole.json" >"$tmp/bad.json"
 "$bin" train "$tmp/bad.json" 2>"$tmp/err"

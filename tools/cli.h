@@ -38,6 +38,7 @@ int cmd_plan(const ng_cli *c);
 int cmd_report(const ng_cli *c);
 int cmd_data(const ng_cli *c);
 int cmd_train(const ng_cli *c);
+int cmd_export(const ng_cli *c);
 int cmd_teacher_cache(const ng_cli *c);
 int cmd_diag(const ng_cli *c);
 

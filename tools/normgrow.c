@@ -31,6 +31,9 @@ static const command commands[] = {
     {"train", cmd_train, 0, 1,
      "train RUN.json [--seed S] [--run-dir DIR] | train --resume RUN_DIR\n"
      "                                          run one arm, or continue it from its last checkpoint"},
+    {"export", cmd_export, 2, 2,
+     "export CHECKPOINT DIR [--dtype bf16|f32] [--shard-mib N]\n"
+     "                                          a student as a Hugging Face Qwen3 directory"},
     {"teacher-cache", cmd_teacher_cache, 3, 3,
      "teacher-cache TEACHER SHARD OUT [--k K] [--temperature TAU] [--seq T] [--batch B]\n"
      "                                          the teacher's top-k logits over a shard, for every arm"},
