@@ -164,7 +164,7 @@ def plot_ablation(arms, out_dir):
             if kind in ab:
                 bars.append((f"{a['name']}: {kind}", color[a["name"]], hatch,
                              dict(zip(ab["blocks"], values(ab[kind])))))
-    fig, ax = plt.subplots(figsize=(8, 5))
+    fig, ax = plt.subplots(figsize=(8, 6))
     blocks = sorted({b for _, _, _, v in bars for b in v})
     width = 0.8 / max(len(bars), 1)
     for i, (name, c, hatch, v) in enumerate(bars):
@@ -174,7 +174,7 @@ def plot_ablation(arms, out_dir):
     if bars:
         ax.set_xticks(range(len(blocks)), [str(b) for b in blocks])
         ax.axhline(0, color="black", linewidth=0.8)
-        ax.legend()
+        legend_below(ax)
     else:
         no_data(ax, "no ablation in any diag_final.json")
     ax.set(title="Block-removal ablation (mean over seeds)", xlabel="removed block",
