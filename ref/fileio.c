@@ -20,13 +20,28 @@ char *ng_path_join(const char *dir, const char *name) {
   return p;
 }
 
-int ng_make_dir(const char *dir) {
+// One level: `dir` made, or already a directory.
+static int make_one_dir(const char *dir) {
   if (mkdir(dir, 0777) == 0) return 0;
   int err = errno;
   struct stat st;
   if (err == EEXIST && stat(dir, &st) == 0 && S_ISDIR(st.st_mode)) return 0;
   if (err == EEXIST) return ng_fail("%s: exists and is not a directory", dir);
   return ng_fail("%s: cannot create directory: %s", dir, strerror(err));
+}
+
+int ng_make_dir(const char *dir) {
+  char *path = ng_xstrdup(dir);
+  int rc = 0;
+  for (char *p = path + 1; *p && rc == 0; p++) {  // every parent, as mkdir -p
+    if (*p != '/') continue;
+    *p = 0;
+    rc = make_one_dir(path);
+    *p = '/';
+  }
+  if (rc == 0) rc = make_one_dir(path);
+  free(path);
+  return rc;
 }
 
 // ---------------------------------------------------------------- reading

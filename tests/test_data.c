@@ -482,8 +482,9 @@ static void test_build_errors(void) {
   expect_build_error("directory input named", dir, 1, NULL, 0.5, out, g_dir);
   expect_build_error("separator with a newline", files, 1, "%\n", 0.5, out, "newline");
   CHECK(!exists(out), "no output directory made on input errors", "%s exists", out);
-  const char *deep = tmp_path("no/such/dir");
-  expect_build_error("output parent missing", files, 1, "%", 0.5, deep, "no/such/dir");
+  const char *under_file = tmp_path("f4/out");  // f4 is a file: no directory can go under it
+  expect_build_error("output directory under a file", files, 1, "%", 0.5, under_file,
+                     "f4: exists and is not a directory");
   expect_build_error("output is a file", files, 1, "%", 0.5, files[0], "not a directory");
 }
 

@@ -20,7 +20,8 @@
 
 // "<dir>/<name>", malloc'd.
 char *ng_path_join(const char *dir, const char *name);
-// Creates the directory `dir` (its parent must exist) unless it already is one.
+// Creates the directory `dir` and any missing parents (as mkdir -p); an existing
+// directory is fine.
 int ng_make_dir(const char *dir);
 
 // ---------------------------------------------------------------- reading
