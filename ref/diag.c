@@ -221,7 +221,7 @@ static void points_collect(ng_model *m, const ng_diag_input *in, point_acc *p, i
                            int32_t *tokens) {
   ng_backend *be = m->be;
   int64_t N = in->B * in->T, D = m->cfg.hidden_size;
-  ng_acts *a = ng_acts_create(m, in->B, in->T, true);
+  ng_acts *a = ng_acts_create_kept(m, in->B, in->T);
   batch bt = batch_alloc(be, N);
   float *rms_dev = be->alloc(be, (size_t)N * sizeof(float));
   for (int64_t b = 0; b < in->batches; b++) {

@@ -287,7 +287,7 @@ static void grad_ws_free(ng_backend *be, ng_grad_ws *w) {
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) be->free(be, all[i]);
 }
 
-ng_acts *ng_acts_create(const ng_model *m, int64_t B, int64_t T, bool train) {
+static ng_acts *acts_new(const ng_model *m, int64_t B, int64_t T, bool train, bool grads) {
   const ng_model_config *c = &m->cfg;
   ng_acts *a = ng_xcalloc(1, sizeof *a);
   a->B = B;
@@ -305,8 +305,16 @@ ng_acts *ng_acts_create(const ng_model *m, int64_t B, int64_t T, bool train) {
     a->rstd_final = buf(m->be, a->N);
   }
   a->logits = buf(m->be, a->N * c->vocab_size);
-  if (train) grad_ws_alloc(m, a->N, &a->ws);
+  if (grads) grad_ws_alloc(m, a->N, &a->ws);
   return a;
+}
+
+ng_acts *ng_acts_create(const ng_model *m, int64_t B, int64_t T, bool train) {
+  return acts_new(m, B, T, train, train);
+}
+
+ng_acts *ng_acts_create_kept(const ng_model *m, int64_t B, int64_t T) {
+  return acts_new(m, B, T, true, false);
 }
 
 void ng_acts_free(const ng_model *m, ng_acts *a) {
@@ -317,7 +325,7 @@ void ng_acts_free(const ng_model *m, ng_acts *a) {
   be->free(be, a->final_in);
   be->free(be, a->rstd_final);
   be->free(be, a->logits);
-  if (a->train) grad_ws_free(be, &a->ws);
+  grad_ws_free(be, &a->ws);  // NULL buffers (no workspace) are no-ops
   free(a->hidden);
   free(a->blocks);
   free(a);
@@ -551,7 +559,7 @@ static void gated_block_backward(ng_model *m, const ng_acts *a, int64_t l, const
 }
 
 void ng_model_backward(ng_model *m, ng_acts *a, const int32_t *tokens) {
-  NG_ASSERT(a->train);
+  NG_ASSERT(a->train && a->ws.dlogits);
   ng_backend *be = m->be;
   int64_t L = m->cfg.num_hidden_layers;
   float **dh = a->ws.dh;

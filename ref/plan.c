@@ -62,6 +62,7 @@ int64_t ng_plan_grad_ws_floats(const ng_model_config *c, int64_t N) {
 
 // hidden x N D + blocks x block(N) + N (D + 1) [final_norm] + N V [+ grad_ws(N)]
 //   FORWARD:            hidden 2,     blocks 1, no workspace
+//   KEPT:               hidden L + 1, blocks L, no workspace
 //   TRAIN:              hidden L + 1, blocks L, workspace
 //   TRAIN_RECOMPUTE:    hidden L + 1 (the block inputs and the output), blocks 1
 //                       (each block's values recomputed from its input in the backward)
@@ -69,10 +70,10 @@ int64_t ng_plan_acts_floats(const ng_model_config *c, int64_t B, int64_t T, ng_a
   int64_t N = B * T, L = c->num_hidden_layers, D = c->hidden_size, V = c->vocab_size;
   bool train = kind != NG_ACTS_FORWARD;
   int64_t hidden = train ? L + 1 : 2;
-  int64_t blocks = kind == NG_ACTS_TRAIN ? L : 1;
+  int64_t blocks = kind == NG_ACTS_TRAIN || kind == NG_ACTS_KEPT ? L : 1;
   int64_t n = hidden * N * D + blocks * ng_plan_block_floats(c, N) + N * V;  // N V: logits
   if (c->final_norm) n += N * (D + 1);  // final_in, rstd_final
-  if (train) n += ng_plan_grad_ws_floats(c, N);
+  if (train && kind != NG_ACTS_KEPT) n += ng_plan_grad_ws_floats(c, N);
   return n;
 }
 
@@ -111,7 +112,7 @@ void ng_plan_stage_of(const ng_run_config *rc, int stage, const ng_model_config 
   out->adamw = 2 * out->student.total * bpp;
   out->acts = f32 * ng_plan_acts_floats(&sc, B, T, dev->recompute ? NG_ACTS_TRAIN_RECOMPUTE : NG_ACTS_TRAIN);
   out->eval_acts = f32 * ng_plan_acts_floats(&sc, B, T, NG_ACTS_FORWARD);
-  out->diag_acts = f32 * ng_plan_acts_floats(&sc, B, T, NG_ACTS_TRAIN);
+  out->diag_acts = f32 * ng_plan_acts_floats(&sc, B, T, NG_ACTS_KEPT);
   const ng_model_config *forward_teacher = rc->use_cache ? NULL : teacher;  // runs every step
   if (teacher) {
     out->teacher = ng_plan_count_params(teacher, 0, false);

@@ -142,6 +142,10 @@ static void check_allocations(const char *name, const ng_model_config *c) {
   g_counted = 0;
   ng_acts *fwd = ng_acts_create(m, B, T, false);
   size_t fwd_bytes = g_counted;
+  g_counted = 0;
+  ng_acts *kept_acts = ng_acts_create_kept(m, B, T);
+  size_t kept_bytes = g_counted;
+  ng_acts_free(m, kept_acts);
   ng_acts_free(m, fwd);
   ng_acts_free(m, train);
   ng_adamw_free(m, opt);
@@ -155,6 +159,10 @@ static void check_allocations(const char *name, const ng_model_config *c) {
             fwd_bytes == (size_t)(f32 * ng_plan_acts_floats(c, B, T, NG_ACTS_FORWARD)),
         label, "model %zu vs %lld, adamw %zu, train %zu vs %lld, forward %zu", model_bytes,
         (long long)(2 * p.total * f32), adamw_bytes, train_bytes, (long long)(f32 * kept), fwd_bytes);
+  snprintf(label, sizeof label, "%s: diagnostics keep every block's values, no workspace", name);
+  CHECK(kept_bytes == (size_t)(f32 * ng_plan_acts_floats(c, B, T, NG_ACTS_KEPT)) &&
+            ng_plan_acts_floats(c, B, T, NG_ACTS_KEPT) == kept - ng_plan_grad_ws_floats(c, B * T),
+        label, "%zu vs %lld", kept_bytes, (long long)(f32 * ng_plan_acts_floats(c, B, T, NG_ACTS_KEPT)));
   snprintf(label, sizeof label, "%s: recompute keeps one block's values", name);
   CHECK(kept - recompute == (c->num_hidden_layers - 1) * ng_plan_block_floats(c, B * T), label,
         "%lld vs %lld", (long long)kept, (long long)recompute);
@@ -222,7 +230,9 @@ static void test_stage(void) {
         (long long)s.steps, s.flops, 1977 * step);
   int64_t total = s.weights + s.grads + s.adamw + s.acts + s.eval_acts + s.diag_acts + s.teacher_weights +
                   s.teacher_acts;
-  CHECK(s.weights == 4 * (9 * BLOCK + IO) && s.adamw == 2 * s.weights && s.diag_acts == s.acts &&
+  ng_model_config sc = rc.model;  // the student at stage 2: diagnostics keep all but the workspace
+  int64_t ws = 4 * ng_plan_grad_ws_floats(&sc, 524288);
+  CHECK(s.weights == 4 * (9 * BLOCK + IO) && s.adamw == 2 * s.weights && s.diag_acts == s.acts - ws &&
             s.teacher_weights == 4 * 8190735360LL && s.total == total && !s.fits &&
             s.devices_needed == (int64_t)ceil((double)total / (80.0 * 1073741824.0)),
         "grow-post stage 2: memory sums, does not fit on one 80 GiB device", "total %lld, %lld devices",

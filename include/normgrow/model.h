@@ -104,7 +104,7 @@ typedef struct {
   ng_block_acts *blocks;
   float *final_in, *rstd_final;  // [N, D] head input (normed if final_norm), [N]
   float *logits;         // [N, V]
-  ng_grad_ws ws;         // train only
+  ng_grad_ws ws;         // train only (zeroed for ng_acts_create_kept)
 } ng_acts;
 
 // Allocate a model with zeroed weights (and zeroed gradients if `trainable`).
@@ -140,6 +140,9 @@ double ng_attention_flops(const ng_model_config *c, int64_t B, int64_t T);
 void ng_model_freeze(ng_model *m, int64_t layer, bool frozen);
 
 ng_acts *ng_acts_create(const ng_model *m, int64_t B, int64_t T, bool train);
+// Every block's values kept (as with `train`), but no backward workspace: for
+// looking inside a forward (diagnostics), not for training.
+ng_acts *ng_acts_create_kept(const ng_model *m, int64_t B, int64_t T);
 void ng_acts_free(const ng_model *m, ng_acts *a);
 // Residual stream after block l (l = 0: embedding output). In a forward without
 // `train`, only the latest one is still there.

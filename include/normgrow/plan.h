@@ -11,9 +11,10 @@
 //                                       or NG_ACTS_TRAIN_RECOMPUTE)
 //   evaluation activations              4 x ng_plan_acts_floats(student, NG_ACTS_FORWARD):
 //                                       the trainer keeps a forward-only set too
-//   diagnostics at each evaluation      4 x ng_plan_acts_floats(student, NG_ACTS_TRAIN): the
-//                                       residual statistics forward with every value kept,
-//                                       while everything above stays allocated
+//   diagnostics at each evaluation      4 x ng_plan_acts_floats(student, NG_ACTS_KEPT): the
+//                                       residual statistics forward with every value kept
+//                                       (no backward workspace), while everything above
+//                                       stays allocated
 //   teacher (distill)                   P_teacher bpp + 4 x ng_plan_acts_floats(teacher, NG_ACTS_FORWARD);
 //                                       with top-k caches (teacher_cache) the teacher does not
 //                                       run: only its weights, when "teacher" is given
@@ -50,6 +51,7 @@ ng_plan_params ng_plan_count_params(const ng_model_config *c, int64_t frozen_blo
 // Which activations a forward keeps.
 typedef enum {
   NG_ACTS_FORWARD,          // teacher and evaluation: two hidden buffers, one block's scratch
+  NG_ACTS_KEPT,             // every block's saved values, no workspace (diagnostics)
   NG_ACTS_TRAIN,            // every block's saved values, the backward workspace
   NG_ACTS_TRAIN_RECOMPUTE,  // as TRAIN, but only one block's saved values at a time
 } ng_acts_kind;
@@ -59,7 +61,7 @@ int64_t ng_plan_block_floats(const ng_model_config *c, int64_t N);
 // Floats of the backward workspace (ng_grad_ws) for N tokens.
 int64_t ng_plan_grad_ws_floats(const ng_model_config *c, int64_t N);
 // Floats of the activations of one step at batch [B, T]: for FORWARD and TRAIN
-// exactly what ng_acts_create allocates.
+// exactly what ng_acts_create allocates, for KEPT what ng_acts_create_kept does.
 int64_t ng_plan_acts_floats(const ng_model_config *c, int64_t B, int64_t T, ng_acts_kind kind);
 
 // FLOPs of one training step by the trainer's rule; teacher NULL without one.
