@@ -385,23 +385,28 @@ static double kd_full_row(const float *s, const float *t, int64_t V, float ms, d
 
 // Top-k teacher row: q_j = exp(v_j / tau - lse) on the k cached ids, tail
 // mass q_r = 1 - sum q_j; the student's pst = est / zst (est [V] unnormalised)
-// has tail mass p_r outside the cached ids. KL of the bucketed distributions:
+// has tail mass p_r over the ids not cached, summed directly (1 - sum would
+// leave only rounding when the cache holds nearly every id). When the cache
+// holds every id there is no tail. KL of the bucketed distributions:
 //   sum_j q_j log(q_j / pst_j) + q_r log(q_r / p_r),
 // whose gradient (times tau) is pst - tgt with tgt_j = q_j on cached ids and
 // pst_j q_r / p_r elsewhere (written relative to zst: scale 1/zst).
 static double kd_topk_row(const int32_t *ids, const float *vals, float lse, int64_t k,
                           const float *est, double zst, int64_t V, float inv_tau, float *tgt,
                           double *tgt_scale) {
-  double q_sum = 0.0, p_top = 0.0, kl = 0.0;
+  memcpy(tgt, est, (size_t)V * sizeof(float));
+  for (int64_t j = 0; j < k; j++) tgt[ids[j]] = 0.0f;  // tgt: est on the ids not cached
+  double rest = 0.0, q_sum = 0.0, kl = 0.0;
+  for (int64_t j = 0; j < V; j++) rest += tgt[j];
   for (int64_t j = 0; j < k; j++) {
     double lq = (double)vals[j] * inv_tau - lse, q = exp(lq), p = est[ids[j]] / zst;
     q_sum += q;
-    p_top += p;
     kl += q * (lq - log(fmax(p, 1e-300)));
   }
-  double q_r = fmax(1.0 - q_sum, 0.0), p_r = fmax(1.0 - p_top, 1e-300);
+  double p_r = rest / zst, q_r = rest > 0.0 ? fmax(1.0 - q_sum, 0.0) : 0.0;
   if (q_r > 0.0) kl += q_r * (log(q_r) - log(p_r));
-  for (int64_t j = 0; j < V; j++) tgt[j] = (float)(est[j] * (q_r / p_r));
+  double tail = rest > 0.0 ? q_r / p_r : 0.0;
+  for (int64_t j = 0; j < V; j++) tgt[j] = (float)(tgt[j] * tail);
   for (int64_t j = 0; j < k; j++) tgt[ids[j]] = (float)(exp((double)vals[j] * inv_tau - lse) * zst);
   *tgt_scale = 1.0 / zst;
   return kl;

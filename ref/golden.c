@@ -10,6 +10,7 @@
 #include "normgrow/model.h"
 #include "normgrow/optim.h"
 #include "normgrow/rng.h"
+#include "normgrow/topk.h"
 
 // ---------------------------------------------------------------- tensor lists
 
@@ -79,6 +80,29 @@ static int check_ids(const char *name, const int32_t *ids, int64_t n, int64_t T,
   return 0;
 }
 
+// The optional top-k teacher: in.teacher_topk_ids [B, T, k] (ids in [0, V)),
+// in.teacher_topk_values [B, T, k], in.teacher_topk_lse [B, T]: all or none.
+static int read_topk(ng_golden_case *gc) {
+  const ng_st_file *f = &gc->file;
+  const ng_st_tensor *ids = ng_st_find(f, "in.teacher_topk_ids");
+  bool vals = ng_st_find(f, "in.teacher_topk_values"), lse = ng_st_find(f, "in.teacher_topk_lse");
+  if (!ids && !vals && !lse) return 0;
+  if (!ids || !vals || !lse)
+    return ng_fail("in.teacher_topk_ids, _values and _lse: give all three or none");
+  int64_t V = gc->model.vocab_size, N = gc->B * gc->T;
+  if (ids->ndim != 3 || ids->shape[2] < 1 || ids->shape[2] > V)
+    return ng_fail("tensor \"in.teacher_topk_ids\": expected shape [B, T, k] with 1 <= k <= %lld", (long long)V);
+  gc->topk = ids->shape[2];
+  int64_t shape[3] = {gc->B, gc->T, gc->topk};
+  gc->topk_ids = ng_xmalloc((size_t)(N * gc->topk) * sizeof(int32_t));
+  gc->topk_vals = ng_xmalloc((size_t)(N * gc->topk) * sizeof(float));
+  gc->topk_lse = ng_xmalloc((size_t)N * sizeof(float));
+  return ng_st_load_i32(f, "in.teacher_topk_ids", 3, shape, gc->topk_ids) ||
+         check_ids("in.teacher_topk_ids", gc->topk_ids, N * gc->topk, gc->T * gc->topk, 0, V) ||
+         ng_st_load_f32(f, "in.teacher_topk_values", 3, shape, gc->topk_vals) ||
+         ng_st_load_f32(f, "in.teacher_topk_lse", 2, shape, gc->topk_lse);
+}
+
 static int read_inputs(ng_golden_case *gc) {
   const ng_st_file *f = &gc->file;
   const ng_st_tensor *tok = ng_st_find(f, "in.tokens");
@@ -95,10 +119,12 @@ static int read_inputs(ng_golden_case *gc) {
       check_ids("in.tokens", gc->tokens, N, gc->T, 0, V) ||
       check_ids("in.targets", gc->targets, N, gc->T, -1, V))
     return -1;
-  if (!ng_st_find(f, "in.teacher_logits")) return 0;
-  if (ng_st_check(f, "in.teacher_logits", 3, shape, true)) return -1;
-  gc->teacher = ng_xmalloc((size_t)N * (size_t)V * sizeof(float));
-  return ng_st_load_f32(f, "in.teacher_logits", 3, shape, gc->teacher);
+  if (ng_st_find(f, "in.teacher_logits")) {
+    if (ng_st_check(f, "in.teacher_logits", 3, shape, true)) return -1;
+    gc->teacher = ng_xmalloc((size_t)N * (size_t)V * sizeof(float));
+    if (ng_st_load_f32(f, "in.teacher_logits", 3, shape, gc->teacher)) return -1;
+  }
+  return read_topk(gc);
 }
 
 // Every tensor must be an input, a weight of this config, or an output.
@@ -109,6 +135,7 @@ static int check_names(const ng_golden_case *gc) {
     const char *name = gc->file.tensors[i].name;
     bool ok = strncmp(name, "out.", 4) == 0 || strcmp(name, "in.tokens") == 0 ||
               strcmp(name, "in.targets") == 0 || strcmp(name, "in.teacher_logits") == 0 ||
+              strncmp(name, "in.teacher_topk_", 16) == 0 ||
               (strncmp(name, "param.", 6) == 0 && ng_model_find(skel, name + 6));
     if (!ok) rc = ng_fail("tensor \"%s\" is not part of this case's configuration", name);
   }
@@ -134,6 +161,9 @@ void ng_golden_close(ng_golden_case *gc) {
   free(gc->tokens);
   free(gc->targets);
   free(gc->teacher);
+  free(gc->topk_ids);
+  free(gc->topk_vals);
+  free(gc->topk_lse);
   memset(gc, 0, sizeof *gc);
 }
 
@@ -200,6 +230,29 @@ static void emit_params(const eval_ctx *e, const ng_model *m, const char *prefix
   }
 }
 
+// out.topk_kd, out.topk_loss [1] and out.topk_dlogits [B, T, V]: the loss with
+// the teacher given by its top-k cache (ng_backend.ce_kd_topk).
+static void emit_topk(const eval_ctx *e, const float *logits, ng_tensor_list *out) {
+  const ng_golden_case *gc = e->gc;
+  ng_backend *be = e->be;
+  int64_t N = gc->B * gc->T, V = gc->model.vocab_size, k = gc->topk, nv;
+  int32_t *ids = upload(be, gc->topk_ids, (size_t)(N * k) * sizeof(int32_t));
+  float *vals = upload(be, gc->topk_vals, (size_t)(N * k) * sizeof(float));
+  float *lse = upload(be, gc->topk_lse, (size_t)N * sizeof(float));
+  float *d = be->alloc(be, (size_t)(N * V) * sizeof(float));
+  ng_loss_params lp = {gc->loss.kd_weight, gc->loss.temperature, 0};
+  double ce, kd;
+  be->ce_kd_topk(be, logits, ids, vals, lse, k, e->targets, N, V, lp, d, &ce, &kd, &nv);
+  add_scalar(out, "out.topk_kd", kd);
+  add_scalar(out, "out.topk_loss", lp.kd_weight * kd + (1.0 - lp.kd_weight) * ce);
+  int64_t shape[3] = {gc->B, gc->T, V};
+  download_as(be, out, "out.topk_dlogits", 3, shape, d);
+  be->free(be, ids);
+  be->free(be, vals);
+  be->free(be, lse);
+  be->free(be, d);
+}
+
 // out.ablation_ce [L]: ce with block l skipped, each in turn.
 static void emit_ablation(const eval_ctx *e, ng_model *m, ng_tensor_list *out) {
   int64_t L = m->cfg.num_hidden_layers;
@@ -236,6 +289,7 @@ int ng_golden_eval(const ng_golden_case *gc, ng_backend *be, ng_tensor_list *out
   add_scalar(out, "out.ce", ce);
   add_scalar(out, "out.kd", kd);
   add_scalar(out, "out.loss", loss);
+  if (gc->topk) emit_topk(&e, a->logits, out);
   emit_hidden(&e, a, out);
   ng_model_zero_grad(m);
   ng_model_backward(m, a, e.tokens);
@@ -289,6 +343,7 @@ static ng_golden_family family_of(const char *name) {
   if (strncmp(name, "out.step.", 9) == 0) return NG_FAM_STEP;
   if (strcmp(name, "out.ablation_ce") == 0) return NG_FAM_ABLATION;
   if (strcmp(name, "out.logits") == 0) return NG_FAM_LOGITS;
+  if (strcmp(name, "out.topk_dlogits") == 0) return NG_FAM_GRAD;
   return NG_FAM_LOSSES;
 }
 
@@ -406,6 +461,7 @@ typedef struct {
   uint64_t seed;
   int64_t batch, seq;
   bool teacher;
+  int64_t topk;  // 0: no top-k teacher inputs
   double ignore_fraction;
   ng_model_config model;
   ng_loss_config loss;
@@ -414,8 +470,8 @@ typedef struct {
 } golden_spec;
 
 static int parse_spec(const char *path, golden_spec *s) {
-  static const char *const keys[] = {"seed",  "batch", "seq",  "teacher", "ignore_fraction",
-                                     "model", "loss",  "optim", NULL};
+  static const char *const keys[] = {"seed",  "batch", "seq",   "teacher", "topk",
+                                     "ignore_fraction", "model", "loss", "optim", NULL};
   char *text;
   if (ng_read_file(path, MAX_SPEC_BYTES, &text, NULL) != 0) return -1;
   cJSON *root = cJSON_Parse(text);
@@ -427,10 +483,14 @@ static int parse_spec(const char *path, golden_spec *s) {
            ng_json_int(root, "spec", "batch", 1, 64, &s->batch) ||
            ng_json_int(root, "spec", "seq", 1, 4096, &s->seq) ||
            ng_json_bool(root, "spec", "teacher", &s->teacher) ||
+           (cJSON_GetObjectItemCaseSensitive(root, "topk") &&
+            ng_json_int(root, "spec", "topk", 1, INT32_MAX, &s->topk)) ||
            ng_json_num(root, "spec", "ignore_fraction", 0.0, 1.0, &s->ignore_fraction) ||
            ng_model_config_parse(cJSON_GetObjectItemCaseSensitive(root, "model"), "model", &s->model) ||
            ng_loss_config_parse(cJSON_GetObjectItemCaseSensitive(root, "loss"), "loss", &s->loss) ||
            ng_optim_config_parse(cJSON_GetObjectItemCaseSensitive(root, "optim"), "optim", &s->optim);
+  if (rc == 0 && s->topk && (!s->teacher || s->topk > s->model.vocab_size))
+    rc = ng_fail("spec.topk: needs \"teacher\": true and at most vocab_size ids");
   if (rc == 0) {
     s->seed = (uint64_t)seed;
     cJSON *cfg = cJSON_CreateObject();
@@ -458,6 +518,29 @@ static void random_weights(ng_rng *r, const ng_model *skel, float **data) {
   }
 }
 
+typedef struct {
+  uint32_t *ids;
+  float *vals, *lse;
+} topk_inputs;
+
+// The teacher's exact top-k per position and its log-sum-exp at the
+// temperature, as a top-k cache would hold them (t->* freed by the caller
+// after the writer has saved).
+static void add_topk(ng_st_writer *w, const golden_spec *s, const float *teacher, topk_inputs *t) {
+  int64_t N = s->batch * s->seq, V = s->model.vocab_size, k = s->topk;
+  int64_t shape[3] = {s->batch, s->seq, k};
+  t->ids = ng_xmalloc((size_t)(N * k) * sizeof(uint32_t));
+  t->vals = ng_xmalloc((size_t)(N * k) * sizeof(float));
+  t->lse = ng_xmalloc((size_t)N * sizeof(float));
+  for (int64_t i = 0; i < N; i++) {
+    ng_top_k(teacher + i * V, V, k, t->ids + i * k, t->vals + i * k);
+    t->lse[i] = ng_logsumexp(teacher + i * V, V, 1.0 / s->loss.temperature);
+  }
+  ng_st_writer_add(w, "in.teacher_topk_ids", NG_I32, 3, shape, t->ids);
+  ng_st_writer_add(w, "in.teacher_topk_values", NG_F32, 3, shape, t->vals);
+  ng_st_writer_add(w, "in.teacher_topk_lse", NG_F32, 2, shape, t->lse);
+}
+
 static int write_inputs(const golden_spec *s, const char *path) {
   int64_t N = s->batch * s->seq, V = s->model.vocab_size;
   int64_t shape[3] = {s->batch, s->seq, V};
@@ -483,12 +566,17 @@ static int write_inputs(const golden_spec *s, const char *path) {
   ng_st_writer_add(w, "in.tokens", NG_I32, 2, shape, tokens);
   ng_st_writer_add(w, "in.targets", NG_I32, 2, shape, targets);
   if (teacher) ng_st_writer_add(w, "in.teacher_logits", NG_F32, 3, shape, teacher);
-  char names[skel->n_params][112];
+  topk_inputs topk = {0};
+  if (s->topk) add_topk(w, s, teacher, &topk);
   for (int i = 0; i < skel->n_params; i++) {
-    snprintf(names[i], sizeof names[i], "param.%s", skel->params[i].name);
-    ng_st_writer_add(w, names[i], NG_F32, skel->params[i].ndim, skel->params[i].shape, data[i]);
+    char name[112];  // the writer copies names
+    snprintf(name, sizeof name, "param.%s", skel->params[i].name);
+    ng_st_writer_add(w, name, NG_F32, skel->params[i].ndim, skel->params[i].shape, data[i]);
   }
   int rc = ng_st_writer_save(w, path);
+  free(topk.ids);
+  free(topk.vals);
+  free(topk.lse);
   ng_st_writer_free(w);
   for (int i = 0; i < skel->n_params; i++) free(data[i]);
   free(data);

@@ -35,7 +35,7 @@ uint64_t ng_shard_checksum(const ng_shard *s) {
 // The k largest of x [V] into ids/vals, in no particular order. Replacing the
 // smallest kept value rescans for the new smallest: rare after the first
 // entries, so about V + k^2 log(V/k) steps per row.
-static void top_k(const float *x, int64_t V, int64_t k, uint32_t *ids, float *vals) {
+void ng_top_k(const float *x, int64_t V, int64_t k, uint32_t *ids, float *vals) {
   int64_t lo = 0;  // where the smallest kept value is
   for (int64_t j = 0; j < V; j++) {
     if (j < k) {
@@ -50,7 +50,7 @@ static void top_k(const float *x, int64_t V, int64_t k, uint32_t *ids, float *va
   }
 }
 
-static float lse_at(const float *x, int64_t V, double inv_tau) {
+float ng_logsumexp(const float *x, int64_t V, double inv_tau) {
   float mx = x[0];
   for (int64_t j = 1; j < V; j++) mx = x[j] > mx ? x[j] : mx;
   double z = 0.0;
@@ -81,8 +81,8 @@ static int write_rows(const cache_out *o, const float *logits, int64_t V, uint64
                       int64_t rows, double inv_tau, uint32_t *ids, float *vals, float *lse) {
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; r++) {
-    top_k(logits + (size_t)r * V, o->vocab, (int64_t)o->k, ids + (size_t)r * o->k, vals + (size_t)r * o->k);
-    lse[r] = lse_at(logits + (size_t)r * V, o->vocab, inv_tau);
+    ng_top_k(logits + (size_t)r * V, o->vocab, (int64_t)o->k, ids + (size_t)r * o->k, vals + (size_t)r * o->k);
+    lse[r] = ng_logsumexp(logits + (size_t)r * V, o->vocab, inv_tau);
   }
   uint64_t kb = o->k * 4, base = NG_TOPK_HEADER;
   return pwrite_all(o->fd, ids, (size_t)rows * kb, base + p0 * kb, o->tmp) ||

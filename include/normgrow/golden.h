@@ -29,6 +29,9 @@ typedef struct {
   int64_t B, T;
   int32_t *tokens, *targets;   // host [B*T]
   float *teacher;              // host [B*T, V], or NULL
+  int64_t topk;                // k of the optional top-k teacher inputs (0: none)
+  int32_t *topk_ids;           // host [B*T, k]
+  float *topk_vals, *topk_lse; // host [B*T, k], [B*T]
 } ng_golden_case;
 
 // A named host fp32 tensor (outputs of an evaluation, expected values).

@@ -50,6 +50,10 @@ typedef struct {
 } ng_topk_cache;
 
 uint64_t ng_shard_checksum(const ng_shard *s);
+// The k largest of x [V] into ids, vals [k], in no particular order.
+void ng_top_k(const float *x, int64_t V, int64_t k, uint32_t *ids, float *vals);
+// log sum_j exp(x_j / tau) with inv_tau = 1 / tau, max-subtracted, in double.
+float ng_logsumexp(const float *x, int64_t V, double inv_tau);
 
 // Runs `teacher` over every window of `s` (batch windows at a time) and writes
 // the cache atomically.
