@@ -384,24 +384,29 @@ static double kd_full_row(const float *s, const float *t, int64_t V, float ms, d
 }
 
 // Top-k teacher row: q_j = exp(v_j / tau - lse) on the k cached ids, tail
-// mass q_r = 1 - sum q_j; the student's pst = est / zst (est [V] unnormalised)
-// has tail mass p_r over the ids not cached, summed directly (1 - sum would
-// leave only rounding when the cache holds nearly every id). When the cache
-// holds every id there is no tail. KL of the bucketed distributions:
-//   sum_j q_j log(q_j / pst_j) + q_r log(q_r / p_r),
-// whose gradient (times tau) is pst - tgt with tgt_j = q_j on cached ids and
+// mass q_r = 1 - sum q_j; the student's pst = est / zst (est [V] unnormalised,
+// from s [V] with max ms) has tail mass p_r over the ids not cached, summed
+// directly (1 - sum would leave only rounding when the cache holds nearly
+// every id). When the cache holds every id there is no tail. KL of the
+// bucketed distributions:
+//   sum_j q_j (log q_j - log pst_j) + q_r log(q_r / p_r),
+// with log pst_j = (s_j - ms) / tau - log sum exp((s - ms) / tau) in double (a
+// stored lse cancels no rounding, and est underflows for far-off logits). Its
+// gradient (times tau) is pst - tgt with tgt_j = q_j on cached ids and
 // pst_j q_r / p_r elsewhere (written relative to zst: scale 1/zst).
 static double kd_topk_row(const int32_t *ids, const float *vals, float lse, int64_t k,
-                          const float *est, double zst, int64_t V, float inv_tau, float *tgt,
-                          double *tgt_scale) {
+                          const float *s, float ms, const float *est, double zst, int64_t V,
+                          double tau, float *tgt, double *tgt_scale) {
+  double inv_tau = 1.0 / tau, zd = 0.0;
+  for (int64_t j = 0; j < V; j++) zd += exp(((double)s[j] - ms) * inv_tau);
+  double log_zd = log(zd), rest = 0.0, q_sum = 0.0, kl = 0.0;
   memcpy(tgt, est, (size_t)V * sizeof(float));
   for (int64_t j = 0; j < k; j++) tgt[ids[j]] = 0.0f;  // tgt: est on the ids not cached
-  double rest = 0.0, q_sum = 0.0, kl = 0.0;
   for (int64_t j = 0; j < V; j++) rest += tgt[j];
   for (int64_t j = 0; j < k; j++) {
-    double lq = (double)vals[j] * inv_tau - lse, q = exp(lq), p = est[ids[j]] / zst;
+    double lq = (double)vals[j] * inv_tau - lse, q = exp(lq);
     q_sum += q;
-    kl += q * (lq - log(fmax(p, 1e-300)));
+    kl += q * (lq - (((double)s[ids[j]] - ms) * inv_tau - log_zd));
   }
   double p_r = rest / zst, q_r = rest > 0.0 ? fmax(1.0 - q_sum, 0.0) : 0.0;
   if (q_r > 0.0) kl += q_r * (log(q_r) - log(p_r));
@@ -432,7 +437,7 @@ static void ce_kd_row(const float *s, const teacher_ref *t, int64_t i, int32_t y
     zst = exp_shifted(s, V, ms, inv_tau, est);
     *kl = t->logits ? kd_full_row(s, t->logits + (size_t)i * stride, V, ms, zst, inv_tau, tgt, &tgt_scale)
                     : kd_topk_row(t->ids + (size_t)i * t->k, t->vals + (size_t)i * t->k, t->lse[i],
-                                  t->k, est, zst, V, inv_tau, tgt, &tgt_scale);
+                                  t->k, s, ms, est, zst, V, lp.temperature, tgt, &tgt_scale);
   }
   if (!ds) return;
   for (int64_t j = 0; j < V; j++) {

@@ -4,9 +4,10 @@
 This file is a second, independent implementation of GOLDEN.md, the numerical
 contract of golden cases; it shares no code with the C reference. Every `out.*`
 tensor of a golden case (logits, losses, hidden states and their RMS,
-gradients, one AdamW step and the per-block ablation CE) is computed here in
-float64 with torch autograd, from the float32 inputs of the case, and compared
-with what the binary writes.
+gradients, one AdamW step, the per-block ablation CE and, for a case with a
+top-k teacher, the top-k KD, its loss and its gradient w.r.t. the logits) is
+computed here in float64 with torch autograd, from the float32 inputs of the
+case, and compared with what the binary writes.
 
 Modes:
   --cases N --seed S   generate N random cases, check the binary on each
@@ -14,11 +15,13 @@ Modes:
   --self-test          check this implementation itself (no binary needed):
                        autograd against finite differences, the losses against
                        torch.nn.functional, the AdamW step against
-                       torch.optim.AdamW, and the ablation of a block that is
-                       the identity.
+                       torch.optim.AdamW, the ablation of a block that is
+                       the identity, and the top-k KD: exact at k = V, below
+                       the exact KD at k < V, autograd against differences.
 
 Tolerances (GOLDEN.md), per tensor, err = max|got - exp| / max|exp| (max|got|
-when exp is all zero): forward outputs 1e-4, gradients 1e-3; AdamW step: the
+when exp is all zero): forward outputs 1e-4 (topk_kd and topk_loss are losses),
+gradients 1e-3 (topk_dlogits is one); AdamW step: the
 update within 0.02 * lr on entries whose clipped gradient is not negligible.
 
 Safetensors files are read and written here with json + struct + numpy.
@@ -209,6 +212,48 @@ def losses(logits, targets, teacher, loss_cfg):
     return ce, kd, alpha * kd + (1 - alpha) * ce
 
 
+def topk_kd(logits, targets, topk, tau):
+    """tau^2 x mean over targets != -1 of KL(Q || P) between the bucketed teacher
+    Q and student P over {the k cached ids, everything else} (0 when no target).
+
+    topk = (ids [B, T, k], values [B, T, k], lse [B, T]): Q_j = exp(v_j / tau - lse)
+    on the cached ids, Q_rest = max(1 - sum_j Q_j, 0); P = softmax(logits / tau)
+    on the cached ids and P_rest its mass on the other ids (= 1 - sum_j P_j). The
+    rest term is 0 when Q_rest = 0, and when k = V: the bucket is then empty
+    (P_rest = 0) and Q_rest is only the rounding of lse."""
+    ids, values, lse = topk
+    keep = targets != -1
+    count = max(int(keep.sum()), 1)
+    log_p = (logits / tau).log_softmax(-1)
+    log_q_top = values / tau - lse[..., None]
+    q_top = log_q_top.exp()
+    kl = (q_top * (log_q_top - log_p.gather(-1, ids))).sum(-1)
+    if ids.shape[-1] < logits.shape[-1]:
+        cached = torch.zeros(logits.shape, dtype=torch.bool).scatter(-1, ids, True)
+        p_rest = log_p.exp().masked_fill(cached, 0.0).sum(-1)
+        q_rest = (1 - q_top.sum(-1)).clamp(min=0.0)
+        kl = kl + torch.xlogy(q_rest, q_rest) - torch.xlogy(q_rest, p_rest)
+    return tau * tau * (kl * keep).sum() / count
+
+
+def topk_terms(logits, targets, topk, loss_cfg):
+    """(topk_kd, topk_loss, d topk_loss / d logits) with autograd on a copy of the
+    logits; topk_loss = alpha topk_kd + (1 - alpha) ce."""
+    s = logits.detach().clone().requires_grad_(True)
+    ce = losses(s, targets, None, loss_cfg)[0]
+    kd = topk_kd(s, targets, topk, loss_cfg["temperature"])
+    alpha = loss_cfg["kd_weight"]
+    loss = alpha * kd + (1 - alpha) * ce
+    (grad,) = torch.autograd.grad(loss, s)
+    return kd.detach(), loss.detach(), grad
+
+
+def teacher_topk(teacher, k, tau):
+    """The top-k cache of teacher logits [B, T, V], float64: (ids, values, lse)."""
+    values, ids = torch.topk(teacher, k, dim=-1)
+    return ids, values, torch.logsumexp(teacher / tau, -1)
+
+
 def adamw_step(params, grads, o):
     """One AdamW step (t = 1) as GOLDEN.md: returns (new params, clipped grads, norm)."""
     norm = math.sqrt(sum(float(g.pow(2).sum()) for g in grads.values()))
@@ -232,11 +277,13 @@ def adamw_step(params, grads, o):
 # ----------------------------------------------------------------------------
 
 class Case:
-    """A golden case: config (dict of model/loss/optim), inputs and float64 params."""
+    """A golden case: config (dict of model/loss/optim), inputs and float64 params.
+    topk: None or the top-k teacher (ids int64 [B, T, k], values [B, T, k], lse [B, T])."""
 
-    def __init__(self, config, tokens, targets, teacher, params):
+    def __init__(self, config, tokens, targets, teacher, params, topk=None):
         self.config, self.model = config, config["model"]
         self.tokens, self.targets, self.teacher, self.params = tokens, targets, teacher, params
+        self.topk = topk
 
     @classmethod
     def load(cls, path):
@@ -251,16 +298,22 @@ class Case:
             raise ValueError(f"{path}: param.* tensors do not match the config: "
                              f"expected {shapes}")
         teacher = tensors.get("in.teacher_logits")
-        return cls(config, torch.from_numpy(tensors["in.tokens"].astype(np.int64)),
-                   torch.from_numpy(tensors["in.targets"].astype(np.int64)),
+        tokens = torch.from_numpy(tensors["in.tokens"].astype(np.int64))
+        return cls(config, tokens, torch.from_numpy(tensors["in.targets"].astype(np.int64)),
                    None if teacher is None else torch.from_numpy(teacher.astype(np.float64)),
-                   {n: params[n] for n in shapes})
+                   {n: params[n] for n in shapes},
+                   load_topk(tensors, list(tokens.shape), config["model"]["vocab_size"], path))
 
     def save(self, path):
         tensors = {"in.tokens": self.tokens.numpy().astype(np.int32),
                    "in.targets": self.targets.numpy().astype(np.int32)}
         if self.teacher is not None:
             tensors["in.teacher_logits"] = self.teacher.numpy().astype(np.float32)
+        if self.topk is not None:
+            ids, values, lse = self.topk
+            tensors.update({TOPK_INPUTS[0]: ids.numpy().astype(np.int32),
+                            TOPK_INPUTS[1]: values.numpy().astype(np.float32),
+                            TOPK_INPUTS[2]: lse.numpy().astype(np.float32)})
         for name, p in self.params.items():
             tensors["param." + name] = p.numpy().astype(np.float32)
         write_safetensors(path, tensors, {"format": FORMAT, "config": json.dumps(self.config)})
@@ -273,8 +326,34 @@ class Case:
                  f"B{B}xT{T}", "tied" if m["tie_word_embeddings"] else "untied",
                  "fnorm" if m["final_norm"] else "nofnorm",
                  "kd" if self.teacher is not None else "ce",
+                 f"topk{self.topk[0].shape[-1]}" if self.topk is not None else "notopk",
                  f"ign{int((self.targets == -1).sum())}"]
         return " ".join(parts)
+
+
+TOPK_INPUTS = ("in.teacher_topk_ids", "in.teacher_topk_values", "in.teacher_topk_lse")
+
+
+def load_topk(tensors, BT, V, path):
+    """The top-k teacher inputs of a case file as Case.topk (None when absent);
+    all three or none, shapes [B, T, k] (1 <= k <= V), [B, T, k], [B, T], I32 ids
+    distinct per position in [0, V), F32 values and lse."""
+    present = [n for n in TOPK_INPUTS if n in tensors]
+    if not present:
+        return None
+    if len(present) < 3:
+        raise ValueError(f"{path}: {', '.join(TOPK_INPUTS)}: give all three or none")
+    ids, values, lse = (tensors[n] for n in TOPK_INPUTS)
+    k = ids.shape[-1] if ids.ndim == 3 else 0
+    if (ids.dtype != np.int32 or values.dtype != np.float32 or lse.dtype != np.float32
+            or list(ids.shape) != BT + [k] or not 1 <= k <= V
+            or list(values.shape) != BT + [k] or list(lse.shape) != BT):
+        raise ValueError(f"{path}: top-k inputs: expected I32 ids and F32 values [B, T, k] "
+                         f"with 1 <= k <= {V}, F32 lse [B, T], B, T = {BT}")
+    if ids.min() < 0 or ids.max() >= V or (np.diff(np.sort(ids, -1), axis=-1) == 0).any():
+        raise ValueError(f"{path}: in.teacher_topk_ids: ids not distinct in [0, {V})")
+    return (torch.from_numpy(ids.astype(np.int64)), torch.from_numpy(values.astype(np.float64)),
+            torch.from_numpy(lse.astype(np.float64)))
 
 
 def f32(array):
@@ -327,7 +406,8 @@ def random_targets(rng, V, B, T, ignore_all):
 
 
 def random_case(rng, features):
-    """features: placement, tied, final_norm, teacher, clip, kv_ratio, ignore_all."""
+    """features: placement, tied, final_norm, teacher, clip, kv_ratio, ignore_all and
+    optionally topk (see with_topk; it draws nothing from rng)."""
     m = random_model(rng, features["kv_ratio"], features["placement"], features["tied"],
                      features["final_norm"])
     B, T, V = int(rng.integers(1, 4)), int(rng.integers(1, 10)), m["vocab_size"]
@@ -340,9 +420,14 @@ def random_case(rng, features):
                         "weight_decay": float(rng.uniform(0.01, 0.2)),
                         "grad_clip": 0.5 if features["clip"] else 0.0}}
     teacher = f32(2 * rng.normal(size=(B, T, V))) if features["teacher"] else None
-    return Case(config, random_tokens(rng, V, B, T),
+    case = Case(config, random_tokens(rng, V, B, T),
                 random_targets(rng, V, B, T, features["ignore_all"]), teacher,
                 random_params(rng, m))
+    if teacher is not None and features.get("topk") is not None:
+        k = min(V, 1 + int(features["topk"] * V))
+        ids, values, lse = teacher_topk(teacher, k, config["loss"]["temperature"])
+        case.topk = (ids, values, f32(lse))  # values are teacher logits: float32 already
+    return case
 
 
 def random_tokens(rng, V, B, T):
@@ -371,6 +456,20 @@ def random_features(rng, n):
                "kv_ratio": balanced(rng, n, [1, 2, 4])}
     return [dict({k: v[i] for k, v in columns.items()}, ignore_all=i % 10 == 9)
             for i in range(n)]
+
+
+def with_topk(rng, features):
+    """Gives a third of the cases with a teacher (rounded) a top-k teacher: feature
+    topk = f in [0, 1], k = min(V, 1 + floor(f V)); f cycles through 1 (k = V),
+    0 (k = 1) and two uniform draws. Draws only from rng (not the cases' generator),
+    so the rest of every case is as without it."""
+    teachers = [i for i, f in enumerate(features) if f["teacher"]]
+    chosen = [teachers[i] for i in rng.permutation(len(teachers))[:round(len(teachers) / 3)]]
+    for n, i in enumerate(chosen):
+        features[i]["topk"] = (1.0, 0.0, None, None)[n % 4]
+        if features[i]["topk"] is None:
+            features[i]["topk"] = float(rng.random())
+    return features
 
 
 # ----------------------------------------------------------------------------
@@ -411,6 +510,10 @@ def expected_outputs(case):
     out.update({"out.grad." + n: g for n, g in grads.items()})
     out.update({"out.step." + n: p for n, p in stepped.items()})
     out["out.ablation_ce"] = torch.stack(ablation_ce(case))
+    if case.topk is not None:
+        kd, loss, grad = topk_terms(logits, case.targets, case.topk, case.config["loss"])
+        out.update({"out.topk_kd": kd.reshape(1), "out.topk_loss": loss.reshape(1),
+                    "out.topk_dlogits": grad})
     return Expected(to_numpy(out), to_numpy(clipped), norm)
 
 
@@ -424,7 +527,8 @@ def to_numpy(tensors):
 
 def family(name):
     prefix = name.split(".")[1]
-    return {"ce": "losses", "kd": "losses", "loss": "losses",
+    return {"ce": "losses", "kd": "losses", "loss": "losses", "topk_kd": "losses",
+            "topk_loss": "losses", "topk_dlogits": "grad",
             "ablation_ce": "ablation"}.get(prefix, prefix)
 
 
@@ -607,6 +711,42 @@ def identity_block_error(case):
     return abs(float(ce) - float(ablation_ce(zeroed)[0]))
 
 
+def topk_errors(case, rng, probes=6, h=1e-6):
+    """The top-k KD from float64 caches of the case's teacher (ids shuffled: any
+    order) against the exact KD on the same logits: (|k = V - exact|, the most that
+    k in {1, V/2, V-1} exceeds exact (data processing: <= 0), worst |autograd -
+    central difference| / max|grad| of d topk_loss / d logits at k = V/2)."""
+    loss_cfg, V = case.config["loss"], case.model["vocab_size"]
+    tau, alpha = loss_cfg["temperature"], loss_cfg["kd_weight"]
+    with torch.no_grad():
+        logits = forward(case.params, case.tokens, case.model)[0]
+        exact = float(losses(logits, case.targets, case.teacher, loss_cfg)[1])
+
+    def cache(k):
+        ids, values, lse = teacher_topk(case.teacher, k, tau)
+        order = torch.from_numpy(rng.permutation(k))
+        return ids[..., order], values[..., order], lse
+
+    def bucketed(logits, topk):
+        return float(topk_kd(logits, case.targets, topk, tau))
+
+    full = abs(bucketed(logits, cache(V)) - exact)
+    excess = max(bucketed(logits, cache(k)) - exact for k in sorted({1, max(1, V // 2), V - 1}))
+    topk = cache(max(1, V // 2))
+    grad = topk_terms(logits, case.targets, topk, loss_cfg)[2]
+    worst = 0.0
+    for flat in rng.integers(0, logits.numel(), size=probes):
+        shifted = {}
+        for sign in (1, -1):
+            s = logits.clone()
+            s.view(-1)[flat] += sign * h
+            ce = float(losses(s, case.targets, None, loss_cfg)[0])
+            shifted[sign] = alpha * bucketed(s, topk) + (1 - alpha) * ce
+        fd = (shifted[1] - shifted[-1]) / (2 * h)
+        worst = max(worst, abs(fd - float(grad.view(-1)[flat])) / float(grad.abs().max()))
+    return full, excess, worst
+
+
 def informative_case(rng, features):
     """A random case with at least 2 blocks and 3 positions, so every weight matters."""
     while True:
@@ -630,6 +770,10 @@ def self_test(seed):
                   ("AdamW vs torch.optim.AdamW (units of lr)", adamw_error(case), 1e-9)]
         if placement == "pre":
             checks.append(("ablation of an identity block", identity_block_error(case), 1e-12))
+        full, excess, fd = topk_errors(case, rng)
+        checks += [("top-k KD at k = V vs exact KD", full, 1e-12),
+                   ("top-k KD at k < V minus exact KD (<= 0)", excess, 1e-12),
+                   ("top-k dlogits vs finite differences", fd, 1e-6)]
         for what, err, tol in checks:
             passed = err <= tol
             ok &= passed
@@ -663,7 +807,8 @@ def case_files(args, workdir):
             yield path, Path(path), workdir / f"case{i}.out.safetensors"
         return
     rng = np.random.default_rng(args.seed)
-    for i, features in enumerate(random_features(rng, args.cases)):
+    every = with_topk(np.random.default_rng([args.seed, 1]), random_features(rng, args.cases))
+    for i, features in enumerate(every):
         path = workdir / f"case{i}.safetensors"
         random_case(rng, features).save(path)
         yield str(i), path, workdir / f"case{i}.out.safetensors"
