@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define NG_ERROR_LEN 1024
 static _Thread_local char ng_err_buf[NG_ERROR_LEN];
@@ -58,6 +59,12 @@ char *ng_xstrdup(const char *s) {
   char *d = ng_xmalloc(n);
   memcpy(d, s, n);
   return d;
+}
+
+double ng_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 int ng_mul_size(size_t a, size_t b, size_t *out) {

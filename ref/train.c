@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "normgrow/checkpoint.h"
@@ -40,12 +39,6 @@ typedef struct {
   int64_t steps_total, steps_at_start;
   int64_t stop_after;  // stop (as if killed) after the checkpoint of this step; 0 = never
 } trainer;
-
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static void path_in(const trainer *t, const char *file, char *out, size_t n) {
   snprintf(out, n, "%s/%s", t->rc.run_dir, file);
@@ -209,7 +202,7 @@ static cJSON *record(const trainer *t, const char *event) {
 }
 
 static void progress(trainer *t, double loss, bool force) {
-  double tnow = now();
+  double tnow = ng_now();
   bool tty = isatty(STDERR_FILENO);
   if (!force && tnow - t->last_report < (tty ? 0.2 : 10.0)) return;
   t->last_report = tnow;
@@ -389,7 +382,7 @@ static int next_batch(trainer *t) {
 static int train_step(trainer *t) {
   const ng_run_config *rc = &t->rc;
   int64_t N = rc->batch * rc->seq;
-  double t0 = now(), lr = ng_lr_at(rc, (int)t->st.stage, t->st.step_in_stage * N), ce, kd;
+  double t0 = ng_now(), lr = ng_lr_at(rc, (int)t->st.stage, t->st.step_in_stage * N), ce, kd;
   if (next_batch(t)) return -1;
   set_gates(t);
   const float *tl = teacher_forward(t, NULL);
@@ -410,7 +403,7 @@ static int train_step(trainer *t) {
   cJSON_AddNumberToObject(j, "ce", ce);
   if (rc->distill) cJSON_AddNumberToObject(j, "kd", kd);
   cJSON_AddNumberToObject(j, "grad_norm", gnorm);
-  cJSON_AddNumberToObject(j, "tokens_per_s", (double)N / (now() - t0));
+  cJSON_AddNumberToObject(j, "tokens_per_s", (double)N / (ng_now() - t0));
   log_line(t->metrics, j);
   t->last_loss = loss;
   progress(t, loss, false);
@@ -562,7 +555,7 @@ int ng_train(const ng_train_args *args) {
     student_acts(&t);
     for (int s = 0; s < t.rc.n_stages; s++) t.steps_total += ng_stage_steps(&t.rc, s);
     t.steps_at_start = t.st.step;
-    t.t_start = now();
+    t.t_start = ng_now();
     bool resume = resume_dir != NULL;
     rc = reopen_log(&t, "metrics.jsonl", resume, &t.metrics) ||
                  reopen_log(&t, "diag.jsonl", resume, &t.diag) || run_stages(&t)

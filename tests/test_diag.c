@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "fixtures.h"
 #include "normgrow/checkpoint.h"
 #include "normgrow/common.h"
 #include "normgrow/diag.h"
@@ -99,17 +100,7 @@ static void test_token_classes(void) {
 // ---------------------------------------------------------------- small models
 
 static ng_model *small_model(ng_norm_placement np, int64_t L, int64_t vocab, uint64_t seed) {
-  ng_model_config c = {.vocab_size = vocab, .hidden_size = 16, .intermediate_size = 24,
-                       .num_hidden_layers = L, .num_attention_heads = 4, .num_key_value_heads = 2,
-                       .head_dim = 4, .rope_theta = 1e4, .rms_norm_eps = 1e-6,
-                       .tie_word_embeddings = false, .final_norm = true, .norm_placement = np};
-  ng_model *m = ng_model_create(be, &c, false);
-  ng_rng r;
-  ng_rng_seed(&r, seed);
-  ng_model_init_random(m, &r, 0.3);
-  for (int i = 0; i < m->n_params; i++)  // gains away from 1, as in a trained model
-    if (m->params[i].ndim == 1) ng_rng_fill_normal(&r, m->params[i].data, m->params[i].numel, 1.0, 0.3);
-  return m;
+  return test_small_model(be, np, L, vocab, seed, false);
 }
 
 // 300 tokens of ids < V: separators (about 1 in 8) and the structural id 3 among the rest.

@@ -5,23 +5,14 @@
 #include <string.h>
 
 #include "check.h"
+#include "fixtures.h"
 #include "normgrow/common.h"
 #include "normgrow/grow.h"
 
 static ng_backend *be;
 
 static ng_model *small_model(ng_norm_placement np, int64_t L, uint64_t seed) {
-  ng_model_config c = {.vocab_size = 23, .hidden_size = 16, .intermediate_size = 24,
-                       .num_hidden_layers = L, .num_attention_heads = 4, .num_key_value_heads = 2,
-                       .head_dim = 4, .rope_theta = 1e4, .rms_norm_eps = 1e-6,
-                       .tie_word_embeddings = false, .final_norm = true, .norm_placement = np};
-  ng_model *m = ng_model_create(be, &c, true);
-  ng_rng r;
-  ng_rng_seed(&r, seed);
-  ng_model_init_random(m, &r, 0.3);
-  for (int i = 0; i < m->n_params; i++)  // gains away from 1, as in a trained model
-    if (m->params[i].ndim == 1) ng_rng_fill_normal(&r, m->params[i].data, m->params[i].numel, 1.0, 0.3);
-  return m;
+  return test_small_model(be, np, L, 23, seed, true);
 }
 
 // logits [B*T, V] of a fixed batch (caller frees)

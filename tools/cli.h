@@ -2,6 +2,7 @@
 #ifndef NORMGROW_TOOLS_CLI_H
 #define NORMGROW_TOOLS_CLI_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "normgrow/backend.h"
@@ -9,7 +10,7 @@
 // Parsed common options. Positional arguments are collected in order.
 typedef struct {
   const char *backend;  // --backend NAME (default "cpu")
-  int threads;          // --threads N (0 = OpenMP default)
+  int64_t threads;      // --threads N (0 = OpenMP default)
   int npos;
   const char **pos;
   int nextra;           // subcommand-specific "--key value" pairs
@@ -26,6 +27,10 @@ int ng_cli_check_options(const ng_cli *c, const char *command, const char *const
 int ng_cli_parse_int(const char *s, const char *what, int64_t min, int64_t max, int64_t *out);
 // The option --key as such an integer; an absent option keeps *out.
 int ng_cli_int_opt(const ng_cli *c, const char *key, int64_t min, int64_t max, int64_t *out);
+// The option --key as a finite number in [min, max] ((min, max] without
+// min_ok); an absent option keeps *out.
+int ng_cli_num_opt(const ng_cli *c, const char *key, double min, bool min_ok, double max,
+                   double *out);
 // Prints "normgrow: <message>" on stderr; returns 1 (the exit status).
 int ng_cli_error(const char *msg);
 

@@ -11,19 +11,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cli.h"
 #include "normgrow/common.h"
 #include "normgrow/model.h"
 #include "normgrow/optim.h"
 #include "normgrow/rng.h"
-
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
@@ -38,10 +31,10 @@ static double sgemm_gflops(int64_t M, int64_t N, int64_t K) {
   for (int64_t i = 0; i < N * K; i++) B[i] = (float)(i % 5) * 0.1f;
   double best = 0.0;
   for (int r = 0; r < 4; r++) {
-    double t0 = now();
+    double t0 = ng_now();
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)N, (int)K, 1.0f, A, (int)K,
                 B, (int)K, 0.0f, C, (int)N);
-    double g = 2.0 * (double)M * N * K / (now() - t0) / 1e9;
+    double g = 2.0 * (double)M * N * K / (ng_now() - t0) / 1e9;
     if (r > 0 && g > best) best = g;  // the first call warms up
   }
   free(A);
@@ -60,20 +53,20 @@ static void train_step(ng_model *teacher, ng_acts *ta, ng_model *student, ng_act
   ng_backend *be = student->be;
   ng_optim_config oc = {3e-4, 0.9, 0.95, 1e-8, 0.1, 1.0};
   ng_loss_params lp = {0.5, 2.0, 0};
-  double ce, kd, t0 = now();
+  double ce, kd, t0 = ng_now();
   int64_t nv;
   ng_model_forward(teacher, ta, tokens, NULL);
-  double t1 = now();
+  double t1 = ng_now();
   ng_model_forward(student, sa, tokens, NULL);
-  double t2 = now();
+  double t2 = ng_now();
   be->ce_kd(be, sa->logits, ta->logits, targets, sa->N, student->cfg.vocab_size, lp,
             sa->ws.dlogits, &ce, &kd, &nv);
-  double t3 = now();
+  double t3 = ng_now();
   ng_model_zero_grad(student);
   ng_model_backward(student, sa, tokens);
-  double t4 = now();
+  double t4 = ng_now();
   ng_adamw_step(student, opt, &oc, oc.lr);
-  double t5 = now();
+  double t5 = ng_now();
   *t = (step_times){t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4};
 }
 

@@ -3,8 +3,6 @@
 //                [--seq T] [--structural ID,ID...] [--top K] [--kd-weight A]
 //                [--temperature TAU] [--out FILE]
 // Prints the JSON of diag.h (with the ablation) or writes it atomically to FILE.
-#include <errno.h>
-#include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,23 +42,9 @@ static int int_opt(const ng_cli *c, const char *key, int64_t def, int64_t min, i
   return ng_cli_int_opt(c, key, min, MAX_COUNT, out);
 }
 
-// Optional finite number option with a default, in [min, max] (open at min when !min_ok).
-static int num_opt(const ng_cli *c, const char *key, double def, double min, bool min_ok,
-                   double max, double *out) {
-  const char *s = ng_cli_opt(c, key);
-  *out = def;
-  if (!s) return 0;
-  char *end;
-  errno = 0;
-  double v = strtod(s, &end);
-  if (*s == 0 || *end != 0 || errno != 0 || !isfinite(v) || v < min || (v == min && !min_ok) ||
-      v > max)
-    return ng_fail("--%s: \"%s\" is not a number in %s%g, %g]", key, s, min_ok ? "[" : "(", min, max);
-  *out = v;
-  return 0;
-}
-
 static int parse_args(const ng_cli *c, diag_args *a) {
+  a->kd_weight = 0.5;
+  a->temperature = 2.0;
   a->data = ng_cli_opt(c, "data");
   a->teacher = ng_cli_opt(c, "teacher");
   a->out = ng_cli_opt(c, "out");
@@ -68,8 +52,8 @@ static int parse_args(const ng_cli *c, diag_args *a) {
   if (ng_cli_check_options(c, "diag", known_options) ||
       int_opt(c, "batches", 4, 1, &a->batches) || int_opt(c, "batch", 8, 1, &a->B) ||
       int_opt(c, "seq", 128, 1, &a->T) || int_opt(c, "top", 5, 0, &a->top_k) ||
-      num_opt(c, "kd-weight", 0.5, 0.0, true, 1.0, &a->kd_weight) ||
-      num_opt(c, "temperature", 2.0, 0.0, false, 1e6, &a->temperature))
+      ng_cli_num_opt(c, "kd-weight", 0.0, true, 1.0, &a->kd_weight) ||
+      ng_cli_num_opt(c, "temperature", 0.0, false, 1e6, &a->temperature))
     return -1;
   if (!a->data) return ng_fail("diag: --data SHARD is required");
   if (a->batches * a->B * a->T > MAX_TOKENS)

@@ -8,8 +8,6 @@
 // run's teacher path when it exists (a Hugging Face directory's config.json,
 // or a normgrow checkpoint's "model" metadata); without either the student is
 // planned alone. The accounting itself is ref/plan.c (formulas in plan.h).
-#include <errno.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,18 +30,6 @@ static const char *const known_options[] = {"teacher-config", "device-tflops", "
 // ---------------------------------------------------------------- options
 
 // Finite number in (0, max]; an absent option keeps *out.
-static int parse_positive(const ng_cli *c, const char *opt, double max, double *out) {
-  const char *s = ng_cli_opt(c, opt);
-  if (!s) return 0;
-  char *end;
-  errno = 0;
-  double v = strtod(s, &end);
-  if (*s == 0 || *end != 0 || errno != 0 || !(v > 0.0 && v <= max))
-    return ng_fail("--%s: \"%s\" is not a number in (0, %g]", opt, s, max);
-  *out = v;
-  return 0;
-}
-
 // --recompute on|off (the command line has only "--key value" options).
 static int parse_switch(const ng_cli *c, const char *opt, bool *out) {
   const char *s = ng_cli_opt(c, opt);
@@ -57,8 +43,8 @@ static int parse_switch(const ng_cli *c, const char *opt, bool *out) {
 static int parse_device(const ng_cli *c, ng_plan_device *d) {
   *d = (ng_plan_device){.tflops = DEFAULT_TFLOPS, .memory_gib = DEFAULT_MEMORY_GIB, .devices = 1,
                         .bytes_per_param = 4, .recompute = false};
-  return parse_positive(c, "device-tflops", 1e6, &d->tflops) ||
-         parse_positive(c, "device-memory-gib", 1e6, &d->memory_gib) ||
+  return ng_cli_num_opt(c, "device-tflops", 0.0, false, 1e6, &d->tflops) ||
+         ng_cli_num_opt(c, "device-memory-gib", 0.0, false, 1e6, &d->memory_gib) ||
          ng_cli_int_opt(c, "devices", 1, 1000000, &d->devices) ||
          ng_cli_int_opt(c, "bytes-per-param", 1, 16, &d->bytes_per_param) ||
          parse_switch(c, "recompute", &d->recompute);

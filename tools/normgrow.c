@@ -1,5 +1,6 @@
 // normgrow: the command-line program. `normgrow help` lists the subcommands.
 #include <errno.h>
+#include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -91,17 +92,23 @@ int ng_cli_int_opt(const ng_cli *c, const char *key, int64_t min, int64_t max, i
   return ng_cli_parse_int(s, what, min, max, out);
 }
 
+int ng_cli_num_opt(const ng_cli *c, const char *key, double min, bool min_ok, double max,
+                   double *out) {
+  const char *s = ng_cli_opt(c, key);
+  if (!s) return 0;
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (*s == 0 || *end != 0 || errno != 0 || !isfinite(v) || v < min || (v == min && !min_ok) ||
+      v > max)
+    return ng_fail("--%s: \"%s\" is not a number in %s%g, %g]", key, s, min_ok ? "[" : "(", min, max);
+  *out = v;
+  return 0;
+}
+
 int ng_cli_error(const char *msg) {
   fprintf(stderr, "normgrow: %s\n", msg);
   return 1;
-}
-
-static int parse_threads(const char *s, int *out) {
-  char *end;
-  long v = strtol(s, &end, 10);
-  if (*s == 0 || *end != 0 || v < 1 || v > 4096) return -1;
-  *out = (int)v;
-  return 0;
 }
 
 // argv after the command name: --backend, --threads and --key value pairs; the rest positional.
@@ -121,7 +128,7 @@ static int parse_args(int argc, char **argv, ng_cli *c) {
     if (strcmp(a, "--backend") == 0) {
       c->backend = v;
     } else if (strcmp(a, "--threads") == 0) {
-      if (parse_threads(v, &c->threads)) return ng_fail("--threads: \"%s\" is not a count 1..4096", v);
+      if (ng_cli_parse_int(v, "--threads", 1, 4096, &c->threads)) return -1;
     } else {
       c->extra_key[c->nextra] = a + 2;
       c->extra_val[c->nextra++] = v;
@@ -169,7 +176,7 @@ int main(int argc, char **argv) {
   } else if (c.npos - 1 < cmd->min_pos || c.npos - 1 > cmd->max_pos) {
     fprintf(stderr, "usage: normgrow %s\n", cmd->usage);
   } else {
-    if (c.threads > 0) omp_set_num_threads(c.threads);
+    if (c.threads > 0) omp_set_num_threads((int)c.threads);
     c.pos++;  // the command's own positional arguments
     c.npos--;
     rc = cmd->run(&c);

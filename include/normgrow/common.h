@@ -36,6 +36,9 @@ void *ng_xcalloc(size_t n, size_t size);
 void *ng_xrealloc(void *p, size_t n);
 char *ng_xstrdup(const char *s);
 
+// Seconds on a monotonic clock (for rates and ETAs, never for results).
+double ng_now(void);
+
 // Checked size arithmetic for sizes that come from files: returns -1 on overflow.
 int ng_mul_size(size_t a, size_t b, size_t *out);
 
