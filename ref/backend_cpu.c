@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "normgrow/backend.h"
 #include "normgrow/common.h"
@@ -585,6 +586,48 @@ ng_backend *ng_backend_cpu(void) { return &cpu_backend; }
 
 ng_backend *ng_backend_get(const char *name) {
   if (strcmp(name, "cpu") == 0) return &cpu_backend;
-  ng_fail("backend \"%s\" is not built into this binary (available: cpu)", name);
+  ng_fail("backend \"%s\" is not built into this binary (available: %s)", name,
+          ng_backend_names());
   return NULL;
+}
+
+const char *ng_backend_names(void) { return "cpu"; }
+
+// ---------------------------------------------------------------- BLAS kernels
+
+const char *ng_blas_corename(void) { return openblas_get_corename(); }
+const char *ng_blas_config(void) { return openblas_get_config(); }
+
+// OpenBLAS kernel families by the instruction set they use: 0 generic SSE,
+// 1 AVX, 2 AVX2, 3 AVX-512. Families not listed (other vendors, newer Intel
+// names) are never replaced.
+typedef struct {
+  const char *name;
+  int level;
+} blas_family;
+
+static const blas_family families[] = {
+    {"Prescott", 0}, {"Core2", 0},    {"Penryn", 0},   {"Dunnington", 0},
+    {"Nehalem", 0},  {"Atom", 0},     {"Sandybridge", 1}, {"Haswell", 2},
+    {"SkylakeX", 3},
+};
+
+int ng_cpu_simd_level(void) {
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f")) return 3;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return 2;
+  if (__builtin_cpu_supports("avx")) return 1;
+  return 0;
+}
+
+const char *ng_blas_better_family(const char *running, int level) {
+  for (size_t i = 0; i < sizeof families / sizeof families[0]; i++)
+    if (running && strcasecmp(running, families[i].name) == 0 && families[i].level < level)
+      for (size_t j = 0; j < sizeof families / sizeof families[0]; j++)
+        if (families[j].level == level) return families[j].name;
+  return NULL;
+}
+
+const char *ng_blas_better_coretype(void) {
+  return ng_blas_better_family(openblas_get_corename(), ng_cpu_simd_level());
 }

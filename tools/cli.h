@@ -7,21 +7,20 @@
 
 #include "normgrow/backend.h"
 
-// Parsed common options. Positional arguments are collected in order.
+// A parsed command line. Every option was checked against the command's table
+// (tools/normgrow.c): a misspelt one never reaches a command. Positional
+// arguments are collected in order.
 typedef struct {
   const char *backend;  // --backend NAME (default "cpu")
   int64_t threads;      // --threads N (0 = OpenMP default)
   int npos;
   const char **pos;
-  int nextra;           // subcommand-specific "--key value" pairs
+  int nextra;           // the command's own "--key value" pairs ("1" for a flag)
   const char **extra_key, **extra_val;
 } ng_cli;
 
-// Returns the value of a subcommand option, or NULL.
+// Returns the value of a command option, or NULL when it was not given.
 const char *ng_cli_opt(const ng_cli *c, const char *key);
-// Every --key given must be in `known` (NULL-terminated): a misspelt option is
-// an error ("<command>: unknown option --<key>"), not a no-op.
-int ng_cli_check_options(const ng_cli *c, const char *command, const char *const *known);
 // A decimal integer in [min, max], digits only (strtoll alone would accept
 // " 7" and "+7"); `what` names it in the message.
 int ng_cli_parse_int(const char *s, const char *what, int64_t min, int64_t max, int64_t *out);

@@ -12,8 +12,6 @@
 #define DEFAULT_VAL_FRACTION 0.05
 #define DEFAULT_SEED 0
 
-static const char *const known_options[] = {"out", "records-split", "val-fraction", "seed", NULL};
-
 // A decimal number strictly between 0 and 1.
 static int parse_fraction(const char *s, double *out) {
   char *end;
@@ -41,8 +39,7 @@ int cmd_data(const ng_cli *c) {
   const char *frac_opt = ng_cli_opt(c, "val-fraction"), *seed_opt = ng_cli_opt(c, "seed");
   double frac = DEFAULT_VAL_FRACTION;
   uint64_t seed = DEFAULT_SEED;
-  if (ng_cli_check_options(c, "data", known_options) != 0 ||
-      (frac_opt && parse_fraction(frac_opt, &frac) != 0) ||
+  if ((frac_opt && parse_fraction(frac_opt, &frac) != 0) ||
       (seed_opt && parse_seed(seed_opt, &seed) != 0))
     return ng_cli_error(ng_error());
   if (!out) return ng_cli_error("data: --out DIR is required");

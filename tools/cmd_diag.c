@@ -17,9 +17,6 @@
 #define MAX_COUNT (1 << 20)           // --batches, --batch, --seq, --top
 #define MAX_TOKENS ((int64_t)1 << 30)  // batches x batch x seq
 
-static const char *const known_options[] = {"data",  "teacher",   "batches",     "batch",
-                                            "seq",   "structural", "top",        "kd-weight",
-                                            "temperature", "out", NULL};
 
 typedef struct {
   const char *data, *teacher, *out;
@@ -49,8 +46,7 @@ static int parse_args(const ng_cli *c, diag_args *a) {
   a->teacher = ng_cli_opt(c, "teacher");
   a->out = ng_cli_opt(c, "out");
   a->structural = ng_cli_opt(c, "structural");
-  if (ng_cli_check_options(c, "diag", known_options) ||
-      int_opt(c, "batches", 4, 1, &a->batches) || int_opt(c, "batch", 8, 1, &a->B) ||
+  if (int_opt(c, "batches", 4, 1, &a->batches) || int_opt(c, "batch", 8, 1, &a->B) ||
       int_opt(c, "seq", 128, 1, &a->T) || int_opt(c, "top", 5, 0, &a->top_k) ||
       ng_cli_num_opt(c, "kd-weight", 0.0, true, 1.0, &a->kd_weight) ||
       ng_cli_num_opt(c, "temperature", 0.0, false, 1e6, &a->temperature))

@@ -9,11 +9,9 @@
 #include "normgrow/hf.h"
 
 int cmd_export(const ng_cli *c) {
-  static const char *const known[] = {"dtype", "shard-mib", NULL};
   const char *dtype = ng_cli_opt(c, "dtype");
   int64_t shard_mib = 4096;  // transformers' default max_shard_size is 5 GB; 4 GiB shards
-  if (ng_cli_check_options(c, "export", known) ||
-      ng_cli_int_opt(c, "shard-mib", 1, 1 << 20, &shard_mib))
+  if (ng_cli_int_opt(c, "shard-mib", 1, 1 << 20, &shard_mib))
     return ng_cli_error(ng_error());
   if (dtype && strcmp(dtype, "bf16") != 0 && strcmp(dtype, "f32") != 0)
     return ng_cli_error("export: --dtype: expected bf16 or f32");

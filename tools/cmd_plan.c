@@ -24,9 +24,6 @@
 #define DEFAULT_TFLOPS 400.0
 #define DEFAULT_MEMORY_GIB 80.0
 
-static const char *const known_options[] = {"teacher-config", "device-tflops", "device-memory-gib",
-                                            "devices", "bytes-per-param", "recompute", NULL};
-
 // ---------------------------------------------------------------- options
 
 // Finite number in (0, max]; an absent option keeps *out.
@@ -225,7 +222,7 @@ int cmd_plan(const ng_cli *c) {
   ng_plan_device dev;
   ng_run_config rc;
   teacher_info t;
-  if (ng_cli_check_options(c, "plan", known_options) || parse_device(c, &dev))
+  if (parse_device(c, &dev))
     return ng_cli_error(ng_error());
   if (ng_run_config_load(c->pos[0], NULL, &rc)) return ng_cli_error(ng_error());
   if (find_teacher(&rc, ng_cli_opt(c, "teacher-config"), &t)) {

@@ -10,52 +10,83 @@
 #include "cli.h"
 #include "normgrow/common.h"
 
+// A command: its positional argument count, the --key VALUE options and the
+// --flag options it takes (NULL-terminated; every other option is an error),
+// and its usage text.
 typedef struct {
   const char *name;
   int (*run)(const ng_cli *c);
   int min_pos, max_pos;
+  bool computes;  // runs the model (and so says which BLAS kernels it uses)
+  const char *const *options, *const *flags;
   const char *usage;
 } command;
 
+#define LIST(...) ((const char *const[]){__VA_ARGS__, NULL})
+#define NONE ((const char *const[]){NULL})
+#define MANY (1 << 20)
+
+// Everyday commands first, then the checking and contract commands.
 static const command commands[] = {
-    {"golden-eval", cmd_golden_eval, 2, 2,
-     "golden-eval CASE OUT [--backend NAME]   write every out.* tensor of CASE to OUT"},
-    {"golden-check", cmd_golden_check, 1, 1 << 20,
-     "golden-check CASE... [--backend NAME]   recompute and compare with the stored out.*"},
-    {"golden-make", cmd_golden_make, 2, 2,
-     "golden-make SPEC.json CASE              new case: random inputs from the spec, reference outputs"},
-    {"golden-update", cmd_golden_update, 1, 1 << 20,
-     "golden-update CASE...                   recompute the stored out.* from the case's inputs"},
-    {"data", cmd_data, 1, 1 << 20,
+    {"data", cmd_data, 1, MANY, false, LIST("out", "records-split", "val-fraction", "seed"), NONE,
      "data FILE... --out DIR [--records-split LINE] [--val-fraction F] [--seed S]\n"
-     "                                          byte-level token shards DIR/train.bin, DIR/val.bin"},
-    {"train", cmd_train, 0, 1,
+     "    byte-level token shards DIR/train.bin, DIR/val.bin"},
+    {"train", cmd_train, 0, 1, true, LIST("resume", "run-dir", "seed", "stop-after"), NONE,
      "train RUN.json [--seed S] [--run-dir DIR] | train --resume RUN_DIR\n"
-     "                                          run one arm, or continue it from its last checkpoint"},
-    {"export", cmd_export, 2, 2,
+     "    run one arm, or continue it from its last checkpoint"},
+    {"diag", cmd_diag, 1, 1, true,
+     LIST("backend", "data", "teacher", "batches", "batch", "seq", "structural", "top",
+          "kd-weight", "temperature", "out"),
+     NONE,
+     "diag CKPT --data SHARD [--teacher CKPT] [--batches N] [--batch B] [--seq T]\n"
+     "         [--structural ID,...] [--top K] [--kd-weight A] [--temperature TAU] [--out FILE]\n"
+     "    residual RMS statistics and block-removal ablation (JSON)"},
+    {"report", cmd_report, 1, MANY, false, LIST("out"), NONE,
+     "report RUN_DIR... [--out DIR]\n"
+     "    tables and plots comparing finished runs -> DIR/report.md"},
+    {"export", cmd_export, 2, 2, false, LIST("dtype", "shard-mib"), NONE,
      "export CHECKPOINT DIR [--dtype bf16|f32] [--shard-mib N]\n"
-     "                                          a student as a Hugging Face Qwen3 directory"},
-    {"teacher-cache", cmd_teacher_cache, 3, 3,
-     "teacher-cache TEACHER SHARD OUT [--k K] [--temperature TAU] [--seq T] [--batch B]\n"
-     "                                          the teacher's top-k logits over a shard, for every arm"},
-    {"bench", cmd_bench, 0, 0,
-     "bench [--steps N]                       one training step at a toy-medium shape vs the sgemm ceiling"},
-    {"plan", cmd_plan, 1, 1,
+     "    a student as a Hugging Face Qwen3 directory"},
+    {"plan", cmd_plan, 1, 1, false,
+     LIST("teacher-config", "device-tflops", "device-memory-gib", "devices", "bytes-per-param",
+          "recompute"),
+     NONE,
      "plan RUN.json [--teacher-config FILE.json] [--device-tflops X] [--device-memory-gib M]\n"
-     "                [--devices N] [--bytes-per-param B] [--recompute on|off]\n"
-     "                                          parameters, memory per device and FLOPs of each stage"},
-    {"report", cmd_report, 1, 1 << 20,
-     "report RUN_DIR... [--out DIR]           tables and plots comparing finished runs -> DIR/report.md"},
-    {"diag", cmd_diag, 1, 1,
-     "diag CKPT --data SHARD [--teacher CKPT] [--batches N] [--batch B] [--seq T] [--structural ID,...]\n"
-     "                [--top K] [--kd-weight A] [--temperature TAU] [--out FILE]\n"
-     "                                          residual RMS statistics and block-removal ablation (JSON)"},
+     "         [--devices N] [--bytes-per-param B] [--recompute on|off]\n"
+     "    parameters, memory per device and FLOPs of each stage"},
+    {"teacher-cache", cmd_teacher_cache, 3, 3, true,
+     LIST("backend", "k", "temperature", "seq", "batch"), NONE,
+     "teacher-cache TEACHER SHARD OUT [--k K] [--temperature TAU] [--seq T] [--batch B]\n"
+     "    the teacher's top-k logits over a shard, for every arm"},
+    {"bench", cmd_bench, 0, 0, true, LIST("backend", "steps"), NONE,
+     "bench [--steps N]\n"
+     "    one training step at a toy-medium shape against this machine's sgemm ceiling"},
+    {"golden-check", cmd_golden_check, 1, MANY, true, LIST("backend"), NONE,
+     "golden-check CASE... [--backend NAME]\n"
+     "    recompute each case and compare with its stored out.* (docs/golden-contract.md)"},
+    {"golden-eval", cmd_golden_eval, 2, 2, true, LIST("backend"), NONE,
+     "golden-eval CASE OUT [--backend NAME]\n"
+     "    write every out.* tensor of CASE to OUT"},
+    {"golden-make", cmd_golden_make, 2, 2, true, NONE, NONE,
+     "golden-make SPEC.json CASE\n"
+     "    a new case: random inputs from the spec, reference outputs"},
+    {"golden-update", cmd_golden_update, 1, MANY, true, NONE, NONE,
+     "golden-update CASE...\n"
+     "    recompute the stored out.* from the case's inputs"},
 };
 #define N_COMMANDS (int)(sizeof commands / sizeof commands[0])
 
 static void usage(FILE *to) {
-  fprintf(to, "usage: normgrow [--threads N] COMMAND ARGS...\n");
-  for (int i = 0; i < N_COMMANDS; i++) fprintf(to, "  normgrow %s\n", commands[i].usage);
+  fprintf(to,
+          "usage: normgrow [--threads N] COMMAND ARGS...\n"
+          "       normgrow help COMMAND | normgrow COMMAND --help | normgrow --version\n"
+          "commands:\n");
+  for (int i = 0; i < N_COMMANDS; i++) fprintf(to, "  %s\n", commands[i].usage);
+}
+
+static void command_usage(const command *cmd, FILE *to) {
+  fprintf(to, "usage: normgrow %s\n", cmd->usage);
+  fprintf(to, "  --threads N   OpenMP threads (default: all cores)\n");
 }
 
 const char *ng_cli_opt(const ng_cli *c, const char *key) {
@@ -64,13 +95,10 @@ const char *ng_cli_opt(const ng_cli *c, const char *key) {
   return NULL;
 }
 
-int ng_cli_check_options(const ng_cli *c, const char *command, const char *const *known) {
-  for (int i = 0; i < c->nextra; i++) {
-    const char *const *k = known;
-    while (*k && strcmp(c->extra_key[i], *k) != 0) k++;
-    if (!*k) return ng_fail("%s: unknown option --%s", command, c->extra_key[i]);
-  }
-  return 0;
+static bool listed(const char *const *list, const char *key) {
+  for (; *list; list++)
+    if (strcmp(*list, key) == 0) return true;
+  return false;
 }
 
 int ng_cli_parse_int(const char *s, const char *what, int64_t min, int64_t max, int64_t *out) {
@@ -111,27 +139,76 @@ int ng_cli_error(const char *msg) {
   return 1;
 }
 
-// argv after the command name: --backend, --threads and --key value pairs; the rest positional.
-static int parse_args(int argc, char **argv, ng_cli *c) {
+static bool is_help(const char *a) { return strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0; }
+
+// The command line: global options before the command (--threads N, --help,
+// --version), the command, then its positional arguments and its options
+// (--threads too) in any order. Every option the command does not take is an
+// error. Flags read back as the value "1".
+typedef struct {
+  const command *cmd;  // NULL: none named
+  bool help, version;
+  ng_cli cli;
+} args;
+
+static int parse_threads(const char *v, ng_cli *c) {
+  return ng_cli_parse_int(v, "--threads", 1, 4096, &c->threads);
+}
+
+static int parse_args(int argc, char **argv, args *a) {
+  ng_cli *c = &a->cli;
   c->backend = "cpu";
   c->pos = ng_xcalloc((size_t)argc + 1, sizeof(char *));
   c->extra_key = ng_xcalloc((size_t)argc + 1, sizeof(char *));
   c->extra_val = ng_xcalloc((size_t)argc + 1, sizeof(char *));
-  for (int i = 0; i < argc; i++) {
-    const char *a = argv[i];
-    if (strncmp(a, "--", 2) != 0 || strcmp(a, "--") == 0) {
-      c->pos[c->npos++] = a;
-      continue;
-    }
-    if (i + 1 >= argc) return ng_fail("option %s needs a value", a);
-    const char *v = argv[++i];
-    if (strcmp(a, "--backend") == 0) {
-      c->backend = v;
-    } else if (strcmp(a, "--threads") == 0) {
-      if (ng_cli_parse_int(v, "--threads", 1, 4096, &c->threads)) return -1;
+  int i = 0;
+  for (; i < argc && argv[i][0] == '-'; i++) {  // global options
+    if (is_help(argv[i])) {
+      a->help = true;
+    } else if (strcmp(argv[i], "--version") == 0) {
+      a->version = true;
+    } else if (strcmp(argv[i], "--threads") == 0) {
+      if (i + 1 >= argc) return ng_fail("option --threads needs a value");
+      if (parse_threads(argv[++i], c)) return -1;
     } else {
-      c->extra_key[c->nextra] = a + 2;
-      c->extra_val[c->nextra++] = v;
+      return ng_fail("option %s: unknown before a command (normgrow --help lists the commands)",
+                     argv[i]);
+    }
+  }
+  if (i == argc) return 0;
+  const char *name = argv[i++];
+  if (strcmp(name, "help") == 0) {
+    a->help = true;
+    if (i == argc) return 0;
+    name = argv[i++];
+  }
+  for (int k = 0; k < N_COMMANDS && !a->cmd; k++)
+    if (strcmp(name, commands[k].name) == 0) a->cmd = &commands[k];
+  if (!a->cmd) return ng_fail("unknown command \"%s\" (normgrow --help lists them)", name);
+  const command *cmd = a->cmd;
+  for (; i < argc; i++) {
+    const char *arg = argv[i];
+    if (is_help(arg)) {
+      a->help = true;
+    } else if (strncmp(arg, "--", 2) != 0 || strcmp(arg, "--") == 0) {
+      c->pos[c->npos++] = arg;
+    } else if (listed(cmd->flags, arg + 2)) {
+      c->extra_key[c->nextra] = arg + 2;
+      c->extra_val[c->nextra++] = "1";
+    } else if (strcmp(arg, "--threads") == 0 || listed(cmd->options, arg + 2)) {
+      if (i + 1 >= argc) return ng_fail("%s: option %s needs a value", cmd->name, arg);
+      const char *v = argv[++i];
+      if (strcmp(arg, "--threads") == 0) {
+        if (parse_threads(v, c)) return -1;
+      } else if (strcmp(arg, "--backend") == 0) {
+        c->backend = v;
+      } else {
+        c->extra_key[c->nextra] = arg + 2;
+        c->extra_val[c->nextra++] = v;
+      }
+    } else {
+      return ng_fail("%s: unknown option %s (normgrow %s --help lists its options)", cmd->name,
+                     arg, cmd->name);
     }
   }
   return 0;
@@ -143,45 +220,59 @@ static void free_args(ng_cli *c) {
   free(c->extra_val);
 }
 
-static const command *find_command(const char *name) {
-  for (int i = 0; i < N_COMMANDS; i++)
-    if (strcmp(name, commands[i].name) == 0) return &commands[i];
-  return NULL;
-}
-
-// OpenMP threads that spin between parallel regions (libgomp's default) slow
-// a training step on 2-core machines by a third to a half (measured with
-// `normgrow bench`: 47% vs 80% of the sgemm ceiling), so unless the user set a
-// policy, normgrow runs itself again with OMP_WAIT_POLICY=passive. libgomp
-// reads the variable when it loads, before main, hence the exec.
-static void prefer_passive_wait(char **argv) {
-  if (getenv("OMP_WAIT_POLICY")) return;
-  setenv("OMP_WAIT_POLICY", "passive", 1);
-  execv("/proc/self/exe", argv);  // returns only on failure: then go on as we are
-}
-
-// Options may stand before or after the command: normgrow [--threads N] CMD ARGS.
-int main(int argc, char **argv) {
-  prefer_passive_wait(argv);
-  ng_cli c = {0};
-  int rc = 2;
-  const command *cmd = NULL;
-  if (parse_args(argc - 1, argv + 1, &c)) {
-    rc = ng_cli_error(ng_error());
-  } else if (c.npos == 0 || strcmp(c.pos[0], "help") == 0) {
-    usage(c.npos == 0 ? stderr : stdout);
-    rc = c.npos == 0 ? 2 : 0;
-  } else if (!(cmd = find_command(c.pos[0]))) {
-    fprintf(stderr, "normgrow: unknown command \"%s\" (normgrow help lists them)\n", c.pos[0]);
-  } else if (c.npos - 1 < cmd->min_pos || c.npos - 1 > cmd->max_pos) {
-    fprintf(stderr, "usage: normgrow %s\n", cmd->usage);
-  } else {
-    if (c.threads > 0) omp_set_num_threads((int)c.threads);
-    c.pos++;  // the command's own positional arguments
-    c.npos--;
-    rc = cmd->run(&c);
-    c.pos--;
+// The process environment normgrow computes in, set before the libraries load
+// (libgomp and OpenBLAS read their variables when they load, before main,
+// hence one exec of normgrow itself when something changes):
+// - OMP_WAIT_POLICY=passive unless the user chose a policy. Threads that spin
+//   between parallel regions (libgomp's default) slow a training step on
+//   2-core machines by a third to a half (measured with `normgrow bench`: 47%
+//   vs 80% of the sgemm ceiling).
+// - OPENBLAS_CORETYPE, unless the user set it, when OpenBLAS fell back to
+//   generic kernels on a CPU whose features allow better (see
+//   ng_blas_better_coretype); a computing command says so on stderr.
+static void prepare_runtime(char **argv, bool computes) {
+  bool again = false;
+  if (!getenv("OMP_WAIT_POLICY")) {
+    setenv("OMP_WAIT_POLICY", "passive", 1);
+    again = true;
   }
-  free_args(&c);
+  const char *better = getenv("OPENBLAS_CORETYPE") ? NULL : ng_blas_better_coretype();
+  if (better) {
+    if (computes)
+      fprintf(stderr,
+              "normgrow: OpenBLAS chose its generic %s kernels on this CPU; using %s "
+              "(set OPENBLAS_CORETYPE to choose)\n",
+              ng_blas_corename(), better);
+    setenv("OPENBLAS_CORETYPE", better, 1);
+    again = true;
+  }
+  if (again) execv("/proc/self/exe", argv);  // returns only on failure: go on as we are
+}
+
+static void version(void) {
+  printf("normgrow %s\nbackends: %s\nBLAS: %s; kernels %s\n", NG_VERSION,
+         ng_backend_names(), ng_blas_config(), ng_blas_corename());
+}
+
+int main(int argc, char **argv) {
+  args a = {0};
+  int rc = 2;
+  if (parse_args(argc - 1, argv + 1, &a)) {
+    rc = ng_cli_error(ng_error());
+  } else if (a.help || a.version || !a.cmd) {
+    if (a.version) prepare_runtime(argv, false), version();
+    if (a.help && a.cmd) command_usage(a.cmd, stdout);
+    if (a.help && !a.cmd) usage(stdout);
+    if (!a.help && !a.version) usage(stderr);
+    rc = a.help || a.version ? 0 : 2;
+  } else if (a.cli.npos < a.cmd->min_pos || a.cli.npos > a.cmd->max_pos) {
+    fprintf(stderr, "normgrow: %s: %d arguments given (normgrow %s --help shows its usage)\n",
+            a.cmd->name, a.cli.npos, a.cmd->name);
+  } else {
+    prepare_runtime(argv, a.cmd->computes);
+    if (a.cli.threads > 0) omp_set_num_threads((int)a.cli.threads);
+    rc = a.cmd->run(&a.cli);
+  }
+  free_args(&a.cli);
   return rc;
 }

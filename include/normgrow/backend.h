@@ -142,5 +142,24 @@ struct ng_backend {
 ng_backend *ng_backend_cpu(void);
 // Look a backend up by name ("cpu"); NULL with an error message if unknown.
 ng_backend *ng_backend_get(const char *name);
+// The names of the backends this build has, comma-separated.
+const char *ng_backend_names(void);
+
+// The CPU backend's BLAS (OpenBLAS): the kernel family it runs ("SkylakeX")
+// and its build configuration.
+const char *ng_blas_corename(void);
+const char *ng_blas_config(void);
+// OpenBLAS picks its kernels by CPU model and falls back to generic ones
+// (Prescott: SSE3, about 6x slower sgemm) on models it does not know, even
+// when the CPU has AVX2 or AVX-512. Returns the family this CPU's features
+// allow ("SkylakeX" with AVX-512F, "Haswell" with AVX2 + FMA, "Sandybridge"
+// with AVX) when the running one is an older generic family; NULL when the
+// running family is already right or is one normgrow does not rank.
+const char *ng_blas_better_coretype(void);
+// The rule itself: the family for SIMD level `level` (0 SSE, 1 AVX, 2 AVX2 +
+// FMA, 3 AVX-512F) when `running` is a ranked family below it, else NULL.
+const char *ng_blas_better_family(const char *running, int level);
+// This CPU's SIMD level as the operating system enables it.
+int ng_cpu_simd_level(void);
 
 #endif

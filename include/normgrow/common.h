@@ -11,6 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#define NG_VERSION "0.7.0"
+
 #if defined(__GNUC__)
 #define NG_PRINTF(a, b) __attribute__((format(printf, a, b)))
 #else

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Command-line conventions: --help, -h, help COMMAND and COMMAND --help print
+# usage on standard output and exit 0; --version names the version, the
+# backends and the BLAS kernels; every command refuses an option it does not
+# take with one line on stderr and a non-zero exit (no command silently
+# ignores an option, e.g. a precision it does not have).
+set -u
+root=${NG_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
+bin=${NG_BIN:-$root/build/normgrow}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+for form in --help -h help; do
+  if "$bin" $form >"$tmp/out" 2>"$tmp/err" && grep -q '^usage: normgrow' "$tmp/out" && [ ! -s "$tmp/err" ]; then
+    echo "ok normgrow $form: usage on stdout, exit 0"
+  else
+    echo "FAIL normgrow $form: exit or output wrong"
+  fi
+done
+if "$bin" >"$tmp/out" 2>"$tmp/err"; then
+  echo "FAIL normgrow without a command exits 0"
+else
+  grep -q '^usage: normgrow' "$tmp/err" && echo "ok normgrow without a command: usage on stderr, non-zero exit" ||
+    echo "FAIL normgrow without a command: no usage on stderr"
+fi
+
+commands=$("$bin" --help | sed -n 's/^  \([a-z][a-z-]*\) .*/\1/p; s/^  \([a-z][a-z-]*\)$/\1/p')
+[ "$(printf '%s\n' $commands | wc -l)" -ge 12 ] && echo "ok --help lists $(printf '%s\n' $commands | wc -l) commands" ||
+  echo "FAIL --help lists too few commands: $commands"
+for cmd in $commands; do
+  for form in "$cmd --help" "$cmd -h" "help $cmd"; do
+    if "$bin" $form >"$tmp/out" 2>"$tmp/err" && grep -q "^usage: normgrow $cmd" "$tmp/out" && [ ! -s "$tmp/err" ]; then
+      echo "ok normgrow $form"
+    else
+      echo "FAIL normgrow $form: exit $?, stdout $(head -c 80 "$tmp/out"), stderr $(head -c 80 "$tmp/err")"
+    fi
+  done
+  "$bin" "$cmd" x y z --no-such-option 1 >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  if [ "$rc" -ne 0 ] && [ "$rc" -lt 128 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] &&
+    grep -q -- "--no-such-option" "$tmp/err"; then
+    echo "ok $cmd refuses an unknown option: $(cat "$tmp/err")"
+  else
+    echo "FAIL $cmd with an unknown option: exit $rc, stderr: $(cat "$tmp/err")"
+  fi
+done
+
+"$bin" golden-eval "$root/golden/pre_gqa4_long.safetensors" "$tmp/o.safetensors" --precision bf16 2>"$tmp/err"
+rc=$?
+[ "$rc" -ne 0 ] && [ ! -e "$tmp/o.safetensors" ] && echo "ok golden-eval refuses an option it does not have (no output)" ||
+  echo "FAIL golden-eval with an unsupported option: exit $rc"
+
+if "$bin" --version >"$tmp/out" 2>&1 && grep -q '^normgrow [0-9]' "$tmp/out" && grep -q '^backends: .*cpu' "$tmp/out" &&
+  grep -q '^BLAS: .*kernels [A-Za-z0-9]' "$tmp/out"; then
+  echo "ok --version: $(tr '\n' ' ' <"$tmp/out" | cut -c1-160)"
+else
+  echo "FAIL --version: $(cat "$tmp/out")"
+fi
