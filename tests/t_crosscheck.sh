@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Cross-checks `normgrow golden-eval` against tools/crosscheck_torch.py, an
-# independent float64 PyTorch implementation of GOLDEN.md, on random cases.
+# independent float64 PyTorch implementation of the golden contract (docs/golden-contract.md), on random cases.
 # Skipped when Debian's python3-torch is not installed.
 set -u
 root=${NG_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}

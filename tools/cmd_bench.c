@@ -82,6 +82,7 @@ int cmd_bench(const ng_cli *c) {
   int64_t B = 8, T = 256, N = B * T;
   ng_backend *be = ng_backend_get(c->backend);
   if (!be) return ng_cli_error(ng_error());
+  printf("BLAS: %s; kernels %s\n", ng_blas_config(), ng_blas_corename());
   printf("bench: backend %s, %d threads; teacher and student: D=%lld L=%lld H=%lld KV=%lld hd=%lld "
          "F=%lld V=%lld; batch %lld x %lld tokens\n",
          be->name, omp_get_max_threads(), (long long)mc.hidden_size, (long long)mc.num_hidden_layers,

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Cross-check `normgrow golden-eval` against an independent float64 PyTorch model.
 
-This file is a second, independent implementation of GOLDEN.md, the numerical
+This file is a second, independent implementation of the golden contract (docs/golden-contract.md), the numerical
 contract of golden cases; it shares no code with the C reference. Every `out.*`
 tensor of a golden case (logits, losses, hidden states and their RMS,
 gradients, one AdamW step, the per-block ablation CE and, for a case with a
@@ -19,10 +19,13 @@ Modes:
                        the identity, and the top-k KD: exact at k = V, below
                        the exact KD at k < V, autograd against differences.
 
-Tolerances (GOLDEN.md), per tensor, err = max|got - exp| / max|exp| (max|got|
+Tolerances (docs/golden-contract.md), per tensor, err = max|got - exp| / max|exp| (max|got|
 when exp is all zero): forward outputs 1e-4 (topk_kd and topk_loss are losses),
 gradients 1e-3 (topk_dlogits is one); AdamW step: the
 update within 0.02 * lr on entries whose clipped gradient is not negligible.
+Gradients have the contract's scale floor: an out.grad.* tensor's error is divided by
+max(max|exp|, 1e-3 G), G the largest max|exp| over the case's out.grad.*, and the step
+is compared where |clipped g| > max(1e-3 G_clipped, 100 eps).
 
 Safetensors files are read and written here with json + struct + numpy.
 Run with Debian's python3-torch: /usr/bin/python3 tools/crosscheck_torch.py.
@@ -95,7 +98,7 @@ def write_safetensors(path, tensors, metadata):
 
 
 # ----------------------------------------------------------------------------
-# the model of GOLDEN.md, float64
+# the model of the golden contract, float64
 # ----------------------------------------------------------------------------
 
 def layer_param_shapes(m, i):
@@ -255,7 +258,7 @@ def teacher_topk(teacher, k, tau):
 
 
 def adamw_step(params, grads, o):
-    """One AdamW step (t = 1) as GOLDEN.md: returns (new params, clipped grads, norm)."""
+    """One AdamW step (t = 1) as the golden contract: returns (new params, clipped grads, norm)."""
     norm = math.sqrt(sum(float(g.pow(2).sum()) for g in grads.values()))
     coef = o["grad_clip"] / (norm + CLIP_EPS) if o["grad_clip"] > 0 else 1.0
     if coef < 1:
@@ -532,18 +535,29 @@ def family(name):
             "ablation_ce": "ablation"}.get(prefix, prefix)
 
 
-def relative_error(got, exp):
-    scale = np.abs(exp).max()
+GRAD_FLOOR = 1e-3  # the contract's scale floor for gradients, a fraction of G
+
+
+def relative_error(got, exp, floor=0.0):
+    """max|got - exp| / max(max|exp|, floor) (max|got - exp| when both are 0)."""
+    scale = max(np.abs(exp).max(), floor)
     if scale == 0:
-        return float(np.abs(got).max())
+        return float(np.abs(got - exp).max())
     return float(np.abs(got - exp).max() / scale)
 
 
+def grad_scale(arrays):
+    """G: the largest max|g| over the given gradient arrays."""
+    return max((float(np.abs(a).max()) for a in arrays), default=0.0)
+
+
 def step_error(got, name, case, expected):
-    """max |update difference| / lr over entries with a non-negligible clipped gradient."""
+    """max |update difference| / lr over entries whose clipped gradient is not negligible:
+    |coef g| > max(1e-3 coef G, 100 eps), G over every gradient of the case."""
     o = case.config["optim"]
     g = np.abs(expected.clipped_grads[name])
-    significant = g > max(1e-3 * g.max(), 100 * o["eps"])
+    g_clipped = grad_scale(expected.clipped_grads.values())
+    significant = g > max(GRAD_FLOOR * g_clipped, 100 * o["eps"])
     if not significant.any():
         return 0.0
     # The updates share the param, so their difference is the difference of the steps.
@@ -556,6 +570,7 @@ def compare(case, expected, got):
     worst = {f: 0.0 for f in FAMILIES}
     problems, per_tensor = [], []
     got = {n: a for n, a in got.items() if n.startswith("out.")}
+    g_scale = grad_scale(a for n, a in expected.tensors.items() if n.startswith("out.grad."))
     problems += [f"missing {n}" for n in expected.tensors if n not in got]
     problems += [f"unexpected {n}" for n in got if n not in expected.tensors]
     for name, exp in expected.tensors.items():
@@ -571,7 +586,8 @@ def compare(case, expected, got):
         if fam == "step":
             err = step_error(value, name[len("out.step."):], case, expected)
         else:
-            err = relative_error(value, exp)
+            floor = GRAD_FLOOR * g_scale if name.startswith("out.grad.") else 0.0
+            err = relative_error(value, exp, floor)
         err = math.inf if math.isnan(err) else err
         per_tensor.append((name, err))
         worst[fam] = max(worst[fam], err)

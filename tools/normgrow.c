@@ -229,7 +229,9 @@ static void free_args(ng_cli *c) {
 //   vs 80% of the sgemm ceiling).
 // - OPENBLAS_CORETYPE, unless the user set it, when OpenBLAS fell back to
 //   generic kernels on a CPU whose features allow better (see
-//   ng_blas_better_coretype); a computing command says so on stderr.
+//   ng_blas_better_coretype). A computing command says so in one line on a
+//   terminal's stderr; a redirected stderr keeps its one-line-per-error
+//   contract, and the family is in `--version`, `bench` and every run's log.
 static void prepare_runtime(char **argv, bool computes) {
   bool again = false;
   if (!getenv("OMP_WAIT_POLICY")) {
@@ -238,7 +240,7 @@ static void prepare_runtime(char **argv, bool computes) {
   }
   const char *better = getenv("OPENBLAS_CORETYPE") ? NULL : ng_blas_better_coretype();
   if (better) {
-    if (computes)
+    if (computes && isatty(STDERR_FILENO))
       fprintf(stderr,
               "normgrow: OpenBLAS chose its generic %s kernels on this CPU; using %s "
               "(set OPENBLAS_CORETYPE to choose)\n",

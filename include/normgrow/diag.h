@@ -1,7 +1,7 @@
 // normgrow: diagnostics of the residual stream and block-removal ablations.
 //
 // Residual points: "hidden.<l>" for l = 0 (embedding output) .. L (output of
-// block l, as out.hidden.<l> in GOLDEN.md), and for Post-Norm blocks also
+// block l, as out.hidden.<l> in docs/golden-contract.md), and for Post-Norm blocks also
 // "res1.<l>" and "res2.<l>" (l = 1..L): the sums x + Attn(x) and
 // a + MLP(a) before their norms (Post-Norm pins the output RMS by
 // construction, so its spread is partly built in; these are not pinned).

@@ -63,7 +63,7 @@ const ng_named_tensor *ng_tensor_list_find(const ng_tensor_list *l, const char *
 int ng_golden_open(ng_golden_case *gc, const char *path);
 void ng_golden_close(ng_golden_case *gc);
 
-// Compute every out.* tensor of GOLDEN.md on backend `be`.
+// Compute every out.* tensor of the contract on backend `be`.
 int ng_golden_eval(const ng_golden_case *gc, ng_backend *be, ng_tensor_list *out);
 // Write the outputs (and, with_inputs, the case's own inputs first) atomically.
 int ng_golden_write(const ng_golden_case *gc, const ng_tensor_list *out, bool with_inputs,
