@@ -18,7 +18,7 @@ TEST_BIN  := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 LIB       := $(BUILD)/libnormgrow.a
 DEPS_OK   := $(BUILD)/.deps-ok
 
-.PHONY: all test asan bench demo golden golden-new crosscheck clean deps
+.PHONY: all test asan bench bench-torch demo golden golden-new crosscheck clean deps
 SEEDS ?= 1
 all: $(BUILD)/normgrow
 
@@ -54,6 +54,10 @@ demo: $(BUILD)/normgrow
 
 bench: $(BUILD)/normgrow
 	$(BUILD)/normgrow bench
+
+# The same step in PyTorch (python3-torch), for a side-by-side comparison with `make bench`.
+bench-torch:
+	/usr/bin/python3 tools/bench_torch.py
 
 # Recompute the expected outputs of every golden case from its own inputs.
 golden: $(BUILD)/normgrow
