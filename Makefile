@@ -18,7 +18,7 @@ TEST_BIN  := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 LIB       := $(BUILD)/libnormgrow.a
 DEPS_OK   := $(BUILD)/.deps-ok
 
-.PHONY: all test asan bench bench-torch demo golden golden-new crosscheck clean deps
+.PHONY: all test asan bench bench-torch soak demo golden golden-new crosscheck clean deps
 SEEDS ?= 1
 all: $(BUILD)/normgrow
 
@@ -54,6 +54,11 @@ demo: $(BUILD)/normgrow
 
 bench: $(BUILD)/normgrow
 	$(BUILD)/normgrow bench
+
+# SIGKILL a growing run at KILLS random moments, resume each time: identical end (slow).
+KILLS ?= 20
+soak: $(BUILD)/normgrow
+	tools/kill_soak.sh --kills $(KILLS) --bin $(BUILD)/normgrow
 
 # The same step in PyTorch (python3-torch), for a side-by-side comparison with `make bench`.
 bench-torch:
