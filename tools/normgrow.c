@@ -29,6 +29,9 @@ static const command commands[] = {
     {"data", cmd_data, 1, 1 << 20,
      "data FILE... --out DIR [--records-split LINE] [--val-fraction F] [--seed S]\n"
      "                                          byte-level token shards DIR/train.bin, DIR/val.bin"},
+    {"tokenize", cmd_tokenize, 0, 1,
+     "tokenize --tokenizer PATH TEXT|- | tokenize --tokenizer PATH --decode IDS|-\n"
+     "                                          a text's token ids, or the text of ids"},
     {"train", cmd_train, 0, 1,
      "train RUN.json [--seed S] [--run-dir DIR] | train --resume RUN_DIR\n"
      "                                          run one arm, or continue it from its last checkpoint"},
