@@ -70,7 +70,7 @@ struct ng_tok_state {
   size_t fix_cap;
   uint32_t *sym;    // BPE symbols of a word; NO_TOKEN once merged away
   int32_t *next, *prev;
-  size_t sym_cap;
+  size_t sym_cap;   // of sym, next, prev and heap
   uint64_t *heap;  // rank << 32 | position
   size_t heap_n;
   cache_slot *cache;
@@ -613,6 +613,7 @@ static void ids_reserve(ng_ids *o, size_t more) {
 // BPE of one word
 
 static void heap_push(ng_tok_state *s, uint64_t v) {
+  NG_ASSERT(s->heap_n < s->sym_cap);
   size_t i = s->heap_n++;
   while (i > 0 && s->heap[(i - 1) / 2] > v) {
     s->heap[i] = s->heap[(i - 1) / 2];
@@ -643,8 +644,10 @@ static void queue_pair(ng_tok_state *s, int32_t i) {
   if (p) heap_push(s, (uint64_t)p->rank << 32 | (uint32_t)i);
 }
 
+// Room for a word of n symbols; the queue holds at most 2n - 2 entries (n - 1
+// pairs at first, then at most one more per merge: two pushed, one popped).
 static void grow_word(ng_tok_state *s, size_t n) {
-  if (n <= s->sym_cap) return;
+  if (2 * n <= s->sym_cap) return;
   s->sym_cap = 2 * n;
   s->sym = ng_xrealloc(s->sym, s->sym_cap * sizeof *s->sym);
   s->next = ng_xrealloc(s->next, s->sym_cap * sizeof *s->next);

@@ -4,7 +4,9 @@
 // The tokenizer is $NG_TOKENIZER, else $NG_ROOT/../shared/data/qwen3-tokenizer;
 // without it the test skips with one line.
 #include "normgrow/common.h"
+#include "normgrow/data.h"
 #include "normgrow/fileio.h"
+#include "normgrow/rng.h"
 #include "normgrow/tokenizer.h"
 
 #include <cJSON.h>
@@ -181,6 +183,89 @@ static void test_long_words(void) {
   free(text);
 }
 
+// A word after a shorter one in the same state (its scratch sized for the
+// first, then reused): the ids a fresh state gives. BPE queues can hold more
+// entries than a word has bytes (" requirements": 13 bytes, 16 entries).
+static void test_state_reuse(void) {
+  static const char *const words[] = {" requirements", "Acknowledgements", " SUSTAINED",
+                                      "functional", " redistribute", "                "};
+  int bad = 0;
+  char first[64];
+  for (size_t w = 0; w < sizeof words / sizeof *words; w++) {
+    size_t n = strlen(words[w]);
+    ng_tok_state *ref = ng_tok_state_create(g_tok);
+    ng_ids want = encode(ref, words[w], n);
+    for (size_t m = 2; m < n; m++) {
+      ng_tok_state *s = ng_tok_state_create(g_tok);
+      memset(first, 'q', m);
+      ng_ids a = encode(s, first, m), b = encode(s, words[w], n);
+      bad += !same_ids(&b, want.ids, want.n);
+      free(a.ids);
+      free(b.ids);
+      ng_tok_state_free(s);
+    }
+    free(want.ids);
+    ng_tok_state_free(ref);
+  }
+  CHECK(bad == 0, "tokenizer state reused for a longer word", "%d words differ", bad);
+}
+
+// normgrow data with the tokenizer: the header holds the tokenizer's vocabulary
+// and <|endoftext|>; each document is its ids and the separator; the same
+// with 1 and 2 threads.
+static void test_data_shard(void) {
+  static const char *const docs[] = {"Hello world, it's a test.\n\u4e2d\u6587 caf\u00e9", "  second\r\n doc 123",
+                                     "third<|endoftext|>doc"};
+  char in[256], out[256], text[512] = "";
+  snprintf(in, sizeof in, "%s/corpus.txt", g_dir);
+  for (int d = 0; d < 3; d++) {
+    strcat(text, docs[d]);
+    strcat(text, "\n%\n");
+  }
+  FILE *fp = fopen(in, "wb");
+  NG_ASSERT(fp && fputs(text, fp) >= 0 && fclose(fp) == 0);
+  ng_data_options o = {.record_sep = "%", .tokenizer = g_tok, .val_fraction = 0.5, .seed = 2};
+  const char *ins[] = {in};
+  ng_tok_state *s = ng_tok_state_create(g_tok);
+  bool ok = true;
+  for (int threads = 1; threads <= 2; threads++) {
+    snprintf(out, sizeof out, "%s/shards%d", g_dir, threads);
+    omp_set_num_threads(threads);
+    ng_data_stats st;
+    ok = ok && ng_data_prepare(ins, 1, &o, out, &st) == 0;
+    ng_ids want[2] = {{0}, {0}};
+    ng_rng r;
+    ng_rng_seed(&r, o.seed);
+    for (int d = 0; ok && d < 3; d++) {
+      int k = ng_rng_uniform(&r) < o.val_fraction ? 1 : 0;
+      NG_ASSERT(ng_tokenizer_encode(s, docs[d], strlen(docs[d]), &want[k]) == 0);
+      NG_ASSERT(ng_tokenizer_encode(s, "<|endoftext|>", 13, &want[k]) == 0);
+    }
+    for (int k = 0; ok && k < 2; k++) {
+      ng_shard sh;
+      ok = ng_shard_open(&sh, st.path[k]) == 0;
+      if (!ok) break;
+      int32_t *t = ng_xmalloc((sh.n_tokens + 1) * sizeof *t);
+      ng_shard_read(&sh, 0, (int64_t)sh.n_tokens, t);
+      ok = sh.vocab_size == 151669 && sh.separator == 151643 && sh.n_tokens == want[k].n;
+      for (size_t i = 0; ok && i < want[k].n; i++) ok = t[i] == (int32_t)want[k].ids[i];
+      free(t);
+      ng_shard_close(&sh);
+    }
+    free(want[0].ids);
+    free(want[1].ids);
+    for (int k = 0; k < 2; k++)
+      if (st.path[k]) unlink(st.path[k]);
+    ng_data_stats_free(&st);
+    rmdir(out);
+  }
+  unlink(in);
+  omp_set_num_threads(1);
+  CHECK(ok, "data --tokenizer: vocab 151669, separator 151643, each document's ids, any threads",
+        "%s", ng_error());
+  ng_tok_state_free(s);
+}
+
 static void test_facts(const char *path) {
   uint32_t eot = 0;
   CHECK(ng_tokenizer_vocab_size(g_tok) == 151669 &&
@@ -294,6 +379,8 @@ int main(void) {
   test_decode(v, n);
   test_threads(v, n);
   test_long_words();
+  test_state_reuse();
+  test_data_shard();
   test_facts(path);
   test_refusals(path);
   for (int i = 0; i < n; i++) {

@@ -27,8 +27,9 @@ static const command commands[] = {
     {"golden-update", cmd_golden_update, 1, 1 << 20,
      "golden-update CASE...                   recompute the stored out.* from the case's inputs"},
     {"data", cmd_data, 1, 1 << 20,
-     "data FILE... --out DIR [--records-split LINE] [--val-fraction F] [--seed S]\n"
-     "                                          byte-level token shards DIR/train.bin, DIR/val.bin"},
+     "data INPUT... --out DIR [--tokenizer PATH] [--records-split LINE | --jsonl-field F]\n"
+     "                [--val-fraction F] [--seed S] [--max-tokens N] [--file-tokens N]\n"
+     "                                          token shards DIR/train, DIR/val (.bin or .manifest.json)"},
     {"tokenize", cmd_tokenize, 0, 1,
      "tokenize --tokenizer PATH TEXT|- | tokenize --tokenizer PATH --decode IDS|-\n"
      "                                          a text's token ids, or the text of ids"},
