@@ -155,7 +155,7 @@ static int stream_fill(stream *s) {
 // the end of the file, or -1.
 static int stream_line(stream *s, const uint8_t **line, size_t *len) {
   for (;;) {
-    uint8_t *nl = memchr(s->buf + s->start, '\n', s->end - s->start);
+    uint8_t *nl = s->end > s->start ? memchr(s->buf + s->start, '\n', s->end - s->start) : NULL;
     if (nl || (s->eof && s->end > s->start)) {
       size_t n = nl ? (size_t)(nl - (s->buf + s->start)) + 1 : s->end - s->start;
       *line = s->buf + s->start;
