@@ -29,8 +29,8 @@
 #define PROGRESS_EVERY 10.0  // seconds between progress lines
 
 // ---------------------------------------------------------------------------
-// Input files: the files given, and every file below a directory given, in
-// name order (byte order, not the locale's).
+// Input files: the files given, and every regular file below a directory
+// given, in name order (byte order, not the locale's).
 
 typedef struct {
   char **path;
@@ -81,7 +81,7 @@ static int list_path(file_list *l, const char *path, int depth) {
     if (depth > 64) return ng_fail("%s: directories nested too deep", path);
     return list_dir(l, path, depth);
   }
-  list_add(l, path, (uint64_t)st.st_size);
+  if (depth == 0 || S_ISREG(st.st_mode)) list_add(l, path, (uint64_t)st.st_size);  // no FIFOs from directories
   return 0;
 }
 
@@ -107,6 +107,7 @@ static int stream_open(stream *s, const char *path) {
   s->start = s->end = 0;
   s->eof = false;
   s->line = 1;
+  errno = 0;
   s->gz = gzopen(path, "rb");
   if (!s->gz) return ng_fail("%s: cannot open: %s", path, strerror(errno ? errno : ENOMEM));
   gzbuffer(s->gz, 1 << 18);
