@@ -81,7 +81,8 @@ static int list_path(file_list *l, const char *path, int depth) {
     if (depth > 64) return ng_fail("%s: directories nested too deep", path);
     return list_dir(l, path, depth);
   }
-  if (depth == 0 || S_ISREG(st.st_mode)) list_add(l, path, (uint64_t)st.st_size);  // no FIFOs from directories
+  if (depth == 0 || S_ISREG(st.st_mode))  // no FIFOs or devices from directories
+    list_add(l, path, (uint64_t)st.st_size);
   return 0;
 }
 
@@ -447,7 +448,8 @@ static int place_batch(splits *sp, const batch *b) {
 static int check_splits(const splits *sp) {
   if (sp->docs[0] + sp->docs[1] == 0)
     return ng_fail("no documents in the input files (all empty or whitespace)");
-  if (sp->docs[1] == 0) return ng_fail("no documents in the validation split; raise --val-fraction");
+  if (sp->docs[1] == 0)
+    return ng_fail("no documents in the validation split; raise --val-fraction");
   if (sp->docs[0] == 0) return ng_fail("no documents in the training split; lower --val-fraction");
   return 0;
 }

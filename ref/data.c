@@ -126,7 +126,7 @@ static int manifest_u64(const char *path, const cJSON *o, const char *key, uint6
 static int open_manifest(ng_shard *s, const char *text) {
   cJSON *m = cJSON_Parse(text);
   const cJSON *files = cJSON_GetObjectItemCaseSensitive(m, "files");
-  const char *format = m ? cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "format")) : NULL;
+  const char *format = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "format"));
   uint64_t vocab, sep, n;
   int rc = 0;
   if (!m || !format || strcmp(format, "normgrow-shards") != 0 || !cJSON_IsArray(files) ||
@@ -305,7 +305,8 @@ struct ng_shard_writer {
 
 int ng_shard_writer_open(ng_shard_writer **out, const char *dir, const char *name,
                          uint32_t vocab_size, uint32_t separator, uint64_t file_tokens) {
-  NG_ASSERT(file_tokens > 0 && vocab_size >= 1 && vocab_size <= INT32_MAX && separator < vocab_size);
+  NG_ASSERT(file_tokens > 0 && vocab_size >= 1 && vocab_size <= INT32_MAX);
+  NG_ASSERT(separator < vocab_size);
   ng_shard_writer *w = ng_xcalloc(1, sizeof *w);
   *w = (ng_shard_writer){.dir = ng_xstrdup(dir), .name = ng_xstrdup(name), .vocab_size = vocab_size,
                          .separator = separator, .file_tokens = file_tokens};

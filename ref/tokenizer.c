@@ -461,7 +461,50 @@ static void pair_insert(ng_tokenizer *t, uint32_t a, uint32_t b, uint32_t rank, 
   t->pairs[i] = (pair_slot){key, rank, id};
 }
 
-static int read_merges(ng_tokenizer *t, const char *path, const cJSON *merges) {
+// The line of the file on which model.merges[rank] starts, 0 if not found: a
+// scan from the "merges" key that counts the array's elements (strings or
+// arrays of strings).
+static size_t merge_line(const char *text, int rank) {
+  const char *p = text;
+  for (;;) {  // "merges" : [
+    const char *key = strstr(p, "\"merges\"");
+    if (!key) return 0;
+    p = key + 8;
+    p += strspn(p, " \t\r\n");
+    if (*p != ':') continue;
+    p += 1 + strspn(p + 1, " \t\r\n");
+    if (*p == '[') break;
+  }
+  int element = -1, depth = 0;
+  bool in_string = false;
+  for (p++; *p; p++) {
+    if (in_string) {
+      if (*p == '\\' && p[1]) p++;
+      else if (*p == '"') in_string = false;
+      continue;
+    }
+    if (depth == 0 && (*p == '"' || *p == '[') && ++element == rank) {
+      size_t line = 1;
+      for (const char *q = text; q < p; q++) line += *q == '\n';
+      return line;
+    }
+    if (*p == '"') in_string = true;
+    else if (*p == '[') depth++;
+    else if (*p == ']' && depth-- == 0) return 0;
+  }
+  return 0;
+}
+
+// Puts the line of the failing merge after the path in the message.
+static int merge_fail(const char *path, const char *text, int rank) {
+  size_t line = merge_line(text, rank), skip = strlen(path) + 2;
+  if (line == 0 || strlen(ng_error()) < skip) return -1;
+  char msg[768];
+  snprintf(msg, sizeof msg, "%s", ng_error() + skip);
+  return ng_fail("%s: line %zu: %s", path, line, msg);
+}
+
+static int read_merges(ng_tokenizer *t, const char *path, const char *text, const cJSON *merges) {
   int16_t byte_of[BYTE_CHARS];
   byte_alphabet(byte_of);
   size_t n = (size_t)cJSON_GetArraySize(merges);
@@ -470,7 +513,7 @@ static int read_merges(ng_tokenizer *t, const char *path, const cJSON *merges) {
   for (size_t i = 0; i <= t->pair_mask; i++) t->pairs[i].key = EMPTY_PAIR;
   uint8_t *joined = NULL;
   int rank = 0, rc = 0;
-  for (const cJSON *e = merges->child; e && rc == 0; e = e->next, rank++) {
+  for (const cJSON *e = merges->child; e; e = e->next, rank++) {
     const char *a = NULL, *b = NULL;
     size_t na = 0, nb = 0;
     uint32_t ia, ib;
@@ -485,16 +528,17 @@ static int read_merges(ng_tokenizer *t, const char *path, const cJSON *merges) {
     memcpy(joined, t->pool + sa.off, sa.len);
     memcpy(joined + sa.len, t->pool + sb.off, sb.len);
     uint32_t id = vocab_find(t, joined, (size_t)sa.len + sb.len);
-    if (id == NO_TOKEN)
+    if (id == NO_TOKEN) {
       rc = ng_fail("%s: model.merges[%d]: the merged token is not in model.vocab", path, rank);
-    else
-      pair_insert(t, ia, ib, (uint32_t)rank, id);
+      break;
+    }
+    pair_insert(t, ia, ib, (uint32_t)rank, id);
   }
   free(joined);
-  return rc;
+  return rc == 0 ? 0 : merge_fail(path, text, rank);
 }
 
-static int read_tokens(ng_tokenizer *t, const char *path, const cJSON *root) {
+static int read_tokens(ng_tokenizer *t, const char *path, const char *text, const cJSON *root) {
   const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
   const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
   const cJSON *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
@@ -507,7 +551,7 @@ static int read_tokens(ng_tokenizer *t, const char *path, const cJSON *root) {
   if (count_ids(path, vocab, added, &t->vocab_size) != 0) return -1;
   t->tok = ng_xmalloc((size_t)t->vocab_size * sizeof *t->tok);
   for (uint32_t i = 0; i < t->vocab_size; i++) t->tok[i] = (span){0, NO_TOKEN};
-  return read_vocab(t, path, vocab) || read_merges(t, path, merges) || read_added(t, path, added)
+  return read_vocab(t, path, vocab) || read_merges(t, path, text, merges) || read_added(t, path, added)
              ? -1
              : 0;
 }
@@ -536,7 +580,7 @@ int ng_tokenizer_load(const char *path, ng_tokenizer **out) {
   int rc = ng_read_file(file, MAX_JSON_BYTES, &text, &len);
   if (rc == 0 && !(root = parse_json(file, text, len))) rc = -1;
   if (rc == 0 && !cJSON_IsObject(root)) rc = ng_fail("%s: not a JSON object", file);
-  if (rc == 0) rc = check_features(t, file, root) || read_tokens(t, file, root) ? -1 : 0;
+  if (rc == 0) rc = check_features(t, file, root) || read_tokens(t, file, text, root) ? -1 : 0;
   cJSON_Delete(root);
   free(text);
   free(file);

@@ -287,20 +287,19 @@ static void test_facts(const char *path) {
 static char *g_json;
 static size_t g_json_len;
 
-// The real file with the first `from` replaced by `to` (or cut to `keep`
-// bytes); loading it must fail with a message holding the path and `want`.
-static void expect_refused(const char *test, const char *from, const char *to, size_t keep,
-                           const char *want) {
+// The real file with the `n` bytes at `at` replaced by `to` (or, when `at` is
+// NULL, cut to `keep` bytes); loading it must fail with a message holding the
+// path and `want`.
+static void refused_edit(const char *test, const char *at, size_t n, const char *to, size_t keep,
+                         const char *want) {
   char path[256];
   snprintf(path, sizeof path, "%s/bad.json", g_dir);
   FILE *fp = fopen(path, "wb");
   NG_ASSERT(fp);
-  if (from) {
-    const char *at = strstr(g_json, from);
-    NG_ASSERT(at);
+  if (at) {
     fwrite(g_json, 1, (size_t)(at - g_json), fp);
     fputs(to, fp);
-    fputs(at + strlen(from), fp);
+    fputs(at + n, fp);
   } else {
     fwrite(g_json, 1, keep, fp);
   }
@@ -316,6 +315,20 @@ static void expect_refused(const char *test, const char *from, const char *to, s
   unlink(path);
 }
 
+// The first `from` replaced by `to`, or (from NULL) the file cut to `keep` bytes.
+static void expect_refused(const char *test, const char *from, const char *to, size_t keep,
+                           const char *want) {
+  const char *at = from ? strstr(g_json, from) : NULL;
+  NG_ASSERT(at || !from);
+  refused_edit(test, at, from ? strlen(from) : 0, to, keep, want);
+}
+
+static size_t line_at(const char *p) {
+  size_t line = 1;
+  for (const char *q = g_json; q < p; q++) line += *q == '\n';
+  return line;
+}
+
 static void test_refusals(const char *path) {
   NG_ASSERT(ng_read_file(path, SIZE_MAX, &g_json, &g_json_len) == 0);
   // Cut inside the merges: the message names the line where the text stops.
@@ -325,11 +338,25 @@ static void test_refusals(const char *path) {
   snprintf(want, sizeof want, "line %zu: not valid JSON", line);
   expect_refused("a truncated file", NULL, NULL, cut, want);
   expect_refused("an empty file", NULL, NULL, 0, "line 1: not valid JSON");
+  // Both injected merges stand on the line of the "merges" key.
+  size_t merges_line = line_at(strstr(g_json, "\"merges\""));
+  char merge_want[160];
+  snprintf(merge_want, sizeof merge_want,
+           "line %zu: model.merges[0]: \"no_such_token\" is not in model.vocab", merges_line);
   expect_refused("a merge naming an unknown token", "\"merges\": [",
-                 "\"merges\": [[\"Ġ\", \"no_such_token\"], ", 0,
-                 "model.merges[0]: \"no_such_token\" is not in model.vocab");
-  expect_refused("a merge whose result is not a token", "\"merges\": [", "\"merges\": [[\"ä\", \"!\"], ",
-                 0, "model.merges[0]: the merged token is not in model.vocab");
+                 "\"merges\": [[\"Ġ\", \"no_such_token\"], ", 0, merge_want);
+  snprintf(merge_want, sizeof merge_want,
+           "line %zu: model.merges[0]: the merged token is not in model.vocab", merges_line);
+  expect_refused("a merge whose result is not a token", "\"merges\": [",
+                 "\"merges\": [[\"ä\", \"!\"], ", 0, merge_want);
+  // Merge 1000 (the file has one "[" line per merge): its first string replaced.
+  const char *m = strstr(g_json, "\"merges\"");
+  for (int i = 0; i <= 1000; i++) m = strstr(m + 1, "\n      [");
+  const char *first = strchr(m, '"'), *end = strchr(first + 1, '"');
+  snprintf(merge_want, sizeof merge_want,
+           "line %zu: model.merges[1000]: \"no_such_token\" is not in model.vocab", line_at(m + 1));
+  refused_edit("merge 1000 naming an unknown token", first, (size_t)(end - first) + 1,
+               "\"no_such_token\"", 0, merge_want);
   expect_refused("a normalizer other than NFC", "\"type\": \"NFC\"", "\"type\": \"NFKC\"",
                  0, "normalizer NFKC");
   expect_refused("a Split behavior other than Isolated", "\"Isolated\"", "\"Removed\"", 0,
