@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <utf8proc.h>
 
+#include "nfc_unicode9.h"
 #include "normgrow/common.h"
 #include "normgrow/fileio.h"
 
@@ -66,8 +67,10 @@ struct ng_tok_state {
   pcre2_match_data *md;
   pcre2_match_context *mctx;
   pcre2_jit_stack *jit;
-  uint8_t *fix;  // repaired, then normalized text
+  uint8_t *fix;  // repaired text
   size_t fix_cap;
+  uint8_t *norm;  // normalized text
+  size_t norm_len, norm_cap;
   uint32_t *sym;    // BPE symbols of a word; NO_TOKEN once merged away
   int32_t *next, *prev;
   size_t sym_cap;   // of sym, next, prev and heap
@@ -638,6 +641,7 @@ void ng_tok_state_free(ng_tok_state *s) {
   pcre2_match_context_free(s->mctx);
   pcre2_jit_stack_free(s->jit);
   free(s->fix);
+  free(s->norm);
   free(s->sym);
   free(s->next);
   free(s->prev);
@@ -826,6 +830,54 @@ static int encode_words(ng_tok_state *s, const uint8_t *text, size_t n, ng_ids *
   return 0;
 }
 
+// Whether cp is one of the characters `tokenizers`' NFC (Unicode 9.0 tables)
+// does not know but utf8proc's does normalize (nfc_unicode9.h).
+static bool after_unicode9(int32_t cp) {
+  size_t lo = 0, hi = sizeof nfc_after_unicode9 / sizeof *nfc_after_unicode9;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    if ((uint32_t)cp < nfc_after_unicode9[mid][0]) hi = mid;
+    else if ((uint32_t)cp > nfc_after_unicode9[mid][1]) lo = mid + 1;
+    else return true;
+  }
+  return false;
+}
+
+static void norm_append(ng_tok_state *s, const uint8_t *bytes, size_t n) {
+  if (s->norm_len + n > s->norm_cap) {
+    s->norm_cap = 2 * (s->norm_len + n);
+    s->norm = ng_xrealloc(s->norm, s->norm_cap);
+  }
+  memcpy(s->norm + s->norm_len, bytes, n);
+  s->norm_len += n;
+}
+
+static int nfc_append(ng_tok_state *s, const uint8_t *text, size_t n) {
+  utf8proc_uint8_t *nfc = NULL;
+  utf8proc_ssize_t m = utf8proc_map(text, (utf8proc_ssize_t)n, &nfc,
+                                    UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+  if (m < 0) return ng_fail("NFC normalization: %s", utf8proc_errmsg(m));
+  norm_append(s, nfc, (size_t)m);
+  free(nfc);
+  return 0;
+}
+
+// NFC as `tokenizers` computes it, into s->norm: a character it does not know
+// is a starter that maps to itself and composes with nothing, so it stays as
+// it is and the runs between such characters are normalized on their own.
+static int nfc_unicode9(ng_tok_state *s, const uint8_t *text, size_t n) {
+  s->norm_len = 0;
+  size_t run = 0;
+  for (size_t i = 0, k; i < n; i += k) {
+    int32_t cp = utf8_decode(text + i, n - i, &k);  // valid: repaired
+    if (!after_unicode9(cp)) continue;
+    if (i > run && nfc_append(s, text + run, i - run) != 0) return -1;
+    norm_append(s, text + i, k);
+    run = i + k;
+  }
+  return run < n ? nfc_append(s, text + run, n - run) : 0;
+}
+
 // A piece of text between added tokens: repaired, normalized, split, BPE'd.
 static int encode_segment(ng_tok_state *s, const uint8_t *text, size_t n, ng_ids *out) {
   if (n == 0) return 0;
@@ -833,13 +885,7 @@ static int encode_segment(ng_tok_state *s, const uint8_t *text, size_t n, ng_ids
   bool needs_nfc;
   text = repair_utf8(s, text, &n, &needs_nfc);
   if (!(needs_nfc && s->t->nfc)) return encode_words(s, text, n, out);
-  utf8proc_uint8_t *nfc = NULL;
-  utf8proc_ssize_t m = utf8proc_map(text, (utf8proc_ssize_t)n, &nfc,
-                                    UTF8PROC_STABLE | UTF8PROC_COMPOSE);
-  int rc = m < 0 ? ng_fail("NFC normalization: %s", utf8proc_errmsg(m))
-                 : encode_words(s, nfc, (size_t)m, out);
-  free(nfc);
-  return rc;
+  return nfc_unicode9(s, text, n) || encode_words(s, s->norm, s->norm_len, out) ? -1 : 0;
 }
 
 // The leftmost added token in text[from..n), longest first; returns its

@@ -47,6 +47,9 @@ CASES = [
     ("nfc hangul jamo", "\u1100\u1161\u11a8 \u1112\u1161\u11ab".encode()),
     ("nfc already composed", "Caf\u00e9 r\u00e9sum\u00e9 \u00f1 \u00c5".encode()),
     ("nfc singletons", "\u212b \u2126 \u212a \u0958".encode()),
+    # Marks newer than Unicode 9.0, which the package's NFC tables do not know.
+    ("nfc marks after unicode 9", "e\u1dfa\u0301 \u08d3\u0eba a\u0301\u1dfa \u0c15\u0c3c\u0c4d "
+     "o\u1ac1\u0308".encode()),
     ("digit runs", b"12345678901234567890 3.14159 1,000,000 2024-01-01 0x1F"),
     ("unicode digits", "\u0661\u0662\u0663 \u0967\u0968 \uff11\uff12 \u00bd \u2163".encode()),
     ("whitespace runs", b"a  b   c    d          e \n\n\n  f"),
@@ -81,7 +84,8 @@ FRAGMENTS = [
     "!?", "...", "--", "(", ")", "\"", "#", "_", "-", "e\u0301", "\u0301", "\u00e9", "\u4e2d\u6587",
     "\u3042", "\uc548", "\u0627\u0644", "\u0928\u092e", "\u0e44\u0e17\u0e22", "\U0001F600", "\u200d",
     "\U0001F468\u200D\U0001F469", "\ufe0f", "<|endoftext|>", "<|im_start|>", "<think>", "<|", "|>",
-    "\x00", "\u2028", "\u0085", "\u200b", "\u1100\u1161",
+    "\x00", "\u2028", "\u0085", "\u200b", "\u1100\u1161", "\u0301", "\u0323", "\u1dfa", "\u08d3",
+    "\u0eba",
 ]
 BAD_BYTES = [b"\x80", b"\xff", b"\xe4\xbd", b"\xed\xa0\x80", b"\xc0\xaf"]
 

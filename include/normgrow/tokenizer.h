@@ -8,10 +8,17 @@
 //   2. UTF-8 repair: invalid UTF-8 becomes U+FFFD, one per maximal ill-formed
 //      subsequence (as Python's bytes.decode("utf-8", "replace"), the only way
 //      such bytes can reach the Python library);
-//   3. normalizer: NFC (utf8proc), or none;
+//   3. normalizer: NFC (utf8proc), or none. `tokenizers` normalizes with
+//      Unicode 9.0 tables, so a character assigned later is left as it is
+//      (ref/nfc_unicode9.h lists those utf8proc would otherwise move, compose
+//      or decompose) and the text between such characters is normalized alone;
 //   4. pre-tokenizer: the Split regex of the file (PCRE2, UTF + Unicode
 //      properties, JIT), behaviour "Isolated": every match and every gap
-//      between matches is a word;
+//      between matches is a word. Known difference: PCRE2 10.42 has Unicode
+//      14.0 properties and `tokenizers`' Oniguruma later ones, so letters and
+//      digits assigned since 14.0 (CJK Extension H and I, Kawi, ...) count
+//      as unassigned here, which changes words only next to punctuation,
+//      apostrophes or digits;
 //   5. byte-level: a word's UTF-8 bytes are its initial symbols (the vocabulary
 //      and merges, written in the GPT-2 byte-to-character alphabet, are mapped
 //      back to bytes when the file is read);
