@@ -12,6 +12,7 @@
 #include <utf8proc.h>
 
 #include "nfc_unicode9.h"
+#include "regex_unicode.h"
 #include "normgrow/common.h"
 #include "normgrow/fileio.h"
 
@@ -261,11 +262,97 @@ static int check_normalizer(ng_tokenizer *t, const char *path, const cJSON *root
   return 0;
 }
 
-static int compile_regex(ng_tokenizer *t, const char *path, const char *pattern) {
+// ---------------------------------------------------------------------------
+// The regex, with `tokenizers`' Unicode. PCRE2 10.42 knows Unicode 14.0, so
+// each \p{L} and \p{N} of the pattern is widened by the letters and digits
+// assigned since (regex_unicode.h); and its \s counts U+180E, which Unicode
+// 6.3 took out of White_Space, so \s and \S become the White_Space list.
+// Inside a class the list goes in as it is, outside as a class of its own.
+
+#define WHITE_SPACE "\\x{9}-\\x{D}\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}"
+
+typedef struct {
+  char *s;
+  size_t n, cap;
+} text_buf;
+
+static void put(text_buf *b, const char *s, size_t n) {
+  if (b->n + n + 1 > b->cap) {
+    b->cap = 2 * (b->n + n + 1);
+    b->s = ng_xrealloc(b->s, b->cap);
+  }
+  memcpy(b->s + b->n, s, n);
+  b->n += n;
+  b->s[b->n] = 0;
+}
+
+static void put_str(text_buf *b, const char *s) { put(b, s, strlen(s)); }
+
+// "\p{L}" or "\p{N}" and the ranges of regex_unicode.h, as class items.
+static char *property_items(char prop) {
+  const uint32_t(*r)[2] = prop == 'L' ? regex_new_letters : regex_new_digits;
+  size_t n = prop == 'L' ? sizeof regex_new_letters / sizeof *r : sizeof regex_new_digits / sizeof *r;
+  text_buf b = {0};
+  put_str(&b, prop == 'L' ? "\\p{L}" : "\\p{N}");
+  char item[48];
+  for (size_t i = 0; i < n; i++)
+    put(&b, item, (size_t)snprintf(item, sizeof item, "\\x{%X}-\\x{%X}", r[i][0], r[i][1]));
+  return b.s;
+}
+
+// The items of a class, or outside one the class of them ("[^" when negated).
+static void put_items(text_buf *b, const char *items, bool in_class, bool negated) {
+  if (!in_class) put_str(b, negated ? "[^" : "[");
+  put_str(b, items);
+  if (!in_class) put_str(b, "]");
+}
+
+// The pattern with \p{L}, \p{N}, \s and (outside classes) \S replaced
+// (malloc'd). Classes are followed through escapes, a leading ']' or '^]',
+// and POSIX [:name:] items.
+static char *widen_pattern(const char *pat) {
+  char *letters = property_items('L'), *digits = property_items('N');
+  text_buf b = {0};
+  put(&b, "", 0);
+  bool in_class = false;
+  for (const char *p = pat; *p;) {
+    if (strncmp(p, "\\p{L}", 5) == 0 || strncmp(p, "\\p{N}", 5) == 0) {
+      put_items(&b, p[3] == 'L' ? letters : digits, in_class, false);
+      p += 5;
+    } else if (strncmp(p, "\\s", 2) == 0 || (strncmp(p, "\\S", 2) == 0 && !in_class)) {
+      put_items(&b, WHITE_SPACE, in_class, p[1] == 'S');
+      p += 2;
+    } else if (p[0] == '\\' && p[1]) {
+      put(&b, p, 2);
+      p += 2;
+    } else if (!in_class && p[0] == '[') {
+      size_t k = 1 + (p[1] == '^');
+      k += p[k] == ']';  // a ']' first is a literal
+      put(&b, p, k);
+      p += k;
+      in_class = true;
+    } else if (in_class && p[0] == '[' && p[1] == ':' && strstr(p + 2, ":]")) {
+      size_t k = (size_t)(strstr(p + 2, ":]") - p) + 2;
+      put(&b, p, k);
+      p += k;
+    } else {
+      in_class &= p[0] != ']';
+      put(&b, p, 1);
+      p++;
+    }
+  }
+  free(letters);
+  free(digits);
+  return b.s;
+}
+
+static int compile_regex(ng_tokenizer *t, const char *path, const char *file_pattern) {
   int err;
   PCRE2_SIZE at;
+  char *pattern = widen_pattern(file_pattern);
   t->re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &err,
                         &at, NULL);
+  free(pattern);
   if (!t->re) {
     PCRE2_UCHAR msg[256];
     pcre2_get_error_message(err, msg, sizeof msg);

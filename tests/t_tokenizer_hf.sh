@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Optional: normgrow's tokenizer against the Hugging Face `tokenizers` package
 # itself (not only the committed vectors): the vectors made anew must equal the
-# committed ones, and the licence texts must get the same ids, id for id.
+# committed ones, and the licence texts and every Unicode code point (in a probe
+# text each) must get the same ids, id for id. About a minute.
 # Needs the venv of tools/tokenizer_venv.sh and the Qwen3 tokenizer; skips without.
 set -u
 root=${NG_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
@@ -35,4 +36,11 @@ if [ "$verdict" = identical ]; then
   echo "ok tokenizer ids of $i licence texts identical to tokenizers"
 else
   echo "FAIL tokenizer ids of the licence texts: $verdict"
+fi
+
+out=$("$py" "$root/tools/tokenizer_codepoints.py" --tokenizer "$tok" --bin "$bin")
+if [[ "$out" == *" code points, 0 differ" ]]; then
+  echo "ok tokenizer ids of every code point identical to tokenizers ($out)"
+else
+  echo "FAIL tokenizer ids of every code point: $out"
 fi

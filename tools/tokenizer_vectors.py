@@ -50,6 +50,11 @@ CASES = [
     # Marks newer than Unicode 9.0, which the package's NFC tables do not know.
     ("nfc marks after unicode 9", "e\u1dfa\u0301 \u08d3\u0eba a\u0301\u1dfa \u0c15\u0c3c\u0c4d "
      "o\u1ac1\u0308".encode()),
+    # Letters and digits newer than PCRE2 10.42's Unicode 14.0, and U+180E (not White_Space
+    # since Unicode 6.3), next to what splits words differently by them.
+    ("letters after unicode 14", "1\U00031350'o a\U00011F04'o 1\U0002EBF0'o 1\U0001351e'o "
+     "\U00011F50\U00011F51 x\u1c89y".encode()),
+    ("mongolian vowel separator", "a\u180e\u180eb \u180e'o \u1828\u180e\u1820".encode()),
     ("digit runs", b"12345678901234567890 3.14159 1,000,000 2024-01-01 0x1F"),
     ("unicode digits", "\u0661\u0662\u0663 \u0967\u0968 \uff11\uff12 \u00bd \u2163".encode()),
     ("whitespace runs", b"a  b   c    d          e \n\n\n  f"),
@@ -85,7 +90,7 @@ FRAGMENTS = [
     "\u3042", "\uc548", "\u0627\u0644", "\u0928\u092e", "\u0e44\u0e17\u0e22", "\U0001F600", "\u200d",
     "\U0001F468\u200D\U0001F469", "\ufe0f", "<|endoftext|>", "<|im_start|>", "<think>", "<|", "|>",
     "\x00", "\u2028", "\u0085", "\u200b", "\u1100\u1161", "\u0301", "\u0323", "\u1dfa", "\u08d3",
-    "\u0eba",
+    "\u0eba", "\U00031350", "\U00011F50", "\u180e",
 ]
 BAD_BYTES = [b"\x80", b"\xff", b"\xe4\xbd", b"\xed\xa0\x80", b"\xc0\xaf"]
 

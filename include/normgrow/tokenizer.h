@@ -14,11 +14,10 @@
 //      or decompose) and the text between such characters is normalized alone;
 //   4. pre-tokenizer: the Split regex of the file (PCRE2, UTF + Unicode
 //      properties, JIT), behaviour "Isolated": every match and every gap
-//      between matches is a word. Known difference: PCRE2 10.42 has Unicode
-//      14.0 properties and `tokenizers`' Oniguruma later ones, so letters and
-//      digits assigned since 14.0 (CJK Extension H and I, Kawi, ...) count
-//      as unassigned here, which changes words only next to punctuation,
-//      apostrophes or digits;
+//      between matches is a word. PCRE2 10.42 has Unicode 14.0 properties,
+//      `tokenizers`' Oniguruma later ones: \p{L} and \p{N} are widened by the
+//      letters and digits assigned since (ref/regex_unicode.h), and \s and \S
+//      mean Unicode White_Space (PCRE2's \s also holds U+180E);
 //   5. byte-level: a word's UTF-8 bytes are its initial symbols (the vocabulary
 //      and merges, written in the GPT-2 byte-to-character alphabet, are mapped
 //      back to bytes when the file is read);
