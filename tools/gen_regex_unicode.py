@@ -12,11 +12,12 @@ when it cuts "XX" in two (the Qwen3 regex: \\p{L}+ runs, \\p{N} one by one).
 Needs the `tokenizers` package, and a Python whose unicodedata is Unicode 14.0 (PCRE2's).
 """
 import argparse
-import os
 import sys
 import unicodedata
 
 import tokenizers
+
+import hf_tokenizer
 
 
 def onig_class(split, c):
@@ -29,12 +30,10 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tokenizer", required=True)
     path = ap.parse_args().tokenizer
-    if os.path.isdir(path):
-        path = os.path.join(path, "tokenizer.json")
     if unicodedata.unidata_version != "14.0.0":
         sys.exit("gen_regex_unicode: needs Unicode 14.0 in unicodedata (PCRE2 10.42's), not "
                  + unicodedata.unidata_version)
-    split = tokenizers.Tokenizer.from_file(path).pre_tokenizer
+    split = hf_tokenizer.load(path).pre_tokenizer
     ranges = {"L": [], "N": []}
     for cp in range(0x110000):
         if 0xD800 <= cp <= 0xDFFF:

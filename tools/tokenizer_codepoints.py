@@ -9,10 +9,9 @@ probes are joined by <|endoftext|> and encoded in 8 pieces by `normgrow tokenize
 the package. Prints "<N> code points, <D> differ" and the first few that do.
 """
 import argparse
-import os
 import subprocess
 
-import tokenizers
+import hf_tokenizer
 
 SEP = "<|endoftext|>"
 
@@ -33,9 +32,7 @@ def main():
     ap.add_argument("--bin", required=True)
     args = ap.parse_args()
     path = args.tokenizer
-    if os.path.isdir(path):
-        path = os.path.join(path, "tokenizer.json")
-    tok = tokenizers.Tokenizer.from_file(path)
+    tok = hf_tokenizer.load(path)
     eot = tok.token_to_id(SEP)
     cps = [cp for cp in range(0x110000) if not 0xD800 <= cp <= 0xDFFF]
     step = (len(cps) + 7) // 8

@@ -14,7 +14,7 @@ import json
 import os
 import time
 
-import tokenizers
+import hf_tokenizer
 
 EOT = "<|endoftext|>"
 
@@ -41,9 +41,7 @@ def main():
     ap.add_argument("--shards", required=True)
     args = ap.parse_args()
     path = args.tokenizer
-    if os.path.isdir(path):
-        path = os.path.join(path, "tokenizer.json")
-    tok = tokenizers.Tokenizer.from_file(path)
+    tok = hf_tokenizer.load(path)
     eot = tok.token_to_id(EOT)
     docs = []
     for name in sorted(os.listdir(args.corpus)):  # byte order, as normgrow

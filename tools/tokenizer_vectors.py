@@ -15,6 +15,8 @@ import random
 
 import tokenizers
 
+import hf_tokenizer
+
 CASES = [
     ("empty", b""),
     ("english prose", "The quick brown fox jumps over the lazy dog. It wasn't the first time; "
@@ -117,9 +119,7 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args()
     path = args.tokenizer
-    if os.path.isdir(path):
-        path = os.path.join(path, "tokenizer.json")
-    tok = tokenizers.Tokenizer.from_file(path)
+    tok = hf_tokenizer.load(path)
     cases = []
     for name, raw in CASES + random_cases(args.random, args.seed):
         text = raw.decode("utf-8", "replace")
