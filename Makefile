@@ -8,6 +8,8 @@ SAN     ?=
 CFLAGS  += $(OPT) -g -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -fopenmp $(SAN)
 LDFLAGS += $(SAN) -fopenmp -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR)
 LDLIBS  += -lopenblas -lcjson -lm
+# The tokenizer and corpus reader: PCRE2, utf8proc, zlib.
+LDLIBS  += -lpcre2-8 -lutf8proc -lz
 
 REF_SRC   := $(wildcard ref/*.c)
 TOOL_SRC  := $(wildcard tools/*.c)

@@ -1,14 +1,17 @@
-// normgrow: token shards (mmap + strict validation, atomic writes), batches,
-// and the byte-level toy tokenizer that turns text files into shards.
+// normgrow: token shards (mmap + strict validation, manifests of several
+// files, atomic and streaming writes) and batches.
 #include "normgrow/data.h"
 
 #include "normgrow/common.h"
 #include "normgrow/fileio.h"
 
+#include <cJSON.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 // Tokens are read from and written to the file as host u32 values.
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -41,43 +44,42 @@ static void put_u64(uint8_t *p, uint64_t v) {
 // Reader
 
 void ng_shard_close(ng_shard *s) {
-  ng_unmap_file(s->map, s->map_size);
+  for (int i = 0; i < s->n_parts; i++) ng_unmap_file(s->parts[i].map, s->parts[i].map_size);
+  free(s->parts);
   free(s->path);
   memset(s, 0, sizeof *s);
 }
 
-// Magic, version, reserved word, vocabulary and separator. The vocabulary is
-// bounded by INT32_MAX because batches hand ids out as int32.
-static int check_header(ng_shard *s) {
-  const uint8_t *h = s->map;
+// Magic, version, reserved word, vocabulary and separator of the file at
+// `map`. The vocabulary is bounded by INT32_MAX because batches hand ids out
+// as int32.
+static int check_header(const char *path, const uint8_t *h, uint32_t *vocab, uint32_t *sep) {
   if (memcmp(h + OFF_MAGIC, NG_SHARD_MAGIC, MAGIC_LEN) != 0)
-    return ng_fail("%s: not a normgrow token shard (bad magic)", s->path);
+    return ng_fail("%s: not a normgrow token shard (bad magic)", path);
   uint32_t version = get_u32(h + OFF_VERSION), reserved = get_u32(h + OFF_RESERVED);
   if (version != NG_SHARD_VERSION)
-    return ng_fail("%s: unsupported token shard version %" PRIu32 " (expected %u)", s->path,
+    return ng_fail("%s: unsupported token shard version %" PRIu32 " (expected %u)", path,
                    version, NG_SHARD_VERSION);
   if (reserved != 0)
-    return ng_fail("%s: reserved header field is %" PRIu32 ", expected 0", s->path, reserved);
-  s->vocab_size = get_u32(h + OFF_VOCAB);
-  s->separator = get_u32(h + OFF_SEP);
-  if (s->vocab_size < 1 || s->vocab_size > INT32_MAX)
-    return ng_fail("%s: vocab_size %" PRIu32 " is not in 1..%d", s->path, s->vocab_size,
-                   INT32_MAX);
-  if (s->separator >= s->vocab_size)
-    return ng_fail("%s: separator %" PRIu32 " is >= vocab_size %" PRIu32, s->path, s->separator,
-                   s->vocab_size);
+    return ng_fail("%s: reserved header field is %" PRIu32 ", expected 0", path, reserved);
+  *vocab = get_u32(h + OFF_VOCAB);
+  *sep = get_u32(h + OFF_SEP);
+  if (*vocab < 1 || *vocab > INT32_MAX)
+    return ng_fail("%s: vocab_size %" PRIu32 " is not in 1..%d", path, *vocab, INT32_MAX);
+  if (*sep >= *vocab)
+    return ng_fail("%s: separator %" PRIu32 " is >= vocab_size %" PRIu32, path, *sep, *vocab);
   return 0;
 }
 
 // The file is exactly 32 + 4 n bytes (compared by division: no overflow).
-static int check_length(ng_shard *s) {
-  uint64_t n = get_u64(s->map + OFF_COUNT);
-  size_t body = s->map_size - NG_SHARD_HEADER;
+static int check_length(const char *path, ng_shard_part *p) {
+  uint64_t n = get_u64(p->map + OFF_COUNT);
+  size_t body = p->map_size - NG_SHARD_HEADER;
   if (body % 4 != 0 || body / 4 != n)
-    return ng_fail("%s: file is %zu bytes, header says %u + 4 x %" PRIu64, s->path, s->map_size,
+    return ng_fail("%s: file is %zu bytes, header says %u + 4 x %" PRIu64, path, p->map_size,
                    NG_SHARD_HEADER, n);
-  s->n_tokens = n;
-  s->tokens = (const uint32_t *)(s->map + NG_SHARD_HEADER);  // page-aligned mapping + 32
+  p->n = n;
+  p->tokens = (const uint32_t *)(p->map + NG_SHARD_HEADER);  // page-aligned mapping + 32
   return 0;
 }
 
@@ -91,16 +93,116 @@ static int check_tokens(const char *path, const uint32_t *tokens, uint64_t n, ui
   return 0;
 }
 
+// Maps one shard file as the shard's next part; the first sets vocab_size and
+// separator, the others must agree.
+static int open_part(ng_shard *s, const char *path) {
+  ng_shard_part *p = &s->parts[s->n_parts];
+  *p = (ng_shard_part){.first = s->n_tokens};
+  uint32_t vocab = 0, sep = 0;
+  if (ng_map_file(path, NG_SHARD_HEADER, "token shard header", &p->map, &p->map_size) != 0)
+    return -1;
+  s->n_parts++;
+  if (check_header(path, p->map, &vocab, &sep) != 0 || check_length(path, p) != 0) return -1;
+  if (s->n_parts > 1 && (vocab != s->vocab_size || sep != s->separator))
+    return ng_fail("%s: vocab_size %" PRIu32 " and separator %" PRIu32 " differ from %s's", path,
+                   vocab, sep, s->path);
+  s->vocab_size = vocab;
+  s->separator = sep;
+  s->n_tokens += p->n;
+  return check_tokens(path, p->tokens, p->n, vocab);
+}
+
+static int manifest_u64(const char *path, const cJSON *o, const char *key, uint64_t max,
+                        uint64_t *out) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+  if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > (double)max ||
+      v->valuedouble != (double)(uint64_t)v->valuedouble)
+    return ng_fail("%s: \"%s\" is not an integer in 0..%" PRIu64, path, key, max);
+  *out = (uint64_t)v->valuedouble;
+  return 0;
+}
+
+// Every file the manifest names, in order; the totals must match it.
+static int open_manifest(ng_shard *s, const char *text) {
+  cJSON *m = cJSON_Parse(text);
+  const cJSON *files = cJSON_GetObjectItemCaseSensitive(m, "files");
+  const char *format = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "format"));
+  uint64_t vocab, sep, n;
+  int rc = 0;
+  if (!m || !format || strcmp(format, "normgrow-shards") != 0 || !cJSON_IsArray(files) ||
+      cJSON_GetArraySize(files) < 1)
+    rc = ng_fail("%s: not a normgrow shard manifest (format \"normgrow-shards\", files)", s->path);
+  if (rc == 0)
+    rc = manifest_u64(s->path, m, "vocab_size", INT32_MAX, &vocab) ||
+                 manifest_u64(s->path, m, "separator", INT32_MAX, &sep) ||
+                 manifest_u64(s->path, m, "n_tokens", UINT64_MAX / 8, &n)
+             ? -1
+             : 0;
+  if (rc == 0) s->parts = ng_xcalloc((size_t)cJSON_GetArraySize(files), sizeof *s->parts);
+  char *dir = ng_xstrdup(s->path), *slash = strrchr(dir, '/');
+  if (slash) slash[1] = 0;
+  const cJSON *f = rc == 0 ? files->child : NULL;
+  for (; f && rc == 0; f = f->next) {
+    const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(f, "file"));
+    if (!name || !name[0] || strchr(name, '/'))
+      rc = ng_fail("%s: files[%d]: \"file\" is not a file name", s->path, s->n_parts);
+    char *file = rc == 0 ? ng_path_join(slash ? dir : ".", name) : NULL;
+    if (rc == 0) rc = open_part(s, file);
+    free(file);
+  }
+  if (rc == 0 && (vocab != s->vocab_size || sep != s->separator || n != s->n_tokens))
+    rc = ng_fail("%s: says vocab_size %" PRIu64 ", separator %" PRIu64 ", %" PRIu64
+                 " tokens; its files hold %" PRIu32 ", %" PRIu32 ", %" PRIu64,
+                 s->path, vocab, sep, n, s->vocab_size, s->separator, s->n_tokens);
+  free(dir);
+  cJSON_Delete(m);
+  return rc;
+}
+
+// A manifest starts with '{'; anything else is read as a shard file.
+static bool is_manifest(const char *path) {
+  FILE *fp = fopen(path, "rb");
+  int c = fp ? fgetc(fp) : EOF;
+  if (fp) fclose(fp);
+  return c == '{';
+}
+
 int ng_shard_open(ng_shard *s, const char *path) {
   memset(s, 0, sizeof *s);
   s->path = ng_xstrdup(path);
-  if (ng_map_file(path, NG_SHARD_HEADER, "token shard header", &s->map, &s->map_size) != 0 ||
-      check_header(s) != 0 || check_length(s) != 0 ||
-      check_tokens(s->path, s->tokens, s->n_tokens, s->vocab_size) != 0) {
-    ng_shard_close(s);
-    return -1;
+  char *text = NULL;
+  int rc;
+  if (is_manifest(path)) {
+    rc = ng_read_file(path, (size_t)1 << 26, &text, NULL) || open_manifest(s, text) ? -1 : 0;
+  } else {
+    s->parts = ng_xcalloc(1, sizeof *s->parts);
+    rc = open_part(s, path);
   }
-  return 0;
+  free(text);
+  if (rc != 0) ng_shard_close(s);
+  return rc;
+}
+
+// The part holding token `i` (< n_tokens): the last whose first is <= i.
+static const ng_shard_part *part_of(const ng_shard *s, uint64_t i) {
+  int lo = 0, hi = s->n_parts - 1;
+  while (lo < hi) {
+    int mid = (lo + hi + 1) / 2;
+    if (s->parts[mid].first <= i) lo = mid;
+    else hi = mid - 1;
+  }
+  return &s->parts[lo];
+}
+
+void ng_shard_read(const ng_shard *s, uint64_t start, int64_t n, int32_t *out) {
+  NG_ASSERT(n >= 0 && start <= s->n_tokens && (uint64_t)n <= s->n_tokens - start);
+  for (int64_t done = 0; done < n;) {
+    const ng_shard_part *p = part_of(s, start + (uint64_t)done);
+    uint64_t at = start + (uint64_t)done - p->first, k = p->n - at;
+    if (k > (uint64_t)(n - done)) k = (uint64_t)(n - done);
+    for (uint64_t t = 0; t < k; t++) out[done + (int64_t)t] = (int32_t)p->tokens[at + t];
+    done += (int64_t)k;  // ids < vocab_size <= INT32_MAX (checked on open)
+  }
 }
 
 // ---------------------------------------------------------------------------
@@ -112,15 +214,21 @@ typedef struct {
   uint64_t n;
 } shard_contents;
 
+static void make_header(uint8_t h[NG_SHARD_HEADER], uint32_t vocab_size, uint32_t separator,
+                        uint64_t n) {
+  memset(h, 0, NG_SHARD_HEADER);
+  memcpy(h + OFF_MAGIC, NG_SHARD_MAGIC, MAGIC_LEN);
+  put_u32(h + OFF_VERSION, NG_SHARD_VERSION);
+  put_u32(h + OFF_VOCAB, vocab_size);
+  put_u32(h + OFF_SEP, separator);
+  put_u64(h + OFF_COUNT, n);
+}
+
 // ng_write_fn: the header, then the tokens.
 static bool write_shard_contents(FILE *fp, void *ctx) {
   const shard_contents *c = ctx;
-  uint8_t h[NG_SHARD_HEADER] = {0};
-  memcpy(h + OFF_MAGIC, NG_SHARD_MAGIC, MAGIC_LEN);
-  put_u32(h + OFF_VERSION, NG_SHARD_VERSION);
-  put_u32(h + OFF_VOCAB, c->vocab_size);
-  put_u32(h + OFF_SEP, c->separator);
-  put_u64(h + OFF_COUNT, c->n);
+  uint8_t h[NG_SHARD_HEADER];
+  make_header(h, c->vocab_size, c->separator, c->n);
   return fwrite(h, 1, sizeof h, fp) == sizeof h &&
          (c->n == 0 || fwrite(c->tokens, sizeof *c->tokens, (size_t)c->n, fp) == (size_t)c->n);
 }
@@ -145,11 +253,8 @@ int ng_shard_write(const char *path, uint32_t vocab_size, uint32_t separator,
 // Window w = tokens [start, start + T]: inputs w[0..T), targets w[1..T].
 static void copy_window(const ng_shard *s, uint64_t start, int64_t T, int32_t *tokens,
                         int32_t *targets) {
-  const uint32_t *w = s->tokens + start;
-  for (int64_t t = 0; t < T; t++) {
-    tokens[t] = (int32_t)w[t];  // < vocab_size <= INT32_MAX (checked on open)
-    targets[t] = (int32_t)w[t + 1];
-  }
+  ng_shard_read(s, start, T, tokens);
+  ng_shard_read(s, start + 1, T, targets);
 }
 
 // A start is uniform over the n - T positions whose window fits: [0, n - T - 1].
@@ -186,129 +291,142 @@ void ng_batch_fixed(const ng_shard *s, int64_t index, int64_t B, int64_t T, int3
 }
 
 // ---------------------------------------------------------------------------
-// Byte-level tokenization into a train and a validation split
+// Streaming writer
 
-typedef struct {
-  uint32_t *ids;
-  size_t n, cap;
-} token_buf;
+struct ng_shard_writer {
+  char *dir, *name;
+  uint32_t vocab_size, separator;
+  uint64_t file_tokens, total;
+  int n_files;
+  ng_temp_file *files;  // [n_files], the last one being filled
+  char **paths;         // their final names
+  uint64_t *counts;     // their token counts
+};
 
-typedef struct {
-  ng_rng rng;
-  double val_fraction;
-  token_buf split[2];  // [train, val]
-  uint64_t docs[2];
-} builder;
+int ng_shard_writer_open(ng_shard_writer **out, const char *dir, const char *name,
+                         uint32_t vocab_size, uint32_t separator, uint64_t file_tokens) {
+  NG_ASSERT(file_tokens > 0 && vocab_size >= 1 && vocab_size <= INT32_MAX);
+  NG_ASSERT(separator < vocab_size);
+  ng_shard_writer *w = ng_xcalloc(1, sizeof *w);
+  *w = (ng_shard_writer){.dir = ng_xstrdup(dir), .name = ng_xstrdup(name), .vocab_size = vocab_size,
+                         .separator = separator, .file_tokens = file_tokens};
+  *out = w;
+  return 0;
+}
 
-static void append_tokens(token_buf *t, const uint8_t *bytes, size_t len) {
-  NG_ASSERT(len < SIZE_MAX / sizeof *t->ids - t->n - 1);
-  size_t need = t->n + len + 1;
-  if (need > t->cap) {
-    t->cap = need > 2 * t->cap ? need : 2 * t->cap;
-    t->ids = ng_xrealloc(t->ids, t->cap * sizeof *t->ids);
+uint64_t ng_shard_writer_count(const ng_shard_writer *w) { return w->total; }
+
+// The next file, "<name>-NNNNN.bin", with a header whose count comes at the end.
+static int start_file(ng_shard_writer *w) {
+  int i = w->n_files;
+  w->files = ng_xrealloc(w->files, (size_t)(i + 1) * sizeof *w->files);
+  w->paths = ng_xrealloc(w->paths, (size_t)(i + 1) * sizeof *w->paths);
+  w->counts = ng_xrealloc(w->counts, (size_t)(i + 1) * sizeof *w->counts);
+  char file[64 + 256];
+  snprintf(file, sizeof file, "%.256s-%05d.bin", w->name, i);
+  w->paths[i] = ng_path_join(w->dir, file);
+  w->counts[i] = 0;
+  if (ng_temp_create(&w->files[i], w->paths[i]) != 0) {
+    free(w->paths[i]);
+    return -1;
   }
-  for (size_t i = 0; i < len; i++) t->ids[t->n++] = bytes[i];  // a byte's id is its value
-  t->ids[t->n++] = NG_BYTE_EOT;
+  w->n_files++;
+  uint8_t h[NG_SHARD_HEADER];
+  make_header(h, w->vocab_size, w->separator, 0);
+  if (fwrite(h, 1, sizeof h, w->files[i].fp) != sizeof h)
+    return ng_fail("%s: cannot write: %s", w->paths[i], strerror(errno));
+  return 0;
 }
 
-// C-locale whitespace, independent of setlocale.
-static bool is_blank(const uint8_t *bytes, size_t len) {
-  for (size_t i = 0; i < len; i++) {
-    if (!memchr(" \t\n\v\f\r", bytes[i], 6)) return false;
+int ng_shard_writer_append(ng_shard_writer *w, const uint32_t *ids, size_t n) {
+  while (n > 0) {
+    if (w->n_files == 0 || w->counts[w->n_files - 1] == w->file_tokens)
+      if (start_file(w) != 0) return -1;
+    int f = w->n_files - 1;
+    uint64_t room = w->file_tokens - w->counts[f];
+    size_t k = n < room ? n : (size_t)room;
+    for (size_t i = 0; i < k; i++) NG_ASSERT(ids[i] < w->vocab_size);
+    if (fwrite(ids, sizeof *ids, k, w->files[f].fp) != k)
+      return ng_fail("%s: cannot write: %s", w->paths[f], strerror(errno));
+    w->counts[f] += k;
+    w->total += k;
+    ids += k;
+    n -= k;
   }
-  return true;
+  return 0;
 }
 
-// A document that is empty or only whitespace is dropped (and draws nothing);
-// any other draws once and goes to validation if the draw < val_fraction.
-static void add_document(builder *b, const uint8_t *bytes, size_t len) {
-  if (is_blank(bytes, len)) return;
-  int which = ng_rng_uniform(&b->rng) < b->val_fraction ? 1 : 0;
-  append_tokens(&b->split[which], bytes, len);
-  b->docs[which]++;
-}
-
-// A record is the text between separator lines. The newline that ends its
-// last line comes before the separator line and belongs to no document, so
-// exactly one trailing '\n' is stripped.
-static void add_record(builder *b, const uint8_t *bytes, size_t len) {
-  if (len > 0 && bytes[len - 1] == '\n') len--;
-  add_document(b, bytes, len);
-}
-
-// Records of `text` separated by lines whose content (without the '\n') is
-// exactly `sep`. A last line without '\n' can be a separator too. Bytes are
-// compared as they are: "%\r" is not "%".
-static void split_records(builder *b, const uint8_t *text, size_t len, const char *sep) {
-  size_t sep_len = strlen(sep), record = 0, line = 0;
-  while (line < len) {
-    const uint8_t *nl = memchr(text + line, '\n', len - line);
-    size_t line_end = nl ? (size_t)(nl - text) : len, next = nl ? line_end + 1 : len;
-    if (line_end - line == sep_len && memcmp(text + line, sep, sep_len) == 0) {
-      add_record(b, text + record, line - record);
-      record = next;
-    }
-    line = next;
+// The manifest of several files (see data.h).
+static int write_manifest(const ng_shard_writer *w, const char *path) {
+  cJSON *m = cJSON_CreateObject(), *files = cJSON_CreateArray();
+  cJSON_AddStringToObject(m, "format", "normgrow-shards");
+  cJSON_AddNumberToObject(m, "version", 1);
+  cJSON_AddNumberToObject(m, "vocab_size", w->vocab_size);
+  cJSON_AddNumberToObject(m, "separator", w->separator);
+  cJSON_AddNumberToObject(m, "n_tokens", (double)w->total);
+  for (int i = 0; i < w->n_files; i++) {
+    cJSON *f = cJSON_CreateObject();
+    cJSON_AddStringToObject(f, "file", strrchr(w->paths[i], '/') + 1);
+    cJSON_AddNumberToObject(f, "n_tokens", (double)w->counts[i]);
+    cJSON_AddItemToArray(files, f);
   }
-  add_record(b, text + record, len - record);
-}
-
-static int write_split(const char *dir, const char *name, const token_buf *t) {
-  char *path = ng_path_join(dir, name);
-  int rc = ng_shard_write(path, NG_BYTE_VOCAB, NG_BYTE_EOT, t->ids, t->n);
-  free(path);
+  cJSON_AddItemToObject(m, "files", files);
+  char *text = cJSON_Print(m);
+  int rc = ng_write_text_atomic(path, text);
+  free(text);
+  cJSON_Delete(m);
   return rc;
 }
 
-// Each file whole, or its records, into the builder, in input order.
-static int tokenize_files(builder *b, const char *const *files, int n_files,
-                          const char *record_sep) {
-  for (int i = 0; i < n_files; i++) {
-    char *text;
-    size_t len;
-    if (ng_read_file(files[i], SIZE_MAX, &text, &len) != 0) return -1;
-    if (record_sep)
-      split_records(b, (const uint8_t *)text, len, record_sep);
-    else
-      add_document(b, (const uint8_t *)text, len);
-    free(text);
+// Each file's header gets its count; then every file is renamed into place.
+// A failure removes the files already renamed.
+static int commit_files(ng_shard_writer *w, int rc) {
+  int committed = 0;
+  for (int i = 0; i < w->n_files; i++) {
+    uint8_t h[NG_SHARD_HEADER];
+    make_header(h, w->vocab_size, w->separator, w->counts[i]);
+    if (rc == 0 && (fflush(w->files[i].fp) != 0 ||
+                    pwrite(fileno(w->files[i].fp), h, sizeof h, 0) != (ssize_t)sizeof h))
+      rc = ng_fail("%s: cannot write: %s", w->paths[i], strerror(errno));
+    rc = ng_temp_commit(&w->files[i], rc);
+    if (rc == 0) committed++;
   }
-  return 0;
+  for (int i = 0; rc != 0 && i < committed; i++) remove(w->paths[i]);
+  return rc;
 }
 
-static int check_splits(const builder *b) {
-  if (b->docs[0] + b->docs[1] == 0)
-    return ng_fail("no documents in the input files (all empty or whitespace)");
-  if (b->docs[1] == 0) return ng_fail("no documents in the validation split; raise --val-fraction");
-  if (b->docs[0] == 0) return ng_fail("no documents in the training split; lower --val-fraction");
-  return 0;
-}
-
-int ng_data_build(const char *const *files, int n_files, const char *record_sep,
-                  double val_fraction, uint64_t seed, const char *out_dir, ng_data_stats *st) {
-  NG_ASSERT(out_dir && st);
-  memset(st, 0, sizeof *st);
-  if (n_files < 1) return ng_fail("no input files");
-  if (!(val_fraction > 0.0 && val_fraction < 1.0))  // also rejects NaN
-    return ng_fail("val_fraction %g is not in (0, 1)", val_fraction);
-  if (record_sep && strchr(record_sep, '\n'))
-    return ng_fail("record separator \"%s\" contains a newline, so no line can equal it",
-                   record_sep);
-
-  builder b = {.val_fraction = val_fraction};
-  ng_rng_seed(&b.rng, seed);
-  int rc = tokenize_files(&b, files, n_files, record_sep);
-  if (rc == 0) rc = check_splits(&b);
-  if (rc == 0) rc = ng_make_dir(out_dir);
-  if (rc == 0) rc = write_split(out_dir, "train.bin", &b.split[0]);
-  if (rc == 0) rc = write_split(out_dir, "val.bin", &b.split[1]);
-  if (rc == 0) {
-    for (int k = 0; k < 2; k++) {
-      st->docs[k] = b.docs[k];
-      st->tokens[k] = b.split[k].n;
-    }
+int ng_shard_writer_finish(ng_shard_writer *w, int rc, char **path) {
+  if (rc == 0 && w->n_files == 0) rc = start_file(w);  // an empty shard is still a shard
+  if (w->n_files == 1) {  // a single file is <name>.bin
+    char file[64 + 256];
+    snprintf(file, sizeof file, "%.256s.bin", w->name);
+    free(w->paths[0]);
+    w->paths[0] = ng_path_join(w->dir, file);
+    w->files[0].path = w->paths[0];
   }
-  free(b.split[0].ids);
-  free(b.split[1].ids);
+  rc = commit_files(w, rc);
+  char *out = NULL;
+  if (rc == 0 && w->n_files > 1) {
+    char file[64 + 256];
+    snprintf(file, sizeof file, "%.256s.manifest.json", w->name);
+    out = ng_path_join(w->dir, file);
+    rc = write_manifest(w, out);
+    for (int i = 0; rc != 0 && i < w->n_files; i++) remove(w->paths[i]);
+  } else if (rc == 0) {
+    out = ng_xstrdup(w->paths[0]);
+  }
+  if (rc != 0) {
+    free(out);
+    out = NULL;
+  }
+  if (path) *path = out;
+  else free(out);
+  for (int i = 0; i < w->n_files; i++) free(w->paths[i]);
+  free(w->paths);
+  free(w->files);
+  free(w->counts);
+  free(w->dir);
+  free(w->name);
+  free(w);
   return rc;
 }

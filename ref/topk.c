@@ -24,9 +24,11 @@ typedef struct {
 _Static_assert(sizeof(topk_header) == NG_TOPK_HEADER, "top-k cache header is 64 bytes");
 
 uint64_t ng_shard_checksum(const ng_shard *s) {
-  const uint8_t *p = (const uint8_t *)s->tokens;
   uint64_t h = 0xcbf29ce484222325ULL;
-  for (uint64_t i = 0; i < s->n_tokens * 4; i++) h = (h ^ p[i]) * 0x100000001b3ULL;
+  for (int f = 0; f < s->n_parts; f++) {  // the bytes of every token, in order
+    const uint8_t *p = (const uint8_t *)s->parts[f].tokens;
+    for (uint64_t i = 0; i < s->parts[f].n * 4; i++) h = (h ^ p[i]) * 0x100000001b3ULL;
+  }
   return h;
 }
 
@@ -96,7 +98,7 @@ static int build_batch(ng_model *t, ng_acts *a, const ng_shard *s, const cache_o
                        uint32_t *ids, float *vals, float *lse) {
   ng_backend *be = t->be;
   int64_t V = t->cfg.vocab_size, n = nb * seq;
-  for (int64_t i = 0; i < n; i++) tok[i] = (int32_t)s->tokens[w0 * (uint64_t)seq + (uint64_t)i];
+  ng_shard_read(s, w0 * (uint64_t)seq, n, tok);
   for (int64_t i = n; i < a->N; i++) tok[i] = 0;  // a short last batch: padding rows
   int32_t *dtok = be->alloc(be, (size_t)a->N * sizeof(int32_t));
   be->upload(be, dtok, tok, (size_t)a->N * sizeof(int32_t));
@@ -198,10 +200,8 @@ int ng_topk_batch(const ng_topk_cache *c, const ng_shard *s, const int64_t *wind
   for (int64_t b = 0; b < B; b++) {
     NG_ASSERT(windows[b] >= 0 && (uint64_t)windows[b] < c->windows);
     uint64_t p0 = (uint64_t)windows[b] * T;
-    for (uint64_t t = 0; t < T; t++) {
-      tokens[(uint64_t)b * T + t] = (int32_t)s->tokens[p0 + t];
-      targets[(uint64_t)b * T + t] = (int32_t)s->tokens[p0 + t + 1];
-    }
+    ng_shard_read(s, p0, (int64_t)T, tokens + (uint64_t)b * T);
+    ng_shard_read(s, p0 + 1, (int64_t)T, targets + (uint64_t)b * T);
     for (uint64_t i = 0; i < T * k; i++) {
       uint32_t id = c->ids[p0 * k + i];
       if (id >= c->vocab_size)

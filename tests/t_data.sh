@@ -67,3 +67,25 @@ if [ $? -ne 0 ] && [[ "$err" == *"--out DIR is required"* ]]; then
 else
   echo "FAIL data requires --out: $err"
 fi
+
+# Corpora: JSONL, gzip, a tokenizer.json. Malformed inputs name the file and line.
+printf '{"text": "one"}\n{"text": "two"}\n{"text": 3}\n' >"$tmp/bad.jsonl"
+expect_error "a JSONL field that is not a string" "$tmp/bad.jsonl: line 3: no string field \"text\"" \
+  "$tmp/bad.jsonl" --jsonl-field text
+printf '{"text": "one"}\n{"text" "two"}\n' >"$tmp/bad2.jsonl"
+expect_error "a JSONL line that is not JSON" "$tmp/bad2.jsonl: line 2: not a JSON object" \
+  "$tmp/bad2.jsonl" --jsonl-field text
+for i in $(seq 1 3000); do printf '{"text": "document %d"}\n' "$i"; done | gzip -c >"$tmp/c.jsonl.gz"
+head -c 2000 "$tmp/c.jsonl.gz" >"$tmp/cut.jsonl.gz"
+expect_error "a truncated gzip file" "$tmp/cut.jsonl.gz: line " "$tmp/cut.jsonl.gz" --jsonl-field text
+printf '{\n  "model": {\n    "vocab": {"a": 0,\n' >"$tmp/tokenizer.json"
+expect_error "a truncated tokenizer.json" "$tmp/tokenizer.json: line 3: not valid JSON" \
+  "$tmp/f" --tokenizer "$tmp/tokenizer.json"
+expect_error "both records and JSONL" "exclude each other" "$tmp/f" --records-split % --jsonl-field text
+
+out=$("$bin" data "$tmp/c.jsonl.gz" --jsonl-field text --val-fraction 0.1 --out "$tmp/j" 2>&1)
+if printf '%s\n' "$out" | grep -q "^data: 3000 documents" && [ -f "$tmp/j/train.bin" ]; then
+  echo "ok data reads gzip'd JSONL"
+else
+  echo "FAIL data reads gzip'd JSONL: $out"
+fi

@@ -28,7 +28,7 @@ static void path_of(char *out, size_t n, const char *file) { snprintf(out, n, "%
 // Window w of the shard through the teacher: its logits [seq, V] (caller frees).
 static float *window_logits(ng_model *t, const ng_shard *s, int64_t w, int64_t seq) {
   int32_t tok[16];
-  for (int64_t i = 0; i < seq; i++) tok[i] = (int32_t)s->tokens[w * seq + i];
+  ng_shard_read(s, (uint64_t)(w * seq), seq, tok);
   ng_acts *a = ng_acts_create(t, 1, seq, false);
   ng_model_forward(t, a, tok, NULL);
   size_t n = (size_t)seq * (size_t)t->cfg.vocab_size;

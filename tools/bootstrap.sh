@@ -6,6 +6,7 @@
 set -euo pipefail
 
 need=(gcc make pkg-config libopenblas-openmp-dev libcjson-dev)
+need+=(libpcre2-dev libutf8proc-dev zlib1g-dev)  # tokenizer and corpus reader
 if [ "${1:-}" = "demo" ]; then
   need+=(python3 python3-matplotlib python3-numpy fortunes fortunes-min)
 fi

@@ -41,6 +41,7 @@ int cmd_bench(const ng_cli *c);
 int cmd_plan(const ng_cli *c);
 int cmd_report(const ng_cli *c);
 int cmd_data(const ng_cli *c);
+int cmd_tokenize(const ng_cli *c);
 int cmd_train(const ng_cli *c);
 int cmd_export(const ng_cli *c);
 int cmd_teacher_cache(const ng_cli *c);

@@ -1,5 +1,7 @@
-// normgrow data: text files -> byte-level token shards DIR/train.bin, DIR/val.bin.
-//   normgrow data FILE... --out DIR [--records-split LINE] [--val-fraction F] [--seed S]
+// normgrow data: a corpus -> token shards DIR/train and DIR/val (byte-level, or
+// with a Hugging Face tokenizer.json).
+//   normgrow data INPUT... --out DIR [--tokenizer PATH] [--records-split LINE | --jsonl-field F]
+//                 [--val-fraction F] [--seed S] [--max-tokens N] [--file-tokens N]
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -8,6 +10,7 @@
 #include "cli.h"
 #include "normgrow/common.h"
 #include "normgrow/data.h"
+#include "normgrow/tokenizer.h"
 
 #define DEFAULT_VAL_FRACTION 0.05
 #define DEFAULT_SEED 0
@@ -34,22 +37,45 @@ static int parse_seed(const char *s, uint64_t *out) {
   return 0;
 }
 
-int cmd_data(const ng_cli *c) {
-  const char *out = ng_cli_opt(c, "out"), *sep = ng_cli_opt(c, "records-split");
+static int parse_options(const ng_cli *c, ng_data_options *o) {
   const char *frac_opt = ng_cli_opt(c, "val-fraction"), *seed_opt = ng_cli_opt(c, "seed");
-  double frac = DEFAULT_VAL_FRACTION;
-  uint64_t seed = DEFAULT_SEED;
-  if ((frac_opt && parse_fraction(frac_opt, &frac) != 0) ||
-      (seed_opt && parse_seed(seed_opt, &seed) != 0))
-    return ng_cli_error(ng_error());
+  int64_t max_tokens = 0, file_tokens = (int64_t)NG_DATA_FILE_TOKENS;
+  *o = (ng_data_options){.record_sep = ng_cli_opt(c, "records-split"),
+                         .jsonl_field = ng_cli_opt(c, "jsonl-field"),
+                         .val_fraction = DEFAULT_VAL_FRACTION,
+                         .seed = DEFAULT_SEED,
+                         .progress = true};
+  if ((frac_opt && parse_fraction(frac_opt, &o->val_fraction) != 0) ||
+      (seed_opt && parse_seed(seed_opt, &o->seed) != 0) ||
+      ng_cli_int_opt(c, "max-tokens", 1, INT64_MAX / 8, &max_tokens) != 0 ||
+      ng_cli_int_opt(c, "file-tokens", 1, INT64_MAX / 8, &file_tokens) != 0)
+    return -1;
+  o->max_tokens = (uint64_t)max_tokens;
+  o->file_tokens = (uint64_t)file_tokens;
+  return 0;
+}
+
+int cmd_data(const ng_cli *c) {
+  const char *out = ng_cli_opt(c, "out"), *tok_path = ng_cli_opt(c, "tokenizer");
+  ng_data_options o;
+  if (parse_options(c, &o) != 0) return ng_cli_error(ng_error());
   if (!out) return ng_cli_error("data: --out DIR is required");
 
+  ng_tokenizer *tok = NULL;
+  if (tok_path && ng_tokenizer_load(tok_path, &tok) != 0) return ng_cli_error(ng_error());
+  o.tokenizer = tok;
   ng_data_stats st;
-  if (ng_data_build(c->pos, c->npos, sep, frac, seed, out, &st) != 0)
-    return ng_cli_error(ng_error());
+  int rc = ng_data_prepare(c->pos, c->npos, &o, out, &st);
+  ng_tokenizer_free(tok);
+  if (rc != 0) return ng_cli_error(ng_error());
+  uint64_t tokens = st.tokens[0] + st.tokens[1];
   printf("data: %" PRIu64 " documents (train %" PRIu64 ", val %" PRIu64 "), %" PRIu64
-         " tokens (train %" PRIu64 ", val %" PRIu64 ") -> %s/train.bin, %s/val.bin\n",
-         st.docs[0] + st.docs[1], st.docs[0], st.docs[1], st.tokens[0] + st.tokens[1],
-         st.tokens[0], st.tokens[1], out, out);
+         " tokens (train %" PRIu64 ", val %" PRIu64 ") -> %s, %s\n",
+         st.docs[0] + st.docs[1], st.docs[0], st.docs[1], tokens, st.tokens[0], st.tokens[1],
+         st.path[0], st.path[1]);
+  double s = st.seconds > 0 ? st.seconds : 1e-9;
+  printf("data: %.1f MB of text in %.2f s: %.2f MB/s, %.3fM tokens/s\n", (double)st.bytes / 1e6,
+         st.seconds, (double)st.bytes / 1e6 / s, (double)tokens / 1e6 / s);
+  ng_data_stats_free(&st);
   return 0;
 }

@@ -28,9 +28,16 @@ typedef struct {
 
 // Everyday commands first, then the checking and contract commands.
 static const command commands[] = {
-    {"data", cmd_data, 1, MANY, false, LIST("out", "records-split", "val-fraction", "seed"), NONE,
-     "data FILE... --out DIR [--records-split LINE] [--val-fraction F] [--seed S]\n"
-     "    byte-level token shards DIR/train.bin, DIR/val.bin"},
+    {"data", cmd_data, 1, MANY, false,
+     LIST("out", "tokenizer", "records-split", "jsonl-field", "val-fraction", "seed", "max-tokens",
+          "file-tokens"),
+     NONE,
+     "data INPUT... --out DIR [--tokenizer PATH] [--records-split LINE | --jsonl-field F]\n"
+     "         [--val-fraction F] [--seed S] [--max-tokens N] [--file-tokens N]\n"
+     "    token shards DIR/train, DIR/val (.bin, or parts and a .manifest.json)"},
+    {"tokenize", cmd_tokenize, 0, 1, false, LIST("tokenizer", "decode"), NONE,
+     "tokenize --tokenizer PATH TEXT|- | tokenize --tokenizer PATH --decode IDS|-\n"
+     "    a text's token ids, or the text of ids"},
     {"train", cmd_train, 0, 1, true, LIST("resume", "run-dir", "seed", "stop-after"), NONE,
      "train RUN.json [--seed S] [--run-dir DIR] | train --resume RUN_DIR\n"
      "    run one arm, or continue it from its last checkpoint"},

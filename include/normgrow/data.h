@@ -10,6 +10,13 @@
 //   offset 32  u32[n]   tokens
 // The file is exactly 32 + 4 n bytes. Documents are stored one after the
 // other, each followed by the separator, as Qwen3 pretraining packs them.
+//
+// A large shard is several such files and a manifest, a JSON file that reads
+// as the one shard of all its files' tokens in order:
+//   {"format": "normgrow-shards", "version": 1, "vocab_size": V, "separator": S,
+//    "n_tokens": N, "files": [{"file": "train-00000.bin", "n_tokens": n0}, ...]}
+// File names are relative to the manifest's directory; every file has the
+// manifest's vocab_size and separator, and the counts add up to N.
 #ifndef NORMGROW_DATA_H
 #define NORMGROW_DATA_H
 
@@ -17,6 +24,7 @@
 #include <stdint.h>
 
 #include "normgrow/rng.h"
+#include "normgrow/tokenizer.h"
 
 #define NG_SHARD_MAGIC "NGTOKENS"
 #define NG_SHARD_VERSION 1u
@@ -27,20 +35,43 @@
 #define NG_BYTE_EOT 256u
 
 typedef struct {
-  char *path;
   uint8_t *map;
   size_t map_size;
+  uint64_t first, n;       // this file holds the shard's tokens [first, first + n)
+  const uint32_t *tokens;  // n ids, inside the mapping
+} ng_shard_part;
+
+typedef struct {
+  char *path;
   uint32_t vocab_size, separator;
   uint64_t n_tokens;
-  const uint32_t *tokens;   // n_tokens ids, inside the mapping
+  int n_parts;             // 1 for a shard file, one per file of a manifest
+  ng_shard_part *parts;
 } ng_shard;
 
-// Memory-map and validate (magic, version, sizes, file length, every id < vocab).
+// Memory-map and validate a shard file or a manifest and all its files (magic,
+// version, sizes, file length, every id < vocab).
 int ng_shard_open(ng_shard *s, const char *path);
 void ng_shard_close(ng_shard *s);  // safe on a zeroed struct
+// Tokens [start, start + n) (< n_tokens), across files, into out as int32.
+void ng_shard_read(const ng_shard *s, uint64_t start, int64_t n, int32_t *out);
 // Atomic write (temporary file, then rename).
 int ng_shard_write(const char *path, uint32_t vocab_size, uint32_t separator,
                    const uint32_t *tokens, uint64_t n);
+
+// A shard written as it comes: <dir>/<name>.bin, or, once more than
+// `file_tokens` tokens come, <dir>/<name>-00000.bin, ... and the manifest
+// <dir>/<name>.manifest.json. Nothing appears under those names before
+// ng_shard_writer_finish succeeds; a failed or abandoned writer leaves nothing.
+typedef struct ng_shard_writer ng_shard_writer;
+int ng_shard_writer_open(ng_shard_writer **w, const char *dir, const char *name,
+                         uint32_t vocab_size, uint32_t separator, uint64_t file_tokens);
+int ng_shard_writer_append(ng_shard_writer *w, const uint32_t *ids, size_t n);
+uint64_t ng_shard_writer_count(const ng_shard_writer *w);
+// rc == 0: completes every file and returns the path to read the shard from
+// (the .bin or the manifest; malloc'd) in *path. rc != 0: removes everything.
+// Frees the writer either way.
+int ng_shard_writer_finish(ng_shard_writer *w, int rc, char **path);
 
 // Training batch: B windows of T+1 consecutive tokens, each starting at a
 // uniform position drawn from r: tokens [B*T] = w[0..T), targets [B*T] = w[1..T].
@@ -52,15 +83,50 @@ int ng_batch_sample(const ng_shard *s, ng_rng *r, int64_t B, int64_t T, int32_t 
 void ng_batch_fixed(const ng_shard *s, int64_t index, int64_t B, int64_t T, int32_t *tokens,
                     int32_t *targets);
 
-// Byte-level tokenization of documents into a train and a validation shard.
-// Each document (a whole file, or each record of a file split on lines equal
-// to `record_sep`, when not NULL) becomes its bytes then NG_BYTE_EOT. Empty
-// records are dropped. A document goes to validation when a draw from a
-// generator seeded with `seed` (one draw per document, in input order) falls
-// below val_fraction. Writes <out_dir>/train.bin and <out_dir>/val.bin.
+// A corpus into a train and a validation shard (ref/corpus.c).
+//
+// Inputs are files and directories (every file below one, in name order); a
+// file is plain text or gzip (told by its first bytes). Its documents are
+//   - the whole file (the default),
+//   - records: the text between lines equal to `record_sep`; the newline that
+//     ends a record's last line belongs to no document; or
+//   - JSONL: each non-blank line a JSON object whose string field
+//     `jsonl_field` is the document.
+// A document is tokenized, byte-level (ids 0..255 are bytes, NG_BYTE_EOT the
+// separator) or by `tokenizer` (its "<|endoftext|>" the separator), and
+// followed by the separator. Empty or whitespace-only documents are dropped;
+// every other one draws once, in input order, from a generator seeded with
+// `seed`, and goes to validation when the draw is below val_fraction. The
+// splits go to <out_dir>/train and <out_dir>/val (ng_shard_writer: .bin, or
+// files and a manifest). Documents are tokenized by all OpenMP threads in
+// batches of a fixed size; the shards do not depend on the thread count.
+// Memory is bounded by a batch plus the largest document (at most 1 GiB).
+// A malformed input fails with one message naming the file (and the line),
+// and leaves no shard behind.
+typedef struct {
+  const char *record_sep;         // NULL: not records
+  const char *jsonl_field;        // NULL: not JSONL
+  const ng_tokenizer *tokenizer;  // NULL: byte-level
+  double val_fraction;            // in (0, 1)
+  uint64_t seed;
+  uint64_t max_tokens;   // > 0: the training split ends at exactly this many tokens
+                         // (its last document cut there); input stops being read
+  uint64_t file_tokens;  // tokens per shard file; 0: NG_DATA_FILE_TOKENS
+  bool progress;         // progress lines on stderr (bytes/s, tokens/s, ETA)
+} ng_data_options;
+#define NG_DATA_FILE_TOKENS ((uint64_t)1 << 28)  // 1 GiB files
+
 typedef struct {
   uint64_t docs[2], tokens[2];  // [train, val]
+  char *path[2];                // the shard to read each split from (malloc'd)
+  uint64_t bytes;               // input bytes read (decompressed)
+  double seconds;
 } ng_data_stats;
+int ng_data_prepare(const char *const *inputs, int n_inputs, const ng_data_options *o,
+                    const char *out_dir, ng_data_stats *st);
+void ng_data_stats_free(ng_data_stats *st);
+
+// Byte-level shards of whole files, or of records when record_sep is not NULL.
 int ng_data_build(const char *const *files, int n_files, const char *record_sep,
                   double val_fraction, uint64_t seed, const char *out_dir, ng_data_stats *st);
 

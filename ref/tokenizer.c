@@ -1,0 +1,1031 @@
+// normgrow: the Hugging Face byte-level BPE tokenizer (tokenizer.h).
+#include "normgrow/tokenizer.h"
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <cJSON.h>
+#include <pcre2.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <utf8proc.h>
+
+#include "nfc_unicode9.h"
+#include "regex_unicode.h"
+#include "normgrow/common.h"
+#include "normgrow/fileio.h"
+
+#define MAX_JSON_BYTES ((size_t)1 << 30)
+#define MAX_ID ((uint32_t)1 << 24)  // ids past 16M are refused as implausible
+#define NO_TOKEN UINT32_MAX
+#define EMPTY_PAIR UINT64_MAX
+#define JIT_STACK_MAX ((size_t)64 << 20)
+// The word cache: direct-mapped, words of at most CACHE_WORD bytes and CACHE_IDS ids.
+#define CACHE_SLOTS ((size_t)1 << 15)
+#define CACHE_WORD 26
+#define CACHE_IDS 12
+
+typedef struct {
+  uint32_t off, len;  // bytes in the pool; len NO_TOKEN: no token has this id
+} span;
+
+typedef struct {
+  uint64_t key;       // a << 32 | b, or EMPTY_PAIR
+  uint32_t rank, id;  // merge rank, id of the merged token
+} pair_slot;
+
+typedef struct {
+  span content;
+  uint32_t id;
+} added_token;
+
+struct ng_tokenizer {
+  uint8_t *pool;  // every token's bytes
+  size_t pool_len, pool_cap;
+  span *tok;  // [vocab_size]
+  uint32_t vocab_size;
+  uint32_t *vocab_slots;  // BPE vocabulary by bytes: id + 1, 0 empty
+  size_t vocab_mask;
+  pair_slot *pairs;  // merges by pair of ids
+  size_t pair_mask;
+  uint32_t byte_id[256];  // each byte's BPE token
+  added_token *added;
+  int n_added;
+  bool added_first[256];  // bytes some added token starts with
+  bool nfc;
+  pcre2_code *re;
+};
+
+typedef struct {
+  uint8_t len, n_ids;  // len 0: empty slot
+  uint8_t bytes[CACHE_WORD];
+  uint32_t ids[CACHE_IDS];
+} cache_slot;
+
+struct ng_tok_state {
+  const ng_tokenizer *t;
+  pcre2_match_data *md;
+  pcre2_match_context *mctx;
+  pcre2_jit_stack *jit;
+  uint8_t *fix;  // repaired text
+  size_t fix_cap;
+  uint8_t *norm;  // normalized text
+  size_t norm_len, norm_cap;
+  uint32_t *sym;    // BPE symbols of a word; NO_TOKEN once merged away
+  int32_t *next, *prev;
+  size_t sym_cap;   // of sym, next, prev and heap
+  uint64_t *heap;  // rank << 32 | position
+  size_t heap_n;
+  cache_slot *cache;
+};
+
+// ---------------------------------------------------------------------------
+// Hashing
+
+static uint64_t hash_bytes(const uint8_t *s, size_t n) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (size_t i = 0; i < n; i++) h = (h ^ s[i]) * 0x100000001b3ULL;
+  return h ^ (h >> 29);
+}
+
+static uint64_t hash_pair(uint64_t key) {
+  key *= 0x9e3779b97f4a7c15ULL;
+  return key ^ (key >> 31);
+}
+
+static size_t table_size(size_t n) {
+  size_t size = 16;
+  while (size < 2 * n) size *= 2;
+  return size;
+}
+
+// The BPE token whose bytes are s[0..n), or NO_TOKEN.
+static uint32_t vocab_find(const ng_tokenizer *t, const uint8_t *s, size_t n) {
+  for (size_t i = hash_bytes(s, n) & t->vocab_mask;; i = (i + 1) & t->vocab_mask) {
+    uint32_t v = t->vocab_slots[i];
+    if (v == 0) return NO_TOKEN;
+    span sp = t->tok[v - 1];
+    if (sp.len == n && memcmp(t->pool + sp.off, s, n) == 0) return v - 1;
+  }
+}
+
+static const pair_slot *pair_find(const ng_tokenizer *t, uint32_t a, uint32_t b) {
+  uint64_t key = (uint64_t)a << 32 | b;
+  for (size_t i = hash_pair(key) & t->pair_mask;; i = (i + 1) & t->pair_mask) {
+    if (t->pairs[i].key == key) return &t->pairs[i];
+    if (t->pairs[i].key == EMPTY_PAIR) return NULL;
+  }
+}
+
+// ---------------------------------------------------------------------------
+// UTF-8
+
+// The length of the well-formed UTF-8 sequence at s[0..n) (Unicode table
+// 3-7), or 0 with *bad set to the length (>= 1) of its maximal ill-formed prefix.
+static size_t utf8_seq(const uint8_t *s, size_t n, size_t *bad) {
+  uint8_t c = s[0], lo = 0x80, hi = 0xBF;
+  size_t need;
+  if (c < 0x80) return 1;
+  if (c >= 0xC2 && c <= 0xDF) {
+    need = 2;
+  } else if (c >= 0xE0 && c <= 0xEF) {
+    need = 3;
+    if (c == 0xE0) lo = 0xA0;
+    if (c == 0xED) hi = 0x9F;  // no surrogates
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    need = 4;
+    if (c == 0xF0) lo = 0x90;
+    if (c == 0xF4) hi = 0x8F;  // nothing past U+10FFFF
+  } else {
+    *bad = 1;
+    return 0;
+  }
+  for (size_t i = 1; i < need; i++) {
+    if (i >= n || s[i] < lo || s[i] > hi) {
+      *bad = i;
+      return 0;
+    }
+    lo = 0x80;
+    hi = 0xBF;
+  }
+  return need;
+}
+
+// A code point of valid UTF-8 at s (n > 0 bytes left); its length into *len.
+static int32_t utf8_decode(const uint8_t *s, size_t n, size_t *len) {
+  size_t bad;
+  *len = utf8_seq(s, n, &bad);
+  if (*len == 0) return -1;
+  static const uint8_t lead_mask[5] = {0, 0x7F, 0x1F, 0x0F, 0x07};
+  int32_t cp = s[0] & lead_mask[*len];
+  for (size_t i = 1; i < *len; i++) cp = cp << 6 | (s[i] & 0x3F);
+  return cp;
+}
+
+// ---------------------------------------------------------------------------
+// The GPT-2 byte-level alphabet: bytes 33..126, 161..172 and 174..255 are the
+// characters of the same value; the other 68 bytes, in order, are U+0100 upward.
+
+#define BYTE_CHARS 324
+
+static void byte_alphabet(int16_t byte_of[BYTE_CHARS]) {
+  for (int c = 0; c < BYTE_CHARS; c++) byte_of[c] = -1;
+  int extra = 0;
+  for (int b = 0; b < 256; b++) {
+    bool self = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174;
+    byte_of[self ? b : 256 + extra++] = (int16_t)b;
+  }
+}
+
+// The bytes a byte-level string stands for, appended to the pool; false if a
+// character is outside the alphabet.
+static bool pool_add_byte_level(ng_tokenizer *t, const int16_t *byte_of, const char *str,
+                                span *out) {
+  size_t n = strlen(str);
+  if (t->pool_len + n > t->pool_cap) {
+    t->pool_cap = 2 * (t->pool_len + n) + 4096;
+    t->pool = ng_xrealloc(t->pool, t->pool_cap);
+  }
+  const uint8_t *s = (const uint8_t *)str;
+  size_t m = 0;
+  for (size_t i = 0, len; i < n; i += len) {
+    int32_t cp = utf8_decode(s + i, n - i, &len);
+    if (cp < 0 || cp >= BYTE_CHARS || byte_of[cp] < 0) return false;
+    t->pool[t->pool_len + m++] = (uint8_t)byte_of[cp];
+  }
+  *out = (span){(uint32_t)t->pool_len, (uint32_t)m};
+  t->pool_len += m;
+  return true;
+}
+
+// ---------------------------------------------------------------------------
+// Loading: features
+
+static int unsupported(const char *path, const char *feature, const char *value) {
+  return ng_fail("%s: uses %s%s%s, which normgrow's tokenizer does not implement", path, feature,
+                 value ? " " : "", value ? value : "");
+}
+
+static const char *json_str(const cJSON *o, const char *key) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+  return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+// A key that must be absent, null or false.
+static bool json_off(const cJSON *o, const char *key) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+  return !v || cJSON_IsNull(v) || cJSON_IsFalse(v);
+}
+
+// A key that must be absent, null or "".
+static bool json_empty_str(const cJSON *o, const char *key) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+  return !v || cJSON_IsNull(v) || (cJSON_IsString(v) && v->valuestring[0] == 0);
+}
+
+static bool has_type(const cJSON *o, const char *type) {
+  const char *s = json_str(o, "type");
+  return s && strcmp(s, type) == 0;
+}
+
+static const char *type_of(const cJSON *o) {
+  const char *s = json_str(o, "type");
+  return s ? s : "(no type)";
+}
+
+// The ByteLevel pre-tokenizer, post-processor or decoder, as Qwen3 has them:
+// no prefix space, no regex of its own (offsets trimming changes no ids).
+static int check_byte_level(const char *path, const cJSON *o, const char *where) {
+  char what[96];
+  if (!has_type(o, "ByteLevel")) {
+    snprintf(what, sizeof what, "%s type", where);
+    return unsupported(path, what, type_of(o));
+  }
+  snprintf(what, sizeof what, "%s ByteLevel with", where);
+  if (!json_off(o, "add_prefix_space")) return unsupported(path, what, "add_prefix_space");
+  if (!json_off(o, "use_regex")) return unsupported(path, what, "use_regex");
+  return 0;
+}
+
+// An absent/null part, or a ByteLevel one.
+static int check_optional_byte_level(const char *path, const cJSON *root, const char *key) {
+  const cJSON *o = cJSON_GetObjectItemCaseSensitive(root, key);
+  return !o || cJSON_IsNull(o) ? 0 : check_byte_level(path, o, key);
+}
+
+static int check_normalizer(ng_tokenizer *t, const char *path, const cJSON *root) {
+  const cJSON *o = cJSON_GetObjectItemCaseSensitive(root, "normalizer");
+  if (!o || cJSON_IsNull(o)) return 0;
+  if (!has_type(o, "NFC")) return unsupported(path, "normalizer", type_of(o));
+  t->nfc = true;
+  return 0;
+}
+
+// ---------------------------------------------------------------------------
+// The regex, with `tokenizers`' Unicode. PCRE2 10.42 knows Unicode 14.0, so
+// each \p{L} and \p{N} of the pattern is widened by the letters and digits
+// assigned since (regex_unicode.h); and its \s counts U+180E, which Unicode
+// 6.3 took out of White_Space, so \s and \S become the White_Space list.
+// Inside a class the list goes in as it is, outside as a class of its own.
+
+#define WHITE_SPACE "\\x{9}-\\x{D}\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}"
+
+typedef struct {
+  char *s;
+  size_t n, cap;
+} text_buf;
+
+static void put(text_buf *b, const char *s, size_t n) {
+  if (b->n + n + 1 > b->cap) {
+    b->cap = 2 * (b->n + n + 1);
+    b->s = ng_xrealloc(b->s, b->cap);
+  }
+  memcpy(b->s + b->n, s, n);
+  b->n += n;
+  b->s[b->n] = 0;
+}
+
+static void put_str(text_buf *b, const char *s) { put(b, s, strlen(s)); }
+
+// "\p{L}" or "\p{N}" and the ranges of regex_unicode.h, as class items.
+static char *property_items(char prop) {
+  const uint32_t(*r)[2] = prop == 'L' ? regex_new_letters : regex_new_digits;
+  size_t n = prop == 'L' ? sizeof regex_new_letters / sizeof *r : sizeof regex_new_digits / sizeof *r;
+  text_buf b = {0};
+  put_str(&b, prop == 'L' ? "\\p{L}" : "\\p{N}");
+  char item[48];
+  for (size_t i = 0; i < n; i++)
+    put(&b, item, (size_t)snprintf(item, sizeof item, "\\x{%X}-\\x{%X}", r[i][0], r[i][1]));
+  return b.s;
+}
+
+// The items of a class, or outside one the class of them ("[^" when negated).
+static void put_items(text_buf *b, const char *items, bool in_class, bool negated) {
+  if (!in_class) put_str(b, negated ? "[^" : "[");
+  put_str(b, items);
+  if (!in_class) put_str(b, "]");
+}
+
+// The pattern with \p{L}, \p{N}, \s and (outside classes) \S replaced
+// (malloc'd). Classes are followed through escapes, a leading ']' or '^]',
+// and POSIX [:name:] items.
+static char *widen_pattern(const char *pat) {
+  char *letters = property_items('L'), *digits = property_items('N');
+  text_buf b = {0};
+  put(&b, "", 0);
+  bool in_class = false;
+  for (const char *p = pat; *p;) {
+    if (strncmp(p, "\\p{L}", 5) == 0 || strncmp(p, "\\p{N}", 5) == 0) {
+      put_items(&b, p[3] == 'L' ? letters : digits, in_class, false);
+      p += 5;
+    } else if (strncmp(p, "\\s", 2) == 0 || (strncmp(p, "\\S", 2) == 0 && !in_class)) {
+      put_items(&b, WHITE_SPACE, in_class, p[1] == 'S');
+      p += 2;
+    } else if (p[0] == '\\' && p[1]) {
+      put(&b, p, 2);
+      p += 2;
+    } else if (!in_class && p[0] == '[') {
+      size_t k = 1 + (p[1] == '^');
+      k += p[k] == ']';  // a ']' first is a literal
+      put(&b, p, k);
+      p += k;
+      in_class = true;
+    } else if (in_class && p[0] == '[' && p[1] == ':' && strstr(p + 2, ":]")) {
+      size_t k = (size_t)(strstr(p + 2, ":]") - p) + 2;
+      put(&b, p, k);
+      p += k;
+    } else {
+      in_class &= p[0] != ']';
+      put(&b, p, 1);
+      p++;
+    }
+  }
+  free(letters);
+  free(digits);
+  return b.s;
+}
+
+static int compile_regex(ng_tokenizer *t, const char *path, const char *file_pattern) {
+  int err;
+  PCRE2_SIZE at;
+  char *pattern = widen_pattern(file_pattern);
+  t->re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &err,
+                        &at, NULL);
+  free(pattern);
+  if (!t->re) {
+    PCRE2_UCHAR msg[256];
+    pcre2_get_error_message(err, msg, sizeof msg);
+    return ng_fail("%s: pre_tokenizer Split regex: %s at offset %zu", path, (char *)msg,
+                   (size_t)at);
+  }
+  pcre2_jit_compile(t->re, PCRE2_JIT_COMPLETE);  // without JIT, pcre2_match interprets
+  return 0;
+}
+
+// Sequence [Split(Regex, Isolated), ByteLevel].
+static int check_pre_tokenizer(ng_tokenizer *t, const char *path, const cJSON *root) {
+  const cJSON *o = cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer");
+  if (!o || cJSON_IsNull(o)) return unsupported(path, "no pre_tokenizer", NULL);
+  if (!has_type(o, "Sequence")) return unsupported(path, "pre_tokenizer type", type_of(o));
+  const cJSON *seq = cJSON_GetObjectItemCaseSensitive(o, "pretokenizers");
+  if (cJSON_GetArraySize(seq) != 2 || !cJSON_IsArray(seq))
+    return unsupported(path, "a pre_tokenizer Sequence other than [Split, ByteLevel]", NULL);
+  const cJSON *split = cJSON_GetArrayItem(seq, 0);
+  if (!has_type(split, "Split")) return unsupported(path, "pre_tokenizer", type_of(split));
+  const char *behavior = json_str(split, "behavior");
+  if (!behavior || strcmp(behavior, "Isolated") != 0)
+    return unsupported(path, "Split behavior", behavior ? behavior : "(none)");
+  if (!json_off(split, "invert")) return unsupported(path, "Split with invert", NULL);
+  const char *regex = json_str(cJSON_GetObjectItemCaseSensitive(split, "pattern"), "Regex");
+  if (!regex) return unsupported(path, "a Split pattern that is not a Regex", NULL);
+  if (check_byte_level(path, cJSON_GetArrayItem(seq, 1), "pre_tokenizer") != 0) return -1;
+  return compile_regex(t, path, regex);
+}
+
+static int check_model_features(const char *path, const cJSON *m) {
+  if (!has_type(m, "BPE")) return unsupported(path, "model type", type_of(m));
+  if (!json_off(m, "dropout")) return unsupported(path, "BPE dropout", NULL);
+  if (!json_off(m, "unk_token")) return unsupported(path, "BPE unk_token", NULL);
+  if (!json_off(m, "byte_fallback")) return unsupported(path, "BPE byte_fallback", NULL);
+  if (!json_off(m, "ignore_merges")) return unsupported(path, "BPE ignore_merges", NULL);
+  if (!json_empty_str(m, "continuing_subword_prefix"))
+    return unsupported(path, "BPE continuing_subword_prefix", NULL);
+  if (!json_empty_str(m, "end_of_word_suffix"))
+    return unsupported(path, "BPE end_of_word_suffix", NULL);
+  return 0;
+}
+
+static int check_features(ng_tokenizer *t, const char *path, const cJSON *root) {
+  if (!json_off(root, "truncation")) return unsupported(path, "truncation", NULL);
+  if (!json_off(root, "padding")) return unsupported(path, "padding", NULL);
+  const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
+  if (!cJSON_IsObject(model)) return ng_fail("%s: no \"model\" object", path);
+  return check_normalizer(t, path, root) || check_pre_tokenizer(t, path, root) ||
+                 check_optional_byte_level(path, root, "post_processor") ||
+                 check_optional_byte_level(path, root, "decoder") ||
+                 check_model_features(path, model)
+             ? -1
+             : 0;
+}
+
+// ---------------------------------------------------------------------------
+// Loading: vocabulary, added tokens, merges
+
+static int json_id(const char *path, const char *where, const cJSON *v, uint32_t *id) {
+  if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble >= MAX_ID ||
+      v->valuedouble != (double)(uint32_t)v->valuedouble)
+    return ng_fail("%s: %s: id is not an integer in 0..%u", path, where, MAX_ID - 1);
+  *id = (uint32_t)v->valuedouble;
+  return 0;
+}
+
+// One past the largest id of the vocabulary and the added tokens.
+static int count_ids(const char *path, const cJSON *vocab, const cJSON *added, uint32_t *n) {
+  *n = 0;
+  char where[64];
+  for (const cJSON *e = vocab->child; e; e = e->next) {
+    uint32_t id = 0;
+    snprintf(where, sizeof where, "model.vocab \"%.32s\"", e->string);
+    if (json_id(path, where, e, &id) != 0) return -1;
+    if (id + 1 > *n) *n = id + 1;
+  }
+  int i = 0;
+  for (const cJSON *e = added ? added->child : NULL; e; e = e->next, i++) {
+    uint32_t id = 0;
+    snprintf(where, sizeof where, "added_tokens[%d]", i);
+    if (json_id(path, where, cJSON_GetObjectItemCaseSensitive(e, "id"), &id) != 0) return -1;
+    if (id + 1 > *n) *n = id + 1;
+  }
+  if (*n == 0) return ng_fail("%s: model.vocab is empty", path);
+  return 0;
+}
+
+static int read_vocab(ng_tokenizer *t, const char *path, const cJSON *vocab) {
+  int16_t byte_of[BYTE_CHARS];
+  byte_alphabet(byte_of);
+  size_t n = (size_t)cJSON_GetArraySize(vocab);
+  t->vocab_mask = table_size(n) - 1;
+  t->vocab_slots = ng_xcalloc(t->vocab_mask + 1, sizeof *t->vocab_slots);
+  for (const cJSON *e = vocab->child; e; e = e->next) {
+    uint32_t id = (uint32_t)e->valuedouble;  // checked by count_ids
+    if (t->tok[id].len != NO_TOKEN)
+      return ng_fail("%s: model.vocab: id %u is given to two tokens", path, id);
+    if (!pool_add_byte_level(t, byte_of, e->string, &t->tok[id]))
+      return unsupported(path, "a vocabulary outside the byte-level alphabet: token",
+                         e->string);
+    span sp = t->tok[id];
+    if (vocab_find(t, t->pool + sp.off, sp.len) != NO_TOKEN)
+      return ng_fail("%s: model.vocab: token \"%s\" appears twice", path, e->string);
+    size_t i = hash_bytes(t->pool + sp.off, sp.len) & t->vocab_mask;
+    while (t->vocab_slots[i]) i = (i + 1) & t->vocab_mask;
+    t->vocab_slots[i] = id + 1;
+  }
+  for (int b = 0; b < 256; b++) {
+    uint8_t byte = (uint8_t)b;
+    t->byte_id[b] = vocab_find(t, &byte, 1);
+    if (t->byte_id[b] == NO_TOKEN)
+      return unsupported(path, "a vocabulary without all 256 bytes (unknown tokens)", NULL);
+  }
+  return 0;
+}
+
+// Added tokens match their content as written, never stripped or normalized.
+static int read_added(ng_tokenizer *t, const char *path, const cJSON *added) {
+  int n = added ? cJSON_GetArraySize(added) : 0;
+  t->added = ng_xcalloc((size_t)n + 1, sizeof *t->added);
+  static const char *const flags[] = {"single_word", "lstrip", "rstrip", "normalized"};
+  for (const cJSON *e = added ? added->child : NULL; e; e = e->next, t->n_added++) {
+    char where[64];
+    snprintf(where, sizeof where, "added_tokens[%d] with", t->n_added);
+    for (size_t f = 0; f < sizeof flags / sizeof *flags; f++)
+      if (!json_off(e, flags[f])) return unsupported(path, where, flags[f]);
+    const char *content = json_str(e, "content");
+    if (!content || !content[0])
+      return ng_fail("%s: added_tokens[%d]: no content", path, t->n_added);
+    uint32_t id = (uint32_t)cJSON_GetObjectItemCaseSensitive(e, "id")->valuedouble;
+    size_t len = strlen(content);
+    span *sp = &t->tok[id];
+    if (sp->len != NO_TOKEN && !(sp->len == len && memcmp(t->pool + sp->off, content, len) == 0))
+      return ng_fail("%s: added_tokens[%d]: id %u is already another token", path, t->n_added,
+                     id);
+    if (t->pool_len + len > t->pool_cap) {
+      t->pool_cap = 2 * (t->pool_len + len);
+      t->pool = ng_xrealloc(t->pool, t->pool_cap);
+    }
+    memcpy(t->pool + t->pool_len, content, len);
+    *sp = (span){(uint32_t)t->pool_len, (uint32_t)len};
+    t->pool_len += len;
+    t->added[t->n_added] = (added_token){*sp, id};
+    t->added_first[(uint8_t)content[0]] = true;
+  }
+  return 0;
+}
+
+// The token named by one side of a merge, in byte-level characters.
+static int merge_side(ng_tokenizer *t, const char *path, int rank, const char *s, size_t n,
+                      const int16_t *byte_of, uint32_t *id) {
+  char *str = ng_xmalloc(n + 1);
+  memcpy(str, s, n);
+  str[n] = 0;
+  size_t mark = t->pool_len;
+  span sp;
+  bool ok = pool_add_byte_level(t, byte_of, str, &sp);
+  *id = ok ? vocab_find(t, t->pool + sp.off, sp.len) : NO_TOKEN;
+  t->pool_len = mark;  // scratch only
+  int rc = *id == NO_TOKEN
+               ? ng_fail("%s: model.merges[%d]: \"%s\" is not in model.vocab", path, rank, str)
+               : 0;
+  free(str);
+  return rc;
+}
+
+// A merge is "a b" (one space) or ["a", "b"].
+static int merge_parts(const char *path, int rank, const cJSON *e, const char **a, size_t *na,
+                       const char **b, size_t *nb) {
+  if (cJSON_IsString(e)) {
+    const char *sp = strchr(e->valuestring, ' ');
+    if (sp && !strchr(sp + 1, ' ')) {
+      *a = e->valuestring;
+      *na = (size_t)(sp - *a);
+      *b = sp + 1;
+      *nb = strlen(*b);
+      return 0;
+    }
+  } else if (cJSON_IsArray(e) && cJSON_GetArraySize(e) == 2 &&
+             cJSON_IsString(cJSON_GetArrayItem(e, 0)) && cJSON_IsString(cJSON_GetArrayItem(e, 1))) {
+    *a = cJSON_GetArrayItem(e, 0)->valuestring;
+    *b = cJSON_GetArrayItem(e, 1)->valuestring;
+    *na = strlen(*a);
+    *nb = strlen(*b);
+    return 0;
+  }
+  return ng_fail("%s: model.merges[%d]: not \"a b\" or [\"a\", \"b\"]", path, rank);
+}
+
+// A later merge of the same pair replaces an earlier one, as in `tokenizers`.
+static void pair_insert(ng_tokenizer *t, uint32_t a, uint32_t b, uint32_t rank, uint32_t id) {
+  uint64_t key = (uint64_t)a << 32 | b;
+  size_t i = hash_pair(key) & t->pair_mask;
+  while (t->pairs[i].key != EMPTY_PAIR && t->pairs[i].key != key) i = (i + 1) & t->pair_mask;
+  t->pairs[i] = (pair_slot){key, rank, id};
+}
+
+// The line of the file on which model.merges[rank] starts, 0 if not found: a
+// scan from the "merges" key that counts the array's elements (strings or
+// arrays of strings).
+static size_t merge_line(const char *text, int rank) {
+  const char *p = text;
+  for (;;) {  // "merges" : [
+    const char *key = strstr(p, "\"merges\"");
+    if (!key) return 0;
+    p = key + 8;
+    p += strspn(p, " \t\r\n");
+    if (*p != ':') continue;
+    p += 1 + strspn(p + 1, " \t\r\n");
+    if (*p == '[') break;
+  }
+  int element = -1, depth = 0;
+  bool in_string = false;
+  for (p++; *p; p++) {
+    if (in_string) {
+      if (*p == '\\' && p[1]) p++;
+      else if (*p == '"') in_string = false;
+      continue;
+    }
+    if (depth == 0 && (*p == '"' || *p == '[') && ++element == rank) {
+      size_t line = 1;
+      for (const char *q = text; q < p; q++) line += *q == '\n';
+      return line;
+    }
+    if (*p == '"') in_string = true;
+    else if (*p == '[') depth++;
+    else if (*p == ']' && depth-- == 0) return 0;
+  }
+  return 0;
+}
+
+// Puts the line of the failing merge after the path in the message.
+static int merge_fail(const char *path, const char *text, int rank) {
+  size_t line = merge_line(text, rank), skip = strlen(path) + 2;
+  if (line == 0 || strlen(ng_error()) < skip) return -1;
+  char msg[768];
+  snprintf(msg, sizeof msg, "%s", ng_error() + skip);
+  return ng_fail("%s: line %zu: %s", path, line, msg);
+}
+
+static int read_merges(ng_tokenizer *t, const char *path, const char *text, const cJSON *merges) {
+  int16_t byte_of[BYTE_CHARS];
+  byte_alphabet(byte_of);
+  size_t n = (size_t)cJSON_GetArraySize(merges);
+  t->pair_mask = table_size(2 * n) - 1;
+  t->pairs = ng_xmalloc((t->pair_mask + 1) * sizeof *t->pairs);
+  for (size_t i = 0; i <= t->pair_mask; i++) t->pairs[i].key = EMPTY_PAIR;
+  uint8_t *joined = NULL;
+  int rank = 0, rc = 0;
+  for (const cJSON *e = merges->child; e; e = e->next, rank++) {
+    const char *a = NULL, *b = NULL;
+    size_t na = 0, nb = 0;
+    uint32_t ia, ib;
+    rc = merge_parts(path, rank, e, &a, &na, &b, &nb) ||
+                 merge_side(t, path, rank, a, na, byte_of, &ia) ||
+                 merge_side(t, path, rank, b, nb, byte_of, &ib)
+             ? -1
+             : 0;
+    if (rc != 0) break;
+    span sa = t->tok[ia], sb = t->tok[ib];
+    joined = ng_xrealloc(joined, (size_t)sa.len + sb.len);
+    memcpy(joined, t->pool + sa.off, sa.len);
+    memcpy(joined + sa.len, t->pool + sb.off, sb.len);
+    uint32_t id = vocab_find(t, joined, (size_t)sa.len + sb.len);
+    if (id == NO_TOKEN) {
+      rc = ng_fail("%s: model.merges[%d]: the merged token is not in model.vocab", path, rank);
+      break;
+    }
+    pair_insert(t, ia, ib, (uint32_t)rank, id);
+  }
+  free(joined);
+  return rc == 0 ? 0 : merge_fail(path, text, rank);
+}
+
+static int read_tokens(ng_tokenizer *t, const char *path, const char *text, const cJSON *root) {
+  const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
+  const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
+  const cJSON *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
+  const cJSON *added = cJSON_GetObjectItemCaseSensitive(root, "added_tokens");
+  if (!cJSON_IsObject(vocab)) return ng_fail("%s: model.vocab is not an object", path);
+  if (!cJSON_IsArray(merges)) return ng_fail("%s: model.merges is not an array", path);
+  if (added && !cJSON_IsNull(added) && !cJSON_IsArray(added))
+    return ng_fail("%s: added_tokens is not an array", path);
+  if (added && cJSON_IsNull(added)) added = NULL;
+  if (count_ids(path, vocab, added, &t->vocab_size) != 0) return -1;
+  t->tok = ng_xmalloc((size_t)t->vocab_size * sizeof *t->tok);
+  for (uint32_t i = 0; i < t->vocab_size; i++) t->tok[i] = (span){0, NO_TOKEN};
+  return read_vocab(t, path, vocab) || read_merges(t, path, text, merges) || read_added(t, path, added)
+             ? -1
+             : 0;
+}
+
+// "<path>: line L: not valid JSON" for a truncated or malformed file.
+static cJSON *parse_json(const char *path, const char *text, size_t len) {
+  const char *end = NULL;
+  cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, false);
+  if (!root) {
+    size_t line = 1;
+    for (const char *p = text; end && p < end && p < text + len; p++) line += *p == '\n';
+    ng_fail("%s: line %zu: not valid JSON (truncated or malformed)", path, line);
+  }
+  return root;
+}
+
+int ng_tokenizer_load(const char *path, ng_tokenizer **out) {
+  *out = NULL;
+  struct stat st;
+  char *file = stat(path, &st) == 0 && S_ISDIR(st.st_mode) ? ng_path_join(path, "tokenizer.json")
+                                                          : ng_xstrdup(path);
+  char *text = NULL;
+  size_t len;
+  cJSON *root = NULL;
+  ng_tokenizer *t = ng_xcalloc(1, sizeof *t);
+  int rc = ng_read_file(file, MAX_JSON_BYTES, &text, &len);
+  if (rc == 0 && !(root = parse_json(file, text, len))) rc = -1;
+  if (rc == 0 && !cJSON_IsObject(root)) rc = ng_fail("%s: not a JSON object", file);
+  if (rc == 0) rc = check_features(t, file, root) || read_tokens(t, file, text, root) ? -1 : 0;
+  cJSON_Delete(root);
+  free(text);
+  free(file);
+  if (rc != 0) {
+    ng_tokenizer_free(t);
+    return -1;
+  }
+  *out = t;
+  return 0;
+}
+
+void ng_tokenizer_free(ng_tokenizer *t) {
+  if (!t) return;
+  pcre2_code_free(t->re);
+  free(t->pool);
+  free(t->tok);
+  free(t->vocab_slots);
+  free(t->pairs);
+  free(t->added);
+  free(t);
+}
+
+uint32_t ng_tokenizer_vocab_size(const ng_tokenizer *t) { return t->vocab_size; }
+
+int ng_tokenizer_added_id(const ng_tokenizer *t, const char *content, uint32_t *id) {
+  size_t n = strlen(content);
+  for (int i = 0; i < t->n_added; i++) {
+    span c = t->added[i].content;
+    if (c.len == n && memcmp(t->pool + c.off, content, n) == 0) {
+      *id = t->added[i].id;
+      return 0;
+    }
+  }
+  return ng_fail("the tokenizer has no added token \"%s\"", content);
+}
+
+// ---------------------------------------------------------------------------
+// Encoding state
+
+ng_tok_state *ng_tok_state_create(const ng_tokenizer *t) {
+  ng_tok_state *s = ng_xcalloc(1, sizeof *s);
+  s->t = t;
+  s->md = pcre2_match_data_create_from_pattern(t->re, NULL);
+  s->mctx = pcre2_match_context_create(NULL);
+  s->jit = pcre2_jit_stack_create(32 << 10, JIT_STACK_MAX, NULL);
+  NG_ASSERT(s->md && s->mctx && s->jit);
+  pcre2_jit_stack_assign(s->mctx, NULL, s->jit);
+  s->cache = ng_xcalloc(CACHE_SLOTS, sizeof *s->cache);
+  return s;
+}
+
+void ng_tok_state_free(ng_tok_state *s) {
+  if (!s) return;
+  pcre2_match_data_free(s->md);
+  pcre2_match_context_free(s->mctx);
+  pcre2_jit_stack_free(s->jit);
+  free(s->fix);
+  free(s->norm);
+  free(s->sym);
+  free(s->next);
+  free(s->prev);
+  free(s->heap);
+  free(s->cache);
+  free(s);
+}
+
+static void ids_reserve(ng_ids *o, size_t more) {
+  NG_ASSERT(more < SIZE_MAX / 8 - o->n);
+  if (o->n + more <= o->cap) return;
+  o->cap = o->n + more > 2 * o->cap ? o->n + more : 2 * o->cap;
+  o->ids = ng_xrealloc(o->ids, o->cap * sizeof *o->ids);
+}
+
+// ---------------------------------------------------------------------------
+// BPE of one word
+
+static void heap_push(ng_tok_state *s, uint64_t v) {
+  NG_ASSERT(s->heap_n < s->sym_cap);
+  size_t i = s->heap_n++;
+  while (i > 0 && s->heap[(i - 1) / 2] > v) {
+    s->heap[i] = s->heap[(i - 1) / 2];
+    i = (i - 1) / 2;
+  }
+  s->heap[i] = v;
+}
+
+static uint64_t heap_pop(ng_tok_state *s) {
+  uint64_t top = s->heap[0], last = s->heap[--s->heap_n];
+  size_t i = 0, n = s->heap_n;
+  for (;;) {
+    size_t c = 2 * i + 1;
+    if (c >= n) break;
+    if (c + 1 < n && s->heap[c + 1] < s->heap[c]) c++;
+    if (s->heap[c] >= last) break;
+    s->heap[i] = s->heap[c];
+    i = c;
+  }
+  if (n > 0) s->heap[i] = last;
+  return top;
+}
+
+// Queues the pair starting at symbol i, if it has a merge.
+static void queue_pair(ng_tok_state *s, int32_t i) {
+  if (i < 0 || s->next[i] < 0) return;
+  const pair_slot *p = pair_find(s->t, s->sym[i], s->sym[s->next[i]]);
+  if (p) heap_push(s, (uint64_t)p->rank << 32 | (uint32_t)i);
+}
+
+// Room for a word of n symbols; the queue holds at most 2n - 2 entries (n - 1
+// pairs at first, then at most one more per merge: two pushed, one popped).
+static void grow_word(ng_tok_state *s, size_t n) {
+  if (2 * n <= s->sym_cap) return;
+  s->sym_cap = 2 * n;
+  s->sym = ng_xrealloc(s->sym, s->sym_cap * sizeof *s->sym);
+  s->next = ng_xrealloc(s->next, s->sym_cap * sizeof *s->next);
+  s->prev = ng_xrealloc(s->prev, s->sym_cap * sizeof *s->prev);
+  s->heap = ng_xrealloc(s->heap, s->sym_cap * sizeof *s->heap);
+}
+
+// The symbols of w[0..n) (n <= INT32_MAX) after every merge, appended to out.
+// The queue holds (rank, position) of pairs; an entry whose pair has changed
+// since is stale and skipped. Lowest rank first, leftmost among equals.
+static void bpe_merge(ng_tok_state *s, const uint8_t *w, size_t n, ng_ids *out) {
+  grow_word(s, n);
+  s->heap_n = 0;
+  for (size_t i = 0; i < n; i++) {
+    s->sym[i] = s->t->byte_id[w[i]];
+    s->prev[i] = (int32_t)i - 1;
+    s->next[i] = i + 1 < n ? (int32_t)i + 1 : -1;
+  }
+  for (size_t i = 0; i + 1 < n; i++) queue_pair(s, (int32_t)i);
+  while (s->heap_n > 0) {
+    uint64_t top = heap_pop(s);
+    int32_t i = (int32_t)(uint32_t)top, j = s->next[i];
+    if (s->sym[i] == NO_TOKEN || j < 0) continue;
+    const pair_slot *p = pair_find(s->t, s->sym[i], s->sym[j]);
+    if (!p || p->rank != (uint32_t)(top >> 32)) continue;  // stale
+    s->sym[i] = p->id;
+    s->sym[j] = NO_TOKEN;
+    s->next[i] = s->next[j];
+    if (s->next[j] >= 0) s->prev[s->next[j]] = i;
+    queue_pair(s, s->prev[i]);
+    queue_pair(s, i);
+  }
+  ids_reserve(out, n);
+  for (int32_t i = 0; i >= 0; i = s->next[i]) out->ids[out->n++] = s->sym[i];
+}
+
+// A word's ids, from the cache when it is there.
+static void encode_word(ng_tok_state *s, const uint8_t *w, size_t n, ng_ids *out) {
+  if (n == 1) {
+    ids_reserve(out, 1);
+    out->ids[out->n++] = s->t->byte_id[w[0]];
+    return;
+  }
+  cache_slot *c = n <= CACHE_WORD ? &s->cache[hash_bytes(w, n) & (CACHE_SLOTS - 1)] : NULL;
+  if (c && c->len == n && memcmp(c->bytes, w, n) == 0) {
+    ids_reserve(out, c->n_ids);
+    memcpy(out->ids + out->n, c->ids, c->n_ids * sizeof *c->ids);
+    out->n += c->n_ids;
+    return;
+  }
+  size_t first = out->n;
+  bpe_merge(s, w, n, out);
+  size_t m = out->n - first;
+  if (c && m <= CACHE_IDS) {
+    c->len = (uint8_t)n;
+    c->n_ids = (uint8_t)m;
+    memcpy(c->bytes, w, n);
+    memcpy(c->ids, out->ids + first, m * sizeof *c->ids);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Encoding text
+
+static uint8_t *fix_reserve(ng_tok_state *s, size_t n) {
+  if (n > s->fix_cap) {
+    s->fix_cap = n > 2 * s->fix_cap ? n : 2 * s->fix_cap;
+    s->fix = ng_xrealloc(s->fix, s->fix_cap);
+  }
+  return s->fix;
+}
+
+// Valid UTF-8 with U+FFFD for each maximal ill-formed subsequence. Returns
+// the text itself when it is valid, else s->fix; *needs_nfc when some code
+// point is U+0300 or above (every text below that is already NFC).
+static const uint8_t *repair_utf8(ng_tok_state *s, const uint8_t *text, size_t *n,
+                                  bool *needs_nfc) {
+  size_t len = *n, i = 0, bad = 0;
+  *needs_nfc = false;
+  for (size_t k; i < len; i += k) {
+    if (text[i] < 0x80) {
+      k = 1;
+      continue;
+    }
+    *needs_nfc |= text[i] >= 0xCC;
+    k = utf8_seq(text + i, len - i, &bad);
+    if (k == 0) break;
+  }
+  if (i >= len) return text;
+  *needs_nfc = true;  // U+FFFD
+  uint8_t *o = fix_reserve(s, 3 * len);  // each bad byte grows to at most 3
+  memcpy(o, text, i);
+  size_t m = i;
+  for (size_t k; i < len; i += k) {
+    k = utf8_seq(text + i, len - i, &bad);
+    if (k > 0) {
+      memcpy(o + m, text + i, k);
+      m += k;
+    } else {
+      memcpy(o + m, "\xEF\xBF\xBD", 3);
+      m += 3;
+      k = bad;
+    }
+  }
+  *n = m;
+  return o;
+}
+
+// Splits a normalized segment into words by the regex (matches and the gaps
+// between them) and encodes each.
+static int encode_words(ng_tok_state *s, const uint8_t *text, size_t n, ng_ids *out) {
+  size_t gap = 0, at = 0;
+  while (at < n) {
+    int rc = pcre2_match(s->t->re, text, n, at, PCRE2_NO_UTF_CHECK, s->md, s->mctx);
+    if (rc == PCRE2_ERROR_NOMATCH) break;
+    if (rc < 0) {
+      PCRE2_UCHAR msg[256];
+      pcre2_get_error_message(rc, msg, sizeof msg);
+      return ng_fail("tokenizer regex: %s", (char *)msg);
+    }
+    const PCRE2_SIZE *ov = pcre2_get_ovector_pointer(s->md);
+    if (ov[1] == ov[0]) {  // an empty match is no word: search on from the next character
+      size_t bad, k = ov[0] < n ? utf8_seq(text + ov[0], n - ov[0], &bad) : 1;
+      at = ov[0] + k;
+      continue;
+    }
+    if (ov[0] > gap) encode_word(s, text + gap, ov[0] - gap, out);
+    encode_word(s, text + ov[0], ov[1] - ov[0], out);
+    gap = at = ov[1];
+  }
+  if (gap < n) encode_word(s, text + gap, n - gap, out);
+  return 0;
+}
+
+// Whether cp is one of the characters `tokenizers`' NFC (Unicode 9.0 tables)
+// does not know but utf8proc's does normalize (nfc_unicode9.h).
+static bool after_unicode9(int32_t cp) {
+  size_t lo = 0, hi = sizeof nfc_after_unicode9 / sizeof *nfc_after_unicode9;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    if ((uint32_t)cp < nfc_after_unicode9[mid][0]) hi = mid;
+    else if ((uint32_t)cp > nfc_after_unicode9[mid][1]) lo = mid + 1;
+    else return true;
+  }
+  return false;
+}
+
+static void norm_append(ng_tok_state *s, const uint8_t *bytes, size_t n) {
+  if (s->norm_len + n > s->norm_cap) {
+    s->norm_cap = 2 * (s->norm_len + n);
+    s->norm = ng_xrealloc(s->norm, s->norm_cap);
+  }
+  memcpy(s->norm + s->norm_len, bytes, n);
+  s->norm_len += n;
+}
+
+static int nfc_append(ng_tok_state *s, const uint8_t *text, size_t n) {
+  utf8proc_uint8_t *nfc = NULL;
+  utf8proc_ssize_t m = utf8proc_map(text, (utf8proc_ssize_t)n, &nfc,
+                                    UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+  if (m < 0) return ng_fail("NFC normalization: %s", utf8proc_errmsg(m));
+  norm_append(s, nfc, (size_t)m);
+  free(nfc);
+  return 0;
+}
+
+// NFC as `tokenizers` computes it, into s->norm: a character it does not know
+// is a starter that maps to itself and composes with nothing, so it stays as
+// it is and the runs between such characters are normalized on their own.
+static int nfc_unicode9(ng_tok_state *s, const uint8_t *text, size_t n) {
+  s->norm_len = 0;
+  size_t run = 0;
+  for (size_t i = 0, k; i < n; i += k) {
+    int32_t cp = utf8_decode(text + i, n - i, &k);  // valid: repaired
+    if (!after_unicode9(cp)) continue;
+    if (i > run && nfc_append(s, text + run, i - run) != 0) return -1;
+    norm_append(s, text + i, k);
+    run = i + k;
+  }
+  return run < n ? nfc_append(s, text + run, n - run) : 0;
+}
+
+// A piece of text between added tokens: repaired, normalized, split, BPE'd.
+static int encode_segment(ng_tok_state *s, const uint8_t *text, size_t n, ng_ids *out) {
+  if (n == 0) return 0;
+  NG_ASSERT(n < INT32_MAX / 3);
+  bool needs_nfc;
+  text = repair_utf8(s, text, &n, &needs_nfc);
+  if (!(needs_nfc && s->t->nfc)) return encode_words(s, text, n, out);
+  return nfc_unicode9(s, text, n) || encode_words(s, s->norm, s->norm_len, out) ? -1 : 0;
+}
+
+// The leftmost added token in text[from..n), longest first; returns its
+// position (n if none) and sets *which.
+static size_t find_added(const ng_tokenizer *t, const uint8_t *text, size_t from, size_t n,
+                         int *which) {
+  for (size_t i = from; i < n; i++) {
+    if (!t->added_first[text[i]]) continue;
+    uint32_t best = 0;
+    for (int a = 0; a < t->n_added; a++) {
+      span c = t->added[a].content;
+      if (c.len > best && c.len <= n - i && memcmp(t->pool + c.off, text + i, c.len) == 0) {
+        best = c.len;
+        *which = a;
+      }
+    }
+    if (best > 0) return i;
+  }
+  return n;
+}
+
+int ng_tokenizer_encode(ng_tok_state *s, const char *text_in, size_t n, ng_ids *out) {
+  const uint8_t *text = (const uint8_t *)text_in;
+  size_t at = 0;
+  while (at < n) {
+    int a = -1;
+    size_t m = find_added(s->t, text, at, n, &a);
+    if (encode_segment(s, text + at, m - at, out) != 0) return -1;
+    if (m == n) break;
+    ids_reserve(out, 1);
+    out->ids[out->n++] = s->t->added[a].id;
+    at = m + s->t->added[a].content.len;
+  }
+  return 0;
+}
+
+int ng_tokenizer_decode(const ng_tokenizer *t, const uint32_t *ids, size_t n, char **text,
+                        size_t *len) {
+  size_t total = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (ids[i] >= t->vocab_size || t->tok[ids[i]].len == NO_TOKEN)
+      return ng_fail("id %u (position %zu) names no token of the tokenizer", ids[i], i);
+    total += t->tok[ids[i]].len;
+  }
+  char *o = ng_xmalloc(total + 1);
+  size_t m = 0;
+  for (size_t i = 0; i < n; i++) {
+    span sp = t->tok[ids[i]];
+    memcpy(o + m, t->pool + sp.off, sp.len);
+    m += sp.len;
+  }
+  o[m] = 0;
+  *text = o;
+  *len = m;
+  return 0;
+}

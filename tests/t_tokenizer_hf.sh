@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Optional: normgrow's tokenizer against the Hugging Face `tokenizers` package
+# itself (not only the committed vectors): the vectors made anew must equal the
+# committed ones, and the licence texts and every Unicode code point (in a probe
+# text each) must get the same ids, id for id. About a minute.
+# Needs the venv of tools/tokenizer_venv.sh and the Qwen3 tokenizer; skips without.
+set -u
+root=${NG_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
+bin=${NG_BIN:-$root/build/normgrow}
+tok=${NG_TOKENIZER:-$root/../shared/data/qwen3-tokenizer}
+py=$root/build/venv-tokenizers/bin/python
+if [ ! -f "$tok/tokenizer.json" ] || ! "$py" -c 'import tokenizers' 2>/dev/null; then
+  echo "# skip t_tokenizer_hf: needs $py with tokenizers (tools/tokenizer_venv.sh) and $tok"
+  exit 0
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+"$py" "$root/tools/tokenizer_vectors.py" --tokenizer "$tok" --out "$tmp/vectors.json" >/dev/null
+if cmp -s "$tmp/vectors.json" "$root/tests/fixtures/tokenizer/vectors.json"; then
+  echo "ok tokenizer vectors: the committed ones are what tokenizers gives"
+else
+  echo "FAIL tokenizer vectors: tools/tokenizer_vectors.py makes other vectors than the committed ones"
+fi
+
+mkdir "$tmp/corpus"
+i=0
+for f in /usr/share/common-licenses/*; do
+  i=$((i + 1))
+  { echo "document $i"; cat "$f"; } >"$tmp/corpus/$(basename "$f")"
+done
+"$bin" data "$tmp/corpus" --tokenizer "$tok" --val-fraction 0.3 --out "$tmp/out" >/dev/null
+verdict=$("$py" "$root/tools/tokenizer_compare.py" --tokenizer "$tok" --corpus "$tmp/corpus" \
+  --shards "$tmp/out" | cut -d' ' -f3-)
+if [ "$verdict" = identical ]; then
+  echo "ok tokenizer ids of $i licence texts identical to tokenizers"
+else
+  echo "FAIL tokenizer ids of the licence texts: $verdict"
+fi
+
+out=$("$py" "$root/tools/tokenizer_codepoints.py" --tokenizer "$tok" --bin "$bin")
+if [[ "$out" == *" code points, 0 differ" ]]; then
+  echo "ok tokenizer ids of every code point identical to tokenizers ($out)"
+else
+  echo "FAIL tokenizer ids of every code point: $out"
+fi
