@@ -30,6 +30,9 @@ int ng_cli_int_opt(const ng_cli *c, const char *key, int64_t min, int64_t max, i
 // min_ok); an absent option keeps *out.
 int ng_cli_num_opt(const ng_cli *c, const char *key, double min, bool min_ok, double max,
                    double *out);
+// 0 when nothing is at `path` or the command was given --force; else fails
+// with one line naming the file, `what` it holds and how to proceed.
+int ng_cli_may_replace(const ng_cli *c, const char *path, const char *what);
 // Prints "normgrow: <message>" on stderr; returns 1 (the exit status).
 int ng_cli_error(const char *msg);
 
@@ -45,5 +48,6 @@ int cmd_train(const ng_cli *c);
 int cmd_export(const ng_cli *c);
 int cmd_teacher_cache(const ng_cli *c);
 int cmd_diag(const ng_cli *c);
+int cmd_runs(const ng_cli *c);
 
 #endif

@@ -1,5 +1,5 @@
 // normgrow data: text files -> byte-level token shards DIR/train.bin, DIR/val.bin.
-//   normgrow data FILE... --out DIR [--records-split LINE] [--val-fraction F] [--seed S]
+//   normgrow data FILE... --out DIR [--records-split LINE] [--val-fraction F] [--seed S] [--force]
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -8,6 +8,7 @@
 #include "cli.h"
 #include "normgrow/common.h"
 #include "normgrow/data.h"
+#include "normgrow/fileio.h"
 
 #define DEFAULT_VAL_FRACTION 0.05
 #define DEFAULT_SEED 0
@@ -43,6 +44,12 @@ int cmd_data(const ng_cli *c) {
       (seed_opt && parse_seed(seed_opt, &seed) != 0))
     return ng_cli_error(ng_error());
   if (!out) return ng_cli_error("data: --out DIR is required");
+  char *shard[2] = {ng_path_join(out, "train.bin"), ng_path_join(out, "val.bin")};
+  int taken = ng_cli_may_replace(c, shard[0], "token shards that runs may be trained on") ||
+              ng_cli_may_replace(c, shard[1], "token shards that runs may be evaluated on");
+  free(shard[0]);
+  free(shard[1]);
+  if (taken) return ng_cli_error(ng_error());
 
   ng_data_stats st;
   if (ng_data_build(c->pos, c->npos, sep, frac, seed, out, &st) != 0)

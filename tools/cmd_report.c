@@ -1057,8 +1057,6 @@ static void report_free(report *rep) {
 }
 
 int cmd_report(const ng_cli *c) {
-  for (int i = 0; i < c->nextra; i++)
-    if (strcmp(c->extra_key[i], "out") != 0) return ng_cli_error("report: the only option is --out DIR");
   report rep = {0};
   int rc = load_runs(c, &rep) || group_arms(&rep) || make_out_dir(c, &rep) || write_plot_data(&rep) ||
                    draw_plots(&rep) || write_report(&rep)
