@@ -137,6 +137,26 @@ check "runs lists the finished runs and the stopped one" \
   bash -c 'grep -q "/whole  *finished  *800/800  *[0-9.]" "$1" && grep -q "/slow  *stopped (no checkpoint)" "$1" &&
            grep -q "/long .*stages=" "$1" && ! grep -q "/data " "$1" && ! grep -q "notrun" "$1"' _ "$tmp/runs.out"
 
+# diag of a run: the run's own evaluation (validation shard, batches, batch,
+# seq, structural ids, teacher, loss) and the checkpoint's step, so it
+# reproduces diag_final.json exactly; a Hugging Face directory works too.
+config kd "$tmp/kd" 5120 8 32 1000 post true |
+  sed "s|\"mode\": \"pretrain\"|\"mode\": \"distill\", \"teacher\": \"$tmp/whole/final.safetensors\", \"loss\": {\"kd_weight\": 0.3, \"temperature\": 1.5}, \"structural_tokens\": [10, 32]|; s|\"batches\": 2|\"batches\": 3|" >"$tmp/kd.json"
+"$bin" train "$tmp/kd.json" 2>/dev/null || echo "FAIL train: distilled run failed"
+"$bin" diag "$tmp/kd" >"$tmp/diag.json" 2>"$tmp/diag.err"
+check "diag RUN_DIR reproduces the run's diag_final.json (step 20, KD, structural ids) and names its settings" \
+  bash -c 'cmp -s <(sed "/\"settings\"/,\$d" "$1" | sed "\$ s/,\$//") <(sed "\$d" "$2") &&
+           grep -q "\"kd\":" "$2" && grep -q "\"step\":.20," "$2" && grep -q "\"batches\":.3," "$1" &&
+           grep -q "step 20, 5120 tokens): 3 batches of 8 x 32" "$3"' _ "$tmp/diag.json" "$tmp/kd/diag_final.json" "$tmp/diag.err"
+"$bin" diag "$tmp/kd/checkpoint.safetensors" --batches 1 2>"$tmp/diag.err" >/dev/null
+check "diag of a checkpoint takes the run's settings, an option replaces one: $(cat "$tmp/diag.err")" \
+  grep -q "(step 20, 5120 tokens): 1 batches of 8 x 32 from $tmp/data/val.bin, 2 structural ids, teacher $tmp/whole/final.safetensors" "$tmp/diag.err"
+"$bin" export "$tmp/kd/final.safetensors" "$tmp/kd-hf" --dtype f32 >/dev/null
+"$bin" diag "$tmp/kd-hf" --data "$tmp/data/val.bin" >"$tmp/diag.json" 2>/dev/null
+check "diag reads a Hugging Face directory (step unknown: null)" grep -q '"step":.null' "$tmp/diag.json"
+"$bin" diag "$tmp/kd-hf" 2>"$tmp/err" >/dev/null
+refused "diag of a model outside a run needs --data" "$tmp/err" $? "--data SHARD is required"
+
 # export: refused over an existing export; a Post-Norm model without a final
 # norm loads in transformers as the same model.
 "$bin" export "$tmp/whole/final.safetensors" "$tmp/hf" --dtype f32 >/dev/null

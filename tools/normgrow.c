@@ -41,9 +41,10 @@ static const command commands[] = {
      LIST("backend", "data", "teacher", "batches", "batch", "seq", "structural", "top",
           "kd-weight", "temperature", "out"),
      NONE,
-     "diag CKPT --data SHARD [--teacher CKPT] [--batches N] [--batch B] [--seq T]\n"
+     "diag MODEL [--data SHARD] [--teacher CKPT] [--batches N] [--batch B] [--seq T]\n"
      "         [--structural ID,...] [--top K] [--kd-weight A] [--temperature TAU] [--out FILE]\n"
-     "    residual RMS statistics and block-removal ablation (JSON)"},
+     "    residual RMS statistics and block-removal ablation (JSON) of a run directory, a\n"
+     "    checkpoint or a Hugging Face directory; a run's own evaluation settings by default"},
     {"report", cmd_report, 1, MANY, false, LIST("out"), LIST("force"),
      "report RUN_DIR... [--out DIR] [--force]\n"
      "    tables and plots comparing finished runs -> DIR/report.md (--force: replace one)"},
