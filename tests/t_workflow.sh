@@ -166,6 +166,16 @@ refused "export refuses to replace an export" "$tmp/err" $? "$tmp/hf/config.json
   echo "FAIL export --force failed"
 "$py" "$root/tests/hf_export_check.py" "$bin" "$tmp/hf" "$tmp" 2>"$tmp/py.err" || echo "FAIL hf_export_check.py: $(tail -n 3 "$tmp/py.err")"
 
+# Tokenizer files beside the run's shards (shards made with a Hugging Face
+# tokenizer) are copied into the export; byte-level shards have none.
+check "no tokenizer files in the export of a byte-level run" test ! -e "$tmp/hf/tokenizer.json"
+printf '{"version": "1.0"}' >"$tmp/data/tokenizer.json"
+printf '{"model_max_length": 32}' >"$tmp/data/tokenizer_config.json"
+"$bin" export "$tmp/whole/final.safetensors" "$tmp/hf-tok" >"$tmp/out" 2>&1
+check "tokenizer files beside the run's shards are copied into the export" \
+  bash -c 'cmp -s "$1/tokenizer.json" "$2/tokenizer.json" && cmp -s "$1/tokenizer_config.json" "$2/tokenizer_config.json" &&
+           grep -q "tokenizer files from" "$3"' _ "$tmp/data" "$tmp/hf-tok" "$tmp/out"
+
 # teacher-cache and report refuse to replace their output too.
 : >"$tmp/cache.topk"
 "$bin" teacher-cache "$tmp/whole/final.safetensors" "$tmp/data/val.bin" "$tmp/cache.topk" --seq 32 2>"$tmp/err"
