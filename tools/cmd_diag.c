@@ -223,6 +223,20 @@ static cJSON *settings_json(const diag_args *a, const diag_inputs *in) {
   return s;
 }
 
+// One line on stderr: the weights, their step, and the settings used.
+static void say_settings(const diag_args *a, const diag_inputs *in) {
+  char at[64] = "step and tokens unknown";
+  if (a->step >= 0)
+    snprintf(at, sizeof at, "step %lld, %lld tokens", (long long)a->step, (long long)a->tokens);
+  fprintf(stderr,
+          "diag: %s (%s): %lld batches of %lld x %lld from %s, %d structural ids, teacher %s; "
+          "settings from %s%s\n",
+          a->model, at, (long long)a->batches, (long long)a->B, (long long)a->T, a->data,
+          in->n_structural, a->teacher ? a->teacher : "none",
+          a->run_dir ? a->run_dir : "the defaults",
+          a->run_dir ? "/config.json (options replace them)" : " and options");
+}
+
 static int run_diag(const diag_args *a, diag_inputs *in) {
   ng_diag_input di = {&in->shard, a->batches, a->B, a->T, in->teacher,
                       {a->kd_weight, a->temperature, in->shard.vocab_size}};
@@ -234,14 +248,6 @@ static int run_diag(const diag_args *a, diag_inputs *in) {
     cJSON_ReplaceItemInObjectCaseSensitive(j, "tokens", cJSON_CreateNull());
   }
   cJSON_AddItemToObject(j, "settings", settings_json(a, in));
-  char at[64] = "step and tokens unknown";
-  if (a->step >= 0) snprintf(at, sizeof at, "step %lld, %lld tokens", (long long)a->step, (long long)a->tokens);
-  fprintf(stderr,
-          "diag: %s (%s): %lld batches of %lld x %lld from %s, %d structural "
-          "ids, teacher %s; settings from %s%s\n",
-          a->model, at, (long long)a->batches, (long long)a->B, (long long)a->T, a->data, in->n_structural,
-          a->teacher ? a->teacher : "none", a->run_dir ? a->run_dir : "the defaults",
-          a->run_dir ? "/config.json (options replace them)" : " and options");
   char *text = cJSON_Print(j);
   cJSON_Delete(j);
   int rc = 0;
@@ -251,6 +257,7 @@ static int run_diag(const diag_args *a, diag_inputs *in) {
     printf("%s\n", text);
   }
   cJSON_free(text);
+  if (rc == 0) say_settings(a, in);  // after the output: a failure is the only line on stderr
   return rc;
 }
 
