@@ -586,14 +586,15 @@ static int extend_run(trainer *t, const char *config_path, int64_t tokens) {
   return 0;
 }
 
+// The run in `dir` at its checkpoint; config.json is extended (rewritten)
+// only once the checkpoint has loaded.
 static int resume_from(trainer *t, const char *dir, int64_t extend_tokens) {
-  char path[600];
-  snprintf(path, sizeof path, "%s/config.json", dir);
-  if (access(path, F_OK) != 0)
+  char config[600], path[600];
+  snprintf(config, sizeof config, "%s/config.json", dir);
+  if (access(config, F_OK) != 0)
     return ng_fail("%s: no config.json, so no run to resume (start one with `normgrow train "
                    "RUN.json --run-dir %s`)", dir, dir);
-  if (ng_run_config_load(path, NULL, &t->rc)) return -1;
-  if (extend_tokens > 0 && extend_run(t, path, extend_tokens)) return -1;
+  if (ng_run_config_load(config, NULL, &t->rc)) return -1;
   snprintf(path, sizeof path, "%s/checkpoint.safetensors", dir);
   if (access(path, F_OK) != 0)
     return ng_fail("%s: a run's config.json but no checkpoint.safetensors (the first is written "
@@ -601,6 +602,7 @@ static int resume_from(trainer *t, const char *dir, int64_t extend_tokens) {
                    dir, (long long)t->rc.checkpoint_every, dir);
   if (ng_checkpoint_load(path, t->be, true, &t->student, &t->opt, &t->st)) return -1;
   if (t->st.stage >= t->rc.n_stages) return ng_fail("%s: stage %lld of %d", path, (long long)t->st.stage, t->rc.n_stages);
+  if (extend_tokens > 0 && extend_run(t, config, extend_tokens)) return -1;
   snprintf(t->rc.run_dir, sizeof t->rc.run_dir, "%s", dir);
   return 0;
 }

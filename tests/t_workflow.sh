@@ -99,6 +99,10 @@ config arm "$tmp/early" 204800 8 32 1000 post false >"$tmp/early.json"
 "$bin" train "$tmp/early.json" --stop-after 3 2>/dev/null
 "$bin" train --resume "$tmp/early" 2>"$tmp/err"
 refused "resume without a checkpoint" "$tmp/err" $? "no checkpoint.safetensors" "--force"
+cp "$tmp/early/config.json" "$tmp/config.before"
+"$bin" train --resume "$tmp/early" --extend-tokens 2560 2>"$tmp/err"
+refused "--extend-tokens without a checkpoint" "$tmp/err" $? "no checkpoint.safetensors"
+check "a refused --extend-tokens leaves config.json as it was" cmp -s "$tmp/early/config.json" "$tmp/config.before"
 "$bin" train "$tmp/early/config.json" --force 2>/dev/null
 check "train --force replaces the run in its directory" grep -q '"step":800' "$tmp/early/metrics.jsonl"
 
