@@ -135,9 +135,10 @@ typedef struct {
 
 // Run or resume one arm; a resumed run ends with weights bit-identical to an
 // uninterrupted one (same thread count). A new run refuses a directory that
-// holds a run (config.json, metrics.jsonl or a checkpoint) unless `force`,
-// which removes that run's files first. Resuming a finished run says so on
-// stderr and returns 0.
+// holds a run's files (config.json, metrics.jsonl, diag.jsonl,
+// diag_final.json, checkpoint.safetensors, final.safetensors) unless `force`,
+// which removes them first. Resuming a finished run says so on stderr and
+// returns 0.
 //
 // SIGINT and SIGTERM: the first finishes the current step, writes the
 // checkpoint (atomically) and makes ng_train return that signal's number (> 0;
