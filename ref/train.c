@@ -200,7 +200,7 @@ static double wall_clock(void) {
   return (double)ts.tv_sec + (double)(ts.tv_nsec / 1000000) / 1e3;
 }
 
-// The fields every record of metrics.jsonl starts with (docs/files.md).
+// The fields every record of metrics.jsonl starts with (docs/runs.md).
 static cJSON *record(const trainer *t, const char *event) {
   cJSON *j = cJSON_CreateObject();
   cJSON_AddStringToObject(j, "event", event);
