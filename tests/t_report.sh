@@ -130,18 +130,20 @@ fi
 # evaluated on different validation settings silently, fail on a directory
 # that is not a run, cite files the user lacks, or replace a report.
 cp -r "$tmp/runs" "$tmp/more"
-mkdir -p "$tmp/more/notes"
+mkdir -p "$tmp/more/notes" "$tmp/more/hf"
+printf '{"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"]}' >"$tmp/more/hf/config.json"  # an export
 sed 's/"seed": 2,/"seed": 3,/; s/"kd_weight": 0.5/"kd_weight": 0.7/' "$tmp/runs/grow-post-s2/config.json" >"$tmp/more/grow-post-s2/config.json"
 bad "same name, other kd_weight: not seeds of one arm" "loss.kd_weight (0.5 / 0.7)" \
   "$tmp/more/grow-post-s1" "$tmp/more/grow-post-s2" --out "$tmp/bad"
 cp "$tmp/runs/grow-post-s2/config.json" "$tmp/more/grow-post-s2/config.json"
 head -n 6 "$tmp/runs/fixed-pre-s7/metrics.jsonl" >"$tmp/more/fixed-pre-s7/metrics.jsonl"  # stopped at step 4
 sed -i 's/"batches": 1/"batches": 2/' "$tmp/more/grow-post-s1/config.json" "$tmp/more/grow-post-s2/config.json"
-if "$bin" report "$tmp/more/grow-post-s1" "$tmp/more/grow-post-s2" "$tmp/more/fixed-pre-s7" "$tmp/more/notes" \
+if "$bin" report "$tmp/more/grow-post-s1" "$tmp/more/grow-post-s2" "$tmp/more/fixed-pre-s7" "$tmp/more/notes" "$tmp/more/hf" \
   --out "$tmp/more-report" >"$tmp/out" 2>"$tmp/err"; then
   md2=$tmp/more-report/report.md
-  check "a directory that is not a run is left out with a note: $(grep notes "$tmp/out")" \
-    bash -c 'grep -q "notes is not a run directory" "$1" && grep -q "left out: .*notes" "$2"' _ "$tmp/out" "$md2"
+  check "directories that are not runs (a Hugging Face export among them) are left out with a note" \
+    bash -c 'grep -q "notes is not a run directory" "$1" && grep -q "hf is not a run directory" "$1" &&
+             grep -q "left out: .*notes.*hf" "$2"' _ "$tmp/out" "$md2"
   check "an unfinished run is marked (arms table and a note with its step)" \
     bash -c 'grep -q "| fixed-pre | .* | 7 (unfinished) |" "$1" && grep -q "fixed-pre-s7. stopped at step 4 of 6" "$1"' _ "$md2"
   check "arms evaluated with different eval.batches are flagged" \

@@ -180,6 +180,10 @@ check "tokenizer files beside the run's shards are copied into the export" \
   bash -c 'cmp -s "$1/tokenizer.json" "$2/tokenizer.json" && cmp -s "$1/tokenizer_config.json" "$2/tokenizer_config.json" &&
            grep -q "tokenizer files from" "$3"' _ "$tmp/data" "$tmp/hf-tok" "$tmp/out"
 
+"$bin" runs "$tmp" >"$tmp/runs.out" 2>&1
+check "runs does not take a Hugging Face export for a run" \
+  bash -c 'grep -q "/whole  *finished" "$1" && ! grep -q "/hf" "$1"' _ "$tmp/runs.out"
+
 # teacher-cache and report refuse to replace their output too.
 : >"$tmp/cache.topk"
 "$bin" teacher-cache "$tmp/whole/final.safetensors" "$tmp/data/val.bin" "$tmp/cache.topk" --seq 32 2>"$tmp/err"

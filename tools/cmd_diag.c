@@ -64,22 +64,16 @@ static bool has(const char *dir, const char *name) {
   return yes;
 }
 
-// A run directory holds config.json and metrics.jsonl (a Hugging Face one, config.json
-// and weights).
-static bool is_run_dir(const char *dir) {
-  return has(dir, "config.json") && has(dir, "metrics.jsonl");
-}
-
 // Which weights MODEL names, and the run they belong to.
 static int locate(const char *arg, diag_args *a) {
-  if (is_dir(arg) && is_run_dir(arg)) {
+  if (is_dir(arg) && ng_rundir_is_run(arg)) {
     a->run_dir = ng_xstrdup(arg);
     a->model = ng_path_join(arg, has(arg, "final.safetensors") ? "final.safetensors"
                                                                : "checkpoint.safetensors");
   } else {
     a->model = ng_xstrdup(arg);
     char *copy = ng_xstrdup(arg), *dir = dirname(copy);
-    if (!is_dir(arg) && is_run_dir(dir)) a->run_dir = ng_xstrdup(dir);
+    if (!is_dir(arg) && ng_rundir_is_run(dir)) a->run_dir = ng_xstrdup(dir);
     free(copy);
   }
   if (!a->run_dir) return 0;

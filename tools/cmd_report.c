@@ -2,7 +2,7 @@
 // compare runs of `normgrow train`. Runs whose config.json has the same "name"
 // are one arm (its seeds); their configs must agree except in "seed" and
 // "run_dir" (else the report is refused, naming the difference). A directory
-// without config.json is not a run: it is left out, with a note. Runs that
+// without a run's config.json (rundir.h) is not a run: it is left out, with a note. Runs that
 // have not reached their last step are marked unfinished; arms evaluated on
 // different validation data or settings (data.val, data.seq, data.batch,
 // eval.batches, teacher_cache.val) are flagged at the top of the report. An
@@ -734,7 +734,7 @@ static void write_intro(FILE *f, const report *rep) {
               r->dir, (long long)r->state.last_step, (long long)r->state.steps_total, r->final.tokens);
   }
   if (rep->n_skipped) {
-    fputs("\nNot run directories (no config.json), left out:", f);
+    fputs("\nNot run directories (no run config.json), left out:", f);
     for (size_t i = 0; i < rep->n_skipped; i++) fprintf(f, "%s `%s`", i ? "," : "", rep->skipped[i]);
     fputs(".\n", f);
   }
@@ -1138,12 +1138,12 @@ static int load_runs(const ng_cli *c, report *rep) {
   for (int i = 0; i < c->npos; i++) {
     if (!ng_rundir_is_run(c->pos[i])) {
       rep->skipped[rep->n_skipped++] = c->pos[i];
-      printf("report: %s is not a run directory (no config.json): left out\n", c->pos[i]);
+      printf("report: %s is not a run directory (no run config.json): left out\n", c->pos[i]);
     } else if (load_run(c->pos[i], &rep->runs[rep->n_runs++])) {
       return -1;  // freed with the others
     }
   }
-  if (rep->n_runs == 0) return ng_fail("report: no run directory (one with config.json) among the arguments");
+  if (rep->n_runs == 0) return ng_fail("report: no run directory (one with a run's config.json) among the arguments");
   check_eval_settings(rep);
   return 0;
 }

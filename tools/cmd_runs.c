@@ -1,5 +1,5 @@
 // normgrow runs [DIR]: the run directories under DIR (default "runs"; a run
-// directory holds config.json), one line each: its state, step, final
+// directory holds a run's config.json, rundir.h), one line each: its state, step, final
 // validation CE and the settings in which it differs from the others listed.
 #include <dirent.h>
 #include <math.h>
@@ -76,9 +76,10 @@ static size_t differing_keys(const ng_flat_config *flat, size_t n, const char **
 static void put_differences(const ng_flat_config *f, const char **keys, size_t nk) {
   for (size_t k = 0; k < nk; k++) {
     const char *v = ng_flat_value(f, keys[k]);
-    int len = v ? (int)strlen(v) : 0;
-    printf("%s%s=%.*s%s", k ? ", " : "", keys[k], len > MAX_VALUE_CHARS ? MAX_VALUE_CHARS : len,
-           v ? v : "(absent)", len > MAX_VALUE_CHARS ? "..." : "");
+    if (!v) v = "(absent)";
+    int len = (int)strlen(v);
+    printf("%s%s=%.*s%s", k ? ", " : "", keys[k], len > MAX_VALUE_CHARS ? MAX_VALUE_CHARS : len, v,
+           len > MAX_VALUE_CHARS ? "..." : "");
   }
   if (nk == 0) fputs("-", stdout);
 }
@@ -102,7 +103,7 @@ int cmd_runs(const ng_cli *c) {
   }
   const char **keys = NULL;
   size_t nk = rc == 0 ? differing_keys(flat, runs.n, &keys) : 0;
-  if (rc == 0 && runs.n == 0) printf("runs: no run directory (one with config.json) under %s\n", root);
+  if (rc == 0 && runs.n == 0) printf("runs: no run directory (one with a run's config.json) under %s\n", root);
   if (rc == 0 && runs.n > 0)
     printf("%-36s %-34s %13s %9s  %s\n", "run", "state", "step", "final CE", "differs in");
   for (size_t i = 0; i < runs.n && rc == 0; i++) {

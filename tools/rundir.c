@@ -16,8 +16,14 @@
 #define MAX_CONFIG_BYTES (1 << 20)
 
 bool ng_rundir_is_run(const char *dir) {
-  char *path = ng_path_join(dir, "config.json");
+  char *path = ng_path_join(dir, "config.json"), *text = NULL;
   bool yes = access(path, F_OK) == 0;
+  if (yes && ng_read_file(path, MAX_CONFIG_BYTES, &text, NULL) == 0) {
+    cJSON *j = cJSON_Parse(text);
+    yes = !cJSON_IsObject(j) || cJSON_GetObjectItemCaseSensitive(j, "stages");
+    cJSON_Delete(j);
+  }
+  free(text);
   free(path);
   return yes;
 }

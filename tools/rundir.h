@@ -19,7 +19,10 @@ typedef struct {
   bool finished;         // that record is at steps_total
 } ng_rundir;
 
-// Whether `dir` is a run directory (it holds config.json).
+// Whether `dir` is a run directory: it holds config.json, and that file is
+// not a JSON object without "stages" (as a Hugging Face directory's is). A
+// config.json that cannot be read counts as a run's, so that reading it names
+// the problem.
 bool ng_rundir_is_run(const char *dir);
 // Reads config.json (required), metrics.jsonl and the checkpoint's state
 // (either may be missing); -1 with a message naming the file.
