@@ -64,8 +64,7 @@ def main():
         return 0
     gen = torch.Generator().manual_seed(7)
     tokens = torch.randint(0, cfg["vocab_size"], (2, 24), generator=gen)
-    model = AutoModelForCausalLM.from_pretrained(export_dir, trust_remote_code=custom,
-                                                 torch_dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(export_dir, trust_remote_code=custom)  # F32
     model.eval()
     with torch.no_grad():
         got = model(tokens).logits.double()

@@ -136,7 +136,7 @@ class NormgrowModel(NormgrowPreTrainedModel):
 
 
 class NormgrowForCausalLM(NormgrowPreTrainedModel, GenerationMixin):
-    _tied_weights_keys = ["lm_head.weight"]
+    _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}  # with tie_word_embeddings
 
     def __init__(self, config):
         super().__init__(config)
