@@ -169,6 +169,13 @@ refused "export refuses to replace an export" "$tmp/err" $? "$tmp/hf/config.json
 "$bin" export "$tmp/whole/final.safetensors" "$tmp/hf" --dtype f32 --force >/dev/null ||
   echo "FAIL export --force failed"
 "$py" "$root/tests/hf_export_check.py" "$bin" "$tmp/hf" "$tmp" 2>"$tmp/py.err" || echo "FAIL hf_export_check.py: $(tail -n 3 "$tmp/py.err")"
+# A Pre-Norm model with a final norm stays plain Qwen3 (transformers' own Qwen3, where it has one).
+config pre "$tmp/pre" 5120 8 32 1000 pre true >"$tmp/pre.json"
+"$bin" train "$tmp/pre.json" 2>/dev/null && "$bin" export "$tmp/pre/final.safetensors" "$tmp/hf-pre" --dtype f32 >/dev/null ||
+  echo "FAIL train and export of a Pre-Norm run"
+check "a Pre-Norm export is plain Qwen3: no auto_map, no modeling code" \
+  bash -c 'grep -q "\"Qwen3ForCausalLM\"" "$1/config.json" && ! grep -q auto_map "$1/config.json" && [ ! -e "$1/modeling_normgrow.py" ]' _ "$tmp/hf-pre"
+"$py" "$root/tests/hf_export_check.py" "$bin" "$tmp/hf-pre" "$tmp" 2>"$tmp/py.err" || echo "FAIL hf_export_check.py: $(tail -n 3 "$tmp/py.err")"
 
 # Tokenizer files beside the run's shards (shards made with a Hugging Face
 # tokenizer) are copied into the export; byte-level shards have none.
