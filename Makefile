@@ -34,6 +34,9 @@ $(BUILD)/%.o: %.c | $(DEPS_OK)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 
+# ref/hf.c builds in the transformers code it writes beside exported weights.
+$(BUILD)/ref/hf.o: $(wildcard ref/hf_remote/*.py)
+
 $(LIB): $(REF_OBJ)
 	$(AR) rcs $@ $^
 

@@ -19,6 +19,16 @@
 #define HF_INDEX "model.safetensors.index.json"
 #define HF_MAX_JSON (64u << 20)   // bytes; real config and index files are under 1 MB
 #define QWEN_ENDOFTEXT 151643     // <|endoftext|>: Qwen3 base models' bos and eos
+#define OWN_MODEL_TYPE "normgrow"  // a model that is not plain Qwen3 (see hf.h)
+
+// The transformers code of such a model (ref/hf_remote/*.py), built into the
+// program so that an export can write it beside the weights (NUL-terminated).
+#define EMBED_FILE(symbol, file)                                                       \
+  __asm__(".pushsection .rodata\n.local " #symbol "\n" #symbol ":\n.incbin \"" file \
+          "\"\n.byte 0\n.popsection\n");                                              \
+  extern const char symbol[]
+EMBED_FILE(configuration_py, "ref/hf_remote/configuration_normgrow.py");
+EMBED_FILE(modeling_py, "ref/hf_remote/modeling_normgrow.py");
 
 // ---------------------------------------------------------------- files
 
@@ -133,7 +143,9 @@ static int check_layer_types(const cJSON *cfg, const char *where) {
 
 // Refuses every setting of the Qwen3 family that normgrow does not implement.
 static int check_supported(const cJSON *cfg, const char *where) {
-  if (expect_string(cfg, where, "model_type", "qwen3", true) ||
+  const cJSON *type = item(cfg, "model_type");
+  bool own = cJSON_IsString(type) && strcmp(type->valuestring, OWN_MODEL_TYPE) == 0;
+  if ((!own && expect_string(cfg, where, "model_type", "qwen3", true)) ||
       expect_string(cfg, where, "hidden_act", "silu", false) ||
       expect_false(cfg, where, "attention_bias") ||
       expect_false(cfg, where, "use_sliding_window") ||
@@ -413,17 +425,27 @@ int ng_hf_load(const char *dir, ng_backend *be, bool trainable, ng_model **out) 
 
 // ---------------------------------------------------------------- export
 
-// A plain Qwen3ForCausalLM config.json (keys sorted, as transformers writes
-// them), plus norm_placement and final_norm unless the model is Qwen3's own
-// Pre-Norm with a final norm.
+static bool plain_qwen3(const ng_model_config *c) {
+  return c->norm_placement == NG_NORM_PRE && c->final_norm;
+}
+
+// A Qwen3ForCausalLM config.json (keys sorted, as transformers writes them);
+// unless the model is Qwen3's own Pre-Norm with a final norm, the custom
+// architecture NormgrowForCausalLM (model_type "normgrow", auto_map naming
+// the code beside the weights) with norm_placement and final_norm.
 static cJSON *export_config(const ng_model_config *c, ng_dtype dtype) {
-  bool plain = c->norm_placement == NG_NORM_PRE && c->final_norm;
+  bool plain = plain_qwen3(c);
   cJSON *o = cJSON_CreateObject();
   NG_ASSERT(o != NULL);
   cJSON *arch = cJSON_AddArrayToObject(o, "architectures");
-  cJSON_AddItemToArray(arch, cJSON_CreateString("Qwen3ForCausalLM"));
+  cJSON_AddItemToArray(arch, cJSON_CreateString(plain ? "Qwen3ForCausalLM" : "NormgrowForCausalLM"));
   cJSON_AddFalseToObject(o, "attention_bias");
   cJSON_AddNumberToObject(o, "attention_dropout", 0.0);
+  if (!plain) {
+    cJSON *map = cJSON_AddObjectToObject(o, "auto_map");
+    cJSON_AddStringToObject(map, "AutoConfig", "configuration_normgrow.NormgrowConfig");
+    cJSON_AddStringToObject(map, "AutoModelForCausalLM", "modeling_normgrow.NormgrowForCausalLM");
+  }
   if (c->vocab_size > QWEN_ENDOFTEXT) {  // only where the id exists
     cJSON_AddNumberToObject(o, "bos_token_id", QWEN_ENDOFTEXT);
     cJSON_AddNumberToObject(o, "eos_token_id", QWEN_ENDOFTEXT);
@@ -436,7 +458,7 @@ static cJSON *export_config(const ng_model_config *c, ng_dtype dtype) {
   cJSON_AddNumberToObject(o, "intermediate_size", (double)c->intermediate_size);
   cJSON_AddNumberToObject(o, "max_position_embeddings", 32768);
   cJSON_AddNumberToObject(o, "max_window_layers", (double)c->num_hidden_layers);
-  cJSON_AddStringToObject(o, "model_type", "qwen3");
+  cJSON_AddStringToObject(o, "model_type", plain ? "qwen3" : OWN_MODEL_TYPE);
   if (!plain)
     cJSON_AddStringToObject(o, "norm_placement",
                             c->norm_placement == NG_NORM_PRE ? "pre" : "post");
@@ -571,5 +593,14 @@ int ng_hf_export(const ng_model *m, const char *dir, ng_dtype dtype, size_t shar
   int rc = write_json(path, cfg);
   free(path);
   cJSON_Delete(cfg);
+  bool plain = plain_qwen3(&m->cfg);
+  static const struct {
+    const char *name, *text;
+  } code[] = {{"configuration_normgrow.py", configuration_py}, {"modeling_normgrow.py", modeling_py}};
+  for (size_t i = 0; i < sizeof code / sizeof code[0] && rc == 0; i++) {
+    path = ng_path_join(dir, code[i].name);
+    rc = plain ? remove_stale(dir, code[i].name) : ng_write_text_atomic(path, code[i].text);
+    free(path);
+  }
   return rc;
 }

@@ -334,6 +334,34 @@ int ng_run_config_load(const char *path, const ng_run_overrides *ov, ng_run_conf
   return r;
 }
 
+int ng_run_config_extend(const ng_run_config *rc, int64_t tokens, ng_run_config *out) {
+  memset(out, 0, sizeof *out);
+  int64_t per_step = rc->batch * rc->seq;
+  if (tokens % per_step != 0)
+    return ng_fail("--extend-tokens: %lld is not a whole number of batches of %lld tokens",
+                   (long long)tokens, (long long)per_step);
+  if (rc->n_stages == NG_MAX_STAGES)
+    return ng_fail("--extend-tokens: the run already has %d stages, the most there can be",
+                   NG_MAX_STAGES);
+  const ng_stage *last = &rc->stages[rc->n_stages - 1];
+  cJSON *root = cJSON_Parse(rc->json), *stage = cJSON_CreateObject();
+  NG_ASSERT(root && stage);
+  cJSON_AddNumberToObject(stage, "depth", (double)last->depth);
+  cJSON_AddNumberToObject(stage, "tokens", (double)tokens);
+  cJSON_AddTrueToObject(stage, "restart_lr");
+  cJSON *lr = cJSON_AddObjectToObject(stage, "lr");
+  cJSON_AddNumberToObject(lr, "peak", last->lr.floor);
+  cJSON_AddNumberToObject(lr, "floor", last->lr.floor);
+  cJSON_AddNumberToObject(lr, "warmup_tokens", 0);
+  cJSON_AddStringToObject(lr, "shape", "constant");
+  cJSON_AddItemToArray(cJSON_GetObjectItemCaseSensitive(root, "stages"), stage);
+  char *text = cJSON_Print(root);
+  cJSON_Delete(root);
+  int r = ng_run_config_parse(text, "--extend-tokens", out);
+  free(text);
+  return r;
+}
+
 void ng_run_config_free(ng_run_config *rc) {
   free(rc->json);
   rc->json = NULL;
@@ -341,6 +369,12 @@ void ng_run_config_free(ng_run_config *rc) {
 
 int64_t ng_stage_steps(const ng_run_config *rc, int stage) {
   return rc->stages[stage].tokens / (rc->batch * rc->seq);
+}
+
+int64_t ng_run_steps(const ng_run_config *rc) {
+  int64_t n = 0;
+  for (int s = 0; s < rc->n_stages; s++) n += ng_stage_steps(rc, s);
+  return n;
 }
 
 // Warmup from 0 to peak over warmup_tokens, then peak -> floor over the rest

@@ -2,9 +2,11 @@
 // depth-growth curriculum, evaluation, checkpoints, metrics and resume.
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "normgrow/checkpoint.h"
@@ -36,6 +38,8 @@ typedef struct {
   int64_t *windows;                                   // [B]
   FILE *metrics, *diag;  // metrics.jsonl, diag.jsonl
   double t_start, last_report, last_loss;
+  eval_result last_eval;  // of the latest evaluation (valid once evaluated)
+  bool evaluated;
   int64_t steps_total, steps_at_start;
   int64_t stop_after;  // stop (as if killed) after the checkpoint of this step; 0 = never
 } trainer;
@@ -189,11 +193,20 @@ static void log_line(FILE *log, cJSON *j) {
   cJSON_Delete(j);
 }
 
+// Wall-clock time, seconds since the Unix epoch (UTC), to the millisecond.
+static double wall_clock(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (double)ts.tv_sec + (double)(ts.tv_nsec / 1000000) / 1e3;
+}
+
+// The fields every record of metrics.jsonl starts with (docs/runs.md).
 static cJSON *record(const trainer *t, const char *event) {
   cJSON *j = cJSON_CreateObject();
   cJSON_AddStringToObject(j, "event", event);
   cJSON_AddNumberToObject(j, "step", (double)t->st.step);
-  cJSON_AddNumberToObject(j, "stage", (double)t->st.stage);
+  cJSON_AddNumberToObject(j, "time", wall_clock());
+  cJSON_AddNumberToObject(j, "stage", (double)t->st.stage + 1);  // numbered from 1
   cJSON_AddNumberToObject(j, "depth", (double)t->student->cfg.num_hidden_layers);
   cJSON_AddNumberToObject(j, "tokens", (double)t->st.tokens);
   cJSON_AddNumberToObject(j, "layer_tokens", (double)t->st.layer_tokens);
@@ -209,11 +222,13 @@ static void progress(trainer *t, double loss, bool force) {
   int64_t done = t->st.step - t->steps_at_start, left = t->steps_total - t->st.step;
   double rate = done > 0 ? (double)done / (tnow - t->t_start) : 0.0;
   double eta = rate > 0 ? (double)left / rate : 0.0;
-  fprintf(stderr, "%s%s: stage %lld/%d depth %lld step %lld/%lld loss %.4f %.0f tok/s ETA %dm%02ds%s",
+  char val[48] = "";
+  if (t->evaluated) snprintf(val, sizeof val, " val CE %.4f", t->last_eval.ce);
+  fprintf(stderr, "%s%s: stage %lld/%d depth %lld step %lld/%lld loss %.4f%s %.0f tok/s ETA %dm%02ds%s",
           tty ? "\r" : "", t->rc.name, (long long)t->st.stage + 1, t->rc.n_stages,
           (long long)t->student->cfg.num_hidden_layers, (long long)t->st.step,
-          (long long)t->steps_total, loss, rate * (double)(t->rc.batch * t->rc.seq), (int)eta / 60,
-          (int)eta % 60, tty ? "\033[K" : "\n");
+          (long long)t->steps_total, loss, val, rate * (double)(t->rc.batch * t->rc.seq),
+          (int)eta / 60, (int)eta % 60, tty ? "\033[K" : "\n");
 }
 
 // ---------------------------------------------------------------- evaluation
@@ -281,6 +296,9 @@ static int log_eval(trainer *t) {
   if (t->tacts) cJSON_AddNumberToObject(j, "teacher_ce", r.teacher_ce);
   log_line(t->metrics, j);
   log_line(t->diag, diagnose(t, false));
+  t->last_eval = r;
+  t->evaluated = true;
+  progress(t, t->last_loss, true);  // every evaluation shows in the progress line
   return 0;
 }
 
@@ -410,6 +428,38 @@ static int train_step(trainer *t) {
   return 0;
 }
 
+// ---------------------------------------------------------------- signals
+
+// The first SIGINT or SIGTERM asks the loop to stop after its current step;
+// a second one ends the process at once.
+static volatile sig_atomic_t stop_signal;
+
+static void on_signal(int sig) {
+  if (stop_signal) _exit(128 + sig);
+  stop_signal = sig;
+  static const char msg[] =
+      "\nnormgrow: stopping after this step to write a checkpoint (signal again to quit at once)\n";
+  ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);  // async-signal-safe
+  (void)w;
+}
+
+typedef struct {
+  struct sigaction old_int, old_term;
+} signal_handlers;
+
+static void catch_signals(signal_handlers *h) {
+  struct sigaction sa = {.sa_handler = on_signal};
+  sigemptyset(&sa.sa_mask);
+  stop_signal = 0;
+  sigaction(SIGINT, &sa, &h->old_int);
+  sigaction(SIGTERM, &sa, &h->old_term);
+}
+
+static void release_signals(const signal_handlers *h) {
+  sigaction(SIGINT, &h->old_int, NULL);
+  sigaction(SIGTERM, &h->old_term, NULL);
+}
+
 // ---------------------------------------------------------------- run
 
 static int save_checkpoint(trainer *t, const char *file, bool with_state) {
@@ -418,6 +468,8 @@ static int save_checkpoint(trainer *t, const char *file, bool with_state) {
   return ng_checkpoint_save(path, t->student, with_state ? t->opt : NULL, with_state ? &t->st : NULL);
 }
 
+// 0 at the end (or at --stop-after), a signal's number when one stopped the
+// run after its checkpoint, -1 on error.
 static int run_stages(trainer *t) {
   const ng_run_config *rc = &t->rc;
   if (t->stop_after && t->st.step >= t->stop_after) return 0;
@@ -432,6 +484,7 @@ static int run_stages(trainer *t) {
       if (t->st.step % rc->checkpoint_every == 0 && save_checkpoint(t, "checkpoint.safetensors", true))
         return -1;
       if (t->st.step == t->stop_after) return 0;  // a stop: no final checkpoint
+      if (stop_signal) return save_checkpoint(t, "checkpoint.safetensors", true) ? -1 : stop_signal;
     }
   }
   t->st.stage = rc->n_stages - 1;
@@ -439,6 +492,28 @@ static int run_stages(trainer *t) {
   if (t->st.step % rc->eval_every != 0 && log_eval(t)) return -1;
   return save_checkpoint(t, "checkpoint.safetensors", true) || write_final_diag(t) ||
          save_checkpoint(t, "final.safetensors", false);
+}
+
+// The files of a run in its directory.
+static const char *const run_files[] = {"config.json", "metrics.jsonl", "checkpoint.safetensors",
+                                        "final.safetensors", "diag.jsonl", "diag_final.json", NULL};
+
+// A new run's directory: refused when it holds a run's files, unless `force`,
+// which removes them.
+static int claim_run_dir(const trainer *t, bool force) {
+  char path[600], found[256] = "";
+  for (int i = 0; run_files[i]; i++) {
+    path_in(t, run_files[i], path, sizeof path);
+    if (access(path, F_OK) != 0) continue;
+    if (force && unlink(path) != 0) return ng_fail("%s: cannot remove: %s", path, strerror(errno));
+    snprintf(found + strlen(found), sizeof found - strlen(found), "%s%s", found[0] ? ", " : "",
+             run_files[i]);
+  }
+  if (found[0] && !force)
+    return ng_fail("%s holds a run (%s): continue it with `normgrow train --resume %s`, or "
+                   "replace it with --force",
+                   t->rc.run_dir, found, t->rc.run_dir);
+  return 0;
 }
 
 static int make_run_dir(const trainer *t) {
@@ -496,15 +571,62 @@ static int reopen_log(trainer *t, const char *file, bool resume, FILE **log) {
   return *log ? 0 : ng_fail("%s: %s", path, strerror(errno));
 }
 
-static int resume_from(trainer *t, const char *dir) {
-  char path[600];
-  snprintf(path, sizeof path, "%s/config.json", dir);
-  if (ng_run_config_load(path, NULL, &t->rc)) return -1;
+// The run's config.json with a stage of `tokens` more appended (written back).
+static int extend_run(trainer *t, const char *config_path, int64_t tokens) {
+  ng_run_config ext;
+  if (ng_run_config_extend(&t->rc, tokens, &ext) || ng_write_text_atomic(config_path, ext.json)) {
+    ng_run_config_free(&ext);
+    return -1;
+  }
+  ng_run_config_free(&t->rc);
+  t->rc = ext;
+  const ng_stage *s = &t->rc.stages[t->rc.n_stages - 1];
+  fprintf(stderr, "%s: stage %d added: %lld tokens at depth %lld, LR %g (in config.json)\n",
+          t->rc.name, t->rc.n_stages, (long long)tokens, (long long)s->depth, s->lr.peak);
+  return 0;
+}
+
+// The run in `dir` at its checkpoint; config.json is extended (rewritten)
+// only once the checkpoint has loaded.
+static int resume_from(trainer *t, const char *dir, int64_t extend_tokens) {
+  char config[600], path[600];
+  snprintf(config, sizeof config, "%s/config.json", dir);
+  if (access(config, F_OK) != 0)
+    return ng_fail("%s: no config.json, so no run to resume (start one with `normgrow train "
+                   "RUN.json --run-dir %s`)", dir, dir);
+  if (ng_run_config_load(config, NULL, &t->rc)) return -1;
   snprintf(path, sizeof path, "%s/checkpoint.safetensors", dir);
+  if (access(path, F_OK) != 0)
+    return ng_fail("%s: a run's config.json but no checkpoint.safetensors (the first is written "
+                   "at step %lld); start the run again with `normgrow train %s/config.json --force`",
+                   dir, (long long)t->rc.checkpoint_every, dir);
   if (ng_checkpoint_load(path, t->be, true, &t->student, &t->opt, &t->st)) return -1;
   if (t->st.stage >= t->rc.n_stages) return ng_fail("%s: stage %lld of %d", path, (long long)t->st.stage, t->rc.n_stages);
+  if (extend_tokens > 0 && extend_run(t, config, extend_tokens)) return -1;
   snprintf(t->rc.run_dir, sizeof t->rc.run_dir, "%s", dir);
   return 0;
+}
+
+// The run's last line on stderr: how to continue a stopped run, or a summary
+// of a finished one.
+static void closing_line(const trainer *t, int stopped) {
+  const ng_run_config *rc = &t->rc;
+  double secs = ng_now() - t->t_start;
+  if (stopped > 0) {
+    fprintf(stderr,
+            "%s: stopped by %s after step %lld of %lld; checkpoint written to "
+            "%s/checkpoint.safetensors; continue with `normgrow train --resume %s`\n",
+            rc->name, stopped == SIGINT ? "SIGINT" : "SIGTERM", (long long)t->st.step,
+            (long long)t->steps_total, rc->run_dir, rc->run_dir);
+  } else if (t->st.step == t->steps_total) {
+    char teacher[48] = "";
+    if (t->tacts) snprintf(teacher, sizeof teacher, " (teacher %.4f)", t->last_eval.teacher_ce);
+    fprintf(stderr,
+            "%s: finished: step %lld, %lld tokens, final val CE %.4f%s, %dm%02ds in this "
+            "invocation; in %s: final.safetensors, metrics.jsonl, diag.jsonl, diag_final.json\n",
+            rc->name, (long long)t->st.step, (long long)t->st.tokens, t->last_eval.ce, teacher,
+            (int)secs / 60, (int)secs % 60, rc->run_dir);
+  }
 }
 
 static void trainer_free(trainer *t) {
@@ -545,24 +667,37 @@ int ng_train(const ng_train_args *args) {
   trainer t = {.stop_after = args->stop_after};
   const char *resume_dir = args->resume_dir;
   t.be = ng_backend_cpu();
-  int rc = resume_dir ? resume_from(&t, resume_dir)
-                      : ng_run_config_load(args->config_path, &args->overrides, &t.rc);
+  int rc = resume_dir ? resume_from(&t, resume_dir, args->extend_tokens)
+                      : (ng_run_config_load(args->config_path, &args->overrides, &t.rc) ||
+                         claim_run_dir(&t, args->force) ? -1 : 0);
+  t.steps_total = rc == 0 ? ng_run_steps(&t.rc) : 0;
+  if (rc == 0 && resume_dir && t.st.step == t.steps_total) {
+    fprintf(stderr,
+            "%s: %s is finished (step %lld of %lld); to train on: `normgrow train --resume %s "
+            "--extend-tokens N`\n",
+            t.rc.name, resume_dir, (long long)t.st.step, (long long)t.steps_total, resume_dir);
+    trainer_free(&t);
+    return 0;
+  }
   if (rc == 0) rc = open_data(&t) || open_caches(&t) || load_teacher(&t) ? -1 : 0;
   if (rc == 0 && !resume_dir) rc = init_student(&t) || make_run_dir(&t) ? -1 : 0;
   if (rc == 0) {
     if (t.rc.freeze_embeddings) ng_model_freeze(t.student, -1, true);
     alloc_batches(&t);
     student_acts(&t);
-    for (int s = 0; s < t.rc.n_stages; s++) t.steps_total += ng_stage_steps(&t.rc, s);
     t.steps_at_start = t.st.step;
     t.t_start = ng_now();
     bool resume = resume_dir != NULL;
     rc = reopen_log(&t, "metrics.jsonl", resume, &t.metrics) ||
-                 reopen_log(&t, "diag.jsonl", resume, &t.diag) || run_stages(&t)
+                 reopen_log(&t, "diag.jsonl", resume, &t.diag)
              ? -1
              : 0;
-    if (rc == 0) progress(&t, t.last_loss, true);
-    if (rc == 0 && isatty(STDERR_FILENO)) fputc('\n', stderr);
+    signal_handlers h;
+    catch_signals(&h);
+    if (rc == 0) rc = run_stages(&t);
+    release_signals(&h);
+    if (rc >= 0 && isatty(STDERR_FILENO)) fputc('\n', stderr);
+    if (rc >= 0) closing_line(&t, rc);
   }
   trainer_free(&t);
   return rc;

@@ -89,3 +89,24 @@ if printf '%s\n' "$out" | grep -q "^data: 3000 documents" && [ -f "$tmp/j/train.
 else
   echo "FAIL data reads gzip'd JSONL: $out"
 fi
+
+# Shards made with a Hugging Face tokenizer carry its files (an export of a model
+# trained on them then carries them too); existing shards are kept without --force.
+qwen=$root/../shared/data/qwen3-tokenizer
+if [ -f "$qwen/tokenizer.json" ]; then
+  "$bin" data "$tmp/f" --records-split % --val-fraction 0.25 --tokenizer "$qwen" --out "$tmp/q" >/dev/null 2>&1
+  if cmp -s "$qwen/tokenizer.json" "$tmp/q/tokenizer.json" && [ -f "$tmp/q/train.bin" ]; then
+    echo "ok data --tokenizer copies the tokenizer's files beside the shards"
+  else
+    echo "FAIL data --tokenizer: no tokenizer.json beside the shards"
+  fi
+  before=$(cksum <"$tmp/q/train.bin")
+  if ! "$bin" data "$tmp/g" --tokenizer "$qwen/tokenizer.json" --out "$tmp/q" 2>"$tmp/err" >/dev/null &&
+    [ "$(wc -l <"$tmp/err")" -eq 1 ] && grep -q -- "--force" "$tmp/err" && [ "$(cksum <"$tmp/q/train.bin")" = "$before" ]; then
+    echo "ok data keeps existing shards without --force: $(cat "$tmp/err")"
+  else
+    echo "FAIL data over existing shards: $(cat "$tmp/err")"
+  fi
+else
+  echo "skip data --tokenizer copy: no Qwen3 tokenizer at $qwen"
+fi

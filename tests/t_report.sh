@@ -124,3 +124,38 @@ check "no report.md after errors" test ! -e "$tmp/bad/report.md"
 if [ -x /usr/bin/python3 ] || command -v python3 >/dev/null; then
   NG_TOOLS=$tmp/tools-broken bad "failing plot script" "status 1" "${runs[@]}" --out "$tmp/broken"
 fi
+
+# What a report must not do: average runs that are not seeds of one config,
+# call an unfinished run's last evaluation final without a word, compare arms
+# evaluated on different validation settings silently, fail on a directory
+# that is not a run, cite files the user lacks, or replace a report.
+cp -r "$tmp/runs" "$tmp/more"
+mkdir -p "$tmp/more/notes" "$tmp/more/hf"
+printf '{"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"]}' >"$tmp/more/hf/config.json"  # an export
+sed 's/"seed": 2,/"seed": 3,/; s/"kd_weight": 0.5/"kd_weight": 0.7/' "$tmp/runs/grow-post-s2/config.json" >"$tmp/more/grow-post-s2/config.json"
+bad "same name, other kd_weight: not seeds of one arm" "loss.kd_weight (0.5 / 0.7)" \
+  "$tmp/more/grow-post-s1" "$tmp/more/grow-post-s2" --out "$tmp/bad"
+cp "$tmp/runs/grow-post-s2/config.json" "$tmp/more/grow-post-s2/config.json"
+head -n 6 "$tmp/runs/fixed-pre-s7/metrics.jsonl" >"$tmp/more/fixed-pre-s7/metrics.jsonl"  # stopped at step 4
+sed -i 's/"batches": 1/"batches": 2/' "$tmp/more/grow-post-s1/config.json" "$tmp/more/grow-post-s2/config.json"
+if "$bin" report "$tmp/more/grow-post-s1" "$tmp/more/grow-post-s2" "$tmp/more/fixed-pre-s7" "$tmp/more/notes" "$tmp/more/hf" \
+  --out "$tmp/more-report" >"$tmp/out" 2>"$tmp/err"; then
+  md2=$tmp/more-report/report.md
+  check "directories that are not runs (a Hugging Face export among them) are left out with a note" \
+    bash -c 'grep -q "notes is not a run directory" "$1" && grep -q "hf is not a run directory" "$1" &&
+             grep -q "left out: .*notes.*hf" "$2"' _ "$tmp/out" "$md2"
+  check "an unfinished run is marked (arms table and a note with its step)" \
+    bash -c 'grep -q "| fixed-pre | .* | 7 (unfinished) |" "$1" && grep -q "fixed-pre-s7. stopped at step 4 of 6" "$1"' _ "$md2"
+  check "arms evaluated with different eval.batches are flagged" \
+    bash -c 'grep -q "Warning: the runs were not evaluated alike.*eval.batches" "$1" && grep -q "WARNING" "$2"' _ "$md2" "$tmp/out"
+  check "the report cites no file outside the repository (STUDY.md)" bash -c '! grep -q "STUDY" "$1"' _ "$md2"
+else
+  echo "FAIL report: mixed runs and a non-run directory: $(cat "$tmp/err")"
+fi
+bad "an existing report is not replaced without --force" "report.md already exists" \
+  "$tmp/more/grow-post-s1" --out "$tmp/more-report"
+if "$bin" report "$tmp/more/grow-post-s1" --out "$tmp/more-report" --force >/dev/null 2>&1; then
+  echo "ok report: --force replaces a report"
+else
+  echo "FAIL report: --force did not replace the report"
+fi

@@ -522,7 +522,8 @@ static void test_command(void) {
   NG_ASSERT(ng_shard_write(wide_shard, V + 7, SEP, few, 5) == 0);
   NG_ASSERT(ng_shard_write(short_shard, V, SEP, few, 5) == 0);
 
-  // the file holds what ng_diag_json gives in-process (step and tokens 0), with the ablation
+  // the file holds what ng_diag_json gives in-process, with the ablation; step and
+  // tokens null (a checkpoint without a training state), and the settings used
   snprintf(out, sizeof out, "%s/diag.json", dir);
   snprintf(stdout_path, sizeof stdout_path, "%s/stdout.txt", dir);
   snprintf(args, sizeof args, "'%s' --data '%s' --teacher '%s' --batches %d --batch %d --seq %d --top 3 --out '%s'",
@@ -530,14 +531,22 @@ static void test_command(void) {
   char err[2000];
   int rc = run_diag(args, stdout_path, err, sizeof err);
   cJSON *j = report(student, teacher, 0, true);
-  cJSON_ReplaceItemInObjectCaseSensitive(j, "step", cJSON_CreateNumber(0));
-  cJSON_ReplaceItemInObjectCaseSensitive(j, "tokens", cJSON_CreateNumber(0));
+  cJSON_ReplaceItemInObjectCaseSensitive(j, "step", cJSON_CreateNull());
+  cJSON_ReplaceItemInObjectCaseSensitive(j, "tokens", cJSON_CreateNull());
   char *want = cJSON_Print(j), *got = slurp(out), *printed = slurp(stdout_path);
-  size_t wn = strlen(want);
-  CHECK(rc == 0 && got && strncmp(got, want, wn) == 0 && strcmp(got + wn, "\n") == 0 &&
-            printed && printed[0] == 0,
+  cJSON *got_json = got ? cJSON_Parse(got) : NULL;
+  cJSON *settings = cJSON_DetachItemFromObjectCaseSensitive(got_json, "settings");
+  char *got_text = got_json ? cJSON_Print(got_json) : NULL;
+  CHECK(rc == 0 && got_text && strcmp(got_text, want) == 0 && printed && printed[0] == 0,
         "diag --out FILE: the JSON of ng_diag_json, ablation included, nothing on stdout",
         "status %d, stderr %s", rc, err);
+  CHECK(num(at(settings, "batches")) == BATCHES && num(at(settings, "batch")) == BB &&
+            num(at(settings, "seq")) == TT && cJSON_IsString(at(settings, "teacher")) &&
+            cJSON_IsNull(at(settings, "run_dir")) && strstr(err, "step and tokens unknown"),
+        "diag names the settings it used (JSON \"settings\" and one line on stderr)", "%s", err);
+  cJSON_Delete(settings);
+  cJSON_Delete(got_json);
+  cJSON_free(got_text);
   cJSON_Delete(j);
   cJSON_free(want);
   free(got);

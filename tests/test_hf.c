@@ -330,8 +330,9 @@ static void test_export_pre_plain(void) {
             !strstr(text, "bos_token_id"),
         "pre export writes a plain Qwen3 config", "%s", text);
   free(text);
-  CHECK(exists_in(dir, "model.safetensors") && !exists_in(dir, "model.safetensors.index.json"),
-        "pre export is one file", "layout");
+  CHECK(exists_in(dir, "model.safetensors") && !exists_in(dir, "model.safetensors.index.json") &&
+            !exists_in(dir, "modeling_normgrow.py"),
+        "pre export is one file, no modeling code", "layout");
   ng_model_free(m);
 }
 
@@ -346,8 +347,24 @@ static void test_export_post(void) {
   CHECK(cJSON_IsString(placement) && strcmp(placement->valuestring, "post") == 0 &&
             cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(cfg, "final_norm")),
         "post export records norm_placement and final_norm", "%s", text);
+  const cJSON *map = cJSON_GetObjectItemCaseSensitive(cfg, "auto_map");
+  const cJSON *model = cJSON_GetObjectItemCaseSensitive(map, "AutoModelForCausalLM");
+  CHECK(strstr(text, "\"NormgrowForCausalLM\"") && !strstr(text, "Qwen3ForCausalLM") &&
+            strstr(text, "\"model_type\":\t\"normgrow\"") && cJSON_IsString(model) &&
+            strcmp(model->valuestring, "modeling_normgrow.NormgrowForCausalLM") == 0,
+        "post export is the custom architecture with an auto_map", "%s", text);
+  const char *dir = under_root("export_post");
+  CHECK(exists_in(dir, "modeling_normgrow.py") && exists_in(dir, "configuration_normgrow.py"),
+        "post export writes its modeling code beside the weights", "missing .py files");
   cJSON_Delete(cfg);
   free(text);
+  // A plain Qwen3 exported over it leaves no code that would claim the directory.
+  ng_model_config pc = toy_config(NG_NORM_PRE, true, false);
+  ng_model *pm = random_model(&pc, 8);
+  ng_model_free(export_and_load("pre over post", pm, "export_post", NG_F32, (size_t)1 << 30));
+  CHECK(!exists_in(dir, "modeling_normgrow.py") && !exists_in(dir, "configuration_normgrow.py"),
+        "a plain export removes the modeling code of an earlier one", "stale .py files");
+  ng_model_free(pm);
   ng_model_free(m);
 }
 

@@ -30,8 +30,17 @@ int ng_cli_int_opt(const ng_cli *c, const char *key, int64_t min, int64_t max, i
 // min_ok); an absent option keeps *out.
 int ng_cli_num_opt(const ng_cli *c, const char *key, double min, bool min_ok, double max,
                    double *out);
+// 0 when nothing is at `path` or the command was given --force; else fails
+// with one line naming the file, `what` it holds and how to proceed.
+int ng_cli_may_replace(const ng_cli *c, const char *path, const char *what);
 // Prints "normgrow: <message>" on stderr; returns 1 (the exit status).
 int ng_cli_error(const char *msg);
+
+// Copies the files of a Hugging Face tokenizer (tokenizer.json, its config,
+// ...) from the directory of `tokenizer` (a tokenizer.json or a model
+// directory) into `out`, so that shards carry the tokenizer that made them and
+// an export of a model trained on them carries it too.
+int ng_cli_copy_tokenizer(const char *tokenizer, const char *out);
 
 int cmd_golden_eval(const ng_cli *c);
 int cmd_golden_check(const ng_cli *c);
@@ -46,5 +55,6 @@ int cmd_train(const ng_cli *c);
 int cmd_export(const ng_cli *c);
 int cmd_teacher_cache(const ng_cli *c);
 int cmd_diag(const ng_cli *c);
+int cmd_runs(const ng_cli *c);
 
 #endif

@@ -1,4 +1,4 @@
-// normgrow teacher-cache TEACHER SHARD OUT --k K --temperature TAU --seq T [--batch B]
+// normgrow teacher-cache TEACHER SHARD OUT --k K --temperature TAU --seq T [--batch B] [--force]
 #include <stdio.h>
 
 #include "cli.h"
@@ -12,6 +12,7 @@ int cmd_teacher_cache(const ng_cli *c) {
   if (ng_cli_int_opt(c, "k", 1, 1000000, &k) || ng_cli_num_opt(c, "temperature", 1e-3, true, 1e3, &tau) ||
       ng_cli_int_opt(c, "seq", 1, 1 << 20, &seq) || ng_cli_int_opt(c, "batch", 1, 4096, &batch))
     return ng_cli_error(ng_error());
+  if (ng_cli_may_replace(c, c->pos[2], "a teacher cache")) return ng_cli_error(ng_error());
   ng_backend *be = ng_backend_get(c->backend);
   ng_model *teacher = NULL;
   ng_shard s = {0};

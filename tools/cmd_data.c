@@ -1,7 +1,7 @@
 // normgrow data: a corpus -> token shards DIR/train and DIR/val (byte-level, or
-// with a Hugging Face tokenizer.json).
+// with a Hugging Face tokenizer.json, whose files are copied into DIR).
 //   normgrow data INPUT... --out DIR [--tokenizer PATH] [--records-split LINE | --jsonl-field F]
-//                 [--val-fraction F] [--seed S] [--max-tokens N] [--file-tokens N]
+//                 [--val-fraction F] [--seed S] [--max-tokens N] [--file-tokens N] [--force]
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -11,6 +11,7 @@
 #include "normgrow/common.h"
 #include "normgrow/data.h"
 #include "normgrow/tokenizer.h"
+#include "normgrow/fileio.h"
 
 #define DEFAULT_VAL_FRACTION 0.05
 #define DEFAULT_SEED 0
@@ -55,17 +56,32 @@ static int parse_options(const ng_cli *c, ng_data_options *o) {
   return 0;
 }
 
+// Shards already in DIR (either form, either split) are kept unless --force.
+static int outputs_taken(const ng_cli *c, const char *out) {
+  static const char *const names[] = {"train.bin", "train.manifest.json", "val.bin",
+                                      "val.manifest.json"};
+  int taken = 0;
+  for (int i = 0; i < 4 && !taken; i++) {
+    char *path = ng_path_join(out, names[i]);
+    taken = ng_cli_may_replace(c, path, "token shards that runs may be trained or evaluated on");
+    free(path);
+  }
+  return taken;
+}
+
 int cmd_data(const ng_cli *c) {
   const char *out = ng_cli_opt(c, "out"), *tok_path = ng_cli_opt(c, "tokenizer");
   ng_data_options o;
   if (parse_options(c, &o) != 0) return ng_cli_error(ng_error());
   if (!out) return ng_cli_error("data: --out DIR is required");
+  if (outputs_taken(c, out)) return ng_cli_error(ng_error());
 
   ng_tokenizer *tok = NULL;
   if (tok_path && ng_tokenizer_load(tok_path, &tok) != 0) return ng_cli_error(ng_error());
   o.tokenizer = tok;
   ng_data_stats st;
-  int rc = ng_data_prepare(c->pos, c->npos, &o, out, &st);
+  int rc = ng_data_prepare(c->pos, c->npos, &o, out, &st) ||
+           (tok && ng_cli_copy_tokenizer(tok_path, out));
   ng_tokenizer_free(tok);
   if (rc != 0) return ng_cli_error(ng_error());
   uint64_t tokens = st.tokens[0] + st.tokens[1];

@@ -145,7 +145,7 @@ static void print_header(const char *path, const ng_run_config *rc, const teache
          rc->freeze_embeddings ? "yes" : "no");
   int n_freezing = 0;
   for (int i = 0; i < rc->n_stages; i++)
-    if (rc->stages[i].freeze_existing) printf(" %sstage %d", n_freezing++ ? "and " : "in ", i);
+    if (rc->stages[i].freeze_existing) printf(" %sstage %d", n_freezing++ ? "and " : "in ", i + 1);
   printf("%s\n", n_freezing ? "" : " never");
   printf("  batch    %lld x %lld = %s tokens per step\n", (long long)rc->batch, (long long)rc->seq,
          grouped(rc->batch * rc->seq).s);
@@ -171,7 +171,7 @@ static void print_compute(const ng_plan_stage *s, int n) {
   int64_t tokens = 0, steps = 0;
   double flops = 0.0, seconds = 0.0;
   for (int i = 0; i < n; i++) {
-    printf("%-6d %5lld %15s %7lld %15s %15s %11.3e %9.1f\n", i, (long long)s[i].depth,
+    printf("%-6d %5lld %15s %7lld %15s %15s %11.3e %9.1f\n", i + 1, (long long)s[i].depth,
            grouped(s[i].tokens).s, (long long)s[i].steps, grouped(s[i].student.total).s,
            grouped(s[i].student.trainable).s, s[i].flops, s[i].seconds / 3600.0);
     tokens += s[i].tokens;
@@ -200,7 +200,7 @@ static void print_memory(const ng_plan_stage *s, int n, bool teacher, const ng_p
   int peak = 0;
   for (int i = 0; i < n; i++) {
     char label[16];
-    snprintf(label, sizeof label, "%d", i);
+    snprintf(label, sizeof label, "%d", i + 1);
     print_memory_row(label, &s[i], teacher);
     if (s[i].total > s[peak].total) peak = i;
   }

@@ -1,6 +1,13 @@
-// normgrow report RUN_DIR... [--out DIR]: tables and plots that compare
-// finished runs of `normgrow train`. Runs whose config.json has the same
-// "name" are one arm (its seeds). Writes DIR/report.md, DIR/report-data.json
+// normgrow report RUN_DIR... [--out DIR] [--force]: tables and plots that
+// compare runs of `normgrow train`. Runs whose config.json has the same "name"
+// are one arm (its seeds); their configs must agree except in "seed" and
+// "run_dir" (else the report is refused, naming the difference). A directory
+// without a run's config.json (rundir.h) is not a run: it is left out, with a note. Runs that
+// have not reached their last step are marked unfinished; arms evaluated on
+// different validation data or settings (data.val, data.seq, data.batch,
+// eval.batches, teacher_cache.val) are flagged at the top of the report. An
+// existing DIR/report.md is replaced only with --force.
+// Writes DIR/report.md, DIR/report-data.json
 // (the series the plots need) and, by running tools/plot_report.py (found in
 // $NG_TOOLS, else in the first directory above the executable that holds
 // tools/plot_report.py), DIR/{val_ce,rms_std,rms_by_class,ablation}.png.
@@ -30,6 +37,7 @@
 #include "cli.h"
 #include "normgrow/common.h"
 #include "normgrow/fileio.h"
+#include "rundir.h"
 
 extern char **environ;
 
@@ -53,6 +61,8 @@ typedef struct {
   char *dir, *name, *mode, *schedule;
   bool post;  // Post-Norm, else Pre-Norm
   long long seed;
+  ng_rundir state;          // how far it got (finished, steps)
+  ng_flat_config settings;  // config.json as key=value
   final_eval final;  // the last eval record of metrics.jsonl
   series val_ce;     // over tokens
   series growth;     // tokens of each growth record -> depth after it
@@ -83,6 +93,9 @@ typedef struct {
   size_t n_runs;
   arm *arms;
   size_t n_arms;
+  const char **skipped;  // arguments that are not run directories
+  size_t n_skipped;
+  char *eval_differs;    // the validation settings in which runs differ ("" none)
   char *out_dir;
   char *plots_skipped;  // why the plots were not drawn; NULL when they were
 } report;
@@ -384,7 +397,11 @@ static int load_run(const char *dir, run *r) {
   r->dir = ng_xstrdup(dir);
   char *config = ng_path_join(dir, "config.json"), *metrics = ng_path_join(dir, "metrics.jsonl");
   char *diag = ng_path_join(dir, "diag.jsonl"), *final = ng_path_join(dir, "diag_final.json");
-  int rc = load_config(config, r) || parse_jsonl_file(metrics, metrics_record, r) ? -1 : 0;
+  int rc = load_config(config, r) || parse_jsonl_file(metrics, metrics_record, r) ||
+                   ng_rundir_read(dir, &r->state)
+               ? -1
+               : 0;
+  ng_flatten_config(r->state.config, &r->settings);
   if (rc == 0 && r->val_ce.n == 0) rc = ng_fail("%s: no eval record", metrics);
   r->has_diag = rc == 0 && exists(diag);
   if (r->has_diag) rc = parse_jsonl_file(diag, diag_record, r);
@@ -410,10 +427,33 @@ static void run_free(run *r) {
   free(r->block);
   free(r->skip_dce);
   free(r->norms_dce);
+  ng_rundir_free(&r->state);
+  ng_flat_config_free(&r->settings);
+}
+
+// The keys (run_dir and seed aside) in which two runs' configs differ, as
+// "key (a / b), ..." in *out (malloc'd; "" when none).
+static void config_difference(const run *a, const run *b, char **out) {
+  size_t len;
+  FILE *m = open_memstream(out, &len);
+  NG_ASSERT(m);
+  const ng_flat_config pair[2] = {a->settings, b->settings};
+  int n = 0;
+  for (int side = 0; side < 2; side++)
+    for (size_t k = 0; k < pair[side].n; k++) {
+      const char *key = pair[side].key[k];
+      if (strcmp(key, "run_dir") == 0 || strcmp(key, "seed") == 0 || ng_flat_agree(pair, 2, key) ||
+          (side == 1 && ng_flat_value(&pair[0], key)))  // named from the first side already
+        continue;
+      const char *va = ng_flat_value(&pair[0], key), *vb = ng_flat_value(&pair[1], key);
+      if (n++ < 3) fprintf(m, "%s%s (%.40s / %.40s)", n > 1 ? ", " : "", key, va ? va : "absent", vb ? vb : "absent");
+    }
+  if (n > 3) fprintf(m, " and %d more", n - 3);
+  fclose(m);
 }
 
 // Runs grouped by name, in the order their names first appear. The seeds of an
-// arm share its placement and each seed is given once.
+// arm agree in everything but seed and run_dir, and each seed is given once.
 static int group_arms(report *rep) {
   rep->arms = ng_xcalloc(rep->n_runs, sizeof(arm));
   for (size_t i = 0; i < rep->n_runs; i++) {
@@ -432,9 +472,34 @@ static int group_arms(report *rep) {
       if (g->runs[k]->seed == r->seed)
         return ng_fail("%s: arm \"%s\" seed %lld is also in %s", r->dir, r->name, r->seed, g->runs[k]->dir);
     }
+    char *diff = NULL;
+    if (g->n) config_difference(g->runs[0], r, &diff);
+    if (diff && *diff) {
+      ng_fail("%s and %s are both arm \"%s\" but not seeds of one config: they differ in %s "
+              "(give one another \"name\", or report them apart)",
+              g->runs[0]->dir, r->dir, r->name, diff);
+      free(diff);
+      return -1;
+    }
+    free(diff);
     g->runs[g->n++] = r;
   }
   return 0;
+}
+
+// The validation settings in which the runs differ, for the flag atop the report.
+static void check_eval_settings(report *rep) {
+  static const char *const keys[] = {"data.val", "data.seq", "data.batch", "eval.batches",
+                                     "teacher_cache.val", NULL};
+  ng_flat_config *flat = ng_xcalloc(rep->n_runs, sizeof *flat);
+  for (size_t i = 0; i < rep->n_runs; i++) flat[i] = rep->runs[i].settings;
+  size_t len;
+  FILE *m = open_memstream(&rep->eval_differs, &len);
+  NG_ASSERT(m);
+  for (int k = 0, n = 0; keys[k]; k++)
+    if (!ng_flat_agree(flat, rep->n_runs, keys[k])) fprintf(m, "%s%s", n++ ? ", " : "", keys[k]);
+  fclose(m);
+  free(flat);
 }
 
 // ---------------------------------------------------------------- over seeds
@@ -577,7 +642,9 @@ static const char *arm_name(const arm *a) { return a->runs[0]->name; }
 static const char *placement(const arm *a) { return a->runs[0]->post ? "Post-Norm" : "Pre-Norm"; }
 
 static void put_seeds(FILE *f, const arm *a) {
-  for (size_t k = 0; k < a->n; k++) fprintf(f, "%s%lld", k ? ", " : "", a->runs[k]->seed);
+  for (size_t k = 0; k < a->n; k++)
+    fprintf(f, "%s%lld%s", k ? ", " : "", a->runs[k]->seed,
+            a->runs[k]->state.finished ? "" : " (unfinished)");
 }
 
 // The mean (fmt), "n/a" when no run has the value.
@@ -617,6 +684,7 @@ static bool any_run(const report *rep, bool (*has)(const run *)) {
 }
 
 static bool distilled(const run *r) { return r->final.has_kd; }
+static bool unfinished(const run *r) { return !r->state.finished; }
 static bool lacks_diag(const run *r) { return !r->has_diag; }
 static bool lacks_final(const run *r) { return !r->has_final; }
 static bool lacks_ablation(const run *r) { return r->has_final && !r->has_ablation; }
@@ -651,6 +719,25 @@ static void write_intro(FILE *f, const report *rep) {
       f);
   for (size_t i = 0; i < rep->n_runs; i++) fprintf(f, "%s `%s`", i ? "," : "", rep->runs[i].dir);
   fputs(".\n", f);
+  if (*rep->eval_differs)
+    fprintf(f,
+            "\n**Warning: the runs were not evaluated alike.** They differ in %s, so their "
+            "validation CE (and KD, and the teacher's CE) are measured on different data or "
+            "windows and are not comparable as they stand.\n",
+            rep->eval_differs);
+  for (size_t i = 0; i < rep->n_runs; i++) {
+    const run *r = &rep->runs[i];
+    if (unfinished(r))
+      fprintf(f,
+              "\n**Unfinished:** `%s` stopped at step %lld of %lld; its values are those of its "
+              "last evaluation (at %.0f tokens), not final ones.\n",
+              r->dir, (long long)r->state.last_step, (long long)r->state.steps_total, r->final.tokens);
+  }
+  if (rep->n_skipped) {
+    fputs("\nNot run directories (no run config.json), left out:", f);
+    for (size_t i = 0; i < rep->n_skipped; i++) fprintf(f, "%s `%s`", i ? "," : "", rep->skipped[i]);
+    fputs(".\n", f);
+  }
 }
 
 static void write_arms(FILE *f, const report *rep) {
@@ -744,8 +831,8 @@ static void write_rms_spread(FILE *f, const report *rep) {
 static void write_ablation(FILE *f, const report *rep) {
   fputs(
       "\n## Block-removal ablation\n\nΔCE: validation CE with one block removed minus the intact "
-      "model's (diag_final.json), mean over seeds. The two removals differ under Post-Norm "
-      "(STUDY.md):\n\n"
+      "model's (diag_final.json), mean over seeds. The two removals differ under Post-Norm, "
+      "where a block's norms act on the residual stream itself:\n\n"
       "- **skip**: the block is skipped together with its norms (the block becomes the identity).\n"
       "- **norms_only** (Post-Norm only): the block's attention and MLP are zeroed and its norms "
       "kept, so the block still returns Norm(Norm(x)).\n\n| arm | removal | intact CE |",
@@ -1025,7 +1112,8 @@ static int draw_plots(report *rep) {
 
 // ---------------------------------------------------------------- command
 
-// --out DIR, or dirname(RUN_DIR[0])/report; created when missing.
+// --out DIR, or dirname(RUN_DIR[0])/report; created when missing. An existing
+// report in it is replaced only with --force.
 static int make_out_dir(const ng_cli *c, report *rep) {
   const char *out = ng_cli_opt(c, "out");
   if (out) {
@@ -1037,13 +1125,26 @@ static int make_out_dir(const ng_cli *c, report *rep) {
     rep->out_dir = ng_path_join(dirname(first), "report");
     free(first);
   }
-  return ng_make_dir(rep->out_dir);
+  char *md = ng_path_join(rep->out_dir, "report.md");
+  int rc = ng_cli_may_replace(c, md, "a report");
+  free(md);
+  return rc || ng_make_dir(rep->out_dir);
 }
 
+// The runs among the arguments; the others are noted (and left out).
 static int load_runs(const ng_cli *c, report *rep) {
   rep->runs = ng_xcalloc((size_t)c->npos, sizeof(run));
-  for (int i = 0; i < c->npos; i++)
-    if (load_run(c->pos[i], &rep->runs[rep->n_runs++])) return -1;  // freed with the others
+  rep->skipped = ng_xcalloc((size_t)c->npos, sizeof(char *));
+  for (int i = 0; i < c->npos; i++) {
+    if (!ng_rundir_is_run(c->pos[i])) {
+      rep->skipped[rep->n_skipped++] = c->pos[i];
+      printf("report: %s is not a run directory (no run config.json): left out\n", c->pos[i]);
+    } else if (load_run(c->pos[i], &rep->runs[rep->n_runs++])) {
+      return -1;  // freed with the others
+    }
+  }
+  if (rep->n_runs == 0) return ng_fail("report: no run directory (one with a run's config.json) among the arguments");
+  check_eval_settings(rep);
   return 0;
 }
 
@@ -1054,20 +1155,22 @@ static void report_free(report *rep) {
   free(rep->arms);
   free(rep->out_dir);
   free(rep->plots_skipped);
+  free(rep->skipped);
+  free(rep->eval_differs);
 }
 
 int cmd_report(const ng_cli *c) {
-  for (int i = 0; i < c->nextra; i++)
-    if (strcmp(c->extra_key[i], "out") != 0) return ng_cli_error("report: the only option is --out DIR");
   report rep = {0};
   int rc = load_runs(c, &rep) || group_arms(&rep) || make_out_dir(c, &rep) || write_plot_data(&rep) ||
                    draw_plots(&rep) || write_report(&rep)
                ? ng_cli_error(ng_error())
                : 0;
   if (rc == 0)
-    printf("report: %zu arms from %zu runs -> %s/report.md%s%s\n", rep.n_arms, rep.n_runs, rep.out_dir,
-           rep.plots_skipped ? "; plots skipped: " : " and plots",
-           rep.plots_skipped ? rep.plots_skipped : "");
+    printf("report: %zu arms from %zu runs -> %s/report.md%s%s%s%s%s\n", rep.n_arms, rep.n_runs,
+           rep.out_dir, rep.plots_skipped ? "; plots skipped: " : " and plots",
+           rep.plots_skipped ? rep.plots_skipped : "",
+           *rep.eval_differs ? "; WARNING: evaluated differently in " : "", rep.eval_differs,
+           any_run(&rep, unfinished) ? "; some runs are unfinished (marked)" : "");
   report_free(&rep);
   return rc;
 }

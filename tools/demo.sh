@@ -2,6 +2,8 @@
 # The whole toy study on a laptop: fortune-cookie English, a byte-level
 # teacher (pretrained once, reused), the seven student arms, diagnostics and
 # the report. Usage: tools/demo.sh [--seeds N]   (make demo [SEEDS=N])
+# What an earlier demo made is reused: the data, the teacher, and each arm (a
+# finished one kept, an interrupted one resumed); `rm -r runs/demo` starts anew.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -40,10 +42,15 @@ for seed in $(seq 1 "$seeds"); do
   for arm in "${arms[@]}"; do
     dir=$out/$arm
     [ "$seeds" -gt 1 ] && dir=$out/$arm-seed$seed
-    say "arm $arm, seed $seed -> $dir"
-    "$bin" train "configs/toy/$arm.json" --seed "$seed" --run-dir "$dir"
+    if [ -f "$dir/checkpoint.safetensors" ]; then  # from an earlier demo: finish it, or keep it
+      say "arm $arm, seed $seed: continuing $dir (a finished run is kept as it is)"
+      "$bin" train --resume "$dir"
+    else
+      say "arm $arm, seed $seed -> $dir"
+      "$bin" train "configs/toy/$arm.json" --seed "$seed" --run-dir "$dir" --force
+    fi
     dirs+=("$dir")
   done
 done
-"$bin" report "${dirs[@]}" --out "$out/report"
+"$bin" report "${dirs[@]}" --out "$out/report" --force  # the demo's own report
 say "done. The report: $root/$out/report/report.md"

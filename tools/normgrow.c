@@ -31,29 +31,37 @@ static const command commands[] = {
     {"data", cmd_data, 1, MANY, false,
      LIST("out", "tokenizer", "records-split", "jsonl-field", "val-fraction", "seed", "max-tokens",
           "file-tokens"),
-     NONE,
+     LIST("force"),
      "data INPUT... --out DIR [--tokenizer PATH] [--records-split LINE | --jsonl-field F]\n"
-     "         [--val-fraction F] [--seed S] [--max-tokens N] [--file-tokens N]\n"
-     "    token shards DIR/train, DIR/val (.bin, or parts and a .manifest.json)"},
+     "         [--val-fraction F] [--seed S] [--max-tokens N] [--file-tokens N] [--force]\n"
+     "    token shards DIR/train, DIR/val (.bin, or parts and a .manifest.json);\n"
+     "    --force: replace existing ones"},
     {"tokenize", cmd_tokenize, 0, 1, false, LIST("tokenizer", "decode"), NONE,
      "tokenize --tokenizer PATH TEXT|- | tokenize --tokenizer PATH --decode IDS|-\n"
      "    a text's token ids, or the text of ids"},
-    {"train", cmd_train, 0, 1, true, LIST("resume", "run-dir", "seed", "stop-after"), NONE,
-     "train RUN.json [--seed S] [--run-dir DIR] | train --resume RUN_DIR\n"
-     "    run one arm, or continue it from its last checkpoint"},
+    {"train", cmd_train, 0, 1, true,
+     LIST("resume", "run-dir", "seed", "stop-after", "extend-tokens"), LIST("force"),
+     "train RUN.json [--seed S] [--run-dir DIR] [--force] | train --resume RUN_DIR [--extend-tokens N]\n"
+     "    run one arm (--force: replace a run in its directory), or continue it from its last\n"
+     "    checkpoint (--extend-tokens: a finished run, N tokens more); Ctrl-C stops at a checkpoint"},
     {"diag", cmd_diag, 1, 1, true,
      LIST("backend", "data", "teacher", "batches", "batch", "seq", "structural", "top",
           "kd-weight", "temperature", "out"),
      NONE,
-     "diag CKPT --data SHARD [--teacher CKPT] [--batches N] [--batch B] [--seq T]\n"
+     "diag MODEL [--data SHARD] [--teacher CKPT] [--batches N] [--batch B] [--seq T]\n"
      "         [--structural ID,...] [--top K] [--kd-weight A] [--temperature TAU] [--out FILE]\n"
-     "    residual RMS statistics and block-removal ablation (JSON)"},
-    {"report", cmd_report, 1, MANY, false, LIST("out"), NONE,
-     "report RUN_DIR... [--out DIR]\n"
-     "    tables and plots comparing finished runs -> DIR/report.md"},
-    {"export", cmd_export, 2, 2, false, LIST("dtype", "shard-mib"), NONE,
-     "export CHECKPOINT DIR [--dtype bf16|f32] [--shard-mib N]\n"
-     "    a student as a Hugging Face Qwen3 directory"},
+     "    residual RMS statistics and block-removal ablation (JSON) of a run directory, a\n"
+     "    checkpoint or a Hugging Face directory; a run's own evaluation settings by default"},
+    {"report", cmd_report, 1, MANY, false, LIST("out"), LIST("force"),
+     "report RUN_DIR... [--out DIR] [--force]\n"
+     "    tables and plots comparing runs (unfinished ones marked) -> DIR/report.md"},
+    {"runs", cmd_runs, 0, 1, false, NONE, NONE,
+     "runs [DIR]\n"
+     "    the run directories under DIR (default runs): state, step, final CE, differences"},
+    {"export", cmd_export, 2, 2, false, LIST("dtype", "shard-mib"), LIST("force"),
+     "export CHECKPOINT DIR [--dtype bf16|f32] [--shard-mib N] [--force]\n"
+     "    a student as a Hugging Face directory: Qwen3, or a normgrow model that transformers\n"
+     "    loads with trust_remote_code=True (Post-Norm, no final norm)"},
     {"plan", cmd_plan, 1, 1, false,
      LIST("teacher-config", "device-tflops", "device-memory-gib", "devices", "bytes-per-param",
           "recompute"),
@@ -62,8 +70,8 @@ static const command commands[] = {
      "         [--devices N] [--bytes-per-param B] [--recompute on|off]\n"
      "    parameters, memory per device and FLOPs of each stage"},
     {"teacher-cache", cmd_teacher_cache, 3, 3, true,
-     LIST("backend", "k", "temperature", "seq", "batch"), NONE,
-     "teacher-cache TEACHER SHARD OUT [--k K] [--temperature TAU] [--seq T] [--batch B]\n"
+     LIST("backend", "k", "temperature", "seq", "batch"), LIST("force"),
+     "teacher-cache TEACHER SHARD OUT [--k K] [--temperature TAU] [--seq T] [--batch B] [--force]\n"
      "    the teacher's top-k logits over a shard, for every arm"},
     {"bench", cmd_bench, 0, 0, true, LIST("backend", "steps"), NONE,
      "bench [--steps N]\n"
@@ -139,6 +147,12 @@ int ng_cli_num_opt(const ng_cli *c, const char *key, double min, bool min_ok, do
     return ng_fail("--%s: \"%s\" is not a number in %s%g, %g]", key, s, min_ok ? "[" : "(", min, max);
   *out = v;
   return 0;
+}
+
+int ng_cli_may_replace(const ng_cli *c, const char *path, const char *what) {
+  if (access(path, F_OK) != 0 || ng_cli_opt(c, "force")) return 0;
+  return ng_fail("%s already exists (%s): choose another output, or replace it with --force", path,
+                 what);
 }
 
 int ng_cli_error(const char *msg) {

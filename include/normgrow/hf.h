@@ -9,6 +9,13 @@
 // own: `norm_placement` ("pre" | "post", default "pre") and `final_norm`
 // (default true). A Pre-Norm model with a final norm is exported without them,
 // so its directory is a plain Qwen3 checkpoint that transformers loads as is.
+// Any other model (Post-Norm, or no final norm) is exported as the custom
+// architecture "NormgrowForCausalLM" (model_type "normgrow"): config.json has
+// an `auto_map` naming configuration_normgrow.py and modeling_normgrow.py,
+// written beside the weights (ref/hf_remote/), so that transformers'
+// AutoModelForCausalLM.from_pretrained(dir, trust_remote_code=True) builds the
+// same model; without trust_remote_code transformers refuses it rather than
+// building a different one. normgrow reads both model types.
 #ifndef NORMGROW_HF_H
 #define NORMGROW_HF_H
 
@@ -72,7 +79,10 @@ int ng_hf_load(const char *dir, ng_backend *be, bool trainable, ng_model **out);
 // model.safetensors.index.json. Each file is written atomically (temp file,
 // fsync, rename); the other layout's top file (model.safetensors or the index)
 // is removed afterwards so that the new weights are the ones loaded. A model
-// whose growth gates are not all 1 is refused: Qwen3 has no gates.
+// whose growth gates are not all 1 is refused: Qwen3 has no gates. A model
+// that is not plain Qwen3 gets configuration_normgrow.py and
+// modeling_normgrow.py beside config.json (a plain one: any such files left
+// from an earlier export are removed).
 int ng_hf_export(const ng_model *m, const char *dir, ng_dtype dtype, size_t shard_bytes);
 
 #endif

@@ -100,10 +100,17 @@ typedef struct {
 
 int ng_run_config_load(const char *path, const ng_run_overrides *ov, ng_run_config *rc);
 int ng_run_config_parse(const char *text, const char *where, ng_run_config *rc);
+// *out: rc with one stage appended: `tokens` (a whole number of batches) at the
+// final depth, with its own constant LR at the floor of the last stage's
+// schedule (a decayed schedule continued at its end). How a finished run
+// trains on (`normgrow train --resume DIR --extend-tokens N`).
+int ng_run_config_extend(const ng_run_config *rc, int64_t tokens, ng_run_config *out);
 void ng_run_config_free(ng_run_config *rc);
 
 // Steps of a stage (its tokens are a whole number of batches).
 int64_t ng_stage_steps(const ng_run_config *rc, int stage);
+// Steps of the whole run (every stage).
+int64_t ng_run_steps(const ng_run_config *rc);
 // Learning rate of the step that starts `tokens_done_in_stage` into `stage`.
 double ng_lr_at(const ng_run_config *rc, int stage, int64_t tokens_done_in_stage);
 
@@ -118,11 +125,25 @@ typedef struct {
   const char *config_path;   // a new run of this arm (with `overrides`), or
   const char *resume_dir;    // the run to continue from its last checkpoint
   ng_run_overrides overrides;
+  bool force;                // a new run may replace a run in its directory
+  int64_t extend_tokens;     // > 0 (resume only): append a stage of this many
+                             // tokens at the final depth, its LR constant at the
+                             // floor of the schedule it follows (config.json
+                             // records it)
   int64_t stop_after;        // > 0: end after this step, as a kill would (tests)
 } ng_train_args;
 
 // Run or resume one arm; a resumed run ends with weights bit-identical to an
-// uninterrupted one (same thread count).
+// uninterrupted one (same thread count). A new run refuses a directory that
+// holds a run's files (config.json, metrics.jsonl, diag.jsonl,
+// diag_final.json, checkpoint.safetensors, final.safetensors) unless `force`,
+// which removes them first. Resuming a finished run says so on stderr and
+// returns 0.
+//
+// SIGINT and SIGTERM: the first finishes the current step, writes the
+// checkpoint (atomically) and makes ng_train return that signal's number (> 0;
+// nothing else returns > 0); a second one ends the process at once with status
+// 128 + signal. The previous handlers are restored on return.
 int ng_train(const ng_train_args *args);
 
 #endif

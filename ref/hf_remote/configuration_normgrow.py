@@ -1,0 +1,28 @@
+# The configuration of a normgrow student exported by `normgrow export`: a
+# Qwen3 decoder whose blocks are Pre-Norm or Post-Norm and whose final norm
+# may be absent. Written beside the weights; transformers loads it with
+# AutoConfig.from_pretrained(dir, trust_remote_code=True).
+from transformers import PretrainedConfig
+
+
+class NormgrowConfig(PretrainedConfig):
+    model_type = "normgrow"
+
+    def __init__(self, vocab_size=257, hidden_size=128, intermediate_size=512,
+                 num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                 head_dim=32, rope_theta=10000.0, rms_norm_eps=1e-6,
+                 tie_word_embeddings=False, norm_placement="pre", final_norm=True, **kwargs):
+        if norm_placement not in ("pre", "post"):
+            raise ValueError(f"norm_placement: {norm_placement!r} is neither 'pre' nor 'post'")
+        self.vocab_size = vocab_size
+        self.hidden_size = hidden_size
+        self.intermediate_size = intermediate_size
+        self.num_hidden_layers = num_hidden_layers
+        self.num_attention_heads = num_attention_heads
+        self.num_key_value_heads = num_key_value_heads
+        self.head_dim = head_dim
+        self.rope_theta = rope_theta
+        self.rms_norm_eps = rms_norm_eps
+        self.norm_placement = norm_placement
+        self.final_norm = final_norm
+        super().__init__(tie_word_embeddings=tie_word_embeddings, **kwargs)
