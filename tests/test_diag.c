@@ -532,7 +532,7 @@ static void test_command(void) {
   cJSON *j = report(student, teacher, 0, true);
   cJSON_ReplaceItemInObjectCaseSensitive(j, "step", cJSON_CreateNumber(0));
   cJSON_ReplaceItemInObjectCaseSensitive(j, "tokens", cJSON_CreateNumber(0));
-  char *want = cJSON_Print(j), *got = slurp(out), *printed = slurp(stdout_path);
+  char *want = ng_json_print(j, true), *got = slurp(out), *printed = slurp(stdout_path);
   size_t wn = strlen(want);
   CHECK(rc == 0 && got && strncmp(got, want, wn) == 0 && strcmp(got + wn, "\n") == 0 &&
             printed && printed[0] == 0,

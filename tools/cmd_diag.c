@@ -111,7 +111,7 @@ static int run_diag(const diag_args *a, diag_inputs *in) {
   ng_diag_options o = {(int32_t)in->shard.separator, in->n_structural, in->structural,
                        (int)a->top_k};
   cJSON *j = ng_diag_json(in->student, &di, &o, true, 0, 0);
-  char *text = cJSON_Print(j);
+  char *text = ng_json_print(j, true);
   cJSON_Delete(j);
   int rc = 0;
   if (a->out) {
