@@ -176,6 +176,7 @@ int main(void) {
   path_of(clamped_path, sizeof clamped_path, "clamped.topk");
   ng_topk_cache d;
   int rc = ng_topk_build(t, &s, 5, 16, 2.0, (int64_t)1 << 40, clamped_path);
+  ng_topk_close(&c);
   NG_ASSERT(ng_topk_build(t, &s, 5, 16, 2.0, 12, cache_path) == 0 && ng_topk_open(&c, cache_path, &s) == 0);
   CHECK(rc == 0 && ng_topk_open(&d, clamped_path, &s) == 0 && d.map_size == c.map_size &&
             memcmp(d.map, c.map, c.map_size) == 0,
