@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "run_compare.h"
 #include "normgrow/checkpoint.h"
 #include "normgrow/common.h"
 #include "normgrow/config.h"
@@ -22,8 +23,6 @@
 static char dir[64];
 
 // ---------------------------------------------------------------- numbers
-
-static bool same_bits(double a, double b) { return memcmp(&a, &b, sizeof a) == 0; }
 
 static void test_print_exact(void) {
   const double v[] = {0.1 * 3, 10000.000000000002, 0.30000000000000004, 0.1 * 3 * 0.01,
@@ -37,7 +36,7 @@ static void test_print_exact(void) {
   bool same = cJSON_GetArraySize(back) == n;
   int bad = -1;
   for (int i = 0; same && i < n; i++)
-    if (!(same = same_bits(cJSON_GetArrayItem(back, i)->valuedouble, v[i]))) bad = i;
+    if (!(same = ng_same_bits(cJSON_GetArrayItem(back, i)->valuedouble, v[i]))) bad = i;
   CHECK(same, "numbers written as JSON read back bit for bit (0.1 x 3, 10000.000000000002, 2^53 - 1, -0, subnormals, DBL_MAX)",
         "entry %d: %.17g came back as %.17g in %s", bad, bad >= 0 ? v[bad] : 0.0,
         bad >= 0 ? cJSON_GetArrayItem(back, bad)->valuedouble : 0.0, text);
@@ -89,39 +88,6 @@ static void test_int_bounds(void) {
 
 // ---------------------------------------------------------------- run configs
 
-#define SAME(f) (a->f == b->f)
-#define SAME_BYTES(f) (memcmp(&a->f, &b->f, sizeof a->f) == 0)
-#define SAME_STR(f) (strcmp(a->f, b->f) == 0)
-
-static bool same_model(const ng_model_config *a, const ng_model_config *b) {
-  return SAME(vocab_size) && SAME(hidden_size) && SAME(intermediate_size) && SAME(num_hidden_layers) &&
-         SAME(num_attention_heads) && SAME(num_key_value_heads) && SAME(head_dim) &&
-         same_bits(a->rope_theta, b->rope_theta) && same_bits(a->rms_norm_eps, b->rms_norm_eps) &&
-         SAME(tie_word_embeddings) && SAME(final_norm) && SAME(norm_placement);
-}
-
-static bool same_stage(const ng_stage *a, const ng_stage *b) {
-  return SAME(depth) && SAME(tokens) && SAME(restart_lr) && SAME(freeze_existing) &&
-         same_bits(a->lr.peak, b->lr.peak) && same_bits(a->lr.floor, b->lr.floor) &&
-         SAME(lr.warmup_tokens) && SAME(lr.shape) && SAME(segment_start);
-}
-
-// Every field of two parsed run configs, doubles bit for bit.
-static bool same_run(const ng_run_config *a, const ng_run_config *b) {
-  bool same = SAME_STR(name) && SAME(seed) && SAME_STR(run_dir) && SAME(distill) &&
-              SAME_STR(train_path) && SAME_STR(val_path) && SAME(batch) && SAME(seq) &&
-              same_model(&a->model, &b->model) && SAME_STR(teacher_path) && SAME(use_cache) &&
-              SAME_STR(cache_train) && SAME_STR(cache_val) && SAME_BYTES(loss) && SAME_BYTES(optim) &&
-              SAME(reset_state_on_growth) && SAME_BYTES(init_std) && SAME(n_init_layers) &&
-              SAME_BYTES(init_layers) && SAME(embeddings_from_teacher) && SAME(freeze_embeddings) &&
-              SAME(grow_position) && SAME(grow_init) && SAME(gate_steps) &&
-              SAME(n_grow_teacher_layers) && SAME_BYTES(grow_teacher_layers) && SAME(n_stages) &&
-              SAME(eval_every) && SAME(eval_batches) && SAME(checkpoint_every) &&
-              SAME(n_structural) && SAME_BYTES(structural_tokens);
-  for (int i = 0; same && i < a->n_stages; i++) same = same_stage(&a->stages[i], &b->stages[i]);
-  return same;
-}
-
 // Values a script computes: each is one ulp or so from the decimal a person writes.
 static const char *crafted_run =
     "{\"name\": \"r\", \"seed\": 9007199254740991, \"run_dir\": \"runs/r\", \"mode\": \"distill\","
@@ -148,7 +114,7 @@ static void check_round_trip(const char *name, const char *text) {
     return;
   }
   rc = ng_run_config_parse(a.json, "resolved", &b);
-  CHECK(rc == 0 && same_run(&a, &b) && strcmp(a.json, b.json) == 0, name, "%s",
+  CHECK(rc == 0 && ng_same_run(&a, &b) && strcmp(a.json, b.json) == 0, name, "%s",
         rc ? ng_error() : "the resolved config reads back different");
   if (rc == 0) ng_run_config_free(&b);
   ng_run_config_free(&a);
@@ -239,12 +205,12 @@ static void test_checkpoint_round_trip(void) {
   ng_adamw *o2 = NULL;
   ng_train_state st2 = {0};
   int rc = ng_checkpoint_load(path, be, true, &m2, &o2, &st2);
-  bool cfg_same = rc == 0 && same_model(&m2->cfg, &m->cfg);
+  bool cfg_same = rc == 0 && ng_same_model(&m2->cfg, &m->cfg);
   CHECK(cfg_same, "a checkpoint's model metadata reads back bit-exact (rope_theta 10000.000000000002, rms_norm_eps 0.1 x 3)",
         "%s", rc ? ng_error() : "config differs");
   bool st_same = rc == 0 && st2.step == st.step && st2.stage == st.stage &&
                  st2.step_in_stage == st.step_in_stage && st2.tokens == st.tokens &&
-                 st2.layer_tokens == st.layer_tokens && same_bits(st2.flops, st.flops) &&
+                 st2.layer_tokens == st.layer_tokens && ng_same_bits(st2.flops, st.flops) &&
                  memcmp(&st2.rng, &st.rng, sizeof st.rng) == 0 && st2.gate_origin[0] == -1 &&
                  st2.gate_origin[1] == 3 && memcmp(o2->steps, o->steps, (size_t)o->n * sizeof(int64_t)) == 0;
   CHECK(st_same, "a checkpoint's training state reads back exactly (flops 3e14 x (0.1 x 3), counts of 2^53 - 1)",
