@@ -270,6 +270,22 @@ static int parse_distill(cJSON *root, ng_run_config *rc) {
   return ng_loss_config_parse(section(root, "loss"), "loss", &rc->loss);
 }
 
+// One training step's activations: tokens per step x (depth + 1) x the widest
+// row a token has (hidden, FFN, attention, vocabulary), at most 2^52 values, so
+// that every count of them (plan.h's, the trainer's buffers, in bytes and with
+// plan's constant factors) stays inside int64.
+static int check_step_size(const ng_run_config *rc) {
+  const ng_model_config *m = &rc->model;
+  double width = (double)m->hidden_size + (double)m->intermediate_size +
+                 (double)(m->num_attention_heads + m->num_key_value_heads) * ((double)m->head_dim + 1.0) +
+                 (double)m->vocab_size;
+  double values = (double)rc->batch * (double)rc->seq * (double)(m->num_hidden_layers + 1) * width;
+  if (values > 0x1p52)
+    return ng_fail("data: batch %lld x seq %lld tokens per step give %.3g activation values for this "
+                   "model, more than 2^52", (long long)rc->batch, (long long)rc->seq, values);
+  return 0;
+}
+
 static int parse_root(cJSON *root, ng_run_config *rc) {
   static const char *const keys[] = {"name",  "seed",  "run_dir", "mode",   "data",
                                      "model", "teacher", "teacher_cache", "loss",  "optim",  "lr",
@@ -287,7 +303,7 @@ static int parse_root(cJSON *root, ng_run_config *rc) {
       ng_json_int(root, "run", "seed", 0, INT64_MAX / 2, &seed) ||
       json_path(root, "run", "run_dir", rc->run_dir, sizeof rc->run_dir) ||
       json_enum(root, "run", "mode", modes, &mode) || parse_data(section(root, "data"), rc) ||
-      ng_model_config_parse(section(root, "model"), "model", &rc->model))
+      ng_model_config_parse(section(root, "model"), "model", &rc->model) || check_step_size(rc))
     return -1;
   snprintf(rc->name, sizeof rc->name, "%s", name);
   rc->seed = (uint64_t)seed;

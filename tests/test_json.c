@@ -178,6 +178,9 @@ static void test_run_bounds(void) {
                  "layer-tokens");
   expect_bad_run("eval.every_steps of 2^53 is refused", "\"every_steps\": 9007199254740991",
                  "\"every_steps\": 9007199254740992", "eval.every_steps");
+  expect_bad_run("activations of a step beyond 2^52 values are refused (plan's int64 counts wrapped)",
+                 "\"batch\": 4, \"seq\": 8}, \"model\": {\"vocab_size\": 64,",
+                 "\"batch\": 4096, \"seq\": 1048576}, \"model\": {\"vocab_size\": 2147483647,", "activation values");
   expect_bad_run("a model of more than 2^40 parameters is refused",
                  "\"hidden_size\": 16, \"intermediate_size\": 24",
                  "\"hidden_size\": 1048576, \"intermediate_size\": 2147483647", "parameters");
