@@ -20,7 +20,7 @@ TEST_BIN  := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 LIB       := $(BUILD)/libnormgrow.a
 DEPS_OK   := $(BUILD)/.deps-ok
 
-.PHONY: all test asan bench bench-torch soak demo golden golden-new crosscheck clean deps
+.PHONY: all test asan fuzz bench bench-torch soak demo golden golden-new crosscheck clean deps
 SEEDS ?= 1
 all: $(BUILD)/normgrow
 
@@ -52,6 +52,13 @@ test: $(BUILD)/normgrow $(TEST_BIN)
 # The same tests under AddressSanitizer (leaks included) and UBSan, in their own build dir.
 asan:
 	$(MAKE) BUILD=build/asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" test
+
+# libFuzzer harnesses of every file reader (clang, ASan, UBSan), FUZZ_SECONDS each;
+# executions and coverage per target in build/fuzz/summary.txt (tests/fuzz/run.sh).
+FUZZ_SECONDS ?= 60
+fuzz:
+	tools/bootstrap.sh fuzz
+	tests/fuzz/run.sh $(FUZZ_SECONDS)
 
 # The whole toy study (about 15 minutes on 2 cores); SEEDS=N repeats every arm.
 demo: $(BUILD)/normgrow

@@ -1,6 +1,7 @@
 // normgrow: checkpoint save and load (see checkpoint.h for the layout).
 #include "normgrow/checkpoint.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -10,6 +11,7 @@
 
 #include "normgrow/common.h"
 #include "normgrow/hf.h"
+#include "normgrow/run.h"
 
 // Host copies of backend buffers, kept until the writer has saved.
 typedef struct {
@@ -57,7 +59,7 @@ static cJSON *state_json(const ng_model *m, const ng_adamw *opt, const ng_train_
 }
 
 static char *print_and_free(cJSON *j) {
-  char *t = cJSON_PrintUnformatted(j);
+  char *t = ng_json_print(j, false);
   cJSON_Delete(j);
   return t;
 }
@@ -121,33 +123,77 @@ static int json_array_len(const cJSON *s, const char *key, int64_t n, cJSON **ou
   return 0;
 }
 
-static int parse_state(const char *text, ng_model *m, ng_adamw *o, ng_train_state *st) {
-  cJSON *s = cJSON_Parse(text), *rng, *gates, *frozen, *steps;
-  int64_t L = m->cfg.num_hidden_layers;
-  int rc = !s || ng_json_int(s, "state", "step", 0, INT64_MAX / 2, &st->step) ||
-           ng_json_int(s, "state", "stage", 0, 1000, &st->stage) ||
-           ng_json_int(s, "state", "step_in_stage", 0, INT64_MAX / 2, &st->step_in_stage) ||
-           ng_json_int(s, "state", "tokens", 0, INT64_MAX / 2, &st->tokens) ||
-           ng_json_int(s, "state", "layer_tokens", 0, INT64_MAX / 2, &st->layer_tokens) ||
-           ng_json_num(s, "state", "flops", 0.0, 1e30, &st->flops) ||
-           json_array_len(s, "rng", 4, &rng) || json_array_len(s, "gate_origin", L, &gates) ||
-           json_array_len(s, "frozen", L, &frozen) ||
-           json_array_len(s, "adam_steps", m->n_params, &steps)
-               ? -1 : 0;
-  if (!s) rc = ng_fail("state: not valid JSON");
-  for (int i = 0; rc == 0 && i < 4; i++) {
-    const cJSON *w = cJSON_GetArrayItem(rng, i);
-    char *end = NULL;
-    st->rng.s[i] = cJSON_IsString(w) ? strtoull(w->valuestring, &end, 16) : 0;
-    if (!end || *end || !*w->valuestring) rc = ng_fail("state.rng[%d]: expected a hex word", i);
+// state.rng[i]: a word of exactly 16 hex digits, as the writer prints it.
+static int parse_rng_word(const cJSON *w, int i, uint64_t *out) {
+  const char *s = cJSON_IsString(w) ? w->valuestring : "";
+  bool hex = strlen(s) == 16;
+  for (int j = 0; hex && j < 16; j++) hex = isxdigit((unsigned char)s[j]) != 0;
+  if (!hex) return ng_fail("state.rng[%d]: expected a word of 16 hex digits", i);
+  *out = strtoull(s, NULL, 16);
+  return 0;
+}
+
+static int parse_rng(const cJSON *a, ng_rng *rng) {
+  uint64_t any = 0;
+  for (int i = 0; i < 4; i++) {
+    if (parse_rng_word(cJSON_GetArrayItem(a, i), i, &rng->s[i])) return -1;
+    any |= rng->s[i];
   }
+  return any ? 0 : ng_fail("state.rng: all four words are 0, which is no generator state");
+}
+
+// The entries of the array state.<key> as integers in [min, max].
+static int int_entries(const cJSON *a, const char *key, int64_t min, int64_t max, int64_t *out) {
+  int i = 0;
+  for (const cJSON *it = a->child; it; it = it->next, i++) {
+    char what[64];
+    snprintf(what, sizeof what, "state.%s[%d]", key, i);
+    if (ng_json_int_value(it, what, min, max, &out[i])) return -1;
+  }
+  return 0;
+}
+
+static int bool_entries(const cJSON *a, const char *key) {
+  int i = 0;
+  for (const cJSON *it = a->child; it; it = it->next, i++)
+    if (!cJSON_IsBool(it)) return ng_fail("state.%s[%d]: expected true or false", key, i);
+  return 0;
+}
+
+// Every field checked for its type and range before any is used: counts in
+// [0, 2^53 - 1], a gate origin in [-1, step], a parameter's Adam steps in
+// [0, step]. Sets st->gate_origin (allocated [L]) and the model's frozen flags.
+static int parse_state_json(const cJSON *s, ng_model *m, ng_adamw *o, ng_train_state *st) {
+  static const char *const keys[] = {"step", "stage", "step_in_stage", "tokens", "layer_tokens",
+                                     "flops", "rng", "gate_origin", "frozen", "adam_steps", NULL};
+  const int64_t max = NG_JSON_MAX_INT, L = m->cfg.num_hidden_layers;
+  cJSON *rng = NULL, *gates = NULL, *frozen = NULL, *steps = NULL;
   st->gate_origin = ng_xcalloc((size_t)L, sizeof(int64_t));
-  for (int64_t l = 0; rc == 0 && l < L; l++) {
-    st->gate_origin[l] = (int64_t)cJSON_GetArrayItem(gates, (int)l)->valuedouble;
+  if (ng_json_expect_object(s, "state") || ng_json_only_keys(s, "state", keys) ||
+      ng_json_int(s, "state", "step", 0, max, &st->step) ||
+      ng_json_int(s, "state", "stage", 0, NG_MAX_STAGES - 1, &st->stage) ||
+      ng_json_int(s, "state", "step_in_stage", 0, st->step, &st->step_in_stage) ||
+      ng_json_int(s, "state", "tokens", 0, max, &st->tokens) ||
+      ng_json_int(s, "state", "layer_tokens", 0, max, &st->layer_tokens) ||
+      ng_json_num(s, "state", "flops", 0.0, 1e30, &st->flops) ||
+      json_array_len(s, "rng", 4, &rng) || parse_rng(rng, &st->rng) ||
+      json_array_len(s, "gate_origin", L, &gates) ||
+      int_entries(gates, "gate_origin", -1, st->step, st->gate_origin) ||
+      json_array_len(s, "frozen", L, &frozen) || bool_entries(frozen, "frozen") ||
+      json_array_len(s, "adam_steps", m->n_params, &steps))
+    return -1;
+  int64_t *adam = ng_xcalloc((size_t)m->n_params, sizeof(int64_t));
+  int rc = int_entries(steps, "adam_steps", 0, st->step, adam);
+  if (rc == 0 && o) memcpy(o->steps, adam, (size_t)m->n_params * sizeof(int64_t));
+  free(adam);
+  for (int64_t l = 0; rc == 0 && l < L; l++)
     ng_model_freeze(m, l, cJSON_IsTrue(cJSON_GetArrayItem(frozen, (int)l)));
-  }
-  for (int i = 0; rc == 0 && o && i < m->n_params; i++)
-    o->steps[i] = (int64_t)cJSON_GetArrayItem(steps, i)->valuedouble;
+  return rc;
+}
+
+static int parse_state(const char *text, ng_model *m, ng_adamw *o, ng_train_state *st) {
+  cJSON *s = cJSON_Parse(text);
+  int rc = s ? parse_state_json(s, m, o, st) : ng_fail("state: not valid JSON");
   cJSON_Delete(s);
   return rc;
 }

@@ -2,6 +2,7 @@
 #include "normgrow/common.h"
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,11 +11,32 @@
 #define NG_ERROR_LEN 1024
 static _Thread_local char ng_err_buf[NG_ERROR_LEN];
 
+// src into dst [n] with control characters written as \n, \t, \r or \xHH
+// (C1 controls, UTF-8 c2 80..9f, as both bytes): a message stays one line and
+// cannot drive the terminal, whatever names and paths a file holds.
+static void escape_controls(char *dst, size_t n, const char *src) {
+  size_t j = 0;
+  for (const unsigned char *p = (const unsigned char *)src; *p && j + 9 < n; p++) {
+    bool c1 = p[0] == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f;
+    if (*p >= 0x20 && *p != 0x7f && !c1) {
+      dst[j++] = (char)*p;
+      continue;
+    }
+    const char *named = *p == '\n' ? "\\n" : *p == '\t' ? "\\t" : *p == '\r' ? "\\r" : NULL;
+    if (named) j += (size_t)snprintf(dst + j, n - j, "%s", named);
+    else if (c1) j += (size_t)snprintf(dst + j, n - j, "\\x%02x\\x%02x", p[0], p[1]), p++;
+    else j += (size_t)snprintf(dst + j, n - j, "\\x%02x", *p);
+  }
+  dst[j] = '\0';
+}
+
 int ng_fail(const char *fmt, ...) {
+  char raw[NG_ERROR_LEN];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(ng_err_buf, sizeof ng_err_buf, fmt, ap);
+  vsnprintf(raw, sizeof raw, fmt, ap);
   va_end(ap);
+  escape_controls(ng_err_buf, sizeof ng_err_buf, raw);
   return -1;
 }
 
@@ -24,9 +46,10 @@ int ng_fail_prefix(const char *prefix) {
   size_t n = strlen(prefix);
   if (strncmp(ng_err_buf, prefix, n) == 0 && strncmp(ng_err_buf + n, ": ", 2) == 0)
     return -1;  // already names it
-  char old[NG_ERROR_LEN];
+  char old[NG_ERROR_LEN], raw[NG_ERROR_LEN];
   memcpy(old, ng_err_buf, sizeof old);
-  if (snprintf(ng_err_buf, sizeof ng_err_buf, "%s: %s", prefix, old) >= (int)sizeof ng_err_buf)
+  escape_controls(raw, sizeof raw, prefix);  // old is escaped already
+  if (snprintf(ng_err_buf, sizeof ng_err_buf, "%s: %s", raw, old) >= (int)sizeof ng_err_buf)
     memcpy(ng_err_buf + sizeof ng_err_buf - 4, "...", 4);  // keep the line, mark the cut
   return -1;
 }

@@ -2,6 +2,8 @@
 #include "normgrow/config.h"
 
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "normgrow/common.h"
@@ -29,18 +31,28 @@ static const cJSON *field(const cJSON *obj, const char *where, const char *key) 
   return v;
 }
 
+int ng_json_int_value(const cJSON *v, const char *what, int64_t min, int64_t max, int64_t *out) {
+  double d = cJSON_IsNumber(v) ? v->valuedouble : NAN;
+  if (!cJSON_IsNumber(v) || d != floor(d)) return ng_fail("%s: expected an integer", what);
+  // Beyond 2^53 - 1 a JSON number no longer names one integer (the next ones
+  // round to it), and an int64 cast of it could be undefined.
+  if (fabs(d) > NG_JSON_MAX_INT)
+    return ng_fail("%s: %.17g is beyond 2^53 - 1, the largest integer JSON holds exactly", what, d);
+  int64_t i = (int64_t)d;
+  if (i < min || i > max)
+    return ng_fail("%s: %lld is outside [%lld, %lld]", what, (long long)i, (long long)min,
+                   (long long)max);
+  *out = i;
+  return 0;
+}
+
 int ng_json_int(const cJSON *obj, const char *where, const char *key, int64_t min,
                 int64_t max, int64_t *out) {
   const cJSON *v = field(obj, where, key);
   if (!v) return -1;
-  double d = cJSON_IsNumber(v) ? v->valuedouble : NAN;
-  if (!cJSON_IsNumber(v) || d != floor(d))
-    return ng_fail("%s.%s: expected an integer", where, key);
-  if (d < (double)min || d > (double)max)
-    return ng_fail("%s.%s: %.17g is outside [%lld, %lld]", where, key, d, (long long)min,
-                   (long long)max);
-  *out = (int64_t)d;
-  return 0;
+  char what[160];
+  snprintf(what, sizeof what, "%s.%s", where, key);
+  return ng_json_int_value(v, what, min, max, out);
 }
 
 int ng_json_num(const cJSON *obj, const char *where, const char *key, double min,
@@ -71,6 +83,33 @@ int ng_json_str(const cJSON *obj, const char *where, const char *key, const char
   return 0;
 }
 
+// Every finite number of a copy of j as a raw item of the shortest decimal
+// that reads back to the same double (non-finite ones stay numbers: null).
+static void exact_numbers(cJSON *j) {
+  for (cJSON *it = j; it; it = it->next) {
+    if (cJSON_IsNumber(it) && isfinite(it->valuedouble)) {
+      char text[32];
+      for (int digits = 15; digits <= 17; digits++) {
+        snprintf(text, sizeof text, "%.*g", digits, it->valuedouble);
+        if (strtod(text, NULL) == it->valuedouble) break;
+      }
+      it->type = cJSON_Raw;
+      it->valuestring = ng_xstrdup(text);
+    }
+    exact_numbers(it->child);
+  }
+}
+
+char *ng_json_print(const cJSON *j, bool formatted) {
+  cJSON *copy = cJSON_Duplicate(j, true);
+  NG_ASSERT(copy != NULL);
+  exact_numbers(copy);
+  char *text = formatted ? cJSON_Print(copy) : cJSON_PrintUnformatted(copy);
+  NG_ASSERT(text != NULL);
+  cJSON_Delete(copy);
+  return text;
+}
+
 // Sizes up to 2^31 - 1 keep every BLAS dimension an int; products of sizes are
 // computed in size_t / int64 everywhere else.
 #define NG_MAX_DIM 2147483647LL
@@ -86,6 +125,16 @@ int ng_model_config_validate(const ng_model_config *c, const char *where) {
   if (c->num_attention_heads * c->head_dim > NG_MAX_DIM ||
       c->vocab_size * c->hidden_size > (int64_t)1 << 40)
     return ng_fail("%s: sizes too large", where);
+  // The parameter count in double (an upper bound within rounding: norms
+  // counted for both placements), so that no product of sizes can wrap.
+  double D = (double)c->hidden_size, F = (double)c->intermediate_size, hd = (double)c->head_dim;
+  double attn = D * hd * 2.0 * (double)(c->num_attention_heads + c->num_key_value_heads);
+  double block = attn + 3.0 * D * F + 2.0 * hd + 3.0 * D;
+  double total = (double)c->num_hidden_layers * block +
+                 (c->tie_word_embeddings ? 1.0 : 2.0) * (double)c->vocab_size * D + D;
+  if (total > (double)NG_MAX_PARAMS)
+    return ng_fail("%s: %.4g parameters, more than the %lld (2^40) allowed", where,
+                   total, (long long)NG_MAX_PARAMS);
   return 0;
 }
 

@@ -3,6 +3,7 @@
 #include "normgrow/data.h"
 
 #include "normgrow/common.h"
+#include "normgrow/config.h"
 #include "normgrow/fileio.h"
 
 #include <cJSON.h>
@@ -371,7 +372,7 @@ static int write_manifest(const ng_shard_writer *w, const char *path) {
     cJSON_AddItemToArray(files, f);
   }
   cJSON_AddItemToObject(m, "files", files);
-  char *text = cJSON_Print(m);
+  char *text = ng_json_print(m, true);
   int rc = ng_write_text_atomic(path, text);
   free(text);
   cJSON_Delete(m);

@@ -146,8 +146,8 @@ static int check_names(const ng_golden_case *gc) {
 int ng_golden_open(ng_golden_case *gc, const char *path) {
   memset(gc, 0, sizeof *gc);
   if (ng_st_open(&gc->file, path)) return -1;
-  if (parse_config(gc) || check_names(gc) ||
-      ng_model_check_file(&gc->model, &gc->file, "param.") || read_inputs(gc)) {
+  if (parse_config(gc) || ng_model_check_file(&gc->model, &gc->file, "param.") ||
+      check_names(gc) || read_inputs(gc)) {
     ng_fail_prefix(path);
     ng_golden_close(gc);
     return -1;
@@ -510,7 +510,7 @@ static int parse_spec(const char *path, golden_spec *s) {
     cJSON_AddItemToObject(cfg, "model", ng_model_config_to_json(&s->model));
     cJSON_AddItemToObject(cfg, "loss", ng_loss_config_to_json(&s->loss));
     cJSON_AddItemToObject(cfg, "optim", ng_optim_config_to_json(&s->optim));
-    s->config_json = cJSON_PrintUnformatted(cfg);
+    s->config_json = ng_json_print(cfg, false);
     cJSON_Delete(cfg);
   }
   cJSON_Delete(root);

@@ -57,10 +57,9 @@ static cJSON *read_json(const char *path) {
 
 // Writes `json` (indented) to `path`, atomically.
 static int write_json(const char *path, const cJSON *json) {
-  char *text = cJSON_Print(json);
-  NG_ASSERT(text != NULL);
+  char *text = ng_json_print(json, true);
   int rc = ng_write_text_atomic(path, text);
-  cJSON_free(text);
+  free(text);
   return rc;
 }
 
@@ -91,10 +90,10 @@ static int check_no_duplicates(const cJSON *cfg, const char *where) {
 // "<where>: <key> <value as JSON> is not supported (normgrow implements <supported>)".
 static int unsupported(const char *where, const char *key, const cJSON *v,
                        const char *supported) {
-  char *text = cJSON_PrintUnformatted(v);
+  char *text = ng_json_print(v, false);
   ng_fail("%s: %s %.80s is not supported (normgrow implements %s)", where, key,
-          text ? text : "(value)", supported);
-  cJSON_free(text);
+          text, supported);
+  free(text);
   return -1;
 }
 
@@ -406,6 +405,12 @@ int ng_hf_load(const char *dir, ng_backend *be, bool trainable, ng_model **out) 
   ng_model_config cfg;
   ng_hf_checkpoint ck;
   if (ng_hf_read_config(dir, &cfg) || ng_hf_open(&ck, dir)) return -1;
+  if ((int64_t)ck.n_entries < ng_model_n_weights(&cfg)) {  // before the names of L blocks are made
+    ng_fail("%s: %zu tensors, but config.json's model of %lld blocks has %lld weights", ck.path,
+            ck.n_entries, (long long)cfg.num_hidden_layers, (long long)ng_model_n_weights(&cfg));
+    ng_hf_close(&ck);
+    return -1;
+  }
   ng_model *skel = ng_model_create(NULL, &cfg, false);
   int rc = check_weights(&ck, skel) || check_no_extra(&ck, skel) ? -1 : 0;
   ng_model_free(skel);

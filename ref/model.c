@@ -56,12 +56,16 @@ static void add_layer_params(ng_model *m, bool trainable, int64_t i) {
   add_param(m, trainable, &w->down_proj, &g->down_proj, 2, D, F, "mlp.down_proj.weight", i);
 }
 
+int64_t ng_model_n_weights(const ng_model_config *c) {
+  return 11 * c->num_hidden_layers + 1 + c->final_norm + !c->tie_word_embeddings;
+}
+
 ng_model *ng_model_create(ng_backend *be, const ng_model_config *cfg, bool trainable) {
   ng_model *m = ng_xcalloc(1, sizeof *m);
   m->cfg = *cfg;
   m->be = be;
   int64_t L = cfg->num_hidden_layers, V = cfg->vocab_size, D = cfg->hidden_size;
-  m->params = ng_xcalloc((size_t)(11 * L + 3), sizeof(ng_param));  // 11 per block
+  m->params = ng_xcalloc((size_t)ng_model_n_weights(cfg), sizeof(ng_param));
   m->w.layers = ng_xcalloc((size_t)L, sizeof(ng_layer));
   m->g.layers = ng_xcalloc((size_t)L, sizeof(ng_layer));
   m->gate = ng_xmalloc((size_t)L * sizeof(float));
@@ -73,10 +77,14 @@ ng_model *ng_model_create(ng_backend *be, const ng_model_config *cfg, bool train
     add_param(m, trainable, &m->w.norm, &m->g.norm, 1, D, 0, "model.norm.weight", -1);
   if (!cfg->tie_word_embeddings)
     add_param(m, trainable, &m->w.lm_head, &m->g.lm_head, 2, V, D, "lm_head.weight", -1);
+  NG_ASSERT(m->n_params == ng_model_n_weights(cfg));
   return m;
 }
 
 int ng_model_check_file(const ng_model_config *cfg, const ng_st_file *f, const char *prefix) {
+  if (f->n < ng_model_n_weights(cfg))  // names of L blocks cost memory: none for a short file
+    return ng_fail("%s: %d tensors, but a model of %lld blocks has %lld weights", f->path, f->n,
+                   (long long)cfg->num_hidden_layers, (long long)ng_model_n_weights(cfg));
   ng_model *m = ng_model_create(NULL, cfg, false);
   int rc = 0;
   for (int i = 0; i < m->n_params && rc == 0; i++) {

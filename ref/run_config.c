@@ -51,11 +51,10 @@ static int json_int_list(const cJSON *arr, const char *where, int64_t lo, int64_
   *n = 0;
   for (const cJSON *it = arr->child; it; it = it->next) {
     if (*n == max) return ng_fail("%s: more than %lld entries", where, (long long)max);
-    if (!cJSON_IsNumber(it) || it->valuedouble != floor(it->valuedouble) ||
-        it->valuedouble < (double)lo || it->valuedouble >= (double)hi)
-      return ng_fail("%s[%lld]: expected an integer in [%lld, %lld)", where, (long long)*n,
-                     (long long)lo, (long long)hi);
-    out[(*n)++] = (int64_t)it->valuedouble;
+    char what[64];
+    snprintf(what, sizeof what, "%s[%lld]", where, (long long)*n);
+    if (ng_json_int_value(it, what, lo, hi - 1, &out[*n])) return -1;
+    ++*n;
   }
   return 0;
 }
@@ -214,6 +213,20 @@ static int parse_stages(cJSON *arr, const ng_lr_schedule *lr, ng_run_config *rc)
   rc->n_stages = 0;
   for (cJSON *it = arr->child; it; it = it->next)
     if (parse_stage(it, rc->n_stages++, lr, rc)) return -1;
+  // The run's token and layer-token counts (tokens x depth, summed) are int64
+  // in the trainer and exact JSON integers in its checkpoints.
+  int64_t tokens = 0, layer_tokens = 0;
+  for (int i = 0; i < rc->n_stages; i++) {
+    const ng_stage *s = &rc->stages[i];
+    if (s->tokens > NG_JSON_MAX_INT - tokens)
+      return ng_fail("stages[%d].tokens: %lld brings the run's tokens past 2^53 - 1", i,
+                     (long long)s->tokens);
+    if (s->tokens > (NG_JSON_MAX_INT - layer_tokens) / s->depth)
+      return ng_fail("stages[%d].tokens: %lld x depth %lld brings the run's layer-tokens past 2^53 - 1",
+                     i, (long long)s->tokens, (long long)s->depth);
+    tokens += s->tokens;
+    layer_tokens += s->tokens * s->depth;
+  }
   if (rc->stages[rc->n_stages - 1].depth != rc->model.num_hidden_layers)
     return ng_fail("stages: the last depth %lld differs from model.num_hidden_layers %lld",
                    (long long)rc->stages[rc->n_stages - 1].depth,
@@ -257,6 +270,22 @@ static int parse_distill(cJSON *root, ng_run_config *rc) {
   return ng_loss_config_parse(section(root, "loss"), "loss", &rc->loss);
 }
 
+// One training step's activations: tokens per step x (depth + 1) x the widest
+// row a token has (hidden, FFN, attention, vocabulary), at most 2^52 values, so
+// that every count of them (plan.h's, the trainer's buffers, in bytes and with
+// plan's constant factors) stays inside int64.
+static int check_step_size(const ng_run_config *rc) {
+  const ng_model_config *m = &rc->model;
+  double width = (double)m->hidden_size + (double)m->intermediate_size +
+                 (double)(m->num_attention_heads + m->num_key_value_heads) * ((double)m->head_dim + 1.0) +
+                 (double)m->vocab_size;
+  double values = (double)rc->batch * (double)rc->seq * (double)(m->num_hidden_layers + 1) * width;
+  if (values > 0x1p52)
+    return ng_fail("data: batch %lld x seq %lld tokens per step give %.3g activation values for this "
+                   "model, more than 2^52", (long long)rc->batch, (long long)rc->seq, values);
+  return 0;
+}
+
 static int parse_root(cJSON *root, ng_run_config *rc) {
   static const char *const keys[] = {"name",  "seed",  "run_dir", "mode",   "data",
                                      "model", "teacher", "teacher_cache", "loss",  "optim",  "lr",
@@ -274,7 +303,7 @@ static int parse_root(cJSON *root, ng_run_config *rc) {
       ng_json_int(root, "run", "seed", 0, INT64_MAX / 2, &seed) ||
       json_path(root, "run", "run_dir", rc->run_dir, sizeof rc->run_dir) ||
       json_enum(root, "run", "mode", modes, &mode) || parse_data(section(root, "data"), rc) ||
-      ng_model_config_parse(section(root, "model"), "model", &rc->model))
+      ng_model_config_parse(section(root, "model"), "model", &rc->model) || check_step_size(rc))
     return -1;
   snprintf(rc->name, sizeof rc->name, "%s", name);
   rc->seed = (uint64_t)seed;
@@ -317,7 +346,7 @@ static int parse_with(const char *text, const char *where, const ng_run_override
   if (!root) return ng_fail("%s: not valid JSON (near byte %td)", where, cJSON_GetErrorPtr() - text);
   apply_overrides(root, ov);
   int r = parse_root(root, rc);
-  if (r == 0) rc->json = cJSON_Print(root);
+  if (r == 0) rc->json = ng_json_print(root, true);
   cJSON_Delete(root);
   return r ? ng_fail_prefix(where) : 0;
 }
@@ -355,7 +384,7 @@ int ng_run_config_extend(const ng_run_config *rc, int64_t tokens, ng_run_config 
   cJSON_AddNumberToObject(lr, "warmup_tokens", 0);
   cJSON_AddStringToObject(lr, "shape", "constant");
   cJSON_AddItemToArray(cJSON_GetObjectItemCaseSensitive(root, "stages"), stage);
-  char *text = cJSON_Print(root);
+  char *text = ng_json_print(root, true);
   cJSON_Delete(root);
   int r = ng_run_config_parse(text, "--extend-tokens", out);
   free(text);

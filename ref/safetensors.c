@@ -2,6 +2,7 @@
 #include "normgrow/safetensors.h"
 
 #include "normgrow/common.h"
+#include "normgrow/config.h"
 #include "normgrow/fileio.h"
 
 #include <cJSON.h>
@@ -657,8 +658,7 @@ static char *writer_header(const ng_st_writer *w) {
     NG_ASSERT(t->bytes <= SIZE_MAX - offset);
     offset += t->bytes;
   }
-  char *text = cJSON_PrintUnformatted(root);
-  if (!text) ng_abort_at(__FILE__, __LINE__, "out of memory");
+  char *text = ng_json_print(root, false);
   cJSON_Delete(root);
   return text;
 }

@@ -144,7 +144,8 @@ int ng_topk_build(ng_model *teacher, const ng_shard *s, int64_t k, int64_t seq,
   ng_temp_file out;
   if (ng_temp_create(&out, path) != 0) return -1;
   cache_out o = {fileno(out.fp), out.tmp, h.windows * (uint64_t)seq, (uint64_t)k, s->vocab_size};
-  return ng_temp_commit(&out, build_into(teacher, s, &h, batch, &o));
+  int64_t nb = h.windows < (uint64_t)batch ? (int64_t)h.windows : batch;  // no buffers for windows that do not exist
+  return ng_temp_commit(&out, build_into(teacher, s, &h, nb, &o));
 }
 
 // ---------------------------------------------------------------- reading
@@ -165,6 +166,13 @@ static int check_header(const topk_header *h, size_t size, const ng_shard *s) {
   if (h->shard_tokens != s->n_tokens || h->shard_checksum != ng_shard_checksum(s) ||
       h->vocab_size != s->vocab_size)
     return ng_fail("was made from another shard than %s", s->path);
+  // As the builder counts them: every window and its last target inside the
+  // shard (windows x seq + 1 <= tokens), and at least one.
+  uint64_t fit = s->n_tokens > 0 ? (s->n_tokens - 1) / h->seq : 0;
+  if (h->windows != fit || h->windows == 0)
+    return ng_fail("header: %llu windows of %u tokens, but %s (%llu tokens) holds %llu",
+                   (unsigned long long)h->windows, h->seq, s->path,
+                   (unsigned long long)s->n_tokens, (unsigned long long)fit);
   return 0;
 }
 
@@ -209,6 +217,14 @@ int ng_topk_batch(const ng_topk_cache *c, const ng_shard *s, const int64_t *wind
                        (unsigned long long)(p0 + i / k), c->vocab_size);
       ids[(uint64_t)b * T * k + i] = (int32_t)id;
     }
+    for (uint64_t i = 0; i < T * k; i++)
+      if (!isfinite(c->vals[p0 * k + i]))
+        return ng_fail("%s: value %g at position %llu is not finite", c->path, c->vals[p0 * k + i],
+                       (unsigned long long)(p0 + i / k));
+    for (uint64_t t = 0; t < T; t++)
+      if (!isfinite(c->lse[p0 + t]))
+        return ng_fail("%s: log-sum-exp %g at position %llu is not finite", c->path, c->lse[p0 + t],
+                       (unsigned long long)(p0 + t));
     memcpy(vals + (uint64_t)b * T * k, c->vals + p0 * k, T * k * sizeof(float));
     memcpy(lse + (uint64_t)b * T, c->lse + p0, T * sizeof(float));
   }

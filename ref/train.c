@@ -186,7 +186,7 @@ static void loss_of(trainer *t, const float *logits, const float *teacher_logits
 // ---------------------------------------------------------------- logging
 
 static void log_line(FILE *log, cJSON *j) {
-  char *s = cJSON_PrintUnformatted(j);
+  char *s = ng_json_print(j, false);
   fprintf(log, "%s\n", s);
   fflush(log);
   free(s);
@@ -307,7 +307,7 @@ static int write_final_diag(trainer *t) {
   char path[600];
   path_in(t, "diag_final.json", path, sizeof path);
   cJSON *j = diagnose(t, true);
-  char *text = cJSON_Print(j);
+  char *text = ng_json_print(j, true);
   cJSON_Delete(j);
   int rc = ng_write_text_atomic(path, text);
   free(text);

@@ -533,10 +533,10 @@ static void test_command(void) {
   cJSON *j = report(student, teacher, 0, true);
   cJSON_ReplaceItemInObjectCaseSensitive(j, "step", cJSON_CreateNull());
   cJSON_ReplaceItemInObjectCaseSensitive(j, "tokens", cJSON_CreateNull());
-  char *want = cJSON_Print(j), *got = slurp(out), *printed = slurp(stdout_path);
+  char *want = ng_json_print(j, true), *got = slurp(out), *printed = slurp(stdout_path);
   cJSON *got_json = got ? cJSON_Parse(got) : NULL;
   cJSON *settings = cJSON_DetachItemFromObjectCaseSensitive(got_json, "settings");
-  char *got_text = got_json ? cJSON_Print(got_json) : NULL;
+  char *got_text = got_json ? ng_json_print(got_json, true) : NULL;
   CHECK(rc == 0 && got_text && strcmp(got_text, want) == 0 && printed && printed[0] == 0,
         "diag --out FILE: the JSON of ng_diag_json, ablation included, nothing on stdout",
         "status %d, stderr %s", rc, err);

@@ -93,8 +93,57 @@ static void test_validation(const ng_topk_cache *c, const ng_shard *s, const ng_
   copy[12] = 0;  // k = 0
   write_bytes(path, copy, c->map_size);
   expect_open_error("k of 0", path, s, "not valid");
+  // A header of 0 windows with a body of 0 bytes (a division by zero in the trainer before).
+  uint64_t windows = 0;
+  memcpy(copy, c->map, NG_TOPK_HEADER);
+  memcpy(copy + 32, &windows, 8);
+  write_bytes(path, copy, NG_TOPK_HEADER);
+  expect_open_error("0 windows", path, s, "0 windows");
+  // One window more than the shard holds, with a body of the size it implies:
+  // its batches would read tokens past the shard's end.
+  size_t row = (size_t)c->seq * (8 * (size_t)c->k + 4), big = c->map_size + row;
+  uint8_t *longer = ng_xcalloc(big, 1);
+  memcpy(longer, c->map, NG_TOPK_HEADER);
+  windows = c->windows + 1;
+  memcpy(longer + 32, &windows, 8);
+  write_bytes(path, longer, big);
+  expect_open_error("a window past the shard's end", path, s, "windows");
+  free(longer);
   free(copy);
   expect_open_error("cache of another shard", c->path, other, "another shard");
+}
+
+// A cache whose value (or log-sum-exp) at a position of window 2 is not
+// finite: the batch holding that window is refused, naming the position.
+static void expect_batch_error(const char *name, const ng_topk_cache *c, const ng_shard *s, size_t offset,
+                               float bad, const char *want) {
+  char path[128];
+  path_of(path, sizeof path, "nonfinite.topk");
+  uint8_t *copy = ng_xmalloc(c->map_size);
+  memcpy(copy, c->map, c->map_size);
+  memcpy(copy + offset, &bad, 4);
+  write_bytes(path, copy, c->map_size);
+  free(copy);
+  ng_topk_cache d;
+  NG_ASSERT(ng_topk_open(&d, path, s) == 0);
+  size_t T = d.seq, k = d.k;
+  int32_t *tok = ng_xmalloc(T * 4), *tgt = ng_xmalloc(T * 4), *ids = ng_xmalloc(T * k * 4);
+  float *vals = ng_xmalloc(T * k * 4), *lse = ng_xmalloc(T * 4);
+  int64_t w = 1;
+  int ok_other = ng_topk_batch(&d, s, &w, 1, tok, tgt, ids, vals, lse);
+  w = 2;
+  int rc = ng_topk_batch(&d, s, &w, 1, tok, tgt, ids, vals, lse);
+  CHECK(ok_other == 0 && rc != 0 && strstr(ng_error(), want) && strstr(ng_error(), path), name, "rc %d: %s", rc, ng_error());
+  free(tok), free(tgt), free(ids), free(vals), free(lse);
+  ng_topk_close(&d);
+}
+
+static void test_nonfinite(const ng_topk_cache *c, const ng_shard *s) {
+  size_t P = c->windows * c->seq, k = c->k, pos = 2 * (size_t)c->seq + 3;
+  size_t vals = NG_TOPK_HEADER + P * k * 4, lse = NG_TOPK_HEADER + 2 * P * k * 4;
+  expect_batch_error("a NaN value in the cache is refused", c, s, vals + (pos * k + 1) * 4, NAN, "value nan at position 35");
+  expect_batch_error("an infinite log-sum-exp in the cache is refused", c, s, lse + pos * 4, INFINITY,
+                     "log-sum-exp inf at position 35");
 }
 
 int main(void) {
@@ -120,6 +169,19 @@ int main(void) {
         "open and validate the cache", "%s", ng_error());
   test_entries(t, &s, &c, "cache holds the teacher's k largest logits and the log-sum-exp");
   test_validation(&c, &s, &other);
+  test_nonfinite(&c, &s);
+  // A batch larger than the windows (12 here) gets buffers for the windows only:
+  // 2^40 windows' buffers cannot be allocated.
+  char clamped_path[128];
+  path_of(clamped_path, sizeof clamped_path, "clamped.topk");
+  ng_topk_cache d;
+  int rc = ng_topk_build(t, &s, 5, 16, 2.0, (int64_t)1 << 40, clamped_path);
+  ng_topk_close(&c);
+  NG_ASSERT(ng_topk_build(t, &s, 5, 16, 2.0, 12, cache_path) == 0 && ng_topk_open(&c, cache_path, &s) == 0);
+  CHECK(rc == 0 && ng_topk_open(&d, clamped_path, &s) == 0 && d.map_size == c.map_size &&
+            memcmp(d.map, c.map, c.map_size) == 0,
+        "a batch of 2^40 windows on a shard of 12 builds the cache of a batch of 12", "rc %d: %s", rc, ng_error());
+  ng_topk_close(&d);
   ng_topk_close(&c);
   // A shard of 30 ids for a teacher of 40 rows (a padded vocabulary).
   char small_path[128];

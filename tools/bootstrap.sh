@@ -3,12 +3,16 @@
 # As root it installs what is missing; otherwise it prints the one command to run.
 #   tools/bootstrap.sh            build dependencies (OpenBLAS with OpenMP, cJSON)
 #   tools/bootstrap.sh demo       also what `make demo` needs (matplotlib, fortunes)
+#   tools/bootstrap.sh fuzz       also what `make fuzz` needs (clang, libFuzzer, libomp, python3)
 set -euo pipefail
 
 need=(gcc make pkg-config libopenblas-openmp-dev libcjson-dev)
 need+=(libpcre2-dev libutf8proc-dev zlib1g-dev)  # tokenizer and corpus reader
 if [ "${1:-}" = "demo" ]; then
   need+=(python3 python3-matplotlib python3-numpy fortunes fortunes-min)
+fi
+if [ "${1:-}" = "fuzz" ]; then
+  need+=(clang libclang-rt-dev libomp-dev python3)
 fi
 
 missing=()

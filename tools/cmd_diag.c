@@ -242,7 +242,7 @@ static int run_diag(const diag_args *a, diag_inputs *in) {
     cJSON_ReplaceItemInObjectCaseSensitive(j, "tokens", cJSON_CreateNull());
   }
   cJSON_AddItemToObject(j, "settings", settings_json(a, in));
-  char *text = cJSON_Print(j);
+  char *text = ng_json_print(j, true);
   cJSON_Delete(j);
   int rc = 0;
   if (a->out) {

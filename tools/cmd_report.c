@@ -36,6 +36,7 @@
 
 #include "cli.h"
 #include "normgrow/common.h"
+#include "normgrow/config.h"
 #include "normgrow/fileio.h"
 #include "rundir.h"
 
@@ -1006,7 +1007,7 @@ static cJSON *arm_json(const arm *a) {
 static int write_plot_data(const report *rep) {
   cJSON *root = cJSON_CreateObject(), *arms = cJSON_AddArrayToObject(root, "arms");
   for (size_t i = 0; i < rep->n_arms; i++) cJSON_AddItemToArray(arms, arm_json(&rep->arms[i]));
-  char *text = cJSON_Print(root), *path = ng_path_join(rep->out_dir, "report-data.json");
+  char *text = ng_json_print(root, true), *path = ng_path_join(rep->out_dir, "report-data.json");
   int rc = ng_write_text_atomic(path, text);
   free(path);
   free(text);

@@ -120,7 +120,7 @@ static void flat_add(ng_flat_config *f, const char *key, const cJSON *v) {
   f->key = ng_xrealloc(f->key, (f->n + 1) * sizeof(char *));
   f->value = ng_xrealloc(f->value, (f->n + 1) * sizeof(char *));
   f->key[f->n] = ng_xstrdup(key);
-  f->value[f->n++] = cJSON_PrintUnformatted(v);
+  f->value[f->n++] = ng_json_print(v, false);
 }
 
 static void flatten(const cJSON *o, const char *prefix, ng_flat_config *f) {

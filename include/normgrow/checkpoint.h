@@ -4,8 +4,11 @@
 //   metadata  "format": "normgrow-checkpoint-1", "model": the model config
 //             (JSON, at the checkpoint's depth), and for a training state
 //             "state": {"step", "stage", "step_in_stage", "tokens",
-//             "layer_tokens", "flops", "rng": [4 hex words], "gate_origin": [L],
-//             "frozen": [L], "adam_steps": [one per parameter]}
+//             "layer_tokens", "flops", "rng": [4 words of 16 hex digits, not all
+//             0], "gate_origin": [L] in [-1, step], "frozen": [L] booleans,
+//             "adam_steps": [one per parameter] in [0, step]}; counts are
+//             integers in [0, 2^53 - 1], step_in_stage at most step. Every
+//             number is written so that it reads back exactly.
 #ifndef NORMGROW_CHECKPOINT_H
 #define NORMGROW_CHECKPOINT_H
 

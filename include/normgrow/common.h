@@ -20,6 +20,8 @@
 #endif
 
 // Record the current error message (replaces the previous one); returns -1.
+// Control characters in it (a tensor name holding a newline or a terminal
+// escape) are written as \n, \t, \r or \xHH, so that it stays one line.
 int ng_fail(const char *fmt, ...) NG_PRINTF(1, 2);
 // The last message recorded by ng_fail in this thread ("" if none).
 const char *ng_error(void);

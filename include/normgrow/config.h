@@ -34,6 +34,9 @@ typedef struct {
 int ng_model_config_parse(const cJSON *obj, const char *where, ng_model_config *out);
 int ng_loss_config_parse(const cJSON *obj, const char *where, ng_loss_config *out);
 int ng_optim_config_parse(const cJSON *obj, const char *where, ng_optim_config *out);
+// At most 2^40 parameters: every count and byte size of them stays far inside int64.
+#define NG_MAX_PARAMS ((int64_t)1 << 40)
+
 // Checks the sizes of a model config (also used after programmatic changes).
 int ng_model_config_validate(const ng_model_config *c, const char *where);
 
@@ -44,8 +47,11 @@ cJSON *ng_optim_config_to_json(const ng_optim_config *c);
 
 // JSON field helpers shared by every strict parser in normgrow. Each fails
 // with "<where>.<key>: ..." when the key is missing or of the wrong type.
+// Integers are exact up to 2^53 - 1 (NG_JSON_MAX_INT): larger ones are refused.
 int ng_json_int(const cJSON *obj, const char *where, const char *key, int64_t min,
                 int64_t max, int64_t *out);
+// The same for a value v (an array entry); `what` names it ("state.rng[2]").
+int ng_json_int_value(const cJSON *v, const char *what, int64_t min, int64_t max, int64_t *out);
 int ng_json_num(const cJSON *obj, const char *where, const char *key, double min,
                 double max, double *out);
 int ng_json_bool(const cJSON *obj, const char *where, const char *key, bool *out);
@@ -54,5 +60,15 @@ int ng_json_str(const cJSON *obj, const char *where, const char *key, const char
 int ng_json_only_keys(const cJSON *obj, const char *where, const char *const *keys);
 // "<where>: expected a JSON object" unless obj is an object.
 int ng_json_expect_object(const cJSON *obj, const char *where);
+
+// The largest integer a JSON number (an IEEE double) holds exactly, with
+// every smaller one: 2^53 - 1.
+#define NG_JSON_MAX_INT 9007199254740991LL
+
+// JSON text of j (caller frees) in which every number reads back to the same
+// double: cJSON alone prints 15 significant digits whenever those come back
+// within DBL_EPSILON, which loses the last bits (0.1 * 3 -> 0.3). Everything
+// normgrow writes as JSON goes through this.
+char *ng_json_print(const cJSON *j, bool formatted);
 
 #endif

@@ -107,11 +107,15 @@ typedef struct {
   ng_grad_ws ws;         // train only (zeroed for ng_acts_create_kept)
 } ng_acts;
 
+// The number of weight tensors of a model of config c: 11 per block, the
+// embeddings, and the final norm and untied head when it has them.
+int64_t ng_model_n_weights(const ng_model_config *c);
 // Allocate a model with zeroed weights (and zeroed gradients if `trainable`).
 // With be == NULL, a skeleton: parameter names and shapes, no buffers.
 ng_model *ng_model_create(ng_backend *be, const ng_model_config *cfg, bool trainable);
 // Check, before anything is allocated, that `f` holds every weight of cfg as
-// "<prefix><HF name>" with its exact shape and a floating-point dtype.
+// "<prefix><HF name>" with its exact shape and a floating-point dtype (a file
+// with fewer tensors than cfg has weights is refused before the names are made).
 int ng_model_check_file(const ng_model_config *cfg, const ng_st_file *f, const char *prefix);
 void ng_model_free(ng_model *m);
 const ng_param *ng_model_find(const ng_model *m, const char *name);

@@ -30,6 +30,11 @@
 // continues the schedule of the stage before), freeze_existing (default false),
 // growth (when every stage has the same depth), init.layers/embeddings
 // (default random), structural_tokens (diagnostics), checkpoint_every_steps.
+// Integers are exact JSON integers (at most 2^53 - 1). A run's tokens and its
+// layer-tokens (tokens x depth, summed over the stages) are at most 2^53 - 1,
+// as its checkpoints record them; one step's activations (batch x seq x
+// (depth + 1) x the widest per-token row) at most 2^52 values; the model at
+// most 2^40 parameters (config.h).
 #ifndef NORMGROW_RUN_H
 #define NORMGROW_RUN_H
 

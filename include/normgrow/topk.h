@@ -55,17 +55,18 @@ void ng_top_k(const float *x, int64_t V, int64_t k, uint32_t *ids, float *vals);
 // log sum_j exp(x_j / tau) with inv_tau = 1 / tau, max-subtracted, in double.
 float ng_logsumexp(const float *x, int64_t V, double inv_tau);
 
-// Runs `teacher` over every window of `s` (batch windows at a time) and writes
-// the cache atomically.
+// Runs `teacher` over every window of `s` (batch windows at a time, at most
+// all of them) and writes the cache atomically.
 int ng_topk_build(ng_model *teacher, const ng_shard *s, int64_t k, int64_t seq,
                   double temperature, int64_t batch, const char *path);
-// Memory-map and validate the header and size; check that it was made from `s`.
+// Memory-map and validate the header and size; check that it was made from `s`
+// (its token count, checksum and vocabulary, and windows = (tokens - 1) / seq).
 int ng_topk_open(ng_topk_cache *c, const char *path, const ng_shard *s);
 void ng_topk_close(ng_topk_cache *c);  // safe on a zeroed struct
 
 // Batch of B windows (indices in [0, windows)): tokens, targets [B*seq] from
 // the shard; ids, vals [B*seq, k] and lse [B*seq] from the cache (ids checked
-// against the vocabulary).
+// against the vocabulary, vals and lse for being finite).
 int ng_topk_batch(const ng_topk_cache *c, const ng_shard *s, const int64_t *windows, int64_t B,
                   int32_t *tokens, int32_t *targets, int32_t *ids, float *vals, float *lse);
 

@@ -1,0 +1,263 @@
+// JSON that normgrow writes reads back exactly: numbers print to the shortest
+// decimal that round-trips (cJSON alone keeps 15 digits), integers are exact
+// JSON integers (|n| <= 2^53 - 1) or refused, and the round-trip invariants
+// hold: a resolved run config parses back to the same config, a checkpoint's
+// model metadata and training state read back bit for bit. Also the parse-time
+// bounds that keep a run's counts inside int64 (stage token sums, parameters).
+#include <cJSON.h>
+#include <float.h>
+#include <glob.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "run_compare.h"
+#include "normgrow/checkpoint.h"
+#include "normgrow/common.h"
+#include "normgrow/config.h"
+#include "normgrow/fileio.h"
+#include "normgrow/run.h"
+
+static char dir[64];
+
+// ---------------------------------------------------------------- numbers
+
+static void test_print_exact(void) {
+  const double v[] = {0.1 * 3, 10000.000000000002, 0.30000000000000004, 0.1 * 3 * 0.01,
+                      (double)NG_JSON_MAX_INT, 9007199254740992.0, 1e-6 * 3, -0.0,
+                      5e-324, DBL_MIN, DBL_MAX, 1.0 / 3.0, 2.0 / 3.0, 123456789.123456789};
+  int n = (int)(sizeof v / sizeof v[0]);
+  cJSON *a = cJSON_CreateArray();
+  for (int i = 0; i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(v[i]));
+  char *text = ng_json_print(a, false);
+  cJSON *back = cJSON_Parse(text);
+  bool same = cJSON_GetArraySize(back) == n;
+  int bad = -1;
+  for (int i = 0; same && i < n; i++)
+    if (!(same = ng_same_bits(cJSON_GetArrayItem(back, i)->valuedouble, v[i]))) bad = i;
+  CHECK(same, "numbers written as JSON read back bit for bit (0.1 x 3, 10000.000000000002, 2^53 - 1, -0, subnormals, DBL_MAX)",
+        "entry %d: %.17g came back as %.17g in %s", bad, bad >= 0 ? v[bad] : 0.0,
+        bad >= 0 ? cJSON_GetArrayItem(back, bad)->valuedouble : 0.0, text);
+  free(text);
+  cJSON_Delete(back);
+  cJSON_Delete(a);
+
+  // Shortest: no digits beyond those that round-trip; non-finite as null, as before.
+  cJSON *o = cJSON_Parse("{\"a\": 0.1, \"b\": 1000, \"c\": [1e-6, 0.5]}");
+  cJSON_AddItemToObject(o, "d", cJSON_CreateNumber(NAN));
+  text = ng_json_print(o, false);
+  CHECK(strcmp(text, "{\"a\":0.1,\"b\":1000,\"c\":[1e-06,0.5],\"d\":null}") == 0,
+        "numbers print in their shortest round-trip form (0.1, not 0.10000000000000001)", "%s", text);
+  char *twice = ng_json_print(o, false);
+  CHECK(strcmp(text, twice) == 0 && cJSON_IsNumber(cJSON_GetObjectItem(o, "a")),
+        "printing leaves the tree as it was", "%s then %s", text, twice);
+  free(text);
+  free(twice);
+  cJSON_Delete(o);
+}
+
+static int parse_int(const char *json, int64_t min, int64_t max, int64_t *out) {
+  cJSON *o = cJSON_Parse(json);
+  NG_ASSERT(o);
+  int rc = ng_json_int(o, "t", "n", min, max, out);
+  cJSON_Delete(o);
+  return rc;
+}
+
+static void test_int_bounds(void) {
+  int64_t v = 0;
+  // 2^61 against the bound INT64_MAX / 4 = 2^61 - 1: a bound compared in double admits it.
+  int rc = parse_int("{\"n\": 2305843009213693952}", 0, INT64_MAX / 4, &v);
+  CHECK(rc != 0 && strstr(ng_error(), "t.n"), "2^61 is refused under a bound of INT64_MAX / 4",
+        "rc %d, n %lld, %s", rc, (long long)v, ng_error());
+  rc = parse_int("{\"n\": 9007199254740992}", 0, INT64_MAX, &v);
+  CHECK(rc != 0 && strstr(ng_error(), "2^53"), "2^53 is refused: JSON does not hold the integers around it exactly",
+        "rc %d, %s", rc, ng_error());
+  rc = parse_int("{\"n\": -9007199254740992}", INT64_MIN, 0, &v);
+  CHECK(rc != 0 && strstr(ng_error(), "2^53"), "-2^53 is refused", "rc %d, %s", rc, ng_error());
+  rc = parse_int("{\"n\": 1e300}", 0, INT64_MAX, &v);
+  CHECK(rc != 0 && strstr(ng_error(), "t.n"), "1e300 is refused (no out-of-range cast)", "rc %d, %s", rc, ng_error());
+  rc = parse_int("{\"n\": 9007199254740991}", 0, INT64_MAX, &v);
+  CHECK(rc == 0 && v == NG_JSON_MAX_INT, "2^53 - 1 is read exactly", "rc %d, %lld, %s", rc, (long long)v, ng_error());
+  rc = parse_int("{\"n\": 11}", 0, 10, &v);
+  CHECK(rc != 0 && strstr(ng_error(), "t.n: 11 is outside [0, 10]"), "an integer above its bound is refused, naming it",
+        "%s", ng_error());
+}
+
+// ---------------------------------------------------------------- run configs
+
+// Values a script computes: each is one ulp or so from the decimal a person writes.
+static const char *crafted_run =
+    "{\"name\": \"r\", \"seed\": 9007199254740991, \"run_dir\": \"runs/r\", \"mode\": \"distill\","
+    " \"data\": {\"train\": \"t.bin\", \"val\": \"v.bin\", \"batch\": 4, \"seq\": 8},"
+    " \"model\": {\"vocab_size\": 64, \"hidden_size\": 16, \"intermediate_size\": 24, \"num_hidden_layers\": 2,"
+    "   \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"head_dim\": 4, \"rope_theta\": 10000.000000000002,"
+    "   \"rms_norm_eps\": 0.30000000000000004, \"tie_word_embeddings\": true, \"norm_placement\": \"post\", \"final_norm\": true},"
+    " \"teacher\": \"t.safetensors\", \"loss\": {\"kd_weight\": 0.30000000000000004, \"temperature\": 2.0000000000000004},"
+    " \"optim\": {\"beta1\": 0.9000000000000001, \"beta2\": 0.9500000000000001, \"eps\": 3.0000000000000004e-08,"
+    "   \"weight_decay\": 0.10000000000000002, \"grad_clip\": 1.0000000000000002},"
+    " \"lr\": {\"peak\": 0.0030000000000000005, \"floor\": 0.00030000000000000003, \"warmup_tokens\": 64, \"shape\": \"cosine\"},"
+    " \"init\": {\"std\": 0.020000000000000004},"
+    " \"growth\": {\"position\": \"interleave\", \"init\": \"gate\", \"gate_steps\": 9007199254740991},"
+    " \"stages\": [{\"depth\": 1, \"tokens\": 320}, {\"depth\": 2, \"tokens\": 320,"
+    "   \"lr\": {\"peak\": 0.0030000000000000005, \"floor\": 0, \"warmup_tokens\": 0, \"shape\": \"linear\"}}],"
+    " \"eval\": {\"every_steps\": 9007199254740991, \"batches\": 2}, \"checkpoint_every_steps\": 7}";
+
+// parse(text) -> its resolved JSON -> parse again: the same config.
+static void check_round_trip(const char *name, const char *text) {
+  ng_run_config a, b;
+  int rc = ng_run_config_parse(text, name, &a);
+  if (rc) {
+    CHECK(false, name, "does not parse: %s", ng_error());
+    return;
+  }
+  rc = ng_run_config_parse(a.json, "resolved", &b);
+  CHECK(rc == 0 && ng_same_run(&a, &b) && strcmp(a.json, b.json) == 0, name, "%s",
+        rc ? ng_error() : "the resolved config reads back different");
+  if (rc == 0) ng_run_config_free(&b);
+  ng_run_config_free(&a);
+}
+
+static void test_run_round_trip(void) {
+  ng_run_config rc;
+  NG_ASSERT(ng_run_config_parse(crafted_run, "crafted", &rc) == 0);
+  CHECK(rc.stages[0].lr.peak == 0.1 * 3 * 0.01 && rc.stages[0].lr.peak != 0.003 &&
+            rc.model.rope_theta != 10000.0 && rc.optim.beta1 != 0.9 &&
+            rc.model.rms_norm_eps == 0.1 * 3 && rc.eval_every == NG_JSON_MAX_INT,
+        "the crafted config holds the values a script computes", "peak %.17g", rc.stages[0].lr.peak);
+  ng_run_config_free(&rc);
+  check_round_trip("resolved run config parses back to the same config (0.1 x 3 x 0.01, 10000.000000000002, 2^53 - 1)",
+                   crafted_run);
+  const char *root = getenv("NG_ROOT");
+  char pattern[600];
+  snprintf(pattern, sizeof pattern, "%s/configs/*/*.json", root ? root : ".");
+  glob_t g;
+  int n = 0;
+  if (glob(pattern, 0, NULL, &g) == 0) {
+    for (size_t i = 0; i < g.gl_pathc; i++) {
+      char *text = NULL;
+      cJSON *j = ng_read_file(g.gl_pathv[i], 1 << 20, &text, NULL) == 0 ? cJSON_Parse(text) : NULL;
+      if (j && cJSON_GetObjectItem(j, "stages")) {  // a run config, not a model config
+        char name[700];
+        snprintf(name, sizeof name, "round trip of %s", strstr(g.gl_pathv[i], "configs/"));
+        check_round_trip(name, text);
+        n++;
+      }
+      cJSON_Delete(j);
+      free(text);
+    }
+    globfree(&g);
+  }
+  CHECK(n >= 10, "the repository's run configs were all round-tripped", "%d found by %s", n, pattern);
+}
+
+// --extend-tokens rewrites config.json: every earlier value reads back exactly,
+// and the new stage runs at the last stage's floor.
+static void test_extend_exact(void) {
+  ng_run_config a, b;
+  NG_ASSERT(ng_run_config_parse(crafted_run, "crafted", &a) == 0);
+  int rc = ng_run_config_extend(&a, 640, &b);
+  bool same = rc == 0 && b.n_stages == a.n_stages + 1;
+  for (int i = 0; same && i < a.n_stages; i++)
+    same = a.stages[i].lr.peak == b.stages[i].lr.peak && a.stages[i].lr.floor == b.stages[i].lr.floor &&
+           a.stages[i].lr.warmup_tokens == b.stages[i].lr.warmup_tokens &&
+           a.stages[i].tokens == b.stages[i].tokens;
+  same = same && b.model.rope_theta == a.model.rope_theta &&
+         b.model.rms_norm_eps == a.model.rms_norm_eps && b.optim.beta1 == a.optim.beta1 &&
+         b.eval_every == a.eval_every;
+  CHECK(same, "an extended config keeps every value of the crafted one to the bit", "%s",
+        rc ? ng_error() : "a value changed");
+  if (rc == 0) ng_run_config_free(&b);
+  ng_run_config_free(&a);
+}
+
+// The crafted config with `from` replaced by `to`: must fail naming `want`.
+static void expect_bad_run(const char *name, const char *from, const char *to, const char *want) {
+  const char *at = strstr(crafted_run, from);
+  NG_ASSERT(at);
+  char text[8192];
+  snprintf(text, sizeof text, "%.*s%s%s", (int)(at - crafted_run), crafted_run, to, at + strlen(from));
+  ng_run_config rc;
+  int r = ng_run_config_parse(text, "bad run", &rc);
+  CHECK(r != 0 && strstr(ng_error(), want), name, "rc %d: %s", r, ng_error());
+  if (r == 0) ng_run_config_free(&rc);
+}
+
+static void test_run_bounds(void) {
+  const char *stages = "\"stages\": [{\"depth\": 1, \"tokens\": 320}, {\"depth\": 2, \"tokens\": 320,";
+  expect_bad_run("stage tokens of 2^61 are refused (beyond 2^53 - 1)", stages,
+                 "\"stages\": [{\"depth\": 1, \"tokens\": 2305843009213693952}, {\"depth\": 2, \"tokens\": 320,",
+                 "stages[0].tokens");
+  expect_bad_run("stage tokens summing past 2^53 - 1 are refused", stages,
+                 "\"stages\": [{\"depth\": 1, \"tokens\": 4503599627370496}, {\"depth\": 2, \"tokens\": 4503599627370496,",
+                 "stages[1].tokens");
+  expect_bad_run("tokens x depth summing past 2^53 - 1 are refused", stages,
+                 "\"stages\": [{\"depth\": 1, \"tokens\": 320}, {\"depth\": 2, \"tokens\": 4503599627370496,",
+                 "layer-tokens");
+  expect_bad_run("eval.every_steps of 2^53 is refused", "\"every_steps\": 9007199254740991",
+                 "\"every_steps\": 9007199254740992", "eval.every_steps");
+  expect_bad_run("activations of a step beyond 2^52 values are refused (plan's int64 counts wrapped)",
+                 "\"batch\": 4, \"seq\": 8}, \"model\": {\"vocab_size\": 64,",
+                 "\"batch\": 4096, \"seq\": 1048576}, \"model\": {\"vocab_size\": 2147483647,", "activation values");
+  expect_bad_run("a model of more than 2^40 parameters is refused",
+                 "\"hidden_size\": 16, \"intermediate_size\": 24",
+                 "\"hidden_size\": 1048576, \"intermediate_size\": 2147483647", "parameters");
+}
+
+// ---------------------------------------------------------------- checkpoints
+
+static void test_checkpoint_round_trip(void) {
+  ng_backend *be = ng_backend_cpu();
+  ng_model_config c = {.vocab_size = 32, .hidden_size = 8, .intermediate_size = 12, .num_hidden_layers = 2,
+                       .num_attention_heads = 2, .num_key_value_heads = 1, .head_dim = 4,
+                       .rope_theta = 10000.000000000002, .rms_norm_eps = 0.1 * 3,
+                       .tie_word_embeddings = false, .final_norm = true, .norm_placement = NG_NORM_POST};
+  ng_model *m = ng_model_create(be, &c, true);
+  ng_adamw *o = ng_adamw_create(m);
+  int64_t origin[2] = {-1, 3};
+  ng_train_state st = {.step = 9, .stage = 1, .step_in_stage = 4, .tokens = NG_JSON_MAX_INT,
+                       .layer_tokens = NG_JSON_MAX_INT, .flops = 1e15 * 0.1 * 3, .gate_origin = origin};
+  ng_rng_seed(&st.rng, 77);
+  for (int i = 0; i < o->n; i++) o->steps[i] = i % 10;
+  char path[128];
+  snprintf(path, sizeof path, "%s/exact.safetensors", dir);
+  NG_ASSERT(ng_checkpoint_save(path, m, o, &st) == 0);
+  ng_model *m2 = NULL;
+  ng_adamw *o2 = NULL;
+  ng_train_state st2 = {0};
+  int rc = ng_checkpoint_load(path, be, true, &m2, &o2, &st2);
+  bool cfg_same = rc == 0 && ng_same_model(&m2->cfg, &m->cfg);
+  CHECK(cfg_same, "a checkpoint's model metadata reads back bit-exact (rope_theta 10000.000000000002, rms_norm_eps 0.1 x 3)",
+        "%s", rc ? ng_error() : "config differs");
+  bool st_same = rc == 0 && st2.step == st.step && st2.stage == st.stage &&
+                 st2.step_in_stage == st.step_in_stage && st2.tokens == st.tokens &&
+                 st2.layer_tokens == st.layer_tokens && ng_same_bits(st2.flops, st.flops) &&
+                 memcmp(&st2.rng, &st.rng, sizeof st.rng) == 0 && st2.gate_origin[0] == -1 &&
+                 st2.gate_origin[1] == 3 && memcmp(o2->steps, o->steps, (size_t)o->n * sizeof(int64_t)) == 0;
+  CHECK(st_same, "a checkpoint's training state reads back exactly (flops 3e14 x (0.1 x 3), counts of 2^53 - 1)",
+        "%s", rc ? ng_error() : "state differs");
+  if (rc == 0) {
+    ng_adamw_free(m2, o2);
+    ng_model_free(m2);
+    free(st2.gate_origin);
+  }
+  ng_adamw_free(m, o);
+  ng_model_free(m);
+}
+
+int main(void) {
+  snprintf(dir, sizeof dir, "/tmp/ng_json_XXXXXX");
+  NG_ASSERT(mkdtemp(dir));
+  test_print_exact();
+  test_int_bounds();
+  test_run_round_trip();
+  test_extend_exact();
+  test_run_bounds();
+  test_checkpoint_round_trip();
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  NG_ASSERT(system(cmd) == 0);
+  return TEST_RESULT();
+}
