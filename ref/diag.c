@@ -189,19 +189,11 @@ static void points_free(point_acc *p, int n_points) {
   free(p);
 }
 
-// The point's values [N, D] in the train-mode activations of a forward.
-static const float *point_data(const ng_acts *a, const point_acc *p) {
-  if (p->kind == POINT_RES1) return a->blocks[p->layer - 1].res1;
-  if (p->kind == POINT_RES2) return a->blocks[p->layer - 1].res2;
-  return ng_acts_hidden(a, p->layer);
-}
-
-// Adds the `index`-th batch of point p from a forward's activations a;
+// Adds the `index`-th batch of point p from its values x [N, D] (backend);
 // rms_dev is backend scratch [N].
-static void point_add_batch(ng_backend *be, const ng_acts *a, int64_t D, int64_t index,
+static void point_add_batch(ng_backend *be, const float *x, int64_t N, int64_t D, int64_t index,
                             float *rms_dev, point_acc *p) {
-  int64_t N = a->N, first = index * N * D;
-  const float *x = point_data(a, p);
+  int64_t first = index * N * D;
   be->row_rms(be, x, N, D, rms_dev);                                       // rms [N]
   be->download(be, p->rms + index * N, rms_dev, (size_t)N * sizeof(float));
   float *h = p->abs + first;                                               // h [N, D]
@@ -215,22 +207,56 @@ static void point_add_batch(ng_backend *be, const ng_acts *a, int64_t D, int64_t
   }
 }
 
-// Forwards every fixed batch with train-mode activations (every hidden state
-// and block value kept) and gathers each point; tokens: host [n_tok].
+// What a forward's block hook gathers into: the points of one batch.
+typedef struct {
+  ng_backend *be;
+  point_acc *p;
+  int n_points;
+  int64_t D, index;
+  float *rms_dev;  // backend [N]
+} collect_ctx;
+
+// ng_block_hook: after block l, the points it made (res1, res2 and hidden of
+// layer l + 1), and before them hidden.0 (block 0's input, still there).
+static void collect_block(void *ctx, const ng_acts *a, int64_t l, const ng_block_acts *s) {
+  collect_ctx *c = ctx;
+  for (int i = 0; i < c->n_points; i++) {
+    point_acc *p = &c->p[i];
+    const float *x = NULL;
+    switch (p->kind) {
+      case POINT_HIDDEN:
+        if (p->layer == l + 1 || (l == 0 && p->layer == 0)) x = ng_acts_hidden(a, p->layer);
+        break;
+      case POINT_RES1:
+        if (p->layer == l + 1) x = s->res1;
+        break;
+      case POINT_RES2:
+        if (p->layer == l + 1) x = s->res2;
+        break;
+    }
+    if (x) point_add_batch(c->be, x, a->N, c->D, c->index, c->rms_dev, p);
+  }
+}
+
+// Forwards every fixed batch with forward-only activations, gathering each
+// point as its block makes it (no block's values outlive the block);
+// tokens: host [n_tok].
 static void points_collect(ng_model *m, const ng_diag_input *in, point_acc *p, int n_points,
                            int32_t *tokens) {
   ng_backend *be = m->be;
-  int64_t N = in->B * in->T, D = m->cfg.hidden_size;
-  ng_acts *a = ng_acts_create_kept(m, in->B, in->T);
+  int64_t N = in->B * in->T;
+  ng_acts_options ao = {.chunk = 1};  // no logits are made here
+  ng_acts *a = ng_acts_create_with(m, in->B, in->T, &ao);
   batch bt = batch_alloc(be, N);
-  float *rms_dev = be->alloc(be, (size_t)N * sizeof(float));
-  for (int64_t b = 0; b < in->batches; b++) {
-    batch_load(be, in, b, &bt);
-    memcpy(tokens + b * N, bt.tokens, (size_t)N * sizeof(int32_t));
+  collect_ctx c = {be, p, n_points, m->cfg.hidden_size, 0, be->alloc(be, (size_t)N * sizeof(float))};
+  a->on_block = collect_block;
+  a->on_block_ctx = &c;
+  for (c.index = 0; c.index < in->batches; c.index++) {
+    batch_load(be, in, c.index, &bt);
+    memcpy(tokens + c.index * N, bt.tokens, (size_t)N * sizeof(int32_t));
     ng_model_forward(m, a, bt.dev_tokens, NULL);
-    for (int i = 0; i < n_points; i++) point_add_batch(be, a, D, b, rms_dev, &p[i]);
   }
-  be->free(be, rms_dev);
+  be->free(be, c.rms_dev);
   batch_free(be, &bt);
   ng_acts_free(m, a);
 }
@@ -339,27 +365,26 @@ static cJSON *points_json(ng_model *m, const ng_diag_input *in, const ng_diag_op
 
 // ce, kd of a forward of tokens with the block modes.
 static void loss_with(ng_model *m, ng_acts *a, const int32_t *tokens, const int32_t *targets,
-                      const float *teacher_logits, ng_loss_params lp,
-                      const ng_block_mode *modes, double *ce, double *kd) {
+                      const ng_loss_teacher *t, ng_loss_params lp, const ng_block_mode *modes,
+                      double *ce, double *kd) {
   int64_t n_valid;
   ng_model_forward(m, a, tokens, modes);
-  m->be->ce_kd(m->be, a->logits, teacher_logits, targets, a->N, m->cfg.vocab_size, lp, NULL,
-               ce, kd, &n_valid);
+  ng_model_loss(m, a, t, targets, lp, false, ce, kd, &n_valid);
 }
 
 void ng_diag_ablation_batch(ng_model *m, ng_acts *a, const int32_t *tokens,
-                            const int32_t *targets, const float *teacher_logits,
+                            const int32_t *targets, const ng_loss_teacher *t,
                             ng_loss_params lp, double *ce, double *kd) {
   NG_ASSERT(!a->train);
   int64_t L = m->cfg.num_hidden_layers;
   ng_block_mode *modes = ng_xcalloc((size_t)L, sizeof *modes);  // all NG_BLOCK_RUN
-  loss_with(m, a, tokens, targets, teacher_logits, lp, modes, &ce[0], &kd[0]);
+  loss_with(m, a, tokens, targets, t, lp, modes, &ce[0], &kd[0]);
   for (int64_t l = 0; l < L; l++) {
     modes[l] = NG_BLOCK_SKIP;
-    loss_with(m, a, tokens, targets, teacher_logits, lp, modes, &ce[1 + l], &kd[1 + l]);
+    loss_with(m, a, tokens, targets, t, lp, modes, &ce[1 + l], &kd[1 + l]);
     if (m->cfg.norm_placement == NG_NORM_POST) {
       modes[l] = NG_BLOCK_NORMS;
-      loss_with(m, a, tokens, targets, teacher_logits, lp, modes, &ce[1 + L + l], &kd[1 + L + l]);
+      loss_with(m, a, tokens, targets, t, lp, modes, &ce[1 + L + l], &kd[1 + L + l]);
     }
     modes[l] = NG_BLOCK_RUN;
   }
@@ -403,14 +428,16 @@ static cJSON *ablation_json(ng_model *m, const ng_diag_input *in) {
   size_t n = 1 + 2 * (size_t)m->cfg.num_hidden_layers;
   double *ce = ng_xcalloc(n, sizeof(double)), *kd = ng_xcalloc(n, sizeof(double));
   double *ce_sum = ng_xcalloc(n, sizeof(double)), *kd_sum = ng_xcalloc(n, sizeof(double));
-  ng_acts *a = ng_acts_create(m, in->B, in->T, false);
-  ng_acts *ta = teacher ? ng_acts_create(teacher, in->B, in->T, false) : NULL;
-  batch bt = batch_alloc(be, in->B * in->T);
+  int64_t N = in->B * in->T;
+  ng_acts_options ao = {.chunk = in->chunk > 0 ? in->chunk : ng_loss_chunk_default(&m->cfg, N)};
+  ng_acts *a = ng_acts_create_with(m, in->B, in->T, &ao);
+  ng_acts *ta = teacher ? ng_acts_create_with(teacher, in->B, in->T, &ao) : NULL;
+  ng_loss_teacher lt = {.model = teacher, .acts = ta};
+  batch bt = batch_alloc(be, N);
   for (int64_t b = 0; b < in->batches; b++) {
     batch_load(be, in, b, &bt);
-    if (ta) ng_model_forward(teacher, ta, bt.dev_tokens, NULL);  // teacher logits [N, V]
-    ng_diag_ablation_batch(m, a, bt.dev_tokens, bt.dev_targets, ta ? ta->logits : NULL,
-                           in->loss, ce, kd);
+    if (ta) ng_model_forward(teacher, ta, bt.dev_tokens, NULL);  // to the teacher's head input
+    ng_diag_ablation_batch(m, a, bt.dev_tokens, bt.dev_targets, &lt, in->loss, ce, kd);
     for (size_t i = 0; i < n; i++) {
       ce_sum[i] += ce[i] / (double)in->batches;
       kd_sum[i] += kd[i] / (double)in->batches;

@@ -137,6 +137,7 @@ static float *logits_of(ng_model *m) {
   be->upload(be, tokens, host_tokens, sizeof host_tokens);
   ng_acts *a = ng_acts_create(m, B, T, false);
   ng_model_forward(m, a, tokens, NULL);
+  ng_model_logits(m, a, 0, a->N);
   size_t bytes = (size_t)B * T * (size_t)m->cfg.vocab_size * sizeof(float);
   float *out = ng_xmalloc(bytes);
   be->download(be, out, a->logits, bytes);

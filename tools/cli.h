@@ -31,6 +31,8 @@ int ng_cli_int_opt(const ng_cli *c, const char *key, int64_t min, int64_t max, i
 // min_ok); an absent option keeps *out.
 int ng_cli_num_opt(const ng_cli *c, const char *key, double min, bool min_ok, double max,
                    double *out);
+// The option --key as "on" or "off"; an absent option keeps *out.
+int ng_cli_switch_opt(const ng_cli *c, const char *key, bool *out);
 // Prints "normgrow: <message>" on stderr; returns 1 (the exit status).
 int ng_cli_error(const char *msg);
 

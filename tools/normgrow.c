@@ -21,7 +21,8 @@ static const command commands[] = {
     {"golden-eval", cmd_golden_eval, 2, 2,
      "golden-eval CASE OUT [--backend NAME]   write every out.* tensor of CASE to OUT"},
     {"golden-check", cmd_golden_check, 1, 1 << 20,
-     "golden-check CASE... [--backend NAME]   recompute and compare with the stored out.*"},
+     "golden-check CASE... [--backend NAME]   recompute and compare with the stored out.*\n"
+     "   golden-eval and golden-check also take [--loss-chunk ROWS] [--recompute on|off]"},
     {"golden-make", cmd_golden_make, 2, 2,
      "golden-make SPEC.json CASE              new case: random inputs from the spec, reference outputs"},
     {"golden-update", cmd_golden_update, 1, 1 << 20,
@@ -103,6 +104,15 @@ int ng_cli_num_opt(const ng_cli *c, const char *key, double min, bool min_ok, do
       v > max)
     return ng_fail("--%s: \"%s\" is not a number in %s%g, %g]", key, s, min_ok ? "[" : "(", min, max);
   *out = v;
+  return 0;
+}
+
+int ng_cli_switch_opt(const ng_cli *c, const char *key, bool *out) {
+  const char *s = ng_cli_opt(c, key);
+  if (!s) return 0;
+  if (strcmp(s, "on") != 0 && strcmp(s, "off") != 0)
+    return ng_fail("--%s: \"%s\" is neither on nor off", key, s);
+  *out = strcmp(s, "on") == 0;
   return 0;
 }
 
