@@ -40,10 +40,11 @@ static const command commands[] = {
      "teacher-cache TEACHER SHARD OUT [--k K] [--temperature TAU] [--seq T] [--batch B]\n"
      "                                          the teacher's top-k logits over a shard, for every arm"},
     {"bench", cmd_bench, 0, 0,
-     "bench [--steps N]                       one training step at a toy-medium shape vs the sgemm ceiling"},
+     "bench [--steps N]                       training steps at two shapes, loss whole or chunked: time, memory"},
     {"plan", cmd_plan, 1, 1,
      "plan RUN.json [--teacher-config FILE.json] [--device-tflops X] [--device-memory-gib M]\n"
-     "                [--devices N] [--bytes-per-param B] [--recompute on|off]\n"
+     "                [--devices N] [--bytes-per-param B] [--micro-batch N] [--loss-chunk ROWS]\n"
+     "                [--recompute on|off]\n"
      "                                          parameters, memory per device and FLOPs of each stage"},
     {"report", cmd_report, 1, 1 << 20,
      "report RUN_DIR... [--out DIR]           tables and plots comparing finished runs -> DIR/report.md"},
