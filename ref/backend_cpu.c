@@ -542,6 +542,16 @@ static void cpu_adamw(ng_backend *be, float *p, const float *g, float *m, float 
   }
 }
 
+// y [n] = x [n] widened from bf16: its bits are the upper half of y's
+static void cpu_widen_bf16(ng_backend *be, const uint16_t *x, int64_t n, float *y) {
+  (void)be;
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; i++) {
+    uint32_t bits = (uint32_t)x[i] << 16;
+    memcpy(&y[i], &bits, sizeof bits);
+  }
+}
+
 // rms [R] = sqrt(mean over C of x^2)
 static void cpu_row_rms(ng_backend *be, const float *x, int64_t R, int64_t C, float *rms) {
   (void)be;
@@ -579,6 +589,7 @@ static ng_backend cpu_backend = {
     .ce_kd_topk = cpu_ce_kd_topk,
     .sumsq = cpu_sumsq,
     .adamw = cpu_adamw,
+    .widen_bf16 = cpu_widen_bf16,
     .row_rms = cpu_row_rms,
 };
 

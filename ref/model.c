@@ -20,6 +20,7 @@ static void add_param(ng_model *m, bool trainable, float **w, float **g, int ndi
     snprintf(p->name, sizeof p->name, "model.layers.%lld.%s", (long long)layer, name);
   p->layer = layer;
   p->grad_view = g;
+  p->data_view = w;
   p->ndim = ndim;
   p->shape[0] = d0;
   p->shape[1] = ndim == 2 ? d1 : 1;
@@ -66,6 +67,7 @@ ng_model *ng_model_create(ng_backend *be, const ng_model_config *cfg, bool train
   m->g.layers = ng_xcalloc((size_t)L, sizeof(ng_layer));
   m->gate = ng_xmalloc((size_t)L * sizeof(float));
   for (int64_t i = 0; i < L; i++) m->gate[i] = 1.0f;
+  m->widened = -1;
   add_param(m, trainable, &m->w.embed_tokens, &m->g.embed_tokens, 2, V, D,
             "model.embed_tokens.weight", -1);
   for (int64_t i = 0; i < L; i++) add_layer_params(m, trainable, i);
@@ -92,9 +94,12 @@ int ng_model_check_file(const ng_model_config *cfg, const ng_st_file *f, const c
 void ng_model_free(ng_model *m) {
   if (!m) return;
   for (int i = 0; i < m->n_params && m->be; i++) {
-    m->be->free(m->be, m->params[i].data);
-    m->be->free(m->be, m->params[i].grad);
+    const ng_param *p = &m->params[i];
+    if (!p->bf16) m->be->free(m->be, p->data);  // else it lies in block_scratch
+    m->be->free(m->be, p->bf16);
+    m->be->free(m->be, p->grad);
   }
+  if (m->be) m->be->free(m->be, m->block_scratch);
   free(m->params);
   free(m->w.layers);
   free(m->g.layers);
@@ -159,7 +164,11 @@ int ng_model_copy_block(ng_model *dst, int64_t dl, const ng_model *src, int64_t 
     if (!q) continue;  // e.g. post_feedforward_layernorm from a Pre-Norm source: keeps its init
     if (q->numel != p->numel || q->shape[0] != p->shape[0])
       return ng_fail("%s: shape differs from the source's %s", p->name, q->name);
-    dst->be->copy(dst->be, p->data, q->data, p->numel * sizeof(float));
+    if (q->bf16) {
+      dst->be->widen_bf16(dst->be, q->bf16, (int64_t)q->numel, p->data);
+    } else {
+      dst->be->copy(dst->be, p->data, q->data, p->numel * sizeof(float));
+    }
   }
   return 0;
 }
@@ -198,6 +207,75 @@ double ng_model_matmul_params(const ng_model *m, bool trainable_only) {
 double ng_attention_flops(const ng_model_config *c, int64_t B, int64_t T) {
   return 4.0 * (double)c->head_dim * (double)c->num_attention_heads * (double)T * (double)(T + 1) /
          2.0 * (double)B * (double)c->num_hidden_layers;
+}
+
+// Whether x [n] holds only bf16 numbers: fp32s whose lower 16 bits are zero.
+static bool all_bf16(const float *x, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    uint32_t bits;
+    memcpy(&bits, &x[i], sizeof bits);
+    if (bits & 0xffffu) return false;
+  }
+  return true;
+}
+
+static bool blocks_are_bf16(const ng_model *m) {
+  bool exact = true;
+  for (int i = 0; i < m->n_params && exact; i++) {
+    const ng_param *p = &m->params[i];
+    if (p->layer < 0) continue;
+    float *host = ng_xmalloc(p->numel * sizeof(float));
+    m->be->download(m->be, host, p->data, p->numel * sizeof(float));
+    exact = all_bf16(host, p->numel);
+    free(host);
+  }
+  return exact;
+}
+
+// p's bf16 bits in a new backend buffer; its fp32 data freed, `data` at `at`.
+static void hold_param_bf16(ng_model *m, ng_param *p, float *at) {
+  float *host = ng_xmalloc(p->numel * sizeof(float));
+  uint16_t *bits = ng_xmalloc(p->numel * sizeof(uint16_t));
+  m->be->download(m->be, host, p->data, p->numel * sizeof(float));
+  for (size_t j = 0; j < p->numel; j++) {
+    uint32_t b;
+    memcpy(&b, &host[j], sizeof b);
+    bits[j] = (uint16_t)(b >> 16);
+  }
+  p->bf16 = m->be->alloc(m->be, p->numel * sizeof(uint16_t));
+  m->be->upload(m->be, p->bf16, bits, p->numel * sizeof(uint16_t));
+  m->be->free(m->be, p->data);
+  p->data = *p->data_view = at;
+  free(host);
+  free(bits);
+}
+
+bool ng_model_hold_bf16(ng_model *m) {
+  for (int i = 0; i < m->n_params; i++) NG_ASSERT(!m->params[i].grad);
+  if (m->block_scratch || !blocks_are_bf16(m)) return m->block_scratch != NULL;
+  size_t block = 0;  // floats of one block: every block has the same parameters
+  for (int i = 0; i < m->n_params; i++) block += m->params[i].layer == 0 ? m->params[i].numel : 0;
+  m->block_scratch = m->be->alloc(m->be, block * sizeof(float));
+  size_t at = 0;  // a block's parameters follow each other in params, in one order
+  for (int i = 0; i < m->n_params; i++) {
+    ng_param *p = &m->params[i];
+    if (p->layer < 0) continue;
+    if (i == 0 || m->params[i - 1].layer != p->layer) at = 0;
+    hold_param_bf16(m, p, m->block_scratch + at);
+    at += p->numel;
+  }
+  m->widened = -1;
+  return true;
+}
+
+// Block l's weights into the scratch when the model holds its blocks in bf16.
+static void widen_block(ng_model *m, int64_t l) {
+  if (!m->block_scratch || m->widened == l) return;
+  for (int i = 0; i < m->n_params; i++) {
+    const ng_param *p = &m->params[i];
+    if (p->layer == l) m->be->widen_bf16(m->be, p->bf16, (int64_t)p->numel, p->data);
+  }
+  m->widened = l;
 }
 
 void ng_model_freeze(ng_model *m, int64_t layer, bool frozen) {
@@ -462,6 +540,7 @@ static void forward_block(ng_model *m, ng_acts *a, int64_t l, ng_block_mode mode
   const float *x = ng_acts_hidden(a, l);
   float *out = ng_acts_hidden(a, l + 1);
   ng_block_acts *s = saved(a, l);
+  widen_block(m, l);
   switch (mode) {
     case NG_BLOCK_SKIP:
       be->copy(be, out, x, (size_t)a->N * D * sizeof(float));

@@ -113,6 +113,17 @@ static int64_t diag_bytes(const ng_run_config *rc, const ng_model_config *sc,
   return collect > ablation ? collect : ablation;
 }
 
+// Bytes of the teacher's weights: bpp each, or its blocks at 2 bytes and
+// one fp32 block to widen them into (ng_model_hold_bf16).
+static int64_t teacher_bytes(const ng_model_config *teacher, const ng_plan_params *p, int64_t bpp,
+                             bool bf16) {
+  if (!bf16) return p->total * bpp;
+  int64_t L = teacher->num_hidden_layers;
+  int64_t io = ng_plan_count_params(teacher, L, false).trainable;  // all blocks frozen: the rest
+  int64_t blocks = p->total - io;
+  return io * bpp + 2 * blocks + (int64_t)sizeof(float) * (blocks / L);
+}
+
 void ng_plan_stage_of(const ng_run_config *rc, int stage, const ng_model_config *teacher,
                       const ng_plan_device *dev, ng_plan_stage *out) {
   const ng_stage *st = &rc->stages[stage];
@@ -137,7 +148,7 @@ void ng_plan_stage_of(const ng_run_config *rc, int stage, const ng_model_config 
   const ng_model_config *forward_teacher = rc->use_cache ? NULL : teacher;  // runs every step
   if (teacher) {
     out->teacher = ng_plan_count_params(teacher, 0, false);
-    out->teacher_weights = out->teacher.total * bpp;
+    out->teacher_weights = teacher_bytes(teacher, &out->teacher, bpp, rc->teacher_bf16 && dev->teacher_bf16);
   }
   if (forward_teacher) out->teacher_acts = f32 * ng_plan_acts_floats(teacher, mb, T, &fwd);
   out->diag = diag_bytes(rc, &sc, forward_teacher, chunk);

@@ -99,12 +99,14 @@ static int parse_data(cJSON *o, ng_run_config *rc) {
 }
 
 static int parse_train(cJSON *o, ng_run_config *rc) {
-  static const char *const keys[] = {"loss_chunk_tokens", "recompute", NULL};
+  static const char *const keys[] = {"loss_chunk_tokens", "recompute", "teacher_bf16", NULL};
   default_item(o, "loss_chunk_tokens", cJSON_CreateNumber(0));
   default_item(o, "recompute", cJSON_CreateBool(false));
+  default_item(o, "teacher_bf16", cJSON_CreateBool(true));
   return ng_json_expect_object(o, "train") || ng_json_only_keys(o, "train", keys) ||
          ng_json_int(o, "train", "loss_chunk_tokens", 0, INT64_MAX / 4, &rc->loss_chunk) ||
-         ng_json_bool(o, "train", "recompute", &rc->recompute);
+         ng_json_bool(o, "train", "recompute", &rc->recompute) ||
+         ng_json_bool(o, "train", "teacher_bf16", &rc->teacher_bf16);
 }
 
 static int parse_optim(cJSON *o, ng_run_config *rc) {

@@ -82,6 +82,7 @@ static int open_caches(trainer *t) {
 static int load_teacher(trainer *t) {
   if (!t->rc.distill || !t->rc.teacher_path[0]) return 0;
   if (ng_model_open(t->rc.teacher_path, t->be, false, &t->teacher)) return ng_fail_prefix("teacher");
+  if (t->rc.teacher_bf16) ng_model_hold_bf16(t->teacher);  // when its blocks are bf16 numbers
   if (t->teacher->cfg.vocab_size != t->rc.model.vocab_size)
     return ng_fail("teacher %s: vocabulary of %lld tokens, the student's is %lld", t->rc.teacher_path,
                    (long long)t->teacher->cfg.vocab_size, (long long)t->rc.model.vocab_size);

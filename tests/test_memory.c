@@ -1,7 +1,8 @@
 // The plan is measured: a toy-medium distillation (hidden 512, 4 layers,
 // vocabulary 32768, 8 x 256 tokens; one step with its evaluation, diagnostics
 // and checkpoints) runs as its own process with each memory setting off and
-// on (micro-batches, recompute, loss chunks), and the process's peak resident
+// on (micro-batches, recompute, loss chunks, the bf16 teacher held in bf16),
+// and the process's peak resident
 // memory (wait4's ru_maxrss) must be within 15% of ng_plan_stage_of's total.
 #include <fcntl.h>
 #include <math.h>
@@ -14,7 +15,9 @@
 
 #include "check.h"
 #include "normgrow/common.h"
+#include "normgrow/checkpoint.h"
 #include "normgrow/data.h"
+#include "normgrow/hf.h"
 #include "normgrow/plan.h"
 
 extern char **environ;
@@ -48,9 +51,8 @@ static const char *write_run(const char *name, bool distill, const char *data_ex
           " \"eval\": {\"every_steps\": 1, \"batches\": 1}, \"stages\": [{\"depth\": %d, \"tokens\": 2048}]",
           name, dir, name, distill ? "distill" : "pretrain", dir, dir, data_extra,
           model_json(distill ? 4 : 1), distill ? 4 : 1);
-  if (distill)
-    fprintf(f, ", \"teacher\": \"%s/teacher/final.safetensors\", \"loss\": {\"kd_weight\": 0.5, \"temperature\": 2.0}",
-            dir);
+  if (distill)  // the teacher as a bf16 Hugging Face directory
+    fprintf(f, ", \"teacher\": \"%s/teacher-bf16\", \"loss\": {\"kd_weight\": 0.5, \"temperature\": 2.0}", dir);
   fprintf(f, "%s}\n", train);
   fclose(f);
   return path;
@@ -88,11 +90,11 @@ static bool make_data(void) {
 
 // One setting: the plan's total for the run against the process's peak.
 static void check_setting(const char *name, const char *data_extra, const char *train,
-                          const ng_model_config *teacher) {
+                          const ng_model_config *teacher, bool teacher_bf16) {
   const char *path = write_run(name, true, data_extra, train);
   ng_run_config rc;
   NG_ASSERT(ng_run_config_load(path, NULL, &rc) == 0);
-  ng_plan_device dev = {400.0, 1e6, 1, 4};
+  ng_plan_device dev = {400.0, 1e6, 1, 4, teacher_bf16};
   ng_plan_stage s;
   ng_plan_stage_of(&rc, 0, teacher, &dev, &s);
   ng_run_config_free(&rc);
@@ -100,8 +102,10 @@ static void check_setting(const char *name, const char *data_extra, const char *
   double err = fabs((double)s.total - (double)peak) / (double)peak;
   char what[200];
   snprintf(what, sizeof what,
-           "%s (micro-batch %lld, recompute %s, loss chunk %lld): planned %.0f MiB, measured peak %.0f MiB",
+           "%s (micro-batch %lld, recompute %s, loss chunk %lld, teacher in %s): planned %.0f MiB, "
+           "measured peak %.0f MiB",
            name, (long long)s.micro_batch, s.recompute ? "on" : "off", (long long)s.chunk,
+           teacher_bf16 ? "bf16" : "fp32",
            (double)s.total / 1048576.0, (double)peak / 1048576.0);
   CHECK(peak > 0 && err <= 0.15, what, "%s", peak > 0 ? "more than 15% apart" : "the run failed");
 }
@@ -115,14 +119,26 @@ int main(void) {
   NG_ASSERT(mkdtemp(dir));
   CHECK(make_data(), "token shards from the Debian license texts", "%s", ng_error());
   CHECK(train_peak(write_run("teacher", false, "", "")) > 0, "a one-layer teacher, one step", "run failed");
+  char path[160], hf[160];
+  snprintf(path, sizeof path, "%s/teacher/final.safetensors", dir);
+  snprintf(hf, sizeof hf, "%s/teacher-bf16", dir);
+  ng_model *t = NULL;
+  CHECK(ng_checkpoint_load(path, ng_backend_cpu(), false, &t, NULL, NULL) == 0 &&
+            ng_hf_export(t, hf, NG_BF16, (size_t)1 << 30) == 0,
+        "the teacher exported in bf16", "%s", ng_error());
+  ng_model_free(t);
   cJSON *tj = cJSON_Parse(model_json(1));
   ng_model_config teacher;
   NG_ASSERT(ng_model_config_parse(tj, "teacher", &teacher) == 0);
   cJSON_Delete(tj);
-  check_setting("all-off", "", ", \"train\": {\"loss_chunk_tokens\": 2048}", &teacher);
-  check_setting("micro-batches", ", \"micro_batch\": 2", ", \"train\": {\"loss_chunk_tokens\": 2048}", &teacher);
-  check_setting("recompute", "", ", \"train\": {\"loss_chunk_tokens\": 2048, \"recompute\": true}", &teacher);
-  check_setting("loss-chunks", "", ", \"train\": {\"loss_chunk_tokens\": 256}", &teacher);
+  const char *off = ", \"train\": {\"loss_chunk_tokens\": 2048, \"teacher_bf16\": false}";
+  check_setting("all-off", "", off, &teacher, false);
+  check_setting("micro-batches", ", \"micro_batch\": 2", off, &teacher, false);
+  check_setting("recompute", "", ", \"train\": {\"loss_chunk_tokens\": 2048, \"teacher_bf16\": false, "
+                "\"recompute\": true}", &teacher, false);
+  check_setting("loss-chunks", "", ", \"train\": {\"loss_chunk_tokens\": 256, \"teacher_bf16\": false}",
+                &teacher, false);
+  check_setting("teacher-bf16", "", ", \"train\": {\"loss_chunk_tokens\": 2048}", &teacher, true);
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   NG_ASSERT(system(cmd) == 0);

@@ -224,7 +224,7 @@ static void test_stage(void) {
     return;
   }
   ng_model_config t = qwen3_8b();
-  ng_plan_device dev = {400.0, 80.0, 1, 4};
+  ng_plan_device dev = {400.0, 80.0, 1, 4, false};
   ng_plan_stage s;
   ng_plan_stage_of(&rc, 2, &t, &dev, &s);
   // One step at 256 x 2048 = 524,288 tokens: student 6 P N + 3 A_s, teacher 2 P_t N + A_t,
@@ -244,7 +244,15 @@ static void test_stage(void) {
             s.devices_needed == (int64_t)ceil((double)total / (80.0 * 1073741824.0)),
         "grow-post stage 2: memory sums, does not fit on one 80 GiB device", "total %lld, %lld devices",
         (long long)s.total, (long long)s.devices_needed);
-  ng_plan_device many = {400.0, 80.0, 64, 2};
+  // Qwen3-8B-Base held in bf16: 36 blocks of 192,946,432 at 2 bytes, one more
+  // fp32 block to widen into, embeddings, head and final norm (1,244,663,808) at 4.
+  ng_plan_device bf16 = dev;
+  bf16.teacher_bf16 = true;
+  ng_plan_stage h;
+  ng_plan_stage_of(&rc, 2, &t, &bf16, &h);
+  CHECK(h.teacher_weights == 19642584064LL && h.total == s.total - (s.teacher_weights - h.teacher_weights),
+        "Qwen3-8B-Base teacher held in bf16: weights by hand", "%lld bytes", (long long)h.teacher_weights);
+  ng_plan_device many = {400.0, 80.0, 64, 2, false};
   ng_plan_stage r;
   rc.recompute = true;
   ng_plan_stage_of(&rc, 2, &t, &many, &r);
@@ -279,7 +287,7 @@ static void test_freezing(void) {
   cJSON_AddTrueToObject(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "stages"), 1), "freeze_existing");
   cJSON_ReplaceItemInObject(cJSON_GetObjectItem(j, "init"), "freeze_embeddings", cJSON_CreateTrue());
   ng_run_config rc;
-  ng_plan_device dev = {400.0, 80.0, 1, 4};
+  ng_plan_device dev = {400.0, 80.0, 1, 4, false};
   ng_plan_stage s[3] = {{0}};
   int r = parse_run(j, &rc);
   if (r == 0) {

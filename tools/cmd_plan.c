@@ -4,6 +4,7 @@
 //   normgrow plan RUN.json [--teacher-config FILE.json] [--device-tflops X]
 //                [--device-memory-gib M] [--devices N] [--bytes-per-param B]
 //                [--micro-batch N] [--loss-chunk ROWS] [--recompute on|off]
+//                [--teacher-dtype bf16|f32]
 // The last three replace the run config's data.micro_batch,
 // train.loss_chunk_tokens and train.recompute. A stage that does not fit one
 // device gets the first setting that does, trying micro-batches from the
@@ -12,7 +13,10 @@
 // The teacher's config comes from --teacher-config when given, else from the
 // run's teacher path when it exists (a Hugging Face directory's config.json,
 // or a normgrow checkpoint's "model" metadata); without either the student is
-// planned alone. The accounting itself is ref/plan.c (formulas in plan.h).
+// planned alone. The teacher's checkpoint dtype (whether train.teacher_bf16
+// can hold its blocks in bf16) is a Hugging Face directory's, f32 for a
+// normgrow checkpoint, and bf16 (Qwen3's published dtype) for a
+// --teacher-config; --teacher-dtype replaces it. The accounting itself is ref/plan.c (formulas in plan.h).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +24,7 @@
 
 #include "cli.h"
 #include "normgrow/common.h"
+#include "normgrow/fileio.h"
 #include "normgrow/hf.h"
 #include "normgrow/plan.h"
 #include "normgrow/safetensors.h"
@@ -31,7 +36,7 @@
 
 static const char *const known_options[] = {"teacher-config", "device-tflops", "device-memory-gib",
                                             "devices", "bytes-per-param", "recompute",
-                                            "micro-batch", "loss-chunk", NULL};
+                                            "micro-batch", "loss-chunk", "teacher-dtype", NULL};
 
 // ---------------------------------------------------------------- options
 
@@ -60,6 +65,7 @@ static int parse_settings(const ng_cli *c, ng_run_config *rc) {
 
 typedef struct {
   bool known;
+  bool bf16;          // its checkpoint stores the blocks in bf16
   ng_model_config cfg;
   char source[1100];  // where cfg came from, or why there is none
 } teacher_info;
@@ -74,6 +80,21 @@ static int checkpoint_config(const char *path, ng_model_config *cfg) {
   cJSON_Delete(j);
   ng_st_close(&f);
   return rc ? ng_fail_prefix(path) : 0;
+}
+
+// Whether the Hugging Face config.json in dir names bf16 weights ("torch_dtype",
+// or "dtype" in newer files).
+static int hf_blocks_bf16(const char *dir, bool *bf16) {
+  char path[1100], *text;
+  snprintf(path, sizeof path, "%s/config.json", dir);
+  if (ng_read_file(path, 1 << 20, &text, NULL) != 0) return -1;
+  cJSON *j = cJSON_Parse(text);
+  const cJSON *d = cJSON_GetObjectItemCaseSensitive(j, "torch_dtype");
+  if (!d) d = cJSON_GetObjectItemCaseSensitive(j, "dtype");
+  *bf16 = cJSON_IsString(d) && strcmp(d->valuestring, "bfloat16") == 0;
+  cJSON_Delete(j);
+  free(text);
+  return 0;
 }
 
 // The teacher's config from `file` (--teacher-config), else from the run's
@@ -96,8 +117,9 @@ static int find_teacher(const ng_run_config *rc, const char *file, teacher_info 
   if (file) {
     r = ng_plan_read_model_config(file, &t->cfg);
     snprintf(t->source, sizeof t->source, "%s", file);
+    t->bf16 = true;
   } else if (S_ISDIR(st.st_mode)) {
-    r = ng_hf_read_config(path, &t->cfg);
+    r = ng_hf_read_config(path, &t->cfg) || hf_blocks_bf16(path, &t->bf16);
     snprintf(t->source, sizeof t->source, "%s/config.json", path);
   } else {
     r = checkpoint_config(path, &t->cfg);
@@ -108,6 +130,16 @@ static int find_teacher(const ng_run_config *rc, const char *file, teacher_info 
     return ng_fail("teacher %s: vocabulary of %lld tokens, the student's is %lld", t->source,
                    (long long)t->cfg.vocab_size, (long long)rc->model.vocab_size);
   t->known = true;
+  return 0;
+}
+
+// --teacher-dtype bf16|f32 replaces the dtype found.
+static int teacher_dtype(const ng_cli *c, teacher_info *t) {
+  const char *s = ng_cli_opt(c, "teacher-dtype");
+  if (!s) return 0;
+  if (strcmp(s, "bf16") != 0 && strcmp(s, "f32") != 0)
+    return ng_fail("--teacher-dtype: \"%s\" is neither bf16 nor f32", s);
+  t->bf16 = strcmp(s, "bf16") == 0;
   return 0;
 }
 
@@ -159,9 +191,10 @@ static void print_header(const char *path, const ng_run_config *rc, const teache
   printf("  batch    %lld x %lld = %s tokens per step\n", (long long)rc->batch, (long long)rc->seq,
          grouped(rc->batch * rc->seq).s);
   if (t->known) {
-    printf("  teacher  %s-Norm, %lld layers, %s parameters (config: %s)\n",
+    printf("  teacher  %s-Norm, %lld layers, %s parameters (config: %s); blocks held in %s\n",
            t->cfg.norm_placement == NG_NORM_PRE ? "Pre" : "Post", (long long)t->cfg.num_hidden_layers,
-           grouped(teacher_params).s, t->source);
+           grouped(teacher_params).s, t->source,
+           d->teacher_bf16 && rc->teacher_bf16 ? "bf16" : "fp32");
   } else {
     printf("  teacher  %s\n", t->source);
   }
@@ -282,10 +315,12 @@ int cmd_plan(const ng_cli *c) {
   if (ng_cli_check_options(c, "plan", known_options) || parse_device(c, &dev))
     return ng_cli_error(ng_error());
   if (ng_run_config_load(c->pos[0], NULL, &rc)) return ng_cli_error(ng_error());
-  if (parse_settings(c, &rc) || find_teacher(&rc, ng_cli_opt(c, "teacher-config"), &t)) {
+  if (parse_settings(c, &rc) || find_teacher(&rc, ng_cli_opt(c, "teacher-config"), &t) ||
+      teacher_dtype(c, &t)) {
     ng_run_config_free(&rc);
     return ng_cli_error(ng_error());
   }
+  dev.teacher_bf16 = t.bf16;
   ng_plan_stage stages[NG_MAX_STAGES];
   for (int i = 0; i < rc.n_stages; i++) ng_plan_stage_of(&rc, i, t.known ? &t.cfg : NULL, &dev, &stages[i]);
   print_header(c->pos[0], &rc, &t, stages[0].teacher.total, &dev);

@@ -44,7 +44,7 @@ static const command commands[] = {
     {"plan", cmd_plan, 1, 1,
      "plan RUN.json [--teacher-config FILE.json] [--device-tflops X] [--device-memory-gib M]\n"
      "                [--devices N] [--bytes-per-param B] [--micro-batch N] [--loss-chunk ROWS]\n"
-     "                [--recompute on|off]\n"
+     "                [--recompute on|off] [--teacher-dtype bf16|f32]\n"
      "                                          parameters, memory per device and FLOPs of each stage"},
     {"report", cmd_report, 1, 1 << 20,
      "report RUN_DIR... [--out DIR]           tables and plots comparing finished runs -> DIR/report.md"},

@@ -138,6 +138,10 @@ struct ng_backend {
   void (*adamw)(ng_backend *be, float *p, const float *g, float *m, float *v, int64_t n,
                 ng_adamw_params ap, bool decay);
 
+  // --- storage ------------------------------------------------------------------
+  // y [n] = x [n] widened from bf16 (the upper 16 bits of an fp32): exact.
+  void (*widen_bf16)(ng_backend *be, const uint16_t *x, int64_t n, float *y);
+
   // --- diagnostics --------------------------------------------------------------
   // rms [R] = sqrt(mean over C of x^2), no eps; x [R, C]
   void (*row_rms)(ng_backend *be, const float *x, int64_t R, int64_t C, float *rms);

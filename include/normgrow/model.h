@@ -51,6 +51,9 @@ typedef struct {
   bool frozen;          // no gradient accumulated, no optimizer update
   int64_t layer;        // block index, or -1 for embeddings, final norm and head
   float **grad_view;    // the field of ng_model.g that shows `grad` (NULL while frozen)
+  float **data_view;    // the field of ng_model.w that shows `data`
+  uint16_t *bf16;       // backend [numel]: a block weight held in bf16 (ng_model_hold_bf16);
+                        // `data` is then its place in the model's one-block scratch
 } ng_param;
 
 typedef struct {
@@ -60,6 +63,8 @@ typedef struct {
   ng_param *params;     // embed, layers in order, norm, lm_head
   ng_weights w, g;      // typed views of params[].data and params[].grad
   float *gate;          // host [L]: block l computes y = (1 - g) x + g Block(x); 1 = plain
+  float *block_scratch; // blocks held in bf16: the fp32 weights of one block, else NULL
+  int64_t widened;      // the block whose weights block_scratch holds (-1: none)
 } ng_model;
 
 // How a block runs in a forward (block-removal ablations).
@@ -156,6 +161,12 @@ int ng_model_copy_io(ng_model *dst, const ng_model *src);
 double ng_model_matmul_params(const ng_model *m, bool trainable_only);
 // Forward FLOPs of causal attention: 4 hd H T(T+1)/2 per sequence and layer.
 double ng_attention_flops(const ng_model_config *c, int64_t B, int64_t T);
+// Hold the block weights of a forward-only model in bf16 when every one of
+// them is exactly a bf16 number (a model loaded from a bf16 checkpoint): each
+// block is widened (exactly, ng_backend.widen_bf16) into one shared fp32 block
+// as it runs, so every forward gives the same bits in about half the memory.
+// Embeddings, final norm and head stay fp32. Returns whether it did.
+bool ng_model_hold_bf16(ng_model *m);
 // Freeze (or unfreeze) every parameter of block `layer` (-1: embeddings, final
 // norm and head). Frozen parameters get no gradient and no update.
 void ng_model_freeze(ng_model *m, int64_t layer, bool frozen);

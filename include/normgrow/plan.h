@@ -11,7 +11,8 @@
 //                                       allocated for frozen tensors too)
 //   training activations                4 x ng_plan_acts_floats(student, n, train, recompute, c)
 //   evaluation activations              4 x ng_plan_acts_floats(student, n, forward, c)
-//   teacher (distill)                   P_teacher bpp + 4 x ng_plan_acts_floats(teacher, n, forward, c)
+//   teacher (distill)                   P_teacher bpp (blocks held in bf16: 2 bytes each, and one
+//                                       fp32 block) + 4 x ng_plan_acts_floats(teacher, n, forward, c)
 //                                       (only its weights with top-k caches, when "teacher" is given)
 // and, at times, on top of all these (the largest of them counts):
 //   diagnostics at each evaluation      the residual points: a forward-only set (chunk 1)
@@ -73,6 +74,9 @@ typedef struct {
   double memory_gib;        // memory of one device
   int64_t devices;
   int64_t bytes_per_param;  // weights, gradients and AdamW moments
+  bool teacher_bf16;        // the teacher's checkpoint stores its blocks in bf16: with
+                            // train.teacher_bf16 they are held so (2 bytes each, plus
+                            // one fp32 block to widen into)
 } ng_plan_device;
 
 // One stage of a run.

@@ -30,8 +30,12 @@
 //   "checkpoint_every_steps": 100,
 //   "train": {"loss_chunk_tokens": 0,  (tokens per chunk of the output head and loss, of
 //                                      student and teacher alike; 0: ng_loss_chunk_default)
-//             "recompute": false}      (keep only each block's input in the forward and
+//             "recompute": false,      (keep only each block's input in the forward and
 //                                      recompute its values in the backward: same bits)
+//             "teacher_bf16": true}    (a teacher whose block weights are all bf16 numbers,
+//                                      as loaded from a bf16 checkpoint, holds them in bf16
+//                                      and widens one block at a time as it runs: the same
+//                                      logits in half the memory; false keeps them fp32)
 // }
 // Optional keys: teacher/loss (pretrain), teacher_cache, lr inside a stage (that stage then
 // restarts with its own schedule), restart_lr (default false: the stage
@@ -81,6 +85,7 @@ typedef struct {
   int64_t micro_batch;       // divides batch
   int64_t loss_chunk;        // train.loss_chunk_tokens (0: the default)
   bool recompute;
+  bool teacher_bf16;         // hold a bf16 teacher's blocks in bf16 (ng_model_hold_bf16)
   ng_model_config model;     // the student at its final depth
   char teacher_path[512];    // "" when only a cache is given
   bool use_cache;            // KD from top-k caches of the teacher
