@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "fixtures.h"
 #include "normgrow/common.h"
 #include "normgrow/checkpoint.h"
 #include "normgrow/data.h"
@@ -75,19 +76,6 @@ static int64_t train_peak(const char *config) {
   return (int64_t)ru.ru_maxrss * 1024;  // KiB on Linux
 }
 
-static bool make_data(void) {
-  static const char *texts[] = {"GPL-3", "GPL-2", "LGPL-2.1", "Apache-2.0", "MPL-2.0", "GFDL-1.3", "Artistic"};
-  const char *files[7];
-  char paths[7][96];
-  int n = 0;
-  for (int i = 0; i < 7; i++) {
-    snprintf(paths[n], sizeof paths[n], "/usr/share/common-licenses/%s", texts[i]);
-    if (access(paths[n], R_OK) == 0) files[n] = paths[n], n++;
-  }
-  ng_data_stats st;
-  return n && ng_data_build(files, n, "", 0.2, 3, dir, &st) == 0;
-}
-
 // One setting: the plan's total for the run against the process's peak.
 static void check_setting(const char *name, const char *data_extra, const char *train,
                           const ng_model_config *teacher, bool teacher_bf16) {
@@ -117,7 +105,8 @@ int main(void) {
   }
   snprintf(dir, sizeof dir, "/tmp/ng_memory_XXXXXX");
   NG_ASSERT(mkdtemp(dir));
-  CHECK(make_data(), "token shards from the Debian license texts", "%s", ng_error());
+  ng_data_stats st;
+  CHECK(test_license_shards(dir, &st), "token shards from the Debian license texts", "%s", ng_error());
   CHECK(train_peak(write_run("teacher", false, "", "")) > 0, "a one-layer teacher, one step", "run failed");
   char path[160], hf[160];
   snprintf(path, sizeof path, "%s/teacher/final.safetensors", dir);
