@@ -97,17 +97,20 @@ static void fit(const ng_plan_device *dev, ng_plan_stage *s) {
 }
 
 // Bytes of the diagnostics at an evaluation (ref/diag.c): the residual points
-// (a forward-only set with logits of one row; on the host per point and eval
-// token its RMS and its |h| [D], and per token its id, class and a scratch
-// float), then the ablation (forward-only sets of student and teacher).
+// (a forward-only set with logits of one row; on the host per point its RMS
+// per eval token and 2^16 counts of 8 bytes for the median, a [n, D] scratch,
+// and per token its id, class and a scratch float), then the ablation
+// (forward-only sets of student and teacher).
 static int64_t diag_bytes(const ng_run_config *rc, const ng_model_config *sc,
                           const ng_model_config *forward_teacher, int64_t chunk) {
   int64_t f32 = (int64_t)sizeof(float), L = sc->num_hidden_layers, D = sc->hidden_size;
   int64_t points = 1 + (sc->norm_placement == NG_NORM_POST ? 3 * L : L);
   int64_t n_eval = rc->eval_batches * rc->batch * rc->seq;
   ng_acts_options one_row = {.chunk = 1}, fwd = {.chunk = chunk};
+  int64_t n = rc->micro_batch * rc->seq;
   int64_t collect = f32 * (ng_plan_acts_floats(sc, rc->micro_batch, rc->seq, &one_row) +
-                           points * n_eval * (D + 1) + 3 * n_eval);
+                           points * n_eval + n * D + 3 * n_eval) +
+                    points * 65536 * (int64_t)sizeof(int64_t);
   int64_t ablation = f32 * ng_plan_acts_floats(sc, rc->micro_batch, rc->seq, &fwd);
   if (forward_teacher) ablation += f32 * ng_plan_acts_floats(forward_teacher, rc->micro_batch, rc->seq, &fwd);
   return collect > ablation ? collect : ablation;

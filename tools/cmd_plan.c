@@ -257,11 +257,11 @@ static void print_notes(void) {
   printf("\nFLOPs: the trainer's rule, student (4 P + 2 P_trainable) x tokens + 3 x attention, teacher\n"
          "2 P x tokens + attention (P: matmul parameters); evaluations not counted.\n"
          "Memory: what the reference allocates; gradients and moments of frozen tensors included;\n"
-         "diag: the residual diagnostics at each evaluation (host RMS and |h| of every point, then\n"
-         "the ablation's forwards), ckpt: a checkpoint's host copy of weights and moments; the\n"
-         "larger of the two counts in the total, with %.0f MiB for the program; not counted: token\n"
-         "and top-k batches, backend scratch, the brief overlap of old and grown model at a growth\n"
-         "step. devices = ceil(total / one device's memory).\n",
+         "diag: the residual diagnostics at each evaluation (host RMS and median counts of every\n"
+         "point, then the ablation's forwards); ckpt: a checkpoint's host copy of weights and\n"
+         "moments; the larger of the two counts in the total, with %.0f MiB for the program. Not\n"
+         "counted: token and top-k batches, backend scratch, the brief overlap of old and grown\n"
+         "model at a growth step. devices = ceil(total / one device's memory).\n",
          (double)NG_PLAN_RUNTIME_BYTES / 1048576.0);
 }
 

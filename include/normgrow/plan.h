@@ -16,9 +16,9 @@
 //                                       (only its weights with top-k caches, when "teacher" is given)
 // and, at times, on top of all these (the largest of them counts):
 //   diagnostics at each evaluation      the residual points: a forward-only set (chunk 1)
-//                                       and on the host the per-token RMS (and |h|, for the
-//                                       exact median) of every point over the evaluation
-//                                       batches, 4 x points x eval tokens x (D + 1); then the
+//                                       and on the host the per-token RMS of every point over
+//                                       the evaluation batches (4 x points x eval tokens) and
+//                                       its 2^16 counts for the exact median; then the
 //                                       ablation: forward-only sets of student and teacher
 //   a checkpoint                        a host copy of the weights and AdamW moments, 3 P x 4
 // Activations are fp32 floats, as the reference allocates them. Not counted:
