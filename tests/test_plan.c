@@ -438,6 +438,18 @@ static void with_teacher(const char *src, const char *teacher, const char *dst) 
   cJSON_Delete(j);
 }
 
+// Stages listed under "settings that fit" in a plan's output, and those of them with a setting.
+static void count_fitting(const char *out, int *listed, int *found) {
+  const char *at = strstr(out, "settings that fit");
+  *listed = *found = 0;
+  for (const char *line = at; line && (line = strstr(line, "\n  stage ")); line++) {
+    (*listed)++;
+    const char *end = strchr(line + 1, '\n');
+    const char *mb = strstr(line, "micro_batch");
+    *found += mb && (!end || mb < end) && !strstr(line, ": none;");
+  }
+}
+
 static void test_every_arm_plans(void) {
   for (int i = 0; i < N_ARMS; i++) {
     char args[1024], label[200];
@@ -447,6 +459,19 @@ static void test_every_arm_plans(void) {
     CHECK(r.status == 0 && r.err_lines == 0 && strstr(r.out, "8,190,735,360") && strstr(r.out, "total") &&
               strstr(r.out, "does NOT fit"),
           label, "status %d, stderr: %s", r.status, r.err);
+    // On one 141 GiB H200 with the teacher in bf16: a setting for every stage.
+    snprintf(args, sizeof args, "configs/paper/%s.json --teacher-config configs/paper/qwen3-8b-base.json "
+             "--device-memory-gib 141", arms[i]);
+    r = run_plan(args);
+    ng_run_config rc;
+    NG_ASSERT(load_arm(arms[i], &rc) == 0);
+    int listed, found;
+    count_fitting(r.out, &listed, &found);
+    snprintf(label, sizeof label, "plan %s on one 141 GiB device: a fitting setting for each of its %d stages",
+             arms[i], rc.n_stages);
+    CHECK(r.status == 0 && strstr(r.out, "blocks held in bf16") && listed == rc.n_stages && found == listed,
+          label, "%d stages listed, %d with a setting", listed, found);
+    ng_run_config_free(&rc);
   }
 }
 
