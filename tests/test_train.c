@@ -444,6 +444,6 @@ int main(void) {
   check_bad_configs();
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  if (!getenv("NG_KEEP")) NG_ASSERT(system(cmd) == 0);
+  NG_ASSERT(system(cmd) == 0);
   return TEST_RESULT();
 }
