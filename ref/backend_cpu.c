@@ -423,7 +423,7 @@ static double kd_topk_row(const int32_t *ids, const float *vals, float lse, int6
 // softmax(s/tau) and tgt the teacher's distribution at tau:
 //   ce_i = log sum exp(s) - s_y,   kl_i = KL(tgt || pst) (see the kd_*_row),
 //   d/ds = w ((1-a) (ps - onehot) + a tau (pst - tgt)),  or w (ps - onehot)
-// without a teacher, where w = 1/n_valid. scratch holds 3 rows of V floats.
+// without a teacher, where w = 1/n_valid (or 1/lp.n_norm). scratch holds 3 rows of V floats.
 static void ce_kd_row(const float *s, const teacher_ref *t, int64_t i, int32_t y, int64_t stride,
                       int64_t V, ng_loss_params lp, double w, float *ds, float *scratch,
                       double *ce, double *kl) {
@@ -457,7 +457,8 @@ static void ce_kd_rows(const float *logits, const teacher_ref *t, const int32_t 
   int64_t Vu = lp.vocab_used > 0 && lp.vocab_used < V ? lp.vocab_used : V;
   int64_t nv = 0;
   for (int64_t i = 0; i < N; i++) nv += targets[i] >= 0;
-  double w = nv ? 1.0 / (double)nv : 0.0;
+  int64_t n_norm = lp.n_norm > 0 ? lp.n_norm : nv;
+  double w = n_norm ? 1.0 / (double)n_norm : 0.0;
   double *row_ce = ng_xcalloc((size_t)N, sizeof(double));  // [N]
   double *row_kl = ng_xcalloc((size_t)N, sizeof(double));  // [N]
 #pragma omp parallel
@@ -542,6 +543,16 @@ static void cpu_adamw(ng_backend *be, float *p, const float *g, float *m, float 
   }
 }
 
+// y [n] = x [n] widened from bf16: its bits are the upper half of y's
+static void cpu_widen_bf16(ng_backend *be, const uint16_t *x, int64_t n, float *y) {
+  (void)be;
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; i++) {
+    uint32_t bits = (uint32_t)x[i] << 16;
+    memcpy(&y[i], &bits, sizeof bits);
+  }
+}
+
 // rms [R] = sqrt(mean over C of x^2)
 static void cpu_row_rms(ng_backend *be, const float *x, int64_t R, int64_t C, float *rms) {
   (void)be;
@@ -579,6 +590,7 @@ static ng_backend cpu_backend = {
     .ce_kd_topk = cpu_ce_kd_topk,
     .sumsq = cpu_sumsq,
     .adamw = cpu_adamw,
+    .widen_bf16 = cpu_widen_bf16,
     .row_rms = cpu_row_rms,
 };
 

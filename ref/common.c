@@ -1,4 +1,4 @@
-// normgrow: error messages, checked allocation and size arithmetic.
+// normgrow: error messages, checked allocation, size arithmetic, clock and peak memory.
 #include "normgrow/common.h"
 
 #include <stdarg.h>
@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #define NG_ERROR_LEN 1024
@@ -88,6 +89,28 @@ double ng_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int64_t ng_peak_rss(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256];
+  long long kib = -1;
+  while (f && kib < 0 && fgets(line, sizeof line, f))
+    if (sscanf(line, "VmHWM: %lld kB", &kib) != 1) kib = -1;
+  if (f) fclose(f);
+  if (kib < 0) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    kib = ru.ru_maxrss;  // KiB on Linux
+  }
+  return (int64_t)kib * 1024;
+}
+
+int ng_peak_rss_reset(void) {
+  FILE *f = fopen("/proc/self/clear_refs", "w");
+  if (!f) return -1;
+  bool ok = fputs("5", f) >= 0;
+  return fclose(f) == 0 && ok ? 0 : -1;
 }
 
 int ng_mul_size(size_t a, size_t b, size_t *out) {

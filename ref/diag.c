@@ -3,8 +3,10 @@
 // Choices the header leaves open:
 // - "median_abs" is exact: the lower median sorted[ceil(n/2) - 1] (the same
 //   nearest rank as the STATS percentiles) of |h| over every entry of the
-//   point in all batches, found by quickselect. It keeps |h| of each point on
-//   the host: points x batches x B x T x D floats, meant for toy shapes.
+//   point in all batches, found by radix selection in two passes over the
+//   batches (|h| >= 0 orders as its fp32 bits): counts of the upper 16 bits
+//   give the median's upper half, counts of the lower 16 bits of the entries
+//   in that half give the rest. A point keeps 2^16 counts, not its entries.
 // - max_abs and top: the earliest position wins a tie.
 // - Ablation CE and KD are the mean over batches of each batch's mean over
 //   its non-ignored tokens.
@@ -153,10 +155,15 @@ typedef struct {
   point_kind kind;
   int64_t layer;   // hidden: 0..L; res1, res2: 1..L
   float *rms;      // [n_tok] per-token RMS, flat positions in batch order
-  float *abs;      // [n_tok, D] |h|, for the median
+  int64_t *count;  // [2^16] entries by the upper 16 bits of |h| (pass 0), then, of
+                   // those whose upper bits are median_hi, by the lower 16 (pass 1)
+  int64_t rank;    // the median's rank among the entries counted
+  uint32_t median_hi, median_bits;
   float max_abs;
   int64_t max_at;  // flat entry of the max: position * D + dim
 } point_acc;
+
+#define HALF_BUCKETS 65536
 
 // hidden.0, then for each block l: (Post-Norm) res1.l, res2.l, then hidden.l.
 static point_acc *points_create(const ng_model *m, int64_t n_tok, int *n_points) {
@@ -174,7 +181,8 @@ static point_acc *points_create(const ng_model *m, int64_t n_tok, int *n_points)
   }
   for (int i = 0; i < n; i++) {
     p[i].rms = ng_xmalloc((size_t)n_tok * sizeof(float));
-    p[i].abs = ng_xmalloc((size_t)n_tok * (size_t)D * sizeof(float));
+    p[i].count = ng_xcalloc(HALF_BUCKETS, sizeof(int64_t));
+    p[i].rank = (n_tok * D + 1) / 2 - 1;
     p[i].max_abs = -INFINITY;
   }
   *n_points = n;
@@ -184,53 +192,115 @@ static point_acc *points_create(const ng_model *m, int64_t n_tok, int *n_points)
 static void points_free(point_acc *p, int n_points) {
   for (int i = 0; i < n_points; i++) {
     free(p[i].rms);
-    free(p[i].abs);
+    free(p[i].count);
   }
   free(p);
 }
 
-// The point's values [N, D] in the train-mode activations of a forward.
-static const float *point_data(const ng_acts *a, const point_acc *p) {
-  if (p->kind == POINT_RES1) return a->blocks[p->layer - 1].res1;
-  if (p->kind == POINT_RES2) return a->blocks[p->layer - 1].res2;
-  return ng_acts_hidden(a, p->layer);
+// The bucket of count [2^16] that holds the entry of rank *rank (0-based);
+// *rank becomes its rank inside that bucket.
+static uint32_t bucket_of_rank(const int64_t *count, int64_t *rank) {
+  uint32_t b = 0;
+  while (*rank >= count[b]) *rank -= count[b++];
+  return b;
 }
 
-// Adds the `index`-th batch of point p from a forward's activations a;
-// rms_dev is backend scratch [N].
-static void point_add_batch(ng_backend *be, const ng_acts *a, int64_t D, int64_t index,
-                            float *rms_dev, point_acc *p) {
-  int64_t N = a->N, first = index * N * D;
-  const float *x = point_data(a, p);
-  be->row_rms(be, x, N, D, rms_dev);                                       // rms [N]
-  be->download(be, p->rms + index * N, rms_dev, (size_t)N * sizeof(float));
-  float *h = p->abs + first;                                               // h [N, D]
-  be->download(be, h, x, (size_t)(N * D) * sizeof(float));
+// Adds the `index`-th batch of point p from its values x [N, D] (backend) in
+// `pass` (0: RMS, max and upper-half counts; 1: lower-half counts); rms_dev is
+// backend scratch [N], h host scratch [N, D].
+static void point_add_batch(ng_backend *be, const float *x, int64_t N, int64_t D, int64_t index,
+                            int pass, float *rms_dev, float *h, point_acc *p) {
+  int64_t first = index * N * D;
+  if (pass == 0) {
+    be->row_rms(be, x, N, D, rms_dev);                                     // rms [N]
+    be->download(be, p->rms + index * N, rms_dev, (size_t)N * sizeof(float));
+  }
+  be->download(be, h, x, (size_t)(N * D) * sizeof(float));                // h [N, D]
   for (int64_t i = 0; i < N * D; i++) {
-    h[i] = fabsf(h[i]);
-    if (h[i] > p->max_abs) {
-      p->max_abs = h[i];
+    float a = fabsf(h[i]);
+    uint32_t bits;
+    memcpy(&bits, &a, sizeof bits);
+    if (pass == 1) {
+      if (bits >> 16 == p->median_hi) p->count[bits & 0xffffu]++;
+      continue;
+    }
+    p->count[bits >> 16]++;
+    if (a > p->max_abs) {
+      p->max_abs = a;
       p->max_at = first + i;
     }
   }
 }
 
-// Forwards every fixed batch with train-mode activations (every hidden state
-// and block value kept) and gathers each point; tokens: host [n_tok].
+// After pass 0: the median's upper half, and the counts zeroed for pass 1;
+// after pass 1: the median's bits.
+static void point_end_pass(point_acc *p, int pass) {
+  if (pass == 0) {
+    p->median_hi = bucket_of_rank(p->count, &p->rank);
+    memset(p->count, 0, HALF_BUCKETS * sizeof(int64_t));
+  } else {
+    p->median_bits = p->median_hi << 16 | bucket_of_rank(p->count, &p->rank);
+  }
+}
+
+// What a forward's block hook gathers into: the points of one batch.
+typedef struct {
+  ng_backend *be;
+  point_acc *p;
+  int n_points;
+  int64_t D, index;
+  int pass;
+  float *rms_dev;  // backend [N]
+  float *h;        // host [N, D]
+} collect_ctx;
+
+// ng_block_hook: after block l, the points it made (res1, res2 and hidden of
+// layer l + 1), and before them hidden.0 (block 0's input, still there).
+static void collect_block(void *ctx, const ng_acts *a, int64_t l, const ng_block_acts *s) {
+  collect_ctx *c = ctx;
+  for (int i = 0; i < c->n_points; i++) {
+    point_acc *p = &c->p[i];
+    const float *x = NULL;
+    switch (p->kind) {
+      case POINT_HIDDEN:
+        if (p->layer == l + 1 || (l == 0 && p->layer == 0)) x = ng_acts_hidden(a, p->layer);
+        break;
+      case POINT_RES1:
+        if (p->layer == l + 1) x = s->res1;
+        break;
+      case POINT_RES2:
+        if (p->layer == l + 1) x = s->res2;
+        break;
+    }
+    if (x) point_add_batch(c->be, x, a->N, c->D, c->index, c->pass, c->rms_dev, c->h, p);
+  }
+}
+
+// Forwards every fixed batch twice (the two passes of the median) with
+// forward-only activations, gathering each point as its block makes it (no
+// block's values outlive the block); tokens: host [n_tok].
 static void points_collect(ng_model *m, const ng_diag_input *in, point_acc *p, int n_points,
                            int32_t *tokens) {
   ng_backend *be = m->be;
-  int64_t N = in->B * in->T, D = m->cfg.hidden_size;
-  ng_acts *a = ng_acts_create_kept(m, in->B, in->T);
+  int64_t N = in->B * in->T;
+  ng_acts_options ao = {.chunk = 1};  // no logits are made here
+  ng_acts *a = ng_acts_create_with(m, in->B, in->T, &ao);
   batch bt = batch_alloc(be, N);
-  float *rms_dev = be->alloc(be, (size_t)N * sizeof(float));
-  for (int64_t b = 0; b < in->batches; b++) {
-    batch_load(be, in, b, &bt);
-    memcpy(tokens + b * N, bt.tokens, (size_t)N * sizeof(int32_t));
-    ng_model_forward(m, a, bt.dev_tokens, NULL);
-    for (int i = 0; i < n_points; i++) point_add_batch(be, a, D, b, rms_dev, &p[i]);
+  int64_t D = m->cfg.hidden_size;
+  collect_ctx c = {be, p, n_points, D, 0, 0, be->alloc(be, (size_t)N * sizeof(float)),
+                   ng_xmalloc((size_t)(N * D) * sizeof(float))};
+  a->on_block = collect_block;
+  a->on_block_ctx = &c;
+  for (c.pass = 0; c.pass < 2; c.pass++) {
+    for (c.index = 0; c.index < in->batches; c.index++) {
+      batch_load(be, in, c.index, &bt);
+      memcpy(tokens + c.index * N, bt.tokens, (size_t)N * sizeof(int32_t));
+      ng_model_forward(m, a, bt.dev_tokens, NULL);
+    }
+    for (int i = 0; i < n_points; i++) point_end_pass(&p[i], c.pass);
   }
-  be->free(be, rms_dev);
+  be->free(be, c.rms_dev);
+  free(c.h);
   batch_free(be, &bt);
   ng_acts_free(m, a);
 }
@@ -260,8 +330,9 @@ static cJSON *rms_json(const points_ctx *c, const float *rms, double *mean_all) 
 }
 
 static cJSON *max_abs_json(const points_ctx *c, point_acc *p) {
-  int64_t n = c->n_tok * c->D, pos = p->max_at / c->D;
-  double median = kth_smallest(p->abs, n, (n + 1) / 2 - 1);
+  int64_t pos = p->max_at / c->D;
+  float median;
+  memcpy(&median, &p->median_bits, sizeof median);
   cJSON *o = cJSON_CreateObject();
   cJSON_AddNumberToObject(o, "value", p->max_abs);
   cJSON_AddNumberToObject(o, "median_abs", median);
@@ -339,27 +410,26 @@ static cJSON *points_json(ng_model *m, const ng_diag_input *in, const ng_diag_op
 
 // ce, kd of a forward of tokens with the block modes.
 static void loss_with(ng_model *m, ng_acts *a, const int32_t *tokens, const int32_t *targets,
-                      const float *teacher_logits, ng_loss_params lp,
-                      const ng_block_mode *modes, double *ce, double *kd) {
+                      const ng_loss_teacher *t, ng_loss_params lp, const ng_block_mode *modes,
+                      double *ce, double *kd) {
   int64_t n_valid;
   ng_model_forward(m, a, tokens, modes);
-  m->be->ce_kd(m->be, a->logits, teacher_logits, targets, a->N, m->cfg.vocab_size, lp, NULL,
-               ce, kd, &n_valid);
+  ng_model_loss(m, a, t, targets, lp, false, ce, kd, &n_valid);
 }
 
 void ng_diag_ablation_batch(ng_model *m, ng_acts *a, const int32_t *tokens,
-                            const int32_t *targets, const float *teacher_logits,
+                            const int32_t *targets, const ng_loss_teacher *t,
                             ng_loss_params lp, double *ce, double *kd) {
   NG_ASSERT(!a->train);
   int64_t L = m->cfg.num_hidden_layers;
   ng_block_mode *modes = ng_xcalloc((size_t)L, sizeof *modes);  // all NG_BLOCK_RUN
-  loss_with(m, a, tokens, targets, teacher_logits, lp, modes, &ce[0], &kd[0]);
+  loss_with(m, a, tokens, targets, t, lp, modes, &ce[0], &kd[0]);
   for (int64_t l = 0; l < L; l++) {
     modes[l] = NG_BLOCK_SKIP;
-    loss_with(m, a, tokens, targets, teacher_logits, lp, modes, &ce[1 + l], &kd[1 + l]);
+    loss_with(m, a, tokens, targets, t, lp, modes, &ce[1 + l], &kd[1 + l]);
     if (m->cfg.norm_placement == NG_NORM_POST) {
       modes[l] = NG_BLOCK_NORMS;
-      loss_with(m, a, tokens, targets, teacher_logits, lp, modes, &ce[1 + L + l], &kd[1 + L + l]);
+      loss_with(m, a, tokens, targets, t, lp, modes, &ce[1 + L + l], &kd[1 + L + l]);
     }
     modes[l] = NG_BLOCK_RUN;
   }
@@ -403,14 +473,16 @@ static cJSON *ablation_json(ng_model *m, const ng_diag_input *in) {
   size_t n = 1 + 2 * (size_t)m->cfg.num_hidden_layers;
   double *ce = ng_xcalloc(n, sizeof(double)), *kd = ng_xcalloc(n, sizeof(double));
   double *ce_sum = ng_xcalloc(n, sizeof(double)), *kd_sum = ng_xcalloc(n, sizeof(double));
-  ng_acts *a = ng_acts_create(m, in->B, in->T, false);
-  ng_acts *ta = teacher ? ng_acts_create(teacher, in->B, in->T, false) : NULL;
-  batch bt = batch_alloc(be, in->B * in->T);
+  int64_t N = in->B * in->T;
+  ng_acts_options ao = {.chunk = in->chunk > 0 ? in->chunk : ng_loss_chunk_default(&m->cfg, N)};
+  ng_acts *a = ng_acts_create_with(m, in->B, in->T, &ao);
+  ng_acts *ta = teacher ? ng_acts_create_with(teacher, in->B, in->T, &ao) : NULL;
+  ng_loss_teacher lt = {.model = teacher, .acts = ta};
+  batch bt = batch_alloc(be, N);
   for (int64_t b = 0; b < in->batches; b++) {
     batch_load(be, in, b, &bt);
-    if (ta) ng_model_forward(teacher, ta, bt.dev_tokens, NULL);  // teacher logits [N, V]
-    ng_diag_ablation_batch(m, a, bt.dev_tokens, bt.dev_targets, ta ? ta->logits : NULL,
-                           in->loss, ce, kd);
+    if (ta) ng_model_forward(teacher, ta, bt.dev_tokens, NULL);  // to the teacher's head input
+    ng_diag_ablation_batch(m, a, bt.dev_tokens, bt.dev_targets, &lt, in->loss, ce, kd);
     for (size_t i = 0; i < n; i++) {
       ce_sum[i] += ce[i] / (double)in->batches;
       kd_sum[i] += kd[i] / (double)in->batches;

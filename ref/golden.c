@@ -193,14 +193,32 @@ typedef struct {
   float *teacher;             // backend buffer or NULL
 } eval_ctx;
 
-static double loss_of(const eval_ctx *e, const float *logits, float *dlogits, double *ce,
+static ng_loss_params loss_params(const ng_golden_case *gc) {
+  return (ng_loss_params){gc->loss.kd_weight, gc->loss.temperature, 0, 0};
+}
+
+// The chunked head and loss of the last forward of a (with `grad`, d loss /
+// d head input and the head's gradient); returns the loss.
+static double loss_of(const eval_ctx *e, ng_model *m, ng_acts *a, bool grad, double *ce,
                       double *kd) {
-  const ng_golden_case *gc = e->gc;
-  ng_loss_params lp = {gc->loss.kd_weight, gc->loss.temperature, 0};
+  ng_loss_teacher t = {.logits = e->teacher};
   int64_t nv;
-  e->be->ce_kd(e->be, logits, e->teacher, e->targets, gc->B * gc->T, gc->model.vocab_size, lp,
-               dlogits, ce, kd, &nv);
-  return e->teacher ? lp.kd_weight * *kd + (1.0 - lp.kd_weight) * *ce : *ce;
+  ng_model_loss(m, a, &t, e->targets, loss_params(e->gc), grad, ce, kd, &nv);
+  return e->teacher ? e->gc->loss.kd_weight * *kd + (1.0 - e->gc->loss.kd_weight) * *ce : *ce;
+}
+
+// out.logits [B, T, V], gathered chunk by chunk into a backend buffer [N, V] (caller frees).
+static float *all_logits(const eval_ctx *e, ng_model *m, ng_acts *a, ng_tensor_list *out) {
+  ng_backend *be = e->be;
+  int64_t N = a->N, V = m->cfg.vocab_size, ls[3] = {e->gc->B, e->gc->T, V};
+  float *logits = be->alloc(be, (size_t)(N * V) * sizeof(float));
+  for (int64_t row0 = 0; row0 < N; row0 += a->chunk) {
+    int64_t rows = N - row0 < a->chunk ? N - row0 : a->chunk;
+    ng_model_logits(m, a, row0, rows);
+    be->copy(be, logits + row0 * V, a->logits, (size_t)(rows * V) * sizeof(float));
+  }
+  download_as(be, out, "out.logits", 3, ls, logits);
+  return logits;
 }
 
 // out.hidden.<l>, out.rms.<l> for l = 0..L
@@ -230,40 +248,47 @@ static void emit_params(const eval_ctx *e, const ng_model *m, const char *prefix
   }
 }
 
-// out.topk_kd, out.topk_loss [1] and out.topk_dlogits [B, T, V]: the loss with
-// the teacher given by its top-k cache (ng_backend.ce_kd_topk).
-static void emit_topk(const eval_ctx *e, const float *logits, ng_tensor_list *out) {
+// out.topk_kd, out.topk_loss [1] (the chunked loss of the last forward of a)
+// and out.topk_dlogits [B, T, V] (ng_backend.ce_kd_topk over all of logits
+// [N, V]): the loss with the teacher given by its top-k cache.
+static void emit_topk(const eval_ctx *e, ng_model *m, ng_acts *a, const float *logits,
+                      ng_tensor_list *out) {
   const ng_golden_case *gc = e->gc;
   ng_backend *be = e->be;
   int64_t N = gc->B * gc->T, V = gc->model.vocab_size, k = gc->topk, nv;
-  int32_t *ids = upload(be, gc->topk_ids, (size_t)(N * k) * sizeof(int32_t));
-  float *vals = upload(be, gc->topk_vals, (size_t)(N * k) * sizeof(float));
-  float *lse = upload(be, gc->topk_lse, (size_t)N * sizeof(float));
+  ng_loss_teacher t = {.topk_ids = upload(be, gc->topk_ids, (size_t)(N * k) * sizeof(int32_t)),
+                       .topk_vals = upload(be, gc->topk_vals, (size_t)(N * k) * sizeof(float)),
+                       .topk_lse = upload(be, gc->topk_lse, (size_t)N * sizeof(float)),
+                       .k = k};
   float *d = be->alloc(be, (size_t)(N * V) * sizeof(float));
-  ng_loss_params lp = {gc->loss.kd_weight, gc->loss.temperature, 0};
+  ng_loss_params lp = loss_params(gc);
   double ce, kd;
-  be->ce_kd_topk(be, logits, ids, vals, lse, k, e->targets, N, V, lp, d, &ce, &kd, &nv);
+  ng_model_loss(m, a, &t, e->targets, lp, false, &ce, &kd, &nv);
   add_scalar(out, "out.topk_kd", kd);
   add_scalar(out, "out.topk_loss", lp.kd_weight * kd + (1.0 - lp.kd_weight) * ce);
+  be->ce_kd_topk(be, logits, t.topk_ids, t.topk_vals, t.topk_lse, k, e->targets, N, V, lp, d, &ce,
+                 &kd, &nv);
   int64_t shape[3] = {gc->B, gc->T, V};
   download_as(be, out, "out.topk_dlogits", 3, shape, d);
-  be->free(be, ids);
-  be->free(be, vals);
-  be->free(be, lse);
+  be->free(be, (void *)t.topk_ids);
+  be->free(be, (void *)t.topk_vals);
+  be->free(be, (void *)t.topk_lse);
   be->free(be, d);
 }
 
 // out.ablation_ce [L]: ce with block l skipped, each in turn.
-static void emit_ablation(const eval_ctx *e, ng_model *m, ng_tensor_list *out) {
+static void emit_ablation(const eval_ctx *e, ng_model *m, const ng_acts_options *o,
+                          ng_tensor_list *out) {
   int64_t L = m->cfg.num_hidden_layers;
-  ng_acts *a = ng_acts_create(m, e->gc->B, e->gc->T, false);
+  ng_acts_options fo = {.chunk = o->chunk};
+  ng_acts *a = ng_acts_create_with(m, e->gc->B, e->gc->T, &fo);
   ng_block_mode *modes = ng_xcalloc((size_t)L, sizeof(ng_block_mode));
   ng_named_tensor *t = list_add(out, "out.ablation_ce", 1, &L);
   for (int64_t l = 0; l < L; l++) {
     double ce, kd;
     modes[l] = NG_BLOCK_SKIP;
     ng_model_forward(m, a, e->tokens, modes);
-    loss_of(e, a->logits, NULL, &ce, &kd);
+    loss_of(e, m, a, false, &ce, &kd);
     t->data[l] = (float)ce;
     modes[l] = NG_BLOCK_RUN;
   }
@@ -271,7 +296,8 @@ static void emit_ablation(const eval_ctx *e, ng_model *m, ng_tensor_list *out) {
   ng_acts_free(m, a);
 }
 
-int ng_golden_eval(const ng_golden_case *gc, ng_backend *be, ng_tensor_list *out) {
+int ng_golden_eval(const ng_golden_case *gc, ng_backend *be, const ng_acts_options *o,
+                   ng_tensor_list *out) {
   int64_t N = gc->B * gc->T, V = gc->model.vocab_size;
   eval_ctx e = {be, gc, upload(be, gc->tokens, (size_t)N * sizeof(int32_t)),
                 upload(be, gc->targets, (size_t)N * sizeof(int32_t)),
@@ -281,21 +307,22 @@ int ng_golden_eval(const ng_golden_case *gc, ng_backend *be, ng_tensor_list *out
     ng_model_free(m);
     return -1;
   }
-  ng_acts *a = ng_acts_create(m, gc->B, gc->T, true);
+  ng_acts_options ao = {.train = true, .recompute = o->recompute, .chunk = o->chunk};
+  ng_acts *a = ng_acts_create_with(m, gc->B, gc->T, &ao);
   ng_model_forward(m, a, e.tokens, NULL);
-  double ce, kd, loss = loss_of(&e, a->logits, a->ws.dlogits, &ce, &kd);
-  int64_t ls[3] = {gc->B, gc->T, V};
-  download_as(be, out, "out.logits", 3, ls, a->logits);
+  float *logits = all_logits(&e, m, a, out);
+  if (gc->topk) emit_topk(&e, m, a, logits, out);
+  be->free(be, logits);
+  ng_model_zero_grad(m);
+  double ce, kd, loss = loss_of(&e, m, a, true, &ce, &kd);
   add_scalar(out, "out.ce", ce);
   add_scalar(out, "out.kd", kd);
   add_scalar(out, "out.loss", loss);
-  if (gc->topk) emit_topk(&e, a->logits, out);
   emit_hidden(&e, a, out);
-  ng_model_zero_grad(m);
   ng_model_backward(m, a, e.tokens);
   emit_params(&e, m, "out.grad.", true, out);
   ng_acts_free(m, a);
-  emit_ablation(&e, m, out);
+  emit_ablation(&e, m, o, out);
   ng_adamw *opt = ng_adamw_create(m);
   ng_adamw_step(m, opt, &gc->optim, gc->optim.lr);
   emit_params(&e, m, "out.step.", false, out);
@@ -609,7 +636,8 @@ int ng_golden_make(const char *spec_path, const char *out_path) {
   ng_golden_case gc;
   if (ng_golden_open(&gc, out_path)) return -1;
   ng_tensor_list out = {0};
-  rc = ng_golden_eval(&gc, ng_backend_cpu(), &out);
+  ng_acts_options whole = {0};  // the reference: the loss over all rows at once
+  rc = ng_golden_eval(&gc, ng_backend_cpu(), &whole, &out);
   if (rc == 0) rc = ng_golden_write(&gc, &out, true, out_path);
   ng_tensor_list_free(&out);
   ng_golden_close(&gc);

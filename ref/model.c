@@ -20,6 +20,7 @@ static void add_param(ng_model *m, bool trainable, float **w, float **g, int ndi
     snprintf(p->name, sizeof p->name, "model.layers.%lld.%s", (long long)layer, name);
   p->layer = layer;
   p->grad_view = g;
+  p->data_view = w;
   p->ndim = ndim;
   p->shape[0] = d0;
   p->shape[1] = ndim == 2 ? d1 : 1;
@@ -70,6 +71,7 @@ ng_model *ng_model_create(ng_backend *be, const ng_model_config *cfg, bool train
   m->g.layers = ng_xcalloc((size_t)L, sizeof(ng_layer));
   m->gate = ng_xmalloc((size_t)L * sizeof(float));
   for (int64_t i = 0; i < L; i++) m->gate[i] = 1.0f;
+  m->widened = -1;
   add_param(m, trainable, &m->w.embed_tokens, &m->g.embed_tokens, 2, V, D,
             "model.embed_tokens.weight", -1);
   for (int64_t i = 0; i < L; i++) add_layer_params(m, trainable, i);
@@ -100,9 +102,12 @@ int ng_model_check_file(const ng_model_config *cfg, const ng_st_file *f, const c
 void ng_model_free(ng_model *m) {
   if (!m) return;
   for (int i = 0; i < m->n_params && m->be; i++) {
-    m->be->free(m->be, m->params[i].data);
-    m->be->free(m->be, m->params[i].grad);
+    const ng_param *p = &m->params[i];
+    if (!p->bf16) m->be->free(m->be, p->data);  // else it lies in block_scratch
+    m->be->free(m->be, p->bf16);
+    m->be->free(m->be, p->grad);
   }
+  if (m->be) m->be->free(m->be, m->block_scratch);
   free(m->params);
   free(m->w.layers);
   free(m->g.layers);
@@ -167,7 +172,11 @@ int ng_model_copy_block(ng_model *dst, int64_t dl, const ng_model *src, int64_t 
     if (!q) continue;  // e.g. post_feedforward_layernorm from a Pre-Norm source: keeps its init
     if (q->numel != p->numel || q->shape[0] != p->shape[0])
       return ng_fail("%s: shape differs from the source's %s", p->name, q->name);
-    dst->be->copy(dst->be, p->data, q->data, p->numel * sizeof(float));
+    if (q->bf16) {
+      dst->be->widen_bf16(dst->be, q->bf16, (int64_t)q->numel, p->data);
+    } else {
+      dst->be->copy(dst->be, p->data, q->data, p->numel * sizeof(float));
+    }
   }
   return 0;
 }
@@ -206,6 +215,75 @@ double ng_model_matmul_params(const ng_model *m, bool trainable_only) {
 double ng_attention_flops(const ng_model_config *c, int64_t B, int64_t T) {
   return 4.0 * (double)c->head_dim * (double)c->num_attention_heads * (double)T * (double)(T + 1) /
          2.0 * (double)B * (double)c->num_hidden_layers;
+}
+
+// Whether x [n] holds only bf16 numbers: fp32s whose lower 16 bits are zero.
+static bool all_bf16(const float *x, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    uint32_t bits;
+    memcpy(&bits, &x[i], sizeof bits);
+    if (bits & 0xffffu) return false;
+  }
+  return true;
+}
+
+static bool blocks_are_bf16(const ng_model *m) {
+  bool exact = true;
+  for (int i = 0; i < m->n_params && exact; i++) {
+    const ng_param *p = &m->params[i];
+    if (p->layer < 0) continue;
+    float *host = ng_xmalloc(p->numel * sizeof(float));
+    m->be->download(m->be, host, p->data, p->numel * sizeof(float));
+    exact = all_bf16(host, p->numel);
+    free(host);
+  }
+  return exact;
+}
+
+// p's bf16 bits in a new backend buffer; its fp32 data freed, `data` at `at`.
+static void hold_param_bf16(ng_model *m, ng_param *p, float *at) {
+  float *host = ng_xmalloc(p->numel * sizeof(float));
+  uint16_t *bits = ng_xmalloc(p->numel * sizeof(uint16_t));
+  m->be->download(m->be, host, p->data, p->numel * sizeof(float));
+  for (size_t j = 0; j < p->numel; j++) {
+    uint32_t b;
+    memcpy(&b, &host[j], sizeof b);
+    bits[j] = (uint16_t)(b >> 16);
+  }
+  p->bf16 = m->be->alloc(m->be, p->numel * sizeof(uint16_t));
+  m->be->upload(m->be, p->bf16, bits, p->numel * sizeof(uint16_t));
+  m->be->free(m->be, p->data);
+  p->data = *p->data_view = at;
+  free(host);
+  free(bits);
+}
+
+bool ng_model_hold_bf16(ng_model *m) {
+  for (int i = 0; i < m->n_params; i++) NG_ASSERT(!m->params[i].grad);
+  if (m->block_scratch || !blocks_are_bf16(m)) return m->block_scratch != NULL;
+  size_t block = 0;  // floats of one block: every block has the same parameters
+  for (int i = 0; i < m->n_params; i++) block += m->params[i].layer == 0 ? m->params[i].numel : 0;
+  m->block_scratch = m->be->alloc(m->be, block * sizeof(float));
+  size_t at = 0;  // a block's parameters follow each other in params, in one order
+  for (int i = 0; i < m->n_params; i++) {
+    ng_param *p = &m->params[i];
+    if (p->layer < 0) continue;
+    if (i == 0 || m->params[i - 1].layer != p->layer) at = 0;
+    hold_param_bf16(m, p, m->block_scratch + at);
+    at += p->numel;
+  }
+  m->widened = -1;
+  return true;
+}
+
+// Block l's weights into the scratch when the model holds its blocks in bf16.
+static void widen_block(ng_model *m, int64_t l) {
+  if (!m->block_scratch || m->widened == l) return;
+  for (int i = 0; i < m->n_params; i++) {
+    const ng_param *p = &m->params[i];
+    if (p->layer == l) m->be->widen_bf16(m->be, p->bf16, (int64_t)p->numel, p->data);
+  }
+  m->widened = l;
 }
 
 void ng_model_freeze(ng_model *m, int64_t layer, bool frozen) {
@@ -263,7 +341,7 @@ static void block_acts_free(ng_backend *be, ng_block_acts *s) {
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) be->free(be, all[i]);
 }
 
-static void grad_ws_alloc(const ng_model *m, int64_t N, ng_grad_ws *w) {
+static void grad_ws_alloc(const ng_model *m, int64_t N, int64_t chunk, ng_grad_ws *w) {
   const ng_model_config *c = &m->cfg;
   ng_backend *be = m->be;
   int64_t D = c->hidden_size, F = c->intermediate_size, hd = c->head_dim;
@@ -285,7 +363,7 @@ static void grad_ws_alloc(const ng_model *m, int64_t N, ng_grad_ws *w) {
   w->dk_raw = buf(be, N * KVd);
   w->dfinal = buf(be, N * D);
   w->dgated = buf(be, N * D);
-  w->dlogits = buf(be, N * c->vocab_size);
+  w->dlogits = buf(be, chunk * c->vocab_size);
 }
 
 static void grad_ws_free(ng_backend *be, ng_grad_ws *w) {
@@ -295,34 +373,39 @@ static void grad_ws_free(ng_backend *be, ng_grad_ws *w) {
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) be->free(be, all[i]);
 }
 
-static ng_acts *acts_new(const ng_model *m, int64_t B, int64_t T, bool train, bool grads) {
+ng_acts *ng_acts_create_with(const ng_model *m, int64_t B, int64_t T, const ng_acts_options *o) {
   const ng_model_config *c = &m->cfg;
+  NG_ASSERT(!o->recompute || o->train);
   ng_acts *a = ng_xcalloc(1, sizeof *a);
   a->B = B;
   a->T = T;
   a->N = B * T;
-  a->train = train;
-  a->n_hidden = train ? (int)c->num_hidden_layers + 1 : 2;
+  a->train = o->train;
+  a->recompute = o->recompute;
+  a->chunk = o->chunk > 0 && o->chunk < a->N ? o->chunk : a->N;
+  a->n_hidden = a->train ? (int)c->num_hidden_layers + 1 : 2;
   a->hidden = ng_xcalloc((size_t)a->n_hidden, sizeof(float *));
   for (int i = 0; i < a->n_hidden; i++) a->hidden[i] = buf(m->be, a->N * c->hidden_size);
-  a->n_blocks = train ? (int)c->num_hidden_layers : 1;
+  a->n_blocks = a->train && !a->recompute ? (int)c->num_hidden_layers : 1;
   a->blocks = ng_xcalloc((size_t)a->n_blocks, sizeof(ng_block_acts));
   for (int i = 0; i < a->n_blocks; i++) block_acts_alloc(m, B, T, &a->blocks[i]);
   if (c->final_norm) {
     a->final_in = buf(m->be, a->N * c->hidden_size);
     a->rstd_final = buf(m->be, a->N);
   }
-  a->logits = buf(m->be, a->N * c->vocab_size);
-  if (grads) grad_ws_alloc(m, a->N, &a->ws);
+  a->logits = buf(m->be, a->chunk * c->vocab_size);
+  if (a->train) grad_ws_alloc(m, a->N, a->chunk, &a->ws);
   return a;
 }
 
 ng_acts *ng_acts_create(const ng_model *m, int64_t B, int64_t T, bool train) {
-  return acts_new(m, B, T, train, train);
+  ng_acts_options o = {.train = train};
+  return ng_acts_create_with(m, B, T, &o);
 }
 
-ng_acts *ng_acts_create_kept(const ng_model *m, int64_t B, int64_t T) {
-  return acts_new(m, B, T, true, false);
+int64_t ng_loss_chunk_default(const ng_model_config *c, int64_t N) {
+  int64_t rows = NG_LOSS_CHUNK_BYTES / ((int64_t)sizeof(float) * (c->vocab_size + c->hidden_size));
+  return rows < 1 ? 1 : rows > N ? N : rows;
 }
 
 void ng_acts_free(const ng_model *m, ng_acts *a) {
@@ -412,18 +495,29 @@ static void block_forward(ng_model *m, const ng_acts *a, int64_t l, const float 
   }
 }
 
-// h [N, D] -> logits [N, V]
-static void head_forward(ng_model *m, ng_acts *a, const float *h) {
+// The head's input [N, D]: the final norm's output, or the last hidden state.
+static float *head_input(const ng_model *m, const ng_acts *a) {
+  return m->cfg.final_norm ? a->final_in : ng_acts_hidden(a, m->cfg.num_hidden_layers);
+}
+
+static const float *head_weight(const ng_model *m) {
+  return m->cfg.tie_word_embeddings ? m->w.embed_tokens : m->w.lm_head;
+}
+
+// h [N, D] -> final_in [N, D] (with final_norm)
+static void final_norm_forward(ng_model *m, ng_acts *a, const float *h) {
   const ng_model_config *c = &m->cfg;
-  int64_t D = c->hidden_size;
-  const float *in = h;
-  if (c->final_norm) {
-    m->be->rmsnorm_forward(m->be, h, m->w.norm, a->N, D, (float)c->rms_norm_eps, a->final_in,
-                           a->rstd_final);
-    in = a->final_in;
-  }
-  const float *head = c->tie_word_embeddings ? m->w.embed_tokens : m->w.lm_head;
-  linear_forward(m->be, in, head, a->N, D, c->vocab_size, a->logits);
+  if (c->final_norm)
+    m->be->rmsnorm_forward(m->be, h, m->w.norm, a->N, c->hidden_size, (float)c->rms_norm_eps,
+                           a->final_in, a->rstd_final);
+}
+
+// head input rows [row0, row0 + rows) [rows, D] -> logits [rows, V]
+void ng_model_logits(ng_model *m, ng_acts *a, int64_t row0, int64_t rows) {
+  NG_ASSERT(rows >= 1 && rows <= a->chunk && row0 >= 0 && row0 + rows <= a->N);
+  int64_t D = m->cfg.hidden_size;
+  linear_forward(m->be, head_input(m, a) + row0 * D, head_weight(m), rows, D, m->cfg.vocab_size,
+                 a->logits);
 }
 
 // The block with its sublayers zeroed: res1 = x, mlp_in = N_pa(x),
@@ -442,27 +536,45 @@ static void block_forward_norms(ng_model *m, const ng_acts *a, int64_t l, const 
   be->rmsnorm_forward(be, s->mlp_in, w->post_feedforward_layernorm, N, D, eps, out, s->rstd_pf);
 }
 
+// The saved values block l uses: its own, or the one shared set.
+static ng_block_acts *saved(const ng_acts *a, int64_t l) {
+  return &a->blocks[a->n_blocks == 1 ? 0 : l];
+}
+
+// Block l of a forward: ng_acts_hidden(a, l) -> ng_acts_hidden(a, l + 1).
+static void forward_block(ng_model *m, ng_acts *a, int64_t l, ng_block_mode mode) {
+  ng_backend *be = m->be;
+  int64_t D = m->cfg.hidden_size;
+  const float *x = ng_acts_hidden(a, l);
+  float *out = ng_acts_hidden(a, l + 1);
+  ng_block_acts *s = saved(a, l);
+  widen_block(m, l);
+  switch (mode) {
+    case NG_BLOCK_SKIP:
+      be->copy(be, out, x, (size_t)a->N * D * sizeof(float));
+      break;
+    case NG_BLOCK_NORMS:
+      block_forward_norms(m, a, l, x, out, s);
+      break;
+    case NG_BLOCK_RUN:
+      block_forward(m, a, l, x, out, s);
+      if (m->gate[l] != 1.0f) be->lerp(be, x, out, m->gate[l], a->N * D, out);  // growth gate
+      break;
+  }
+}
+
 void ng_model_forward(ng_model *m, ng_acts *a, const int32_t *tokens,
                       const ng_block_mode *modes) {
   ng_backend *be = m->be;
   int64_t L = m->cfg.num_hidden_layers, D = m->cfg.hidden_size;
   be->embedding_forward(be, tokens, m->w.embed_tokens, a->N, D, ng_acts_hidden(a, 0));
   for (int64_t l = 0; l < L; l++) {
-    const float *x = ng_acts_hidden(a, l);
-    float *out = ng_acts_hidden(a, l + 1);
-    ng_block_acts *s = &a->blocks[a->train ? l : 0];
     ng_block_mode mode = modes ? modes[l] : NG_BLOCK_RUN;
     NG_ASSERT(mode == NG_BLOCK_RUN || !a->train);
-    if (mode == NG_BLOCK_SKIP) {
-      be->copy(be, out, x, (size_t)a->N * D * sizeof(float));
-    } else if (mode == NG_BLOCK_NORMS) {
-      block_forward_norms(m, a, l, x, out, s);
-    } else {
-      block_forward(m, a, l, x, out, s);
-      if (m->gate[l] != 1.0f) be->lerp(be, x, out, m->gate[l], a->N * D, out);  // growth gate
-    }
+    forward_block(m, a, l, mode);
+    if (a->on_block) a->on_block(a->on_block_ctx, a, l, saved(a, l));
   }
-  head_forward(m, a, ng_acts_hidden(a, L));
+  final_norm_forward(m, a, ng_acts_hidden(a, L));
 }
 
 // ---------------------------------------------------------------- block backward
@@ -494,7 +606,7 @@ static void block_backward(ng_model *m, const ng_acts *a, int64_t l, const float
   ng_backend *be = m->be;
   const ng_model_config *c = &m->cfg;
   const ng_layer *w = &m->w.layers[l], *g = &m->g.layers[l];
-  const ng_block_acts *s = &a->blocks[l];
+  const ng_block_acts *s = saved(a, l);
   ng_grad_ws *ws = (ng_grad_ws *)&a->ws;
   bool pre = c->norm_placement == NG_NORM_PRE;
   int64_t N = a->N, D = c->hidden_size, F = c->intermediate_size;
@@ -532,22 +644,57 @@ static void block_backward(ng_model *m, const ng_acts *a, int64_t l, const float
   }
 }
 
-// dlogits [N, V] -> d h_L [N, D] (written into out)
-static void head_backward(ng_model *m, ng_acts *a, float *out) {
-  ng_backend *be = m->be;
+// dlogits [rows, V] of rows [row0, row0 + rows) -> their dfinal [rows, D]
+// (written); d head weight [V, D] += dlogits^T head input rows.
+static void head_backward(ng_model *m, ng_acts *a, int64_t row0, int64_t rows) {
   const ng_model_config *c = &m->cfg;
-  int64_t N = a->N, D = c->hidden_size, V = c->vocab_size;
-  const float *h = ng_acts_hidden(a, c->num_hidden_layers);
-  bool tied = c->tie_word_embeddings;
-  const float *head = tied ? m->w.embed_tokens : m->w.lm_head;
-  float *dhead = tied ? m->g.embed_tokens : m->g.lm_head;
-  if (!c->final_norm) {
-    linear_backward(be, h, head, a->ws.dlogits, N, D, V, 0.0f, out, dhead);
-    return;
+  int64_t D = c->hidden_size;
+  float *dhead = c->tie_word_embeddings ? m->g.embed_tokens : m->g.lm_head;
+  linear_backward(m->be, head_input(m, a) + row0 * D, head_weight(m), a->ws.dlogits, rows, D,
+                  c->vocab_size, 0.0f, a->ws.dfinal + row0 * D, dhead);
+}
+
+// Valid rows (target >= 0) of targets [N] (backend).
+static int64_t count_valid(ng_backend *be, const int32_t *targets, int64_t N) {
+  int32_t *host = ng_xmalloc((size_t)N * sizeof(int32_t));
+  be->download(be, host, targets, (size_t)N * sizeof(int32_t));
+  int64_t n = 0;
+  for (int64_t i = 0; i < N; i++) n += host[i] >= 0;
+  free(host);
+  return n;
+}
+
+void ng_model_loss(ng_model *m, ng_acts *a, const ng_loss_teacher *t, const int32_t *targets,
+                   ng_loss_params lp, bool grad, double *ce, double *kd, int64_t *n_valid) {
+  NG_ASSERT(!grad || a->train);
+  NG_ASSERT(!t || !t->model || t->acts->chunk >= a->chunk);
+  ng_backend *be = m->be;
+  int64_t N = a->N, V = m->cfg.vocab_size;
+  if (lp.n_norm == 0) lp.n_norm = count_valid(be, targets, N);
+  *ce = *kd = 0.0;
+  *n_valid = 0;
+  for (int64_t row0 = 0; row0 < N; row0 += a->chunk) {
+    int64_t rows = N - row0 < a->chunk ? N - row0 : a->chunk, nv;
+    double c_ce, c_kd;
+    float *dlogits = grad ? a->ws.dlogits : NULL;
+    ng_model_logits(m, a, row0, rows);                                  // [rows, V]
+    if (t && t->topk_ids) {
+      be->ce_kd_topk(be, a->logits, t->topk_ids + row0 * t->k, t->topk_vals + row0 * t->k,
+                     t->topk_lse + row0, t->k, targets + row0, rows, V, lp, dlogits, &c_ce,
+                     &c_kd, &nv);
+    } else {
+      const float *teacher = t && t->logits ? t->logits + row0 * V : NULL;
+      if (t && t->model) {
+        ng_model_logits(t->model, t->acts, row0, rows);                 // [rows, V]
+        teacher = t->acts->logits;
+      }
+      be->ce_kd(be, a->logits, teacher, targets + row0, rows, V, lp, dlogits, &c_ce, &c_kd, &nv);
+    }
+    *ce += c_ce;
+    *kd += c_kd;
+    *n_valid += nv;
+    if (grad) head_backward(m, a, row0, rows);
   }
-  linear_backward(be, a->final_in, head, a->ws.dlogits, N, D, V, 0.0f, a->ws.dfinal, dhead);
-  be->zero(be, out, (size_t)N * D * sizeof(float));
-  be->rmsnorm_backward(be, h, m->w.norm, a->rstd_final, a->ws.dfinal, N, D, out, m->g.norm);
 }
 
 // y = (1 - g) x + g Block(x): dx = (1 - g) dy + Block'(g dy), through dgated.
@@ -566,14 +713,30 @@ static void gated_block_backward(ng_model *m, const ng_acts *a, int64_t l, const
   be->add(be, dx, a->ws.dgated, n, dx);
 }
 
+// dfinal [N, D] -> d h_L [N, D] (written into out)
+static void final_norm_backward(ng_model *m, ng_acts *a, float *out) {
+  ng_backend *be = m->be;
+  const ng_model_config *c = &m->cfg;
+  int64_t N = a->N, D = c->hidden_size;
+  if (!c->final_norm) {
+    be->copy(be, out, a->ws.dfinal, (size_t)N * D * sizeof(float));
+    return;
+  }
+  be->zero(be, out, (size_t)N * D * sizeof(float));
+  be->rmsnorm_backward(be, ng_acts_hidden(a, c->num_hidden_layers), m->w.norm, a->rstd_final,
+                       a->ws.dfinal, N, D, out, m->g.norm);
+}
+
 void ng_model_backward(ng_model *m, ng_acts *a, const int32_t *tokens) {
-  NG_ASSERT(a->train && a->ws.dlogits);
+  NG_ASSERT(a->train);
   ng_backend *be = m->be;
   int64_t L = m->cfg.num_hidden_layers;
   float **dh = a->ws.dh;
-  head_backward(m, a, dh[L % 2]);
-  for (int64_t l = L - 1; l >= 0; l--)
+  final_norm_backward(m, a, dh[L % 2]);
+  for (int64_t l = L - 1; l >= 0; l--) {
+    if (a->recompute) forward_block(m, a, l, NG_BLOCK_RUN);  // block l's saved values again
     gated_block_backward(m, a, l, ng_acts_hidden(a, l), dh[(l + 1) % 2], dh[l % 2]);
+  }
   if (m->g.embed_tokens)
     be->embedding_backward(be, tokens, dh[0], a->N, m->cfg.hidden_size, m->g.embed_tokens);
 }

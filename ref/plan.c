@@ -53,27 +53,26 @@ int64_t ng_plan_block_floats(const ng_model_config *c, int64_t N) {
 //   8 D    dh[0], dh[1], dres2, dres1, dmlp_in, datt_in, dfinal, dgated
 //   3 F    dgate, dup, dact
 //   3 H hd datt, dq, dq_raw;   3 KV hd  dk, dv, dk_raw
-//   V      dlogits
-int64_t ng_plan_grad_ws_floats(const ng_model_config *c, int64_t N) {
+// and dlogits [chunk, V].
+int64_t ng_plan_grad_ws_floats(const ng_model_config *c, int64_t N, int64_t chunk) {
   int64_t D = c->hidden_size, F = c->intermediate_size, hd = c->head_dim;
   int64_t H = c->num_attention_heads, KV = c->num_key_value_heads, V = c->vocab_size;
-  return N * (8 * D + 3 * F + 3 * H * hd + 3 * KV * hd + V);
+  return N * (8 * D + 3 * F + 3 * H * hd + 3 * KV * hd) + chunk * V;
 }
 
-// hidden x N D + blocks x block(N) + N (D + 1) [final_norm] + N V [+ grad_ws(N)]
-//   FORWARD:            hidden 2,     blocks 1, no workspace
-//   KEPT:               hidden L + 1, blocks L, no workspace
-//   TRAIN:              hidden L + 1, blocks L, workspace
-//   TRAIN_RECOMPUTE:    hidden L + 1 (the block inputs and the output), blocks 1
+// hidden x N D + blocks x block(N) + chunk V (logits) + N (D + 1) [final_norm] + grad_ws [train]
+//   forward:            hidden 2,     blocks 1
+//   train:              hidden L + 1, blocks L, workspace
+//   train, recompute:   hidden L + 1 (the block inputs and the output), blocks 1
 //                       (each block's values recomputed from its input in the backward)
-int64_t ng_plan_acts_floats(const ng_model_config *c, int64_t B, int64_t T, ng_acts_kind kind) {
+int64_t ng_plan_acts_floats(const ng_model_config *c, int64_t B, int64_t T, const ng_acts_options *o) {
   int64_t N = B * T, L = c->num_hidden_layers, D = c->hidden_size, V = c->vocab_size;
-  bool train = kind != NG_ACTS_FORWARD;
-  int64_t hidden = train ? L + 1 : 2;
-  int64_t blocks = kind == NG_ACTS_TRAIN || kind == NG_ACTS_KEPT ? L : 1;
-  int64_t n = hidden * N * D + blocks * ng_plan_block_floats(c, N) + N * V;  // N V: logits
+  int64_t chunk = o->chunk > 0 && o->chunk < N ? o->chunk : N;
+  int64_t hidden = o->train ? L + 1 : 2;
+  int64_t blocks = o->train && !o->recompute ? L : 1;
+  int64_t n = hidden * N * D + blocks * ng_plan_block_floats(c, N) + chunk * V;
   if (c->final_norm) n += N * (D + 1);  // final_in, rstd_final
-  if (train && kind != NG_ACTS_KEPT) n += ng_plan_grad_ws_floats(c, N);
+  if (o->train) n += ng_plan_grad_ws_floats(c, N, chunk);
   return n;
 }
 
@@ -97,6 +96,37 @@ static void fit(const ng_plan_device *dev, ng_plan_stage *s) {
   s->devices_needed = (int64_t)ceil((double)s->total / (dev->memory_gib * GIB));
 }
 
+// Bytes of the diagnostics at an evaluation (ref/diag.c): the residual points
+// (a forward-only set with logits of one row; on the host per point its RMS
+// per eval token and 2^16 counts of 8 bytes for the median, a [n, D] scratch,
+// and per token its id, class and a scratch float), then the ablation
+// (forward-only sets of student and teacher).
+static int64_t diag_bytes(const ng_run_config *rc, const ng_model_config *sc,
+                          const ng_model_config *forward_teacher, int64_t chunk) {
+  int64_t f32 = (int64_t)sizeof(float), L = sc->num_hidden_layers, D = sc->hidden_size;
+  int64_t points = 1 + (sc->norm_placement == NG_NORM_POST ? 3 * L : L);
+  int64_t n_eval = rc->eval_batches * rc->batch * rc->seq;
+  ng_acts_options one_row = {.chunk = 1}, fwd = {.chunk = chunk};
+  int64_t n = rc->micro_batch * rc->seq;
+  int64_t collect = f32 * (ng_plan_acts_floats(sc, rc->micro_batch, rc->seq, &one_row) +
+                           points * n_eval + n * D + 3 * n_eval) +
+                    points * 65536 * (int64_t)sizeof(int64_t);
+  int64_t ablation = f32 * ng_plan_acts_floats(sc, rc->micro_batch, rc->seq, &fwd);
+  if (forward_teacher) ablation += f32 * ng_plan_acts_floats(forward_teacher, rc->micro_batch, rc->seq, &fwd);
+  return collect > ablation ? collect : ablation;
+}
+
+// Bytes of the teacher's weights: bpp each, or its blocks at 2 bytes and
+// one fp32 block to widen them into (ng_model_hold_bf16).
+static int64_t teacher_bytes(const ng_model_config *teacher, const ng_plan_params *p, int64_t bpp,
+                             bool bf16) {
+  if (!bf16) return p->total * bpp;
+  int64_t L = teacher->num_hidden_layers;
+  int64_t io = ng_plan_count_params(teacher, L, false).trainable;  // all blocks frozen: the rest
+  int64_t blocks = p->total - io;
+  return io * bpp + 2 * blocks + (int64_t)sizeof(float) * (blocks / L);
+}
+
 void ng_plan_stage_of(const ng_run_config *rc, int stage, const ng_model_config *teacher,
                       const ng_plan_device *dev, ng_plan_stage *out) {
   const ng_stage *st = &rc->stages[stage];
@@ -105,22 +135,30 @@ void ng_plan_stage_of(const ng_run_config *rc, int stage, const ng_model_config 
   // The parser allows freeze_existing only on a stage that grows: the blocks
   // of the stage before are the frozen ones.
   int64_t frozen = st->freeze_existing ? rc->stages[stage - 1].depth : 0;
-  int64_t B = rc->batch, T = rc->seq, bpp = dev->bytes_per_param, f32 = (int64_t)sizeof(float);
-  *out = (ng_plan_stage){.depth = st->depth, .tokens = st->tokens, .steps = ng_stage_steps(rc, stage)};
+  int64_t B = rc->batch, T = rc->seq, mb = rc->micro_batch, bpp = dev->bytes_per_param;
+  int64_t f32 = (int64_t)sizeof(float);
+  int64_t chunk = rc->loss_chunk > 0 ? rc->loss_chunk : ng_loss_chunk_default(&sc, mb * T);
+  chunk = chunk < mb * T ? chunk : mb * T;
+  *out = (ng_plan_stage){.depth = st->depth, .tokens = st->tokens, .steps = ng_stage_steps(rc, stage),
+                         .micro_batch = mb, .chunk = chunk, .recompute = rc->recompute};
   out->student = ng_plan_count_params(&sc, frozen, rc->freeze_embeddings);
   out->weights = out->grads = out->student.total * bpp;
   out->adamw = 2 * out->student.total * bpp;
-  out->acts = f32 * ng_plan_acts_floats(&sc, B, T, dev->recompute ? NG_ACTS_TRAIN_RECOMPUTE : NG_ACTS_TRAIN);
-  out->eval_acts = f32 * ng_plan_acts_floats(&sc, B, T, NG_ACTS_FORWARD);
-  out->diag_acts = f32 * ng_plan_acts_floats(&sc, B, T, NG_ACTS_KEPT);
+  ng_acts_options train = {.train = true, .recompute = rc->recompute, .chunk = chunk};
+  ng_acts_options fwd = {.chunk = chunk};
+  out->acts = f32 * ng_plan_acts_floats(&sc, mb, T, &train);
+  out->eval_acts = f32 * ng_plan_acts_floats(&sc, mb, T, &fwd);
   const ng_model_config *forward_teacher = rc->use_cache ? NULL : teacher;  // runs every step
   if (teacher) {
     out->teacher = ng_plan_count_params(teacher, 0, false);
-    out->teacher_weights = out->teacher.total * bpp;
+    out->teacher_weights = teacher_bytes(teacher, &out->teacher, bpp, rc->teacher_bf16 && dev->teacher_bf16);
   }
-  if (forward_teacher) out->teacher_acts = f32 * ng_plan_acts_floats(teacher, B, T, NG_ACTS_FORWARD);
+  if (forward_teacher) out->teacher_acts = f32 * ng_plan_acts_floats(teacher, mb, T, &fwd);
+  out->diag = diag_bytes(rc, &sc, forward_teacher, chunk);
+  out->checkpoint = 3 * out->student.total * f32;
+  int64_t transient = out->diag > out->checkpoint ? out->diag : out->checkpoint;
   out->total = out->weights + out->grads + out->adamw + out->acts + out->eval_acts +
-               out->diag_acts + out->teacher_weights + out->teacher_acts;
+               out->teacher_weights + out->teacher_acts + transient + NG_PLAN_RUNTIME_BYTES;
   fit(dev, out);
   out->flops = ng_plan_step_flops(&sc, &out->student, forward_teacher, &out->teacher, B, T) * (double)out->steps;
   out->seconds = out->flops / ((double)dev->devices * dev->tflops * 1e12);

@@ -82,12 +82,30 @@ static int parse_lr(const cJSON *o, const char *where, ng_lr_schedule *lr) {
 }
 
 static int parse_data(cJSON *o, ng_run_config *rc) {
-  static const char *const keys[] = {"train", "val", "batch", "seq", NULL};
-  return ng_json_expect_object(o, "data") || ng_json_only_keys(o, "data", keys) ||
-         json_path(o, "data", "train", rc->train_path, sizeof rc->train_path) ||
-         json_path(o, "data", "val", rc->val_path, sizeof rc->val_path) ||
-         ng_json_int(o, "data", "batch", 1, 4096, &rc->batch) ||
-         ng_json_int(o, "data", "seq", 1, 1 << 20, &rc->seq);
+  static const char *const keys[] = {"train", "val", "batch", "seq", "micro_batch", NULL};
+  if (ng_json_expect_object(o, "data") || ng_json_only_keys(o, "data", keys) ||
+      json_path(o, "data", "train", rc->train_path, sizeof rc->train_path) ||
+      json_path(o, "data", "val", rc->val_path, sizeof rc->val_path) ||
+      ng_json_int(o, "data", "batch", 1, 4096, &rc->batch) ||
+      ng_json_int(o, "data", "seq", 1, 1 << 20, &rc->seq))
+    return -1;
+  default_item(o, "micro_batch", cJSON_CreateNumber((double)rc->batch));
+  if (ng_json_int(o, "data", "micro_batch", 1, rc->batch, &rc->micro_batch)) return -1;
+  if (rc->batch % rc->micro_batch != 0)
+    return ng_fail("data.micro_batch: %lld does not divide data.batch %lld",
+                   (long long)rc->micro_batch, (long long)rc->batch);
+  return 0;
+}
+
+static int parse_train(cJSON *o, ng_run_config *rc) {
+  static const char *const keys[] = {"loss_chunk_tokens", "recompute", "teacher_bf16", NULL};
+  default_item(o, "loss_chunk_tokens", cJSON_CreateNumber(0));
+  default_item(o, "recompute", cJSON_CreateBool(false));
+  default_item(o, "teacher_bf16", cJSON_CreateBool(true));
+  return ng_json_expect_object(o, "train") || ng_json_only_keys(o, "train", keys) ||
+         ng_json_int(o, "train", "loss_chunk_tokens", 0, INT64_MAX / 4, &rc->loss_chunk) ||
+         ng_json_bool(o, "train", "recompute", &rc->recompute) ||
+         ng_json_bool(o, "train", "teacher_bf16", &rc->teacher_bf16);
 }
 
 static int parse_optim(cJSON *o, ng_run_config *rc) {
@@ -290,7 +308,7 @@ static int parse_root(cJSON *root, ng_run_config *rc) {
   static const char *const keys[] = {"name",  "seed",  "run_dir", "mode",   "data",
                                      "model", "teacher", "teacher_cache", "loss",  "optim",  "lr",
                                      "init",  "growth", "stages", "eval",   "structural_tokens",
-                                     "checkpoint_every_steps", NULL};
+                                     "checkpoint_every_steps", "train", NULL};
   static const char *const modes[] = {"pretrain", "distill", NULL};
   const char *name;
   int64_t seed;
@@ -312,13 +330,15 @@ static int parse_root(cJSON *root, ng_run_config *rc) {
   if (!growth) cJSON_AddItemToObject(root, "growth", growth = cJSON_CreateObject());
   default_item(growth, "position", cJSON_CreateString("top"));
   default_item(growth, "init", cJSON_CreateString("random"));
+  cJSON *train = section(root, "train");
+  if (!train) cJSON_AddItemToObject(root, "train", train = cJSON_CreateObject());
   cJSON *init = section(root, "init");
   if (!init) cJSON_AddItemToObject(root, "init", init = cJSON_CreateObject());
   default_item(init, "std", cJSON_CreateNumber(0.02));
   if (parse_distill(root, rc) || parse_optim(section(root, "optim"), rc) ||
       parse_lr(section(root, "lr"), "lr", &lr) || parse_stages(section(root, "stages"), &lr, rc) ||
       parse_init(init, rc) || parse_growth(growth, rc) || parse_eval(section(root, "eval"), rc) ||
-      parse_structural(section(root, "structural_tokens"), rc) ||
+      parse_structural(section(root, "structural_tokens"), rc) || parse_train(train, rc) ||
       ng_json_int(root, "run", "checkpoint_every_steps", 1, INT64_MAX / 4, &rc->checkpoint_every))
     return -1;
   if ((!rc->distill || !rc->teacher_path[0]) &&

@@ -103,6 +103,7 @@ static int build_batch(ng_model *t, ng_acts *a, const ng_shard *s, const cache_o
   int32_t *dtok = be->alloc(be, (size_t)a->N * sizeof(int32_t));
   be->upload(be, dtok, tok, (size_t)a->N * sizeof(int32_t));
   ng_model_forward(t, a, dtok, NULL);
+  ng_model_logits(t, a, 0, a->N);  // [N, V]: the acts hold all rows
   be->free(be, dtok);
   float *logits = ng_xmalloc((size_t)n * (size_t)V * sizeof(float));
   be->download(be, logits, a->logits, (size_t)n * (size_t)V * sizeof(float));

@@ -86,6 +86,7 @@ static int open_caches(trainer *t) {
 static int load_teacher(trainer *t) {
   if (!t->rc.distill || !t->rc.teacher_path[0]) return 0;
   if (ng_model_open(t->rc.teacher_path, t->be, false, &t->teacher)) return ng_fail_prefix("teacher");
+  if (t->rc.teacher_bf16) ng_model_hold_bf16(t->teacher);  // when its blocks are bf16 numbers
   if (t->teacher->cfg.vocab_size != t->rc.model.vocab_size)
     return ng_fail("teacher %s: vocabulary of %lld tokens, the student's is %lld", t->rc.teacher_path,
                    (long long)t->teacher->cfg.vocab_size, (long long)t->rc.model.vocab_size);
@@ -121,6 +122,12 @@ static int init_student(trainer *t) {
   return 0;
 }
 
+// Rows of a loss chunk (train.loss_chunk_tokens, or the default for the model).
+static int64_t loss_chunk(const ng_run_config *rc) {
+  int64_t N = rc->micro_batch * rc->seq;
+  return rc->loss_chunk > 0 ? rc->loss_chunk : ng_loss_chunk_default(&rc->model, N);
+}
+
 static void alloc_batches(trainer *t) {
   size_t N = (size_t)(t->rc.batch * t->rc.seq), bytes = N * sizeof(int32_t);
   t->h_tokens = ng_xmalloc(bytes);
@@ -137,16 +144,20 @@ static void alloc_batches(trainer *t) {
     t->lse = t->be->alloc(t->be, N * sizeof(float));
     t->windows = ng_xmalloc((size_t)t->rc.batch * sizeof(int64_t));
   } else if (t->teacher) {
-    t->tacts = ng_acts_create(t->teacher, t->rc.batch, t->rc.seq, false);
+    ng_acts_options o = {.chunk = loss_chunk(&t->rc)};
+    t->tacts = ng_acts_create_with(t->teacher, t->rc.micro_batch, t->rc.seq, &o);
   }
 }
 
-// Activations follow the student's depth.
+// Activations of one micro-batch; they follow the student's depth.
 static void student_acts(trainer *t) {
+  const ng_run_config *rc = &t->rc;
   ng_acts_free(t->student, t->sacts);
   ng_acts_free(t->student, t->eval_acts);
-  t->sacts = ng_acts_create(t->student, t->rc.batch, t->rc.seq, true);
-  t->eval_acts = ng_acts_create(t->student, t->rc.batch, t->rc.seq, false);
+  ng_acts_options train = {.train = true, .recompute = rc->recompute, .chunk = loss_chunk(rc)};
+  ng_acts_options eval = {.chunk = loss_chunk(rc)};
+  t->sacts = ng_acts_create_with(t->student, rc->micro_batch, rc->seq, &train);
+  t->eval_acts = ng_acts_create_with(t->student, rc->micro_batch, rc->seq, &eval);
 }
 
 static void upload_batch(trainer *t) {
@@ -169,18 +180,44 @@ static int cache_batch(trainer *t, const ng_topk_cache *c, const ng_shard *s) {
   return 0;
 }
 
-// The fused loss of the student's logits against the teacher: its logits
-// (teacher_logits), the cache's current batch (a run with caches), or none.
-static void loss_of(trainer *t, const float *logits, const float *teacher_logits, float *dlogits,
-                    double *ce, double *kd) {
+// Micro-batch j of the current batch: its rows of tokens and targets, and of
+// the top-k cache entries (a run with caches).
+typedef struct {
+  const int32_t *tokens, *targets;
+  ng_loss_teacher cache;
+} micro_batch;
+
+static micro_batch micro_of(const trainer *t, int64_t j) {
+  int64_t n = t->rc.micro_batch * t->rc.seq, row0 = j * n, k = t->cache_train.k;
+  micro_batch mb = {t->tokens + row0, t->targets + row0, {0}};
+  if (t->rc.use_cache)
+    mb.cache = (ng_loss_teacher){.topk_ids = t->ids + row0 * k, .topk_vals = t->vals + row0 * k,
+                                 .topk_lse = t->lse + row0, .k = k};
+  return mb;
+}
+
+static int64_t n_micro(const trainer *t) { return t->rc.batch / t->rc.micro_batch; }
+
+// The loss parameters of the current batch: averaged over its valid targets.
+static ng_loss_params batch_loss_params(const trainer *t) {
   const ng_run_config *rc = &t->rc;
-  ng_loss_params lp = {rc->loss.kd_weight, rc->loss.temperature, t->train.vocab_size};
-  int64_t N = rc->batch * rc->seq, V = rc->model.vocab_size, nv;
-  if (rc->use_cache)
-    t->be->ce_kd_topk(t->be, logits, t->ids, t->vals, t->lse, t->cache_train.k, t->targets, N, V,
-                      lp, dlogits, ce, kd, &nv);
-  else
-    t->be->ce_kd(t->be, logits, teacher_logits, t->targets, N, V, lp, dlogits, ce, kd, &nv);
+  int64_t N = rc->batch * rc->seq, n_valid = 0;
+  for (int64_t i = 0; i < N; i++) n_valid += t->h_targets[i] >= 0;
+  return (ng_loss_params){rc->loss.kd_weight, rc->loss.temperature, t->train.vocab_size, n_valid};
+}
+
+// The chunked loss of the last forward of the student's acts a on micro-batch
+// mb against the teacher: its forward in t->tacts, the cache's rows, or none;
+// its ce and kd (shares of the batch's) are added into *ce, *kd.
+static void loss_of(trainer *t, ng_acts *a, const micro_batch *mb, ng_loss_params lp, bool grad,
+                    double *ce, double *kd) {
+  ng_loss_teacher full = {.model = t->teacher, .acts = t->tacts}, none = {0};
+  const ng_loss_teacher *teacher = t->rc.use_cache ? &mb->cache : t->tacts ? &full : &none;
+  double c, k;
+  int64_t nv;
+  ng_model_loss(t->student, a, teacher, mb->targets, lp, grad, &c, &k, &nv);
+  *ce += c;
+  *kd += k;
 }
 
 // ---------------------------------------------------------------- logging
@@ -234,17 +271,18 @@ static void progress(trainer *t, double loss, bool force) {
 // ---------------------------------------------------------------- evaluation
 
 
-// Teacher logits of the current batch (NULL with caches or in pretraining);
-// the teacher's own CE is added into *teacher_ce.
-static const float *teacher_forward(trainer *t, double *teacher_ce) {
-  if (t->rc.use_cache || !t->teacher) return NULL;
-  ng_model_forward(t->teacher, t->tacts, t->tokens, NULL);
+// The teacher's forward of micro-batch mb (none with caches or in
+// pretraining); with teacher_ce its own CE on mb is added into *teacher_ce.
+static void teacher_forward(trainer *t, const micro_batch *mb, ng_loss_params lp,
+                            double *teacher_ce) {
+  if (t->rc.use_cache || !t->teacher) return;
+  ng_model_forward(t->teacher, t->tacts, mb->tokens, NULL);
   if (teacher_ce) {
     double ce, kd;
-    loss_of(t, t->tacts->logits, NULL, NULL, &ce, &kd);
+    int64_t nv;
+    ng_model_loss(t->teacher, t->tacts, NULL, mb->targets, lp, false, &ce, &kd, &nv);
     *teacher_ce += ce;
   }
-  return t->tacts->logits;
 }
 
 // Validation batch b: the fixed windows of the shard, or of the val cache.
@@ -266,10 +304,14 @@ static int evaluate(trainer *t, eval_result *r) {
   *r = (eval_result){0};
   for (int64_t b = 0; b < rc->eval_batches; b++) {
     if (eval_batch(t, b)) return -1;
-    double ce, kd;
-    const float *tl = teacher_forward(t, &r->teacher_ce);
-    ng_model_forward(t->student, t->eval_acts, t->tokens, NULL);
-    loss_of(t, t->eval_acts->logits, tl, NULL, &ce, &kd);
+    ng_loss_params lp = batch_loss_params(t);
+    double ce = 0.0, kd = 0.0;
+    for (int64_t j = 0; j < n_micro(t); j++) {
+      micro_batch mb = micro_of(t, j);
+      teacher_forward(t, &mb, lp, &r->teacher_ce);
+      ng_model_forward(t->student, t->eval_acts, mb.tokens, NULL);
+      loss_of(t, t->eval_acts, &mb, lp, false, &ce, &kd);
+    }
     r->ce += ce / (double)rc->eval_batches;
     r->kd += kd / (double)rc->eval_batches;
   }
@@ -281,8 +323,11 @@ static int evaluate(trainer *t, eval_result *r) {
 // the validation batches.
 static cJSON *diagnose(trainer *t, bool ablation) {
   const ng_run_config *rc = &t->rc;
-  ng_diag_input in = {&t->val, rc->eval_batches, rc->batch, rc->seq, t->tacts ? t->teacher : NULL,
-                      {rc->loss.kd_weight, rc->loss.temperature, t->val.vocab_size}};
+  // micro-batches: fixed batch b's rows are micro-batches b m .. b m + m - 1
+  ng_diag_input in = {&t->val, rc->eval_batches * n_micro(t), rc->micro_batch, rc->seq,
+                      t->tacts ? t->teacher : NULL,
+                      {rc->loss.kd_weight, rc->loss.temperature, t->val.vocab_size, 0},
+                      loss_chunk(rc)};
   ng_diag_options o = {(int32_t)t->val.separator, rc->n_structural, rc->structural_tokens, 5};
   return ng_diag_json(t->student, &in, &o, ablation, t->st.step, t->st.tokens);
 }
@@ -403,11 +448,16 @@ static int train_step(trainer *t) {
   double t0 = ng_now(), lr = ng_lr_at(rc, (int)t->st.stage, t->st.step_in_stage * N), ce, kd;
   if (next_batch(t)) return -1;
   set_gates(t);
-  const float *tl = teacher_forward(t, NULL);
-  ng_model_forward(t->student, t->sacts, t->tokens, NULL);
-  loss_of(t, t->sacts->logits, tl, t->sacts->ws.dlogits, &ce, &kd);
+  ng_loss_params lp = batch_loss_params(t);
+  ce = kd = 0.0;
   ng_model_zero_grad(t->student);
-  ng_model_backward(t->student, t->sacts, t->tokens);
+  for (int64_t j = 0; j < n_micro(t); j++) {  // gradients add up over the micro-batches
+    micro_batch mb = micro_of(t, j);
+    teacher_forward(t, &mb, lp, NULL);
+    ng_model_forward(t->student, t->sacts, mb.tokens, NULL);
+    loss_of(t, t->sacts, &mb, lp, true, &ce, &kd);
+    ng_model_backward(t->student, t->sacts, mb.tokens);
+  }
   double gnorm = ng_adamw_step(t->student, t->opt, &rc->optim, lr);
   t->st.flops += step_flops(t);
   t->st.step++;

@@ -2,6 +2,10 @@
 #ifndef NORMGROW_TESTS_FIXTURES_H
 #define NORMGROW_TESTS_FIXTURES_H
 
+#include <stdio.h>
+#include <unistd.h>
+
+#include "normgrow/data.h"
 #include "normgrow/model.h"
 
 // Hidden 16, 4 query / 2 kv heads of 4, FFN 24, untied head, final norm; weights
@@ -19,6 +23,21 @@ static inline ng_model *test_small_model(ng_backend *be, ng_norm_placement np, i
   for (int i = 0; i < m->n_params; i++)
     if (m->params[i].ndim == 1) ng_rng_fill_normal(&r, m->params[i].data, m->params[i].numel, 1.0, 0.3);
   return m;
+}
+
+// Byte-level token shards <dir>/train.bin and val.bin (a tenth, seed 3) from
+// the license texts every Debian system ships; false if none is there or the
+// build fails.
+static inline bool test_license_shards(const char *dir, ng_data_stats *st) {
+  static const char *texts[] = {"GPL-3", "GPL-2", "LGPL-2.1", "Apache-2.0", "MPL-2.0", "GFDL-1.3", "Artistic"};
+  const char *files[7];
+  char paths[7][96];
+  int n = 0;
+  for (int i = 0; i < 7; i++) {
+    snprintf(paths[n], sizeof paths[n], "/usr/share/common-licenses/%s", texts[i]);
+    if (access(paths[n], R_OK) == 0) files[n] = paths[n], n++;
+  }
+  return n && ng_data_build(files, n, "", 0.1, 3, dir, st) == 0;
 }
 
 #endif

@@ -30,3 +30,5 @@ run() {
 
 run "self-test" --self-test --seed "$seed"
 run "$cases random cases" --cases "$cases" --seed "$seed" --bin "$bin"
+run "$cases random cases, loss in chunks of 1 token, blocks recomputed" --cases "$cases" \
+  --seed "$seed" --bin "$bin" --eval-args "--loss-chunk 1 --recompute on"

@@ -22,7 +22,25 @@ for case in "$root"/golden/*.safetensors; do
 done
 "$bin" golden-check "$root"/golden/*.safetensors | grep '^worst'
 
+# The loss in chunks of one token, and recomputed blocks: still within the
+# tolerances; recompute alone changes no bit of any output.
+for opts in "--loss-chunk 1" "--loss-chunk 3 --recompute on"; do
+  if out=$("$bin" golden-check "$root"/golden/*.safetensors $opts 2>&1); then
+    echo "ok golden with $opts: $(printf '%s\n' "$out" | grep '^worst')"
+  else
+    echo "FAIL golden with $opts:"
+    printf '%s\n' "$out" | grep -v PASS | sed 's/^/  /'
+  fi
+done
+
 case=$root/golden/post_untied_final_gqa2_teacher.safetensors
+"$bin" golden-eval "$case" "$tmp/kept.safetensors" &&
+  "$bin" golden-eval "$case" "$tmp/recomputed.safetensors" --recompute on &&
+  if cmp -s "$tmp/kept.safetensors" "$tmp/recomputed.safetensors"; then
+    echo "ok golden-eval with recompute: every output bit-identical"
+  else
+    echo "FAIL golden-eval with recompute: outputs differ"
+  fi
 for threads in 1 2; do
   "$bin" --threads "$threads" golden-eval "$case" "$tmp/a.safetensors" &&
     "$bin" --threads "$threads" golden-eval "$case" "$tmp/b.safetensors" &&

@@ -251,7 +251,7 @@ static double loss_probe(void *p) {
 }
 
 static void test_loss(bool teacher, double tau) {
-  loss_ctx c = {randn(35, 0, 3), teacher ? randn(35, 0, 3) : NULL, {2, -1, 6, 0, 3}, {0.7, tau, 0}};
+  loss_ctx c = {randn(35, 0, 3), teacher ? randn(35, 0, 3) : NULL, {2, -1, 6, 0, 3}, {0.7, tau, 0, 0}};
   float *d = ng_xcalloc(35, 4);
   double ce, kd;
   int64_t nv;
@@ -308,7 +308,7 @@ static void make_cache(topk_ctx *c, const float *t) {
 static void test_loss_topk(void) {
   float *teacher = randn(35, 0, 3);
   for (int64_t k = 3; k <= 7; k += 4) {
-    topk_ctx c = {randn(35, 0, 3), NULL, {0}, {0}, {2, -1, 6, 0, 3}, k, {0.6, 2.0, 0}};
+    topk_ctx c = {randn(35, 0, 3), NULL, {0}, {0}, {2, -1, 6, 0, 3}, k, {0.6, 2.0, 0, 0}};
     make_cache(&c, teacher);
     float *d = ng_xcalloc(35, 4), *d_full = ng_xcalloc(35, 4);
     double ce, kd, ce_full, kd_full;
@@ -338,7 +338,7 @@ static void test_loss_padded_vocab(void) {
     for (int j = 0; j < 5; j++) s5[i * 5 + j] = s7[i * 7 + j], t5[i * 5 + j] = t7[i * 7 + j];
   for (int i = 0; i < 35; i++) t7[i] += (i % 7 >= 5) * 50.0f;  // a padded row the teacher likes
   int32_t y[5] = {2, -1, 4, 0, 3};
-  ng_loss_params full = {0.6, 2.0, 0}, used = {0.6, 2.0, 5};
+  ng_loss_params full = {0.6, 2.0, 0, 0}, used = {0.6, 2.0, 5, 0};
   float d7[35], d5[25];
   double ce7, kd7, ce5, kd5;
   int64_t nv;
@@ -353,13 +353,34 @@ static void test_loss_padded_vocab(void) {
   free(t7);
 }
 
+// lp.n_norm: calls over row chunks, each averaging over the whole batch's
+// valid rows, add up to one call (the same dlogits row for row).
+static void test_loss_norm_rows(void) {
+  float *logits = randn(35, 0, 3), *teacher = randn(35, 0, 3);
+  int32_t targets[5] = {2, -1, 6, 0, 3};
+  float *whole = ng_xcalloc(35, 4), *parts = ng_xcalloc(35, 4);
+  ng_loss_params lp = {0.7, 2.0, 0, 0};
+  double ce, kd, ce1, kd1, ce2, kd2;
+  int64_t nv, nv1, nv2;
+  be->ce_kd(be, logits, teacher, targets, 5, 7, lp, whole, &ce, &kd, &nv);
+  lp.n_norm = nv;
+  be->ce_kd(be, logits, teacher, targets, 2, 7, lp, parts, &ce1, &kd1, &nv1);
+  be->ce_kd(be, logits + 14, teacher + 14, targets + 2, 3, 7, lp, parts + 14, &ce2, &kd2, &nv2);
+  double err = fmax(fabs(ce1 + ce2 - ce), fabs(kd1 + kd2 - kd));
+  CHECK(nv1 + nv2 == nv && err < 1e-12 && memcmp(whole, parts, 35 * 4) == 0,
+        "ce_kd with n_norm: chunks of 2 and 3 rows add up to the whole call",
+        "valid %lld + %lld of %lld, loss error %.3g, dlogits equal %d", (long long)nv1,
+        (long long)nv2, (long long)nv, err, memcmp(whole, parts, 35 * 4) == 0);
+  free(logits); free(teacher); free(whole); free(parts);
+}
+
 // Large logits: the max-subtracted log-sum-exp stays finite and exact.
 static void test_loss_stable(void) {
   float logits[4] = {1000.0f, 999.0f, -1000.0f, 998.0f}, teacher[4] = {-500.f, 800.f, 0.f, 700.f};
   int32_t y = 0;
   double ce, kd;
   int64_t nv;
-  ng_loss_params lp = {0.5, 1.0, 0};
+  ng_loss_params lp = {0.5, 1.0, 0, 0};
   be->ce_kd(be, logits, teacher, &y, 1, 4, lp, NULL, &ce, &kd, &nv);
   double expect = log(1.0 + exp(-1.0) + exp(-2.0));
   CHECK(isfinite(kd) && fabs(ce - expect) < 1e-6, "ce+kd stable at |logits| 1000", "ce %.9g expected %.9g", ce, expect);
@@ -375,28 +396,32 @@ typedef struct {
   ng_loss_params lp;
 } model_ctx;
 
-static double model_loss(model_ctx *c, float *dlogits) {
+// The loss of a forward (the chunked head and loss; with `grad` its backward
+// into the head's gradient and d head input).
+static double model_loss(model_ctx *c, bool grad) {
   double ce, kd;
   int64_t nv;
+  ng_loss_teacher t = {.logits = c->teacher};
   ng_model_forward(c->m, c->a, c->tokens, NULL);
-  be->ce_kd(be, c->a->logits, c->teacher, c->targets, c->a->N, c->m->cfg.vocab_size, c->lp,
-            dlogits, &ce, &kd, &nv);
+  ng_model_loss(c->m, c->a, &t, c->targets, c->lp, grad, &ce, &kd, &nv);
   return c->teacher ? c->lp.kd_weight * kd + (1 - c->lp.kd_weight) * ce : ce;
 }
 
-static double model_probe(void *p) { return model_loss(p, NULL); }
+static double model_probe(void *p) { return model_loss(p, false); }
 
-// gate: every block's growth gate; frozen: block 0 frozen (its gradients must stay 0).
+// gate: every block's growth gate; frozen: block 0 frozen (its gradients must stay 0);
+// chunk: rows of a loss chunk (0: all); recompute: block values recomputed in the backward.
 static void test_model(ng_norm_placement np, bool tied, bool final_norm, int64_t H, int64_t KV,
-                       float gate, bool frozen) {
+                       float gate, bool frozen, int64_t chunk, bool recompute) {
   ng_model_config mc = {.vocab_size = 11, .hidden_size = 12, .intermediate_size = 10,
                         .num_hidden_layers = 2, .num_attention_heads = H, .num_key_value_heads = KV,
                         .head_dim = 4, .rope_theta = 1e4, .rms_norm_eps = 1e-6,
                         .tie_word_embeddings = tied, .final_norm = final_norm, .norm_placement = np};
   int64_t B = 2, T = 4, N = B * T;
   model_ctx c = {ng_model_create(be, &mc, true), NULL, ng_xmalloc(N * 4), ng_xmalloc(N * 4),
-                 randn((size_t)(N * mc.vocab_size), 0, 2), {0.6, 1.5, 0}};
-  c.a = ng_acts_create(c.m, B, T, true);
+                 randn((size_t)(N * mc.vocab_size), 0, 2), {0.6, 1.5, 0, 0}};
+  ng_acts_options ao = {.train = true, .recompute = recompute, .chunk = chunk};
+  c.a = ng_acts_create_with(c.m, B, T, &ao);
   for (int i = 0; i < c.m->n_params; i++) {
     ng_param *p = &c.m->params[i];
     ng_rng_fill_normal(&rng, p->data, p->numel, p->ndim == 1 ? 1.0 : 0.0,
@@ -409,7 +434,7 @@ static void test_model(ng_norm_placement np, bool tied, bool final_norm, int64_t
   for (int64_t l = 0; l < mc.num_hidden_layers; l++) c.m->gate[l] = gate;
   if (frozen) ng_model_freeze(c.m, 0, true);
   ng_model_zero_grad(c.m);
-  model_loss(&c, c.a->ws.dlogits);
+  model_loss(&c, true);
   ng_model_backward(c.m, c.a, c.tokens);
   double worst = 0.0;
   const char *worst_name = "";
@@ -426,9 +451,10 @@ static void test_model(ng_norm_placement np, bool tied, bool final_norm, int64_t
   }
   char name[256];
   snprintf(name, sizeof name,
-           "model %s tied=%d final_norm=%d H=%lld KV=%lld gate=%g frozen=%d: every parameter (worst %s)",
+           "model %s tied=%d final_norm=%d H=%lld KV=%lld gate=%g frozen=%d chunk=%lld recompute=%d: "
+           "every parameter (worst %s)",
            np == NG_NORM_PRE ? "pre" : "post", tied, final_norm, (long long)H, (long long)KV, gate,
-           frozen, worst_name);
+           frozen, (long long)chunk, recompute, worst_name);
   check_grad(worst, TOL_MODEL, name);
   ng_acts_free(c.m, c.a);
   ng_model_free(c.m);
@@ -452,13 +478,16 @@ int main(void) {
   test_loss(true, 1.0);
   test_loss(true, 2.5);
   test_loss_stable();
+  test_loss_norm_rows();
   test_loss_topk();
   test_loss_padded_vocab();
-  test_model(NG_NORM_PRE, false, true, 4, 2, 1.0f, false);
-  test_model(NG_NORM_PRE, true, false, 2, 2, 1.0f, false);
-  test_model(NG_NORM_POST, false, false, 4, 2, 1.0f, false);
-  test_model(NG_NORM_POST, true, true, 4, 1, 1.0f, false);
-  test_model(NG_NORM_PRE, false, true, 4, 2, 0.3f, true);   // growth gate, frozen block 0
-  test_model(NG_NORM_POST, false, true, 4, 2, 0.3f, true);
+  test_model(NG_NORM_PRE, false, true, 4, 2, 1.0f, false, 0, false);
+  test_model(NG_NORM_PRE, true, false, 2, 2, 1.0f, false, 0, false);
+  test_model(NG_NORM_POST, false, false, 4, 2, 1.0f, false, 0, false);
+  test_model(NG_NORM_POST, true, true, 4, 1, 1.0f, false, 0, false);
+  test_model(NG_NORM_PRE, false, true, 4, 2, 0.3f, true, 0, false);   // growth gate, frozen block 0
+  test_model(NG_NORM_POST, false, true, 4, 2, 0.3f, true, 0, false);
+  test_model(NG_NORM_PRE, true, true, 4, 2, 0.3f, false, 3, true);    // loss chunks of 3 of 8 rows,
+  test_model(NG_NORM_POST, false, false, 4, 2, 1.0f, false, 1, true);  // recomputed blocks
   return TEST_RESULT();
 }

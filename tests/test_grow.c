@@ -20,6 +20,7 @@ static float *logits_of(ng_model *m) {
   int32_t tokens[2 * 6] = {1, 5, 7, 2, 9, 22, 0, 3, 3, 14, 8, 11};
   ng_acts *a = ng_acts_create(m, 2, 6, false);
   ng_model_forward(m, a, tokens, NULL);
+  ng_model_logits(m, a, 0, a->N);
   size_t n = (size_t)a->N * (size_t)m->cfg.vocab_size;
   float *out = ng_xmalloc(n * sizeof(float));
   memcpy(out, a->logits, n * sizeof(float));

@@ -137,6 +137,7 @@ static float *logits_of(ng_model *m) {
   be->upload(be, tokens, host_tokens, sizeof host_tokens);
   ng_acts *a = ng_acts_create(m, B, T, false);
   ng_model_forward(m, a, tokens, NULL);
+  ng_model_logits(m, a, 0, a->N);
   size_t bytes = (size_t)B * T * (size_t)m->cfg.vocab_size * sizeof(float);
   float *out = ng_xmalloc(bytes);
   be->download(be, out, a->logits, bytes);
@@ -261,6 +262,56 @@ static void test_bf16_shards_match_f32(void) {
   free(lb);
   ng_model_free(a);
   ng_model_free(b);
+  ng_model_free(ref);
+}
+
+// A teacher loaded from bf16 shards holds its blocks in bf16 (one fp32 block
+// widened at a time): the same logits bit for bit, and its blocks copy out
+// exactly; a model whose weights are not all bf16 numbers stays fp32.
+static void test_hold_bf16(void) {
+  ng_model_config c = toy_config(NG_NORM_POST, true, false);
+  ng_model *ref = random_model(&c, 4);
+  round_to_bf16(ref);
+  const char *dir = write_checkpoint("bf16_held", &c, ref, NG_BF16, 2);
+  ng_model *held = NULL, *student = NULL;
+  if (ng_hf_load(dir, ng_backend_cpu(), false, &held) != 0) {
+    CHECK(false, "bf16 teacher loads", "%s", ng_error());
+    return;
+  }
+  float *want = logits_of(held);
+  bool did = ng_model_hold_bf16(held);
+  size_t block = 0, bf16_params = 0;
+  for (int i = 0; i < held->n_params; i++) {
+    const ng_param *p = &held->params[i];
+    block += p->layer == 0 ? p->numel : 0;
+    bf16_params += p->bf16 ? p->numel : 0;
+  }
+  float *got = logits_of(held);
+  size_t n = 10 * (size_t)c.vocab_size;
+  CHECK(did && bf16_params == block * (size_t)c.num_hidden_layers && memcmp(want, got, n * sizeof *got) == 0,
+        "bf16 teacher held in bf16: every block weight in bf16, logits bit-identical to fp32",
+        "held %d, %zu bf16 numbers", did, bf16_params);
+  student = ng_model_create(ng_backend_cpu(), &c, true);
+  bool copied = true;
+  for (int64_t l = 0; l < c.num_hidden_layers; l++)
+    copied &= ng_model_copy_block(student, c.num_hidden_layers - 1 - l, held, l) == 0;
+  ng_model_copy_io(student, held);
+  ng_model *reordered = ng_model_create(ng_backend_cpu(), &c, false);  // ref's blocks in the same order
+  for (int64_t l = 0; l < c.num_hidden_layers; l++)
+    copied &= ng_model_copy_block(reordered, c.num_hidden_layers - 1 - l, ref, l) == 0;
+  ng_model_copy_io(reordered, ref);
+  const char *diff = first_difference(reordered, student, false);
+  CHECK(copied && !diff, "blocks copied from a bf16-held teacher are its exact weights", "%s differs",
+        diff ? diff : "copy failed");
+  ng_model *f32 = random_model(&c, 5);
+  CHECK(!ng_model_hold_bf16(f32) && !f32->block_scratch, "weights that are not all bf16 numbers stay fp32",
+        "held");
+  free(want);
+  free(got);
+  ng_model_free(f32);
+  ng_model_free(reordered);
+  ng_model_free(student);
+  ng_model_free(held);
   ng_model_free(ref);
 }
 
@@ -573,6 +624,7 @@ static int remove_entry(const char *path, const struct stat *st, int flag, struc
 int main(void) {
   NG_ASSERT(mkdtemp(g_root) != NULL);
   test_bf16_shards_match_f32();
+  test_hold_bf16();
   test_tied_ignores_lm_head();
   test_export_pre_plain();
   test_export_post();

@@ -137,35 +137,43 @@ static void check_allocations(const char *name, const ng_model_config *c) {
   ng_adamw *opt = ng_adamw_create(m);
   size_t adamw_bytes = g_counted;
   g_counted = 0;
-  ng_acts *train = ng_acts_create(m, B, T, true);
+  ng_acts_options o_train = {.train = true}, o_fwd = {0}, o_rec = {.train = true, .recompute = true, .chunk = 3},
+                  o_fchunk = {.chunk = 1};
+  ng_acts *train = ng_acts_create_with(m, B, T, &o_train);
   size_t train_bytes = g_counted;
   g_counted = 0;
-  ng_acts *fwd = ng_acts_create(m, B, T, false);
+  ng_acts *fwd = ng_acts_create_with(m, B, T, &o_fwd);
   size_t fwd_bytes = g_counted;
   g_counted = 0;
-  ng_acts *kept_acts = ng_acts_create_kept(m, B, T);
-  size_t kept_bytes = g_counted;
-  ng_acts_free(m, kept_acts);
+  ng_acts *rec = ng_acts_create_with(m, B, T, &o_rec);
+  size_t rec_bytes = g_counted;
+  g_counted = 0;
+  ng_acts *fchunk = ng_acts_create_with(m, B, T, &o_fchunk);
+  size_t fchunk_bytes = g_counted;
+  ng_acts_free(m, fchunk);
+  ng_acts_free(m, rec);
   ng_acts_free(m, fwd);
   ng_acts_free(m, train);
   ng_adamw_free(m, opt);
   ng_model_free(m);
-  int64_t recompute = ng_plan_acts_floats(c, B, T, NG_ACTS_TRAIN_RECOMPUTE);
-  int64_t kept = ng_plan_acts_floats(c, B, T, NG_ACTS_TRAIN);
+  int64_t kept = ng_plan_acts_floats(c, B, T, &o_train), recompute = ng_plan_acts_floats(c, B, T, &o_rec);
   char label[160];
   snprintf(label, sizeof label, "%s: weights + gradients, AdamW moments, activations as allocated", name);
   CHECK(model_bytes == (size_t)(2 * p.total * f32) && adamw_bytes == (size_t)(2 * p.total * f32) &&
             train_bytes == (size_t)(f32 * kept) &&
-            fwd_bytes == (size_t)(f32 * ng_plan_acts_floats(c, B, T, NG_ACTS_FORWARD)),
+            fwd_bytes == (size_t)(f32 * ng_plan_acts_floats(c, B, T, &o_fwd)),
         label, "model %zu vs %lld, adamw %zu, train %zu vs %lld, forward %zu", model_bytes,
         (long long)(2 * p.total * f32), adamw_bytes, train_bytes, (long long)(f32 * kept), fwd_bytes);
-  snprintf(label, sizeof label, "%s: diagnostics keep every block's values, no workspace", name);
-  CHECK(kept_bytes == (size_t)(f32 * ng_plan_acts_floats(c, B, T, NG_ACTS_KEPT)) &&
-            ng_plan_acts_floats(c, B, T, NG_ACTS_KEPT) == kept - ng_plan_grad_ws_floats(c, B * T),
-        label, "%zu vs %lld", kept_bytes, (long long)(f32 * ng_plan_acts_floats(c, B, T, NG_ACTS_KEPT)));
-  snprintf(label, sizeof label, "%s: recompute keeps one block's values", name);
-  CHECK(kept - recompute == (c->num_hidden_layers - 1) * ng_plan_block_floats(c, B * T), label,
-        "%lld vs %lld", (long long)kept, (long long)recompute);
+  snprintf(label, sizeof label, "%s: recompute and loss chunks as allocated", name);
+  CHECK(rec_bytes == (size_t)(f32 * recompute) &&
+            fchunk_bytes == (size_t)(f32 * ng_plan_acts_floats(c, B, T, &o_fchunk)),
+        label, "recompute %zu vs %lld, forward chunk 1 %zu", rec_bytes, (long long)(f32 * recompute),
+        fchunk_bytes);
+  snprintf(label, sizeof label, "%s: recompute keeps one block's values, chunks 3 of %lld rows of logits", name,
+           (long long)(B * T));
+  CHECK(kept - recompute == (c->num_hidden_layers - 1) * ng_plan_block_floats(c, B * T) +
+                                2 * (B * T - 3) * c->vocab_size,
+        label, "%lld vs %lld", (long long)kept, (long long)recompute);
 }
 
 static void test_allocations(void) {
@@ -228,17 +236,25 @@ static void test_stage(void) {
             fabs(s.seconds - s.flops / 400e12) <= 1e-12 * s.seconds,
         "grow-post stage 2: FLOPs and time by hand", "%lld steps, %.6e vs %.6e FLOPs",
         (long long)s.steps, s.flops, 1977 * step);
-  int64_t total = s.weights + s.grads + s.adamw + s.acts + s.eval_acts + s.diag_acts + s.teacher_weights +
-                  s.teacher_acts;
-  ng_model_config sc = rc.model;  // the student at stage 2: diagnostics keep all but the workspace
-  int64_t ws = 4 * ng_plan_grad_ws_floats(&sc, 524288);
-  CHECK(s.weights == 4 * (9 * BLOCK + IO) && s.adamw == 2 * s.weights && s.diag_acts == s.acts - ws &&
+  int64_t total = s.weights + s.grads + s.adamw + s.acts + s.eval_acts + s.teacher_weights +
+                  s.teacher_acts + (s.diag > s.checkpoint ? s.diag : s.checkpoint) + NG_PLAN_RUNTIME_BYTES;
+  CHECK(s.weights == 4 * (9 * BLOCK + IO) && s.adamw == 2 * s.weights &&
+            s.checkpoint == 3 * s.weights && s.chunk == ng_loss_chunk_default(&rc.model, 524288) &&
             s.teacher_weights == 4 * 8190735360LL && s.total == total && !s.fits &&
             s.devices_needed == (int64_t)ceil((double)total / (80.0 * 1073741824.0)),
         "grow-post stage 2: memory sums, does not fit on one 80 GiB device", "total %lld, %lld devices",
         (long long)s.total, (long long)s.devices_needed);
-  ng_plan_device many = {400.0, 80.0, 64, 2, true};
+  // Qwen3-8B-Base held in bf16: 36 blocks of 192,946,432 at 2 bytes, one more
+  // fp32 block to widen into, embeddings, head and final norm (1,244,663,808) at 4.
+  ng_plan_device bf16 = dev;
+  bf16.teacher_bf16 = true;
+  ng_plan_stage h;
+  ng_plan_stage_of(&rc, 2, &t, &bf16, &h);
+  CHECK(h.teacher_weights == 19642584064LL && h.total == s.total - (s.teacher_weights - h.teacher_weights),
+        "Qwen3-8B-Base teacher held in bf16: weights by hand", "%lld bytes", (long long)h.teacher_weights);
+  ng_plan_device many = {400.0, 80.0, 64, 2, false};
   ng_plan_stage r;
+  rc.recompute = true;
   ng_plan_stage_of(&rc, 2, &t, &many, &r);
   CHECK(r.weights == 2 * (9 * BLOCK + IO) && r.acts < s.acts && r.fits &&
             fabs(r.per_device_gib * 64 * 1073741824.0 - (double)r.total) < 1.0 &&
@@ -422,6 +438,18 @@ static void with_teacher(const char *src, const char *teacher, const char *dst) 
   cJSON_Delete(j);
 }
 
+// Stages listed under "settings that fit" in a plan's output, and those of them with a setting.
+static void count_fitting(const char *out, int *listed, int *found) {
+  const char *at = strstr(out, "settings that fit");
+  *listed = *found = 0;
+  for (const char *line = at; line && (line = strstr(line, "\n  stage ")); line++) {
+    (*listed)++;
+    const char *end = strchr(line + 1, '\n');
+    const char *mb = strstr(line, "micro_batch");
+    *found += mb && (!end || mb < end) && !strstr(line, ": none;");
+  }
+}
+
 static void test_every_arm_plans(void) {
   for (int i = 0; i < N_ARMS; i++) {
     char args[1024], label[200];
@@ -431,6 +459,19 @@ static void test_every_arm_plans(void) {
     CHECK(r.status == 0 && r.err_lines == 0 && strstr(r.out, "8,190,735,360") && strstr(r.out, "total") &&
               strstr(r.out, "does NOT fit"),
           label, "status %d, stderr: %s", r.status, r.err);
+    // On one 141 GiB H200 with the teacher in bf16: a setting for every stage.
+    snprintf(args, sizeof args, "configs/paper/%s.json --teacher-config configs/paper/qwen3-8b-base.json "
+             "--device-memory-gib 141", arms[i]);
+    r = run_plan(args);
+    ng_run_config rc;
+    NG_ASSERT(load_arm(arms[i], &rc) == 0);
+    int listed, found;
+    count_fitting(r.out, &listed, &found);
+    snprintf(label, sizeof label, "plan %s on one 141 GiB device: a fitting setting for each of its %d stages",
+             arms[i], rc.n_stages);
+    CHECK(r.status == 0 && strstr(r.out, "blocks held in bf16") && listed == rc.n_stages && found == listed,
+          label, "%d stages listed, %d with a setting", listed, found);
+    ng_run_config_free(&rc);
   }
 }
 
@@ -502,6 +543,9 @@ static void test_bad_input(void) {
       {"--device-tflops inf", "--device-tflops inf", "--device-tflops"},
       {"--bytes-per-param 0", "--bytes-per-param 0", "--bytes-per-param"},
       {"--recompute yes", "--recompute yes", "--recompute"},
+      {"--micro-batch not dividing the batch", "--micro-batch 3", "--micro-batch"},
+      {"--micro-batch over the batch", "--micro-batch 512", "--micro-batch"},
+      {"--loss-chunk 0", "--loss-chunk 0", "--loss-chunk"},
       {"unknown option", "--frobnicate 1", "unknown option --frobnicate"},
       {"missing teacher config file", "--teacher-config /nonexistent/teacher.json", "/nonexistent/teacher.json"},
   };

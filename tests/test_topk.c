@@ -31,6 +31,7 @@ static float *window_logits(ng_model *t, const ng_shard *s, int64_t w, int64_t s
   ng_shard_read(s, (uint64_t)(w * seq), seq, tok);
   ng_acts *a = ng_acts_create(t, 1, seq, false);
   ng_model_forward(t, a, tok, NULL);
+  ng_model_logits(t, a, 0, a->N);
   size_t n = (size_t)seq * (size_t)t->cfg.vocab_size;
   float *out = ng_xmalloc(n * sizeof(float));
   memcpy(out, a->logits, n * sizeof(float));

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "fixtures.h"
 #include "normgrow/checkpoint.h"
 #include "normgrow/common.h"
 #include "normgrow/data.h"
@@ -80,19 +81,11 @@ static void write_arm(const char *path, const char *run, const char *extra) {
 }
 
 static bool make_data(void) {
-  static const char *texts[] = {"GPL-3", "GPL-2", "LGPL-2.1", "Apache-2.0", "MPL-2.0", "GFDL-1.3", "Artistic"};
-  const char *files[7];
-  char paths[7][96];
-  int n = 0;
-  for (int i = 0; i < 7; i++) {
-    snprintf(paths[n], sizeof paths[n], "/usr/share/common-licenses/%s", texts[i]);
-    if (access(paths[n], R_OK) == 0) files[n] = paths[n], n++;
-  }
-  ng_data_stats st;
-  int rc = n ? ng_data_build(files, n, "", 0.1, 3, dir, &st) : -1;
-  printf("# data: %d license texts, %llu + %llu tokens\n", n, (unsigned long long)st.tokens[0],
+  ng_data_stats st = {0};
+  bool ok = test_license_shards(dir, &st);
+  printf("# data: license texts, %llu + %llu tokens\n", (unsigned long long)st.tokens[0],
          (unsigned long long)st.tokens[1]);
-  return rc == 0;
+  return ok;
 }
 
 // ---------------------------------------------------------------- metrics
@@ -218,6 +211,136 @@ static void check_resume(int64_t stop) {
   metrics_free(&b);
 }
 
+// ---------------------------------------------------------------- settings
+
+// Replaces the first `from` in the file by `to`.
+static void edit_file(const char *path, const char *from, const char *to) {
+  size_t n;
+  char *text = read_file(path, &n), *at = strstr(text, from);
+  NG_ASSERT(at);
+  *at = 0;
+  write_file(path, "%s%s%s", text, to, at + strlen(from));
+  free(text);
+}
+
+// The arm as `run` at a peak learning rate of 0.002 (at the arm's 0.01 its
+// loss spikes near step 19 and any rounding difference grows from there),
+// its config text with `from` replaced by `to` (from NULL: as is), stopped
+// after `stop` steps (0: the whole run).
+static int train_variant(const char *run, const char *extra, const char *from, const char *to,
+                         int64_t stop) {
+  char path[160];
+  snprintf(path, sizeof path, "%s/%s.json", dir, run);
+  write_arm(path, run, extra);
+  edit_file(path, "\"peak\": 0.01, \"floor\": 0.001", "\"peak\": 0.002, \"floor\": 0.0002");
+  if (from) edit_file(path, from, to);
+  ng_train_args a = {.config_path = path, .overrides = {.seed = -1}, .stop_after = stop};
+  return ng_train(&a);
+}
+
+// Worst over tensors of max |a - b| / max |b| between the weights of two
+// checkpoints (0: bit-identical); INFINITY when they do not load or match.
+static double weights_diff(const char *run_a, const char *run_b, const char *file) {
+  char a[160], b[160];
+  snprintf(a, sizeof a, "%s/%s/%s", dir, run_a, file);
+  snprintf(b, sizeof b, "%s/%s/%s", dir, run_b, file);
+  ng_model *x = NULL, *y = NULL;
+  double worst = INFINITY;
+  if (ng_checkpoint_load(a, ng_backend_cpu(), false, &x, NULL, NULL) == 0 &&
+      ng_checkpoint_load(b, ng_backend_cpu(), false, &y, NULL, NULL) == 0 && x->n_params == y->n_params) {
+    worst = 0.0;
+    for (int i = 0; i < x->n_params; i++) {
+      double d = 0.0, m = 0.0;
+      for (size_t j = 0; j < x->params[i].numel; j++) {
+        d = fmax(d, fabs((double)x->params[i].data[j] - y->params[i].data[j]));
+        m = fmax(m, fabs((double)y->params[i].data[j]));
+      }
+      worst = fmax(worst, m > 0 ? d / m : d);
+    }
+  }
+  ng_model_free(x);
+  ng_model_free(y);
+  return worst;
+}
+
+// Largest |loss difference| over the step records both logs have (up to
+// `steps`), and whether their tokens, layer-tokens and FLOPs are equal.
+static double loss_diff(const char *run_a, const char *run_b, int64_t steps, bool *same_accounting) {
+  metrics a = read_metrics(run_a), b = read_metrics(run_b);
+  double worst = 0.0;
+  int n = 0;
+  *same_accounting = true;
+  for (int i = 0, j = 0; i < a.n && j < b.n;) {
+    if (!is(a.rec[i], "step") || num(a.rec[i], "step") > (double)steps) { i++; continue; }
+    if (!is(b.rec[j], "step")) { j++; continue; }
+    worst = fmax(worst, fabs(num(a.rec[i], "loss") - num(b.rec[j], "loss")));
+    *same_accounting &= num(a.rec[i], "tokens") == num(b.rec[j], "tokens") &&
+                        num(a.rec[i], "layer_tokens") == num(b.rec[j], "layer_tokens") &&
+                        num(a.rec[i], "flops") == num(b.rec[j], "flops");
+    i++, j++, n++;
+  }
+  if (n != steps) worst = INFINITY;
+  metrics_free(&a);
+  metrics_free(&b);
+  return worst;
+}
+
+// `run` against `base` after 30 steps (a growth at step 20 inside): worst
+// relative weight difference and loss difference, accounting equal; prints them.
+static bool close_after_30(const char *run, const char *base, double weight_tol, double loss_tol) {
+  bool same_accounting;
+  double w = weights_diff(run, base, "checkpoint.safetensors"), l = loss_diff(run, base, 30, &same_accounting);
+  printf("# %s vs %s after 30 steps: weights %.3g relative, losses %.3g\n", run, base, w, l);
+  return w < weight_tol && l < loss_tol && same_accounting;
+}
+
+// The loss over chunks of 1 and 3 tokens against all 256 at once. The head's
+// weight gradient sums over tokens chunk by chunk (a reduction order of its
+// own, finer than micro-batches'): 30 AdamW steps carry that to a few 1e-6 of
+// the weights.
+static void check_chunks(void) {
+  int rc = train_variant("chunk1", ", \"train\": {\"loss_chunk_tokens\": 1}", NULL, NULL, 30) ||
+           train_variant("chunk3", ", \"train\": {\"loss_chunk_tokens\": 3}", NULL, NULL, 30);
+  bool c1 = rc == 0 && close_after_30("chunk1", "whole30", 5e-5, 1e-6);
+  bool c3 = rc == 0 && close_after_30("chunk3", "whole30", 5e-5, 1e-6);
+  CHECK(c1 && c3, "loss in chunks of 1 and of 3 tokens vs all 256 at once: 30 steps, weights within "
+        "5e-5 relative, losses within 1e-6, accounting unchanged", "%s", rc ? ng_error() : "differ");
+}
+
+// Micro-batches of 2 rows (4 per step) against the whole batch of 8, and a
+// stopped micro-batch run resumes bit for bit.
+static void check_micro_batches(void) {
+  const char *from = "\"batch\": 8,", *to = "\"batch\": 8, \"micro_batch\": 2,";
+  int rc = train_variant("micro30", "", from, to, 30);
+  CHECK(rc == 0 && close_after_30("micro30", "whole30", 1e-5, 1e-6),
+        "micro-batches of 2 vs the batch of 8: 30 steps, weights within 1e-5 relative, losses within 1e-6, "
+        "tokens, layer-tokens and FLOPs unchanged", "%s", rc ? ng_error() : "differ");
+  char path[160];
+  snprintf(path, sizeof path, "%s/micro30", dir);
+  ng_train_args resume = {.resume_dir = path};
+  rc = ng_train(&resume) || train_variant("micro", "", from, to, 0);
+  double w = weights_diff("micro30", "micro", "final.safetensors");
+  CHECK(rc == 0 && w == 0.0, "micro-batches: stopped after step 30 and resumed, final weights bit-identical",
+        "%s", rc ? ng_error() : "weights differ");
+}
+
+// Recomputed block values: the same ops in the same order, the same bits.
+static void check_recompute(void) {
+  int rc = train_variant("recompute30", ", \"train\": {\"recompute\": true}", NULL, NULL, 30);
+  double w = weights_diff("recompute30", "whole30", "checkpoint.safetensors");
+  CHECK(rc == 0 && w == 0.0, "train.recompute: weights after 30 steps bit-identical to keeping every "
+        "block's values", "%s", rc ? ng_error() : "weights differ");
+}
+
+// The runs the settings are compared with: the arm at its lower learning rate, 30 steps.
+static void check_settings(void) {
+  int rc = train_variant("whole30", "", NULL, NULL, 30);
+  CHECK(rc == 0, "the arm at peak learning rate 0.002 for 30 steps", "%s", ng_error());
+  check_chunks();
+  check_micro_batches();
+  check_recompute();
+}
+
 // ---------------------------------------------------------------- bad configs
 
 static void expect_bad(const char *name, const char *extra_or_null, const char *replace_from,
@@ -249,6 +372,8 @@ static void check_bad_configs(void) {
   expect_bad("freezing on a stage that does not grow", NULL, "{\"depth\": 1, \"tokens\": 5120}", "{\"depth\": 1, \"tokens\": 5120, \"freeze_existing\": true}", "freeze_existing");
   expect_bad("missing teacher file", NULL, "teacher/final.safetensors", "teacher/none.safetensors", "none.safetensors");
   expect_bad("teacher of another vocabulary", NULL, "teacher/final.safetensors", "wide.safetensors", "vocabulary");
+  expect_bad("micro_batch not dividing the batch", NULL, "\"batch\": 8,", "\"batch\": 8, \"micro_batch\": 3,", "data.micro_batch");
+  expect_bad("unknown train key", ", \"train\": {\"chunk\": 3}", NULL, NULL, "unknown key \"chunk\"");
   expect_bad("last depth differs from the model", NULL, "{\"depth\": 3, \"tokens\": 5120}", "{\"depth\": 4, \"tokens\": 5120}", "num_hidden_layers");
 }
 
@@ -314,6 +439,7 @@ int main(void) {
   check_init_from_teacher();
   check_resume(30);  // inside stage 2
   check_resume(40);  // at the stage boundary, before the growth
+  check_settings();
   write_wide_teacher();
   check_bad_configs();
   char cmd[128];

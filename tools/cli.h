@@ -33,6 +33,8 @@ int ng_cli_num_opt(const ng_cli *c, const char *key, double min, bool min_ok, do
 // 0 when nothing is at `path` or the command was given --force; else fails
 // with one line naming the file, `what` it holds and how to proceed.
 int ng_cli_may_replace(const ng_cli *c, const char *path, const char *what);
+// The option --key as "on" or "off"; an absent option keeps *out.
+int ng_cli_switch_opt(const ng_cli *c, const char *key, bool *out);
 // Prints "normgrow: <message>" on stderr; returns 1 (the exit status).
 int ng_cli_error(const char *msg);
 

@@ -233,7 +233,7 @@ static void say_settings(const diag_args *a, const diag_inputs *in) {
 
 static int run_diag(const diag_args *a, diag_inputs *in) {
   ng_diag_input di = {&in->shard, a->batches, a->B, a->T, in->teacher,
-                      {a->kd_weight, a->temperature, in->shard.vocab_size}};
+                      {a->kd_weight, a->temperature, in->shard.vocab_size, 0}, 0};
   ng_diag_options o = {(int32_t)in->shard.separator, in->n_structural, in->structural,
                        (int)a->top_k};
   cJSON *j = ng_diag_json(in->student, &di, &o, true, a->step, a->tokens);

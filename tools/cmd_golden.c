@@ -1,4 +1,5 @@
 // normgrow golden-eval / golden-check / golden-make / golden-update.
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -6,14 +7,20 @@
 #include "normgrow/common.h"
 #include "normgrow/golden.h"
 
-// Open CASE, evaluate on the chosen backend; on failure prints the one line.
+// Open CASE, evaluate on the chosen backend (the loss in chunks of
+// --loss-chunk rows, default all; --recompute on|off, default off); on
+// failure prints the one line.
 static int open_and_eval(const ng_cli *c, const char *path, ng_golden_case *gc,
                          ng_tensor_list *out) {
   memset(gc, 0, sizeof *gc);
+  ng_acts_options o = {0};
+  if (ng_cli_int_opt(c, "loss-chunk", 1, INT64_MAX / 2, &o.chunk) ||
+      ng_cli_switch_opt(c, "recompute", &o.recompute))
+    return -1;
   ng_backend *be = ng_backend_get(c->backend);
   if (!be) return -1;
   if (ng_golden_open(gc, path)) return -1;
-  if (ng_golden_eval(gc, be, out)) {
+  if (ng_golden_eval(gc, be, &o, out)) {
     ng_fail_prefix(path);
     ng_golden_close(gc);
     ng_tensor_list_free(out);

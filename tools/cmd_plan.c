@@ -3,11 +3,20 @@
 // teacher's configuration (never data, never weights):
 //   normgrow plan RUN.json [--teacher-config FILE.json] [--device-tflops X]
 //                [--device-memory-gib M] [--devices N] [--bytes-per-param B]
-//                [--recompute on|off]
+//                [--micro-batch N] [--loss-chunk ROWS] [--recompute on|off]
+//                [--teacher-dtype bf16|f32]
+// The last three replace the run config's data.micro_batch,
+// train.loss_chunk_tokens and train.recompute. A stage that does not fit one
+// device gets the first setting that does, trying micro-batches from the
+// largest divisor of the batch down, each without and then with recompute,
+// the loss chunk at its default; or a line that names what does not fit.
 // The teacher's config comes from --teacher-config when given, else from the
 // run's teacher path when it exists (a Hugging Face directory's config.json,
 // or a normgrow checkpoint's "model" metadata); without either the student is
-// planned alone. The accounting itself is ref/plan.c (formulas in plan.h).
+// planned alone. The teacher's checkpoint dtype (whether train.teacher_bf16
+// can hold its blocks in bf16) is a Hugging Face directory's, f32 for a
+// normgrow checkpoint, and bf16 (Qwen3's published dtype) for a
+// --teacher-config; --teacher-dtype replaces it. The accounting itself is ref/plan.c (formulas in plan.h).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +24,7 @@
 
 #include "cli.h"
 #include "normgrow/common.h"
+#include "normgrow/fileio.h"
 #include "normgrow/hf.h"
 #include "normgrow/plan.h"
 #include "normgrow/safetensors.h"
@@ -26,31 +36,32 @@
 
 // ---------------------------------------------------------------- options
 
-// Finite number in (0, max]; an absent option keeps *out.
-// --recompute on|off (the command line has only "--key value" options).
-static int parse_switch(const ng_cli *c, const char *opt, bool *out) {
-  const char *s = ng_cli_opt(c, opt);
-  if (!s) return 0;
-  if (strcmp(s, "on") != 0 && strcmp(s, "off") != 0)
-    return ng_fail("--%s: \"%s\" is neither on nor off", opt, s);
-  *out = strcmp(s, "on") == 0;
-  return 0;
-}
-
 static int parse_device(const ng_cli *c, ng_plan_device *d) {
   *d = (ng_plan_device){.tflops = DEFAULT_TFLOPS, .memory_gib = DEFAULT_MEMORY_GIB, .devices = 1,
-                        .bytes_per_param = 4, .recompute = false};
+                        .bytes_per_param = 4};
   return ng_cli_num_opt(c, "device-tflops", 0.0, false, 1e6, &d->tflops) ||
          ng_cli_num_opt(c, "device-memory-gib", 0.0, false, 1e6, &d->memory_gib) ||
          ng_cli_int_opt(c, "devices", 1, 1000000, &d->devices) ||
-         ng_cli_int_opt(c, "bytes-per-param", 1, 16, &d->bytes_per_param) ||
-         parse_switch(c, "recompute", &d->recompute);
+         ng_cli_int_opt(c, "bytes-per-param", 1, 16, &d->bytes_per_param);
+}
+
+// The settings given on the command line replace the run config's.
+static int parse_settings(const ng_cli *c, ng_run_config *rc) {
+  if (ng_cli_int_opt(c, "micro-batch", 1, rc->batch, &rc->micro_batch) ||
+      ng_cli_int_opt(c, "loss-chunk", 1, INT64_MAX / 4, &rc->loss_chunk) ||
+      ng_cli_switch_opt(c, "recompute", &rc->recompute))
+    return -1;
+  if (rc->batch % rc->micro_batch != 0)
+    return ng_fail("--micro-batch: %lld does not divide the batch of %lld", (long long)rc->micro_batch,
+                   (long long)rc->batch);
+  return 0;
 }
 
 // ---------------------------------------------------------------- the teacher
 
 typedef struct {
   bool known;
+  bool bf16;          // its checkpoint stores the blocks in bf16
   ng_model_config cfg;
   char source[1100];  // where cfg came from, or why there is none
 } teacher_info;
@@ -65,6 +76,21 @@ static int checkpoint_config(const char *path, ng_model_config *cfg) {
   cJSON_Delete(j);
   ng_st_close(&f);
   return rc ? ng_fail_prefix(path) : 0;
+}
+
+// Whether the Hugging Face config.json in dir names bf16 weights ("torch_dtype",
+// or "dtype" in newer files).
+static int hf_blocks_bf16(const char *dir, bool *bf16) {
+  char path[1100], *text;
+  snprintf(path, sizeof path, "%s/config.json", dir);
+  if (ng_read_file(path, 1 << 20, &text, NULL) != 0) return -1;
+  cJSON *j = cJSON_Parse(text);
+  const cJSON *d = cJSON_GetObjectItemCaseSensitive(j, "torch_dtype");
+  if (!d) d = cJSON_GetObjectItemCaseSensitive(j, "dtype");
+  *bf16 = cJSON_IsString(d) && strcmp(d->valuestring, "bfloat16") == 0;
+  cJSON_Delete(j);
+  free(text);
+  return 0;
 }
 
 // The teacher's config from `file` (--teacher-config), else from the run's
@@ -87,8 +113,9 @@ static int find_teacher(const ng_run_config *rc, const char *file, teacher_info 
   if (file) {
     r = ng_plan_read_model_config(file, &t->cfg);
     snprintf(t->source, sizeof t->source, "%s", file);
+    t->bf16 = true;
   } else if (S_ISDIR(st.st_mode)) {
-    r = ng_hf_read_config(path, &t->cfg);
+    r = ng_hf_read_config(path, &t->cfg) || hf_blocks_bf16(path, &t->bf16);
     snprintf(t->source, sizeof t->source, "%s/config.json", path);
   } else {
     r = checkpoint_config(path, &t->cfg);
@@ -99,6 +126,16 @@ static int find_teacher(const ng_run_config *rc, const char *file, teacher_info 
     return ng_fail("teacher %s: vocabulary of %lld tokens, the student's is %lld", t->source,
                    (long long)t->cfg.vocab_size, (long long)rc->model.vocab_size);
   t->known = true;
+  return 0;
+}
+
+// --teacher-dtype bf16|f32 replaces the dtype found.
+static int teacher_dtype(const ng_cli *c, teacher_info *t) {
+  const char *s = ng_cli_opt(c, "teacher-dtype");
+  if (!s) return 0;
+  if (strcmp(s, "bf16") != 0 && strcmp(s, "f32") != 0)
+    return ng_fail("--teacher-dtype: \"%s\" is neither bf16 nor f32", s);
+  t->bf16 = strcmp(s, "bf16") == 0;
   return 0;
 }
 
@@ -150,9 +187,10 @@ static void print_header(const char *path, const ng_run_config *rc, const teache
   printf("  batch    %lld x %lld = %s tokens per step\n", (long long)rc->batch, (long long)rc->seq,
          grouped(rc->batch * rc->seq).s);
   if (t->known) {
-    printf("  teacher  %s-Norm, %lld layers, %s parameters (config: %s)\n",
+    printf("  teacher  %s-Norm, %lld layers, %s parameters (config: %s); blocks held in %s\n",
            t->cfg.norm_placement == NG_NORM_PRE ? "Pre" : "Post", (long long)t->cfg.num_hidden_layers,
-           grouped(teacher_params).s, t->source);
+           grouped(teacher_params).s, t->source,
+           d->teacher_bf16 && rc->teacher_bf16 ? "bf16" : "fp32");
   } else {
     printf("  teacher  %s\n", t->source);
   }
@@ -160,9 +198,12 @@ static void print_header(const char *path, const ng_run_config *rc, const teache
     printf("  KD       from the top-k caches %s, %s: the teacher does not run\n", rc->cache_train,
            rc->cache_val);
   printf("  device   %lld x %g GiB at %g TFLOP/s sustained each; weights, gradients and AdamW\n"
-         "           moments at %lld bytes per parameter; fp32 activations, %s\n",
-         (long long)d->devices, d->memory_gib, d->tflops, (long long)d->bytes_per_param,
-         d->recompute ? "recomputed block by block (--recompute on)" : "every block's kept");
+         "           moments at %lld bytes per parameter; fp32 activations\n",
+         (long long)d->devices, d->memory_gib, d->tflops, (long long)d->bytes_per_param);
+  printf("  settings micro-batches of %lld x %lld tokens, loss chunks of %s tokens, %s\n",
+         (long long)rc->micro_batch, (long long)rc->seq,
+         rc->loss_chunk ? grouped(rc->loss_chunk).s : "the default number of", 
+         rc->recompute ? "blocks recomputed in the backward" : "every block's values kept");
 }
 
 static void print_compute(const ng_plan_stage *s, int n) {
@@ -184,19 +225,20 @@ static void print_compute(const ng_plan_stage *s, int n) {
 }
 
 static void print_memory_row(const char *label, const ng_plan_stage *s, bool teacher) {
-  printf("%-6s %8s %8s %8s %9s %9s %9s %8s %8s %9s %10.1f %12s %7lld\n", label,
+  printf("%-6s %8s %8s %8s %9s %9s %9s %9s %8s %8s %9s %10.1f %12s %7lld\n", label,
          gib(s->weights, true).s, gib(s->grads, true).s, gib(s->adamw, true).s,
-         gib(s->acts, true).s, gib(s->eval_acts, true).s, gib(s->diag_acts, true).s,
-         gib(s->teacher_weights, teacher).s, gib(s->teacher_acts, teacher).s, gib(s->total, true).s,
+         gib(s->acts, true).s, gib(s->eval_acts, true).s, gib(s->diag, true).s,
+         gib(s->checkpoint, true).s, gib(s->teacher_weights, teacher).s,
+         gib(s->teacher_acts, teacher).s, gib(s->total, true).s,
          s->per_device_gib, s->fits ? "fits" : "does NOT fit", (long long)s->devices_needed);
 }
 
 static void print_memory(const ng_plan_stage *s, int n, bool teacher, const ng_plan_device *d) {
   printf("\nmemory in GiB, all devices together; per device = total / %lld (sharded evenly)\n",
          (long long)d->devices);
-  printf("%-6s %8s %8s %8s %9s %9s %9s %8s %8s %9s %10s %12s %7s\n", "stage", "weights", "grads",
-         "AdamW", "acts", "eval acts", "diag acts", "teacher", "t. acts", "total", "per device",
-         "fit", "devices");
+  printf("%-6s %8s %8s %8s %9s %9s %9s %9s %8s %8s %9s %10s %12s %7s\n", "stage", "weights",
+         "grads", "AdamW", "acts", "eval acts", "diag", "ckpt", "teacher", "t. acts", "total",
+         "per device", "fit", "devices");
   int peak = 0;
   for (int i = 0; i < n; i++) {
     char label[16];
@@ -211,9 +253,53 @@ static void print_notes(void) {
   printf("\nFLOPs: the trainer's rule, student (4 P + 2 P_trainable) x tokens + 3 x attention, teacher\n"
          "2 P x tokens + attention (P: matmul parameters); evaluations not counted.\n"
          "Memory: what the reference allocates; gradients and moments of frozen tensors included;\n"
-         "diag acts: the residual diagnostics at each evaluation (a train-mode set, while the rest\n"
-         "stays); not counted: token and top-k batches, backend scratch, the brief overlap of old\n"
-         "and grown model at a growth step. devices = ceil(total / one device's memory).\n");
+         "diag: the residual diagnostics at each evaluation (host RMS and median counts of every\n"
+         "point, then the ablation's forwards); ckpt: a checkpoint's host copy of weights and\n"
+         "moments; the larger of the two counts in the total, with %.0f MiB for the program. Not\n"
+         "counted: token and top-k batches, backend scratch, the brief overlap of old and grown\n"
+         "model at a growth step. devices = ceil(total / one device's memory).\n",
+         (double)NG_PLAN_RUNTIME_BYTES / 1048576.0);
+}
+
+// For each stage that does not fit one device: the first setting that does
+// (micro-batches from the largest divisor of the batch down, each without and
+// then with recompute, the loss chunk at its default), or what does not fit.
+static void print_fitting(const ng_run_config *rc, const ng_model_config *teacher,
+                          const ng_plan_stage *s, const ng_plan_device *d) {
+  ng_plan_device one = *d;
+  one.devices = 1;
+  bool header = false;
+  for (int i = 0; i < rc->n_stages; i++) {
+    if (s[i].total <= (int64_t)(d->memory_gib * 1073741824.0)) continue;
+    if (!header) printf("\nsettings that fit one %g GiB device:\n", d->memory_gib);
+    header = true;
+    ng_run_config try = *rc;
+    try.loss_chunk = 0;
+    ng_plan_stage p = {0};
+    bool found = false;
+    for (int64_t mb = rc->batch; mb >= 1 && !found; mb--) {
+      if (rc->batch % mb != 0) continue;
+      for (int r = 0; r < 2 && !found; r++) {
+        try.micro_batch = mb;
+        try.recompute = r == 1;
+        ng_plan_stage_of(&try, i, teacher, &one, &p);
+        found = p.fits;
+      }
+    }
+    if (found) {
+      printf("  stage %d: micro_batch %lld, recompute %s, loss chunk %lld tokens: %.1f GiB\n", i,
+             (long long)p.micro_batch, p.recompute ? "on" : "off", (long long)p.chunk,
+             (double)p.total / 1073741824.0);
+    } else {  // p: micro-batch 1 with recompute, the smallest setting
+      printf("  stage %d: none; at micro_batch 1 with recompute %.1f GiB: weights, gradients and "
+             "AdamW %.1f, teacher %.1f, activations %.1f, %s %.1f\n",
+             i, (double)p.total / 1073741824.0,
+             (double)(p.weights + p.grads + p.adamw) / 1073741824.0,
+             (double)(p.teacher_weights + p.teacher_acts) / 1073741824.0,
+             (double)(p.acts + p.eval_acts) / 1073741824.0, p.diag > p.checkpoint ? "diag" : "checkpoint",
+             (double)(p.diag > p.checkpoint ? p.diag : p.checkpoint) / 1073741824.0);
+    }
+  }
 }
 
 // ---------------------------------------------------------------- the command
@@ -225,16 +311,19 @@ int cmd_plan(const ng_cli *c) {
   if (parse_device(c, &dev))
     return ng_cli_error(ng_error());
   if (ng_run_config_load(c->pos[0], NULL, &rc)) return ng_cli_error(ng_error());
-  if (find_teacher(&rc, ng_cli_opt(c, "teacher-config"), &t)) {
+  if (parse_settings(c, &rc) || find_teacher(&rc, ng_cli_opt(c, "teacher-config"), &t) ||
+      teacher_dtype(c, &t)) {
     ng_run_config_free(&rc);
     return ng_cli_error(ng_error());
   }
+  dev.teacher_bf16 = t.bf16;
   ng_plan_stage stages[NG_MAX_STAGES];
   for (int i = 0; i < rc.n_stages; i++) ng_plan_stage_of(&rc, i, t.known ? &t.cfg : NULL, &dev, &stages[i]);
   print_header(c->pos[0], &rc, &t, stages[0].teacher.total, &dev);
   print_compute(stages, rc.n_stages);
   print_memory(stages, rc.n_stages, t.known, &dev);
   print_notes();
+  print_fitting(&rc, t.known ? &t.cfg : NULL, stages, &dev);
   ng_run_config_free(&rc);
   return 0;
 }

@@ -599,10 +599,12 @@ def compare(case, expected, got):
 FILE_ERRORS = (OSError, ValueError, KeyError, TypeError, struct.error)  # malformed file
 
 
-def binary_outputs(binary, case_path, out_path):
-    """Runs golden-eval; returns ({name: array}, None) or (None, error message)."""
+def binary_outputs(binary, case_path, out_path, eval_args=()):
+    """Runs golden-eval (with eval_args, e.g. --loss-chunk 1); returns ({name: array},
+    None) or (None, error message)."""
     try:
-        proc = subprocess.run([str(binary), "golden-eval", str(case_path), str(out_path)],
+        proc = subprocess.run([str(binary), "golden-eval", str(case_path), str(out_path),
+                               *eval_args],
                               capture_output=True, text=True, timeout=600)
     except subprocess.TimeoutExpired:
         return None, "golden-eval timed out"
@@ -615,7 +617,7 @@ def binary_outputs(binary, case_path, out_path):
         return None, f"cannot read the output of golden-eval: {e}"
 
 
-def check_case(label, case_path, out_path, binary, verbose):
+def check_case(label, case_path, out_path, binary, verbose, eval_args=()):
     """Checks the binary on one case file; prints the result; returns pass/fail."""
     try:
         case = Case.load(case_path)
@@ -625,7 +627,7 @@ def check_case(label, case_path, out_path, binary, verbose):
     expected = expected_outputs(case)
     clip = case.config["optim"]["grad_clip"]
     clip_text = f"clip{clip:g}/|g|{expected.grad_norm:.3g}" if clip > 0 else "noclip"
-    got, error = binary_outputs(binary, case_path, out_path)
+    got, error = binary_outputs(binary, case_path, out_path, eval_args)
     if error is None:
         worst, problems, per_tensor = compare(case, expected, got)
         errors = " ".join(f"{f} {worst[f]:.1e}" for f in FAMILIES)
@@ -813,6 +815,8 @@ def parse_args():
                     help="normgrow binary, relative to the repository root")
     ap.add_argument("--keep", metavar="DIR", help="keep case and output files in DIR")
     ap.add_argument("--verbose", action="store_true", help="print per-tensor errors")
+    ap.add_argument("--eval-args", default="",
+                    help="options for golden-eval, e.g. \"--loss-chunk 1 --recompute on\"")
     return ap.parse_args()
 
 
@@ -841,7 +845,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(args.keep or tmp)
         workdir.mkdir(parents=True, exist_ok=True)
-        results = [check_case(label, path, out, binary, args.verbose)
+        results = [check_case(label, path, out, binary, args.verbose, args.eval_args.split())
                    for label, path, out in case_files(args, workdir)]
     failed = results.count(False)
     print(f"{len(results) - failed} passed, {failed} failed")

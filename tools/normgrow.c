@@ -64,10 +64,11 @@ static const command commands[] = {
      "    loads with trust_remote_code=True (Post-Norm, no final norm)"},
     {"plan", cmd_plan, 1, 1, false,
      LIST("teacher-config", "device-tflops", "device-memory-gib", "devices", "bytes-per-param",
-          "recompute"),
+          "micro-batch", "loss-chunk", "recompute", "teacher-dtype"),
      NONE,
      "plan RUN.json [--teacher-config FILE.json] [--device-tflops X] [--device-memory-gib M]\n"
-     "         [--devices N] [--bytes-per-param B] [--recompute on|off]\n"
+     "         [--devices N] [--bytes-per-param B] [--micro-batch N] [--loss-chunk ROWS]\n"
+     "         [--recompute on|off] [--teacher-dtype bf16|f32]\n"
      "    parameters, memory per device and FLOPs of each stage"},
     {"teacher-cache", cmd_teacher_cache, 3, 3, true,
      LIST("backend", "k", "temperature", "seq", "batch"), LIST("force"),
@@ -75,12 +76,14 @@ static const command commands[] = {
      "    the teacher's top-k logits over a shard, for every arm"},
     {"bench", cmd_bench, 0, 0, true, LIST("backend", "steps"), NONE,
      "bench [--steps N]\n"
-     "    one training step at a toy-medium shape against this machine's sgemm ceiling"},
-    {"golden-check", cmd_golden_check, 1, MANY, true, LIST("backend"), NONE,
-     "golden-check CASE... [--backend NAME]\n"
+     "    training steps at two shapes (toy-medium, Qwen3's vocabulary), the loss whole or in\n"
+     "    chunks: time, memory and the ratio to this machine's sgemm ceiling"},
+    {"golden-check", cmd_golden_check, 1, MANY, true, LIST("backend", "loss-chunk", "recompute"),
+     NONE,
+     "golden-check CASE... [--backend NAME] [--loss-chunk ROWS] [--recompute on|off]\n"
      "    recompute each case and compare with its stored out.* (docs/golden-contract.md)"},
-    {"golden-eval", cmd_golden_eval, 2, 2, true, LIST("backend"), NONE,
-     "golden-eval CASE OUT [--backend NAME]\n"
+    {"golden-eval", cmd_golden_eval, 2, 2, true, LIST("backend", "loss-chunk", "recompute"), NONE,
+     "golden-eval CASE OUT [--backend NAME] [--loss-chunk ROWS] [--recompute on|off]\n"
      "    write every out.* tensor of CASE to OUT"},
     {"golden-make", cmd_golden_make, 2, 2, true, NONE, NONE,
      "golden-make SPEC.json CASE\n"
@@ -153,6 +156,15 @@ int ng_cli_may_replace(const ng_cli *c, const char *path, const char *what) {
   if (access(path, F_OK) != 0 || ng_cli_opt(c, "force")) return 0;
   return ng_fail("%s already exists (%s): choose another output, or replace it with --force", path,
                  what);
+}
+
+int ng_cli_switch_opt(const ng_cli *c, const char *key, bool *out) {
+  const char *s = ng_cli_opt(c, key);
+  if (!s) return 0;
+  if (strcmp(s, "on") != 0 && strcmp(s, "off") != 0)
+    return ng_fail("--%s: \"%s\" is neither on nor off", key, s);
+  *out = strcmp(s, "on") == 0;
+  return 0;
 }
 
 int ng_cli_error(const char *msg) {

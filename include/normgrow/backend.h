@@ -32,6 +32,11 @@ typedef struct {
   // rows for 151669 tokens); the padding ids are never targets and take no
   // part in CE or KD, for student and teacher alike, and get zero gradient.
   int64_t vocab_used;
+  // Rows the loss is averaged over: ce, kd and dlogits are sums over this
+  // call's valid rows divided by n_norm (0 = this call's own valid rows). Calls
+  // over chunks of a batch, each given the batch's valid rows, add up to one
+  // call over the whole batch (row for row the same dlogits).
+  int64_t n_norm;
 } ng_loss_params;
 
 typedef struct {
@@ -109,8 +114,8 @@ struct ng_backend {
 
   // --- fused softmax + CE + KD over the vocabulary ------------------------
   // logits [N, V], teacher [N, V] or NULL, targets [N] (-1 = ignored).
-  // Returns mean ce and kd over the non-ignored rows in *ce, *kd (host) and
-  // their count in *n_valid. When dlogits [N, V] is not NULL it receives
+  // Returns mean ce and kd over the non-ignored rows (or over lp.n_norm rows)
+  // in *ce, *kd (host) and the count of non-ignored rows in *n_valid. When dlogits [N, V] is not NULL it receives
   // d loss / d logits (written, not accumulated).
   void (*ce_kd)(ng_backend *be, const float *logits, const float *teacher,
                 const int32_t *targets, int64_t N, int64_t V, ng_loss_params lp,
@@ -132,6 +137,10 @@ struct ng_backend {
   // decay selects decoupled weight decay (tensors of 2 or more dimensions).
   void (*adamw)(ng_backend *be, float *p, const float *g, float *m, float *v, int64_t n,
                 ng_adamw_params ap, bool decay);
+
+  // --- storage ------------------------------------------------------------------
+  // y [n] = x [n] widened from bf16 (the upper 16 bits of an fp32): exact.
+  void (*widen_bf16)(ng_backend *be, const uint16_t *x, int64_t n, float *y);
 
   // --- diagnostics --------------------------------------------------------------
   // rms [R] = sqrt(mean over C of x^2), no eps; x [R, C]

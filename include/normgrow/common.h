@@ -43,6 +43,13 @@ char *ng_xstrdup(const char *s);
 // Seconds on a monotonic clock (for rates and ETAs, never for results).
 double ng_now(void);
 
+// Peak resident memory of this process in bytes (Linux: VmHWM of
+// /proc/self/status; elsewhere getrusage's ru_maxrss).
+int64_t ng_peak_rss(void);
+// Start a new peak at the current resident size (Linux: /proc/self/clear_refs
+// "5"); returns -1 where the peak cannot be reset.
+int ng_peak_rss_reset(void);
+
 // Checked size arithmetic for sizes that come from files: returns -1 on overflow.
 int ng_mul_size(size_t a, size_t b, size_t *out);
 

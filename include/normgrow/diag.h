@@ -71,6 +71,7 @@ typedef struct {
   int64_t batches, B, T;
   ng_model *teacher;          // for KD in the ablation, may be NULL
   ng_loss_params loss;
+  int64_t chunk;              // rows of a loss chunk (0: ng_loss_chunk_default)
 } ng_diag_input;
 
 // Residual statistics (and, with `ablation`, the block-removal ablation) of
@@ -79,13 +80,13 @@ cJSON *ng_diag_json(ng_model *m, const ng_diag_input *in, const ng_diag_options 
                     bool ablation, int64_t step, int64_t tokens);
 
 // The ablation of ng_diag_json on one batch (also for golden checks): forwards
-// of tokens, targets [B*T] with a (non-train acts of [B, T]) and the fused
-// loss against teacher_logits [B*T, V] or NULL (all backend buffers). Writes
+// of tokens, targets [B*T] with a (non-train acts of [B, T]) and the chunked
+// loss (ng_model_loss) against the teacher t or NULL (backend buffers). Writes
 // ce, kd [1 + 2L]: [0] intact, [l] block l (1-based) skipped, [L + l] block l
 // with sublayers zeroed and norms kept (Post-Norm only; Pre-Norm leaves these
 // untouched, as there it equals skipping). kd is 0 without teacher logits.
 void ng_diag_ablation_batch(ng_model *m, ng_acts *a, const int32_t *tokens,
-                            const int32_t *targets, const float *teacher_logits,
+                            const int32_t *targets, const ng_loss_teacher *t,
                             ng_loss_params lp, double *ce, double *kd);
 
 #endif

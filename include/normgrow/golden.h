@@ -13,6 +13,7 @@
 
 #include "normgrow/backend.h"
 #include "normgrow/config.h"
+#include "normgrow/model.h"
 #include "normgrow/safetensors.h"
 
 #define NG_GOLDEN_FORMAT "normgrow-golden-1"
@@ -63,8 +64,10 @@ const ng_named_tensor *ng_tensor_list_find(const ng_tensor_list *l, const char *
 int ng_golden_open(ng_golden_case *gc, const char *path);
 void ng_golden_close(ng_golden_case *gc);
 
-// Compute every out.* tensor of the contract on backend `be`.
-int ng_golden_eval(const ng_golden_case *gc, ng_backend *be, ng_tensor_list *out);
+// Compute every out.* tensor of the contract on backend `be`, the loss in
+// chunks of o->chunk rows (0: all) and with o->recompute (o->train unused).
+int ng_golden_eval(const ng_golden_case *gc, ng_backend *be, const ng_acts_options *o,
+                   ng_tensor_list *out);
 // Write the outputs (and, with_inputs, the case's own inputs first) atomically.
 int ng_golden_write(const ng_golden_case *gc, const ng_tensor_list *out, bool with_inputs,
                     const char *path);

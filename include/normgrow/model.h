@@ -51,6 +51,9 @@ typedef struct {
   bool frozen;          // no gradient accumulated, no optimizer update
   int64_t layer;        // block index, or -1 for embeddings, final norm and head
   float **grad_view;    // the field of ng_model.g that shows `grad` (NULL while frozen)
+  float **data_view;    // the field of ng_model.w that shows `data`
+  uint16_t *bf16;       // backend [numel]: a block weight held in bf16 (ng_model_hold_bf16);
+                        // `data` is then its place in the model's one-block scratch
 } ng_param;
 
 typedef struct {
@@ -60,6 +63,8 @@ typedef struct {
   ng_param *params;     // embed, layers in order, norm, lm_head
   ng_weights w, g;      // typed views of params[].data and params[].grad
   float *gate;          // host [L]: block l computes y = (1 - g) x + g Block(x); 1 = plain
+  float *block_scratch; // blocks held in bf16: the fp32 weights of one block, else NULL
+  int64_t widened;      // the block whose weights block_scratch holds (-1: none)
 } ng_model;
 
 // How a block runs in a forward (block-removal ablations).
@@ -88,24 +93,45 @@ typedef struct {
   float *dgate, *dup, *dact;     // [N, F]
   float *datt, *dq, *dk, *dv;    // [N, H*hd], [N, H*hd], [N, KV*hd] x 2
   float *dq_raw, *dk_raw;        // [N, H*hd], [N, KV*hd]
-  float *dfinal, *dgated;        // [N, D]
-  float *dlogits;                // [N, V]
+  float *dfinal, *dgated;        // [N, D]: dfinal = d loss / d head input
+  float *dlogits;                // [chunk, V]
 } ng_grad_ws;
 
-// Activations of one forward at batch shape [B, T]. With `train`, every
-// block's values are kept for the backward; without (teacher, evaluation),
-// one block's scratch is reused by all blocks and only two hidden buffers exist.
+typedef struct ng_acts ng_acts;
+
+// Called by ng_model_forward after block l (0-based) has written its output
+// ng_acts_hidden(a, l + 1), with the block's saved values s (those of an
+// NG_BLOCK_RUN block; block l's input is still ng_acts_hidden(a, l)).
+typedef void (*ng_block_hook)(void *ctx, const ng_acts *a, int64_t l, const ng_block_acts *s);
+
+// How a forward's activations are kept.
 typedef struct {
+  bool train;      // keep what the backward needs, with the backward workspace
+  bool recompute;  // (train) keep only each block's input; the backward recomputes
+                   // the block's saved values from it (same ops: same bits)
+  int64_t chunk;   // rows of the logits buffers: the loss runs over chunks of this
+                   // many tokens (ng_model_loss); 0 = all N
+} ng_acts_options;
+
+// Activations of one forward at batch shape [B, T]. With `train`, every
+// block's values are kept for the backward (with `recompute` one block's at a
+// time, rebuilt from the kept block inputs); without (teacher, evaluation),
+// one block's scratch is reused by all blocks and only two hidden buffers exist.
+// Logits exist only for a chunk of rows at a time.
+struct ng_acts {
   int64_t B, T, N;
-  bool train;
+  bool train, recompute;
+  int64_t chunk;         // rows of logits and dlogits (1..N)
   int n_hidden;          // L + 1 when training, else 2
   float **hidden;        // residual stream [N, D] (use ng_acts_hidden)
-  int n_blocks;
+  int n_blocks;          // L when training without recompute, else 1
   ng_block_acts *blocks;
   float *final_in, *rstd_final;  // [N, D] head input (normed if final_norm), [N]
-  float *logits;         // [N, V]
-  ng_grad_ws ws;         // train only (zeroed for ng_acts_create_kept)
-} ng_acts;
+  float *logits;         // [chunk, V]: logits of the rows of the last ng_model_logits
+  ng_grad_ws ws;         // train only
+  ng_block_hook on_block;  // NULL, or called after every block of a forward
+  void *on_block_ctx;
+};
 
 // The number of weight tensors of a model of config c: 11 per block, the
 // embeddings, and the final norm and untied head when it has them.
@@ -139,24 +165,65 @@ int ng_model_copy_io(ng_model *dst, const ng_model *src);
 double ng_model_matmul_params(const ng_model *m, bool trainable_only);
 // Forward FLOPs of causal attention: 4 hd H T(T+1)/2 per sequence and layer.
 double ng_attention_flops(const ng_model_config *c, int64_t B, int64_t T);
+// Hold the block weights of a forward-only model in bf16 when every one of
+// them is exactly a bf16 number (a model loaded from a bf16 checkpoint): each
+// block is widened (exactly, ng_backend.widen_bf16) into one shared fp32 block
+// as it runs, so every forward gives the same bits in about half the memory.
+// Embeddings, final norm and head stay fp32. Returns whether it did.
+bool ng_model_hold_bf16(ng_model *m);
 // Freeze (or unfreeze) every parameter of block `layer` (-1: embeddings, final
 // norm and head). Frozen parameters get no gradient and no update.
 void ng_model_freeze(ng_model *m, int64_t layer, bool frozen);
 
+// Forward-only (teacher, evaluation) or training activations, logits of all N rows.
 ng_acts *ng_acts_create(const ng_model *m, int64_t B, int64_t T, bool train);
-// Every block's values kept (as with `train`), but no backward workspace: for
-// looking inside a forward (diagnostics), not for training.
-ng_acts *ng_acts_create_kept(const ng_model *m, int64_t B, int64_t T);
+ng_acts *ng_acts_create_with(const ng_model *m, int64_t B, int64_t T, const ng_acts_options *o);
 void ng_acts_free(const ng_model *m, ng_acts *a);
 // Residual stream after block l (l = 0: embedding output). In a forward without
 // `train`, only the latest one is still there.
 float *ng_acts_hidden(const ng_acts *a, int64_t l);
 
-// Forward of tokens [B*T] (backend buffer) to a->logits. modes (host, [L], may
+// Bytes a chunk of the loss may hold in one [chunk, V] logits buffer by default.
+#define NG_LOSS_CHUNK_BYTES (256ll << 20)
+// Default rows of a loss chunk: a row holds V logits and D head inputs, so
+// NG_LOSS_CHUNK_BYTES / (4 (V + D)) rows, at least 1 and at most N.
+int64_t ng_loss_chunk_default(const ng_model_config *c, int64_t N);
+
+// Forward of tokens [B*T] (backend buffer) to the head input (a->final_in, or
+// the last hidden state without final_norm): no logits. modes (host, [L], may
 // be NULL = all NG_BLOCK_RUN) selects block-removal ablations (no `train`).
 void ng_model_forward(ng_model *m, ng_acts *a, const int32_t *tokens,
                       const ng_block_mode *modes);
-// Backward from a->ws.dlogits: accumulates d loss / d param into the gradients.
+// Logits [rows, V] of rows [row0, row0 + rows) of the last forward into
+// a->logits (rows <= a->chunk).
+void ng_model_logits(ng_model *m, ng_acts *a, int64_t row0, int64_t rows);
+
+// The teacher of ng_model_loss, one of: a model whose forward ran on the same
+// tokens (its head runs chunk by chunk beside the student's; its acts' chunk
+// at least the student's); its logits of all rows; the rows of a top-k cache;
+// or none (all NULL: CE alone).
+typedef struct {
+  ng_model *model;
+  ng_acts *acts;
+  const float *logits;                // [N, V] backend, or NULL
+  const int32_t *topk_ids;            // [N, k] backend, or NULL
+  const float *topk_vals, *topk_lse;  // [N, k], [N]
+  int64_t k;
+} ng_loss_teacher;
+
+// Output head and fused loss (ng_backend.ce_kd, or ce_kd_topk with a cache)
+// of the last forward of a, over chunks of a->chunk rows: for each chunk the
+// head matmuls, the loss terms and, with `grad` (train acts), d loss / d
+// logits and from it the chunk's rows of a->ws.dfinal (d head input, written)
+// and its share of the head weight's gradient (accumulated), before the next
+// chunk. targets [N] (backend). lp.n_norm: the rows the loss is averaged over
+// (0: the valid rows of these N). Returns ce, kd of the N rows and their
+// valid count; the same as one call over all rows up to fp32 reduction order.
+void ng_model_loss(ng_model *m, ng_acts *a, const ng_loss_teacher *t, const int32_t *targets,
+                   ng_loss_params lp, bool grad, double *ce, double *kd, int64_t *n_valid);
+// Backward from a->ws.dfinal (ng_model_loss with `grad`): accumulates d loss /
+// d param into the gradients. With `recompute`, block l's saved values are
+// rebuilt from its kept input first.
 void ng_model_backward(ng_model *m, ng_acts *a, const int32_t *tokens);
 
 #endif

@@ -4,23 +4,26 @@
 // Parameters are counted on model skeletons (ng_model_create(NULL, ...)).
 //
 // Memory of one stage, all devices together, in bytes (P: the student's
-// parameters, bpp: bytes per parameter, N = B T tokens of one step):
+// parameters, bpp: bytes per parameter; n = micro_batch x T tokens of one
+// forward/backward, c = rows of a loss chunk, train.loss_chunk_tokens or
+// ng_loss_chunk_default; with top-k caches the teacher does not run):
 //   weights, gradients, AdamW m and v   P bpp each (gradients and moments are
 //                                       allocated for frozen tensors too)
-//   training activations                4 x ng_plan_acts_floats(student, NG_ACTS_TRAIN
-//                                       or NG_ACTS_TRAIN_RECOMPUTE)
-//   evaluation activations              4 x ng_plan_acts_floats(student, NG_ACTS_FORWARD):
-//                                       the trainer keeps a forward-only set too
-//   diagnostics at each evaluation      4 x ng_plan_acts_floats(student, NG_ACTS_KEPT): the
-//                                       residual statistics forward with every value kept
-//                                       (no backward workspace), while everything above
-//                                       stays allocated
-//   teacher (distill)                   P_teacher bpp + 4 x ng_plan_acts_floats(teacher, NG_ACTS_FORWARD);
-//                                       with top-k caches (teacher_cache) the teacher does not
-//                                       run: only its weights, when "teacher" is given
+//   training activations                4 x ng_plan_acts_floats(student, n, train, recompute, c)
+//   evaluation activations              4 x ng_plan_acts_floats(student, n, forward, c)
+//   teacher (distill)                   P_teacher bpp (blocks held in bf16: 2 bytes each, and one
+//                                       fp32 block) + 4 x ng_plan_acts_floats(teacher, n, forward, c)
+//                                       (only its weights with top-k caches, when "teacher" is given)
+// and, at times, on top of all these (the largest of them counts):
+//   diagnostics at each evaluation      the residual points: a forward-only set (chunk 1)
+//                                       and on the host the per-token RMS of every point over
+//                                       the evaluation batches (4 x points x eval tokens) and
+//                                       its 2^16 counts for the exact median; then the
+//                                       ablation: forward-only sets of student and teacher
+//   a checkpoint                        a host copy of the weights and AdamW moments, 3 P x 4
 // Activations are fp32 floats, as the reference allocates them. Not counted:
-// batches of token ids and top-k cache entries (8 k + 4 bytes per token), and
-// backend scratch.
+// batches of token ids and top-k cache entries (8 k + 4 bytes per token), the
+// program, its libraries and backend scratch (NG_PLAN_RUNTIME_BYTES stands for them).
 //
 // FLOPs of one step, the trainer's rule (ref/train.c), with P the matmul
 // parameters of ng_model_matmul_params and A the forward attention FLOPs of
@@ -34,6 +37,7 @@
 #include <stdint.h>
 
 #include "normgrow/config.h"
+#include "normgrow/model.h"
 #include "normgrow/run.h"
 
 // Parameters of one model as the trainer holds it.
@@ -48,21 +52,16 @@ typedef struct {
 // `freeze_io`, its embeddings, final norm and head (as ng_model_freeze(-1)).
 ng_plan_params ng_plan_count_params(const ng_model_config *c, int64_t frozen_blocks, bool freeze_io);
 
-// Which activations a forward keeps.
-typedef enum {
-  NG_ACTS_FORWARD,          // teacher and evaluation: two hidden buffers, one block's scratch
-  NG_ACTS_KEPT,             // every block's saved values, no workspace (diagnostics)
-  NG_ACTS_TRAIN,            // every block's saved values, the backward workspace
-  NG_ACTS_TRAIN_RECOMPUTE,  // as TRAIN, but only one block's saved values at a time
-} ng_acts_kind;
-
 // Floats of one block's saved values (ng_block_acts) for N tokens.
 int64_t ng_plan_block_floats(const ng_model_config *c, int64_t N);
-// Floats of the backward workspace (ng_grad_ws) for N tokens.
-int64_t ng_plan_grad_ws_floats(const ng_model_config *c, int64_t N);
-// Floats of the activations of one step at batch [B, T]: for FORWARD and TRAIN
-// exactly what ng_acts_create allocates, for KEPT what ng_acts_create_kept does.
-int64_t ng_plan_acts_floats(const ng_model_config *c, int64_t B, int64_t T, ng_acts_kind kind);
+// Floats of the backward workspace (ng_grad_ws) for N tokens, logits chunks of `chunk` rows.
+int64_t ng_plan_grad_ws_floats(const ng_model_config *c, int64_t N, int64_t chunk);
+// Floats of the activations at batch [B, T] exactly as ng_acts_create_with(o) allocates them.
+int64_t ng_plan_acts_floats(const ng_model_config *c, int64_t B, int64_t T, const ng_acts_options *o);
+
+// The program, its libraries, OpenMP and OpenBLAS buffers: what the process
+// holds before it allocates a model (measured on the CPU reference).
+#define NG_PLAN_RUNTIME_BYTES (48ll << 20)
 
 // FLOPs of one training step by the trainer's rule; teacher NULL without one.
 double ng_plan_step_flops(const ng_model_config *student, const ng_plan_params *sp,
@@ -75,23 +74,30 @@ typedef struct {
   double memory_gib;        // memory of one device
   int64_t devices;
   int64_t bytes_per_param;  // weights, gradients and AdamW moments
-  bool recompute;           // activation recomputation (NG_ACTS_TRAIN_RECOMPUTE)
+  bool teacher_bf16;        // the teacher's checkpoint stores its blocks in bf16: with
+                            // train.teacher_bf16 they are held so (2 bytes each, plus
+                            // one fp32 block to widen into)
 } ng_plan_device;
 
 // One stage of a run.
 typedef struct {
   int64_t depth, tokens, steps;
   ng_plan_params student, teacher;   // teacher all zero without one
-  // Bytes, all devices together.
-  int64_t weights, grads, adamw, acts, eval_acts, diag_acts, teacher_weights, teacher_acts, total;
+  int64_t micro_batch, chunk;        // the settings planned (the run config's)
+  bool recompute;
+  // Bytes, all devices together. total: the persistent parts, the largest
+  // transient one (diag or checkpoint) and NG_PLAN_RUNTIME_BYTES.
+  int64_t weights, grads, adamw, acts, eval_acts, teacher_weights, teacher_acts;
+  int64_t diag, checkpoint, total;
   double per_device_gib;             // total / devices (everything sharded evenly)
   bool fits;                         // per_device_gib <= memory_gib
   int64_t devices_needed;            // ceil(total / memory_gib)
   double flops, seconds;             // flops / (devices x tflops x 1e12)
 } ng_plan_stage;
 
-// Plan stage `stage` of rc; teacher NULL for a pretrain run, a run from top-k
-// caches without a teacher, or an unknown teacher.
+// Plan stage `stage` of rc with its settings (data.micro_batch,
+// train.recompute, train.loss_chunk_tokens); teacher NULL for a pretrain run,
+// a run from top-k caches without a teacher, or an unknown teacher.
 void ng_plan_stage_of(const ng_run_config *rc, int stage, const ng_model_config *teacher,
                       const ng_plan_device *dev, ng_plan_stage *out);
 

@@ -4,7 +4,11 @@
 // {
 //   "name": "grow-post", "seed": 1, "run_dir": "runs/toy/grow-post",
 //   "mode": "distill" | "pretrain",
-//   "data": {"train": "train.bin", "val": "val.bin", "batch": 8, "seq": 64},
+//   "data": {"train": "train.bin", "val": "val.bin", "batch": 8, "seq": 64,
+//            "micro_batch": 8},  (rows of one forward/backward: each step's
+//            batch runs as batch / micro_batch micro-batches whose gradients
+//            add up, the loss averaged over the whole batch's valid targets;
+//            default the whole batch; must divide batch)
 //   "model": { model config of the student at its final depth (config.h) },
 //   "teacher": "runs/toy/teacher/final.safetensors",          (distill only; a
 //              normgrow checkpoint or a Hugging Face Qwen3 directory)
@@ -23,18 +27,28 @@
 //   "stages": [{"depth": 3, "tokens": 65536, "restart_lr": false, "lr": {...},
 //               "freeze_existing": false}, ...],
 //   "eval": {"every_steps": 50, "batches": 4},
-//   "checkpoint_every_steps": 100
+//   "checkpoint_every_steps": 100,
+//   "train": {"loss_chunk_tokens": 0,  (tokens per chunk of the output head and loss, of
+//                                      student and teacher alike; 0: ng_loss_chunk_default)
+//             "recompute": false,      (keep only each block's input in the forward and
+//                                      recompute its values in the backward: same bits)
+//             "teacher_bf16": true}    (a teacher whose block weights are all bf16 numbers,
+//                                      as loaded from a bf16 checkpoint, holds them in bf16
+//                                      and widens one block at a time as it runs: the same
+//                                      logits in half the memory; false keeps them fp32)
 // }
 // Optional keys: teacher/loss (pretrain), teacher_cache, lr inside a stage (that stage then
 // restarts with its own schedule), restart_lr (default false: the stage
 // continues the schedule of the stage before), freeze_existing (default false),
 // growth (when every stage has the same depth), init.layers/embeddings
-// (default random), structural_tokens (diagnostics), checkpoint_every_steps.
-// Integers are exact JSON integers (at most 2^53 - 1). A run's tokens and its
-// layer-tokens (tokens x depth, summed over the stages) are at most 2^53 - 1,
-// as its checkpoints record them; one step's activations (batch x seq x
-// (depth + 1) x the widest per-token row) at most 2^52 values; the model at
-// most 2^40 parameters (config.h).
+// (default random), structural_tokens (diagnostics), checkpoint_every_steps,
+// data.micro_batch, train (and each of its keys). Evaluation and diagnostics
+// run in micro-batches too (the diagnostics' ablation CE is then the mean over
+// micro-batches). Integers are exact JSON integers (at most 2^53 - 1). A run's
+// tokens and its layer-tokens (tokens x depth, summed over the stages) are at
+// most 2^53 - 1, as its checkpoints record them; one step's activations (batch
+// x seq x (depth + 1) x the widest per-token row) at most 2^52 values; the
+// model at most 2^40 parameters (config.h).
 #ifndef NORMGROW_RUN_H
 #define NORMGROW_RUN_H
 
@@ -72,6 +86,10 @@ typedef struct {
   bool distill;
   char train_path[512], val_path[512];
   int64_t batch, seq;
+  int64_t micro_batch;       // divides batch
+  int64_t loss_chunk;        // train.loss_chunk_tokens (0: the default)
+  bool recompute;
+  bool teacher_bf16;         // hold a bf16 teacher's blocks in bf16 (ng_model_hold_bf16)
   ng_model_config model;     // the student at its final depth
   char teacher_path[512];    // "" when only a cache is given
   bool use_cache;            // KD from top-k caches of the teacher
