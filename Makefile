@@ -8,8 +8,10 @@ SAN     ?=
 CFLAGS  += $(OPT) -g -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -fopenmp $(SAN)
 LDFLAGS += $(SAN) -fopenmp -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR)
 LDLIBS  += -lopenblas -lcjson -lm
+LDLIBS  += -ldnnl
 
 REF_SRC   := $(wildcard ref/*.c)
+REF_SRC   += $(wildcard accel/*.c)
 TOOL_SRC  := $(wildcard tools/*.c)
 TEST_SRC  := $(wildcard tests/test_*.c)
 REF_OBJ   := $(REF_SRC:%.c=$(BUILD)/%.o)

@@ -496,10 +496,31 @@ static int reopen_log(trainer *t, const char *file, bool resume, FILE **log) {
   return *log ? 0 : ng_fail("%s: %s", path, strerror(errno));
 }
 
-static int resume_from(trainer *t, const char *dir) {
+// The backend and precision of the run's configuration (the command line's if given).
+static int open_backend(trainer *t) {
+  t->be = ng_backend_open(t->rc.backend, t->rc.precision);
+  return t->be ? 0 : -1;
+}
+
+// The resolved backend: backend.jsonl, a line at the start and one at every resume.
+static int log_backend(trainer *t, bool resume) {
+  char path[600];
+  path_in(t, "backend.jsonl", path, sizeof path);
+  FILE *f = fopen(path, resume ? "a" : "w");
+  if (!f) return ng_fail("%s: %s", path, strerror(errno));
+  cJSON *j = cJSON_CreateObject();
+  cJSON_AddNumberToObject(j, "step", (double)t->st.step);
+  cJSON_AddStringToObject(j, "backend", t->be->name);
+  cJSON_AddStringToObject(j, "precision", ng_precision_name(t->be->precision));
+  log_line(f, j);
+  return fclose(f) == 0 ? 0 : ng_fail("%s: %s", path, strerror(errno));
+}
+
+static int resume_from(trainer *t, const char *dir, const ng_run_overrides *ov) {
   char path[600];
   snprintf(path, sizeof path, "%s/config.json", dir);
-  if (ng_run_config_load(path, NULL, &t->rc)) return -1;
+  ng_run_overrides where = {.seed = -1, .backend = ov->backend, .precision = ov->precision};
+  if (ng_run_config_load(path, &where, &t->rc) || open_backend(t)) return -1;
   snprintf(path, sizeof path, "%s/checkpoint.safetensors", dir);
   if (ng_checkpoint_load(path, t->be, true, &t->student, &t->opt, &t->st)) return -1;
   if (t->st.stage >= t->rc.n_stages) return ng_fail("%s: stage %lld of %d", path, (long long)t->st.stage, t->rc.n_stages);
@@ -539,14 +560,17 @@ static void trainer_free(trainer *t) {
   if (t->metrics) fclose(t->metrics);
   if (t->diag) fclose(t->diag);
   ng_run_config_free(&t->rc);
+  ng_backend_close(t->be);
 }
 
 int ng_train(const ng_train_args *args) {
   trainer t = {.stop_after = args->stop_after};
   const char *resume_dir = args->resume_dir;
-  t.be = ng_backend_cpu();
-  int rc = resume_dir ? resume_from(&t, resume_dir)
-                      : ng_run_config_load(args->config_path, &args->overrides, &t.rc);
+  int rc = resume_dir ? resume_from(&t, resume_dir, &args->overrides)
+                      : (ng_run_config_load(args->config_path, &args->overrides, &t.rc) ||
+                         open_backend(&t))
+                            ? -1
+                            : 0;
   if (rc == 0) rc = open_data(&t) || open_caches(&t) || load_teacher(&t) ? -1 : 0;
   if (rc == 0 && !resume_dir) rc = init_student(&t) || make_run_dir(&t) ? -1 : 0;
   if (rc == 0) {
@@ -558,7 +582,8 @@ int ng_train(const ng_train_args *args) {
     t.t_start = ng_now();
     bool resume = resume_dir != NULL;
     rc = reopen_log(&t, "metrics.jsonl", resume, &t.metrics) ||
-                 reopen_log(&t, "diag.jsonl", resume, &t.diag) || run_stages(&t)
+                 reopen_log(&t, "diag.jsonl", resume, &t.diag) || log_backend(&t, resume) ||
+                 run_stages(&t)
              ? -1
              : 0;
     if (rc == 0) progress(&t, t.last_loss, true);

@@ -27,6 +27,7 @@ typedef struct {
 
 // Everything loaded; zeroed fields are safe to release.
 typedef struct {
+  ng_backend *be;
   ng_model *student, *teacher;
   ng_shard shard;
   int32_t *structural;
@@ -75,7 +76,7 @@ static int parse_structural(const char *s, int64_t V, diag_inputs *in) {
 }
 
 static int load_inputs(const ng_cli *c, const diag_args *a, diag_inputs *in) {
-  ng_backend *be = ng_backend_get(c->backend);
+  ng_backend *be = in->be = ng_cli_backend(c);
   if (!be || ng_checkpoint_load(c->pos[0], be, false, &in->student, NULL, NULL)) return -1;
   int64_t V = in->student->cfg.vocab_size;
   if (a->teacher) {
@@ -99,6 +100,7 @@ static void free_inputs(diag_inputs *in) {
   ng_model_free(in->student);
   ng_shard_close(&in->shard);
   free(in->structural);
+  ng_backend_close(in->be);
 }
 
 static int run_diag(const diag_args *a, diag_inputs *in) {

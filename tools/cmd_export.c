@@ -15,9 +15,9 @@ int cmd_export(const ng_cli *c) {
     return ng_cli_error(ng_error());
   if (dtype && strcmp(dtype, "bf16") != 0 && strcmp(dtype, "f32") != 0)
     return ng_cli_error("export: --dtype: expected bf16 or f32");
-  ng_backend *be = ng_backend_get(c->backend);
+  ng_backend *be = ng_backend_cpu();
   ng_model *m = NULL;
-  int rc = !be || ng_checkpoint_load(c->pos[0], be, false, &m, NULL, NULL) ||
+  int rc = ng_checkpoint_load(c->pos[0], be, false, &m, NULL, NULL) ||
            ng_hf_export(m, c->pos[1], dtype && strcmp(dtype, "f32") == 0 ? NG_F32 : NG_BF16,
                         (size_t)shard_mib << 20);
   if (rc == 0)

@@ -1,4 +1,5 @@
 // normgrow train RUN.json [--seed S] [--run-dir DIR] | normgrow train --resume RUN_DIR
+// [--backend NAME] [--precision fp32|bf16] (replace the run's own)
 // [--stop-after STEP] (ends the run after that step, as a kill would: for tests)
 #include <stdint.h>
 
@@ -10,6 +11,8 @@ int cmd_train(const ng_cli *c) {
   ng_train_args a = {.resume_dir = ng_cli_opt(c, "resume"), .overrides = {.seed = -1}};
   a.config_path = c->npos == 1 ? c->pos[0] : NULL;
   a.overrides.run_dir = ng_cli_opt(c, "run-dir");
+  a.overrides.backend = c->backend;
+  a.overrides.precision = c->precision;
   if ((a.config_path != NULL) == (a.resume_dir != NULL))
     return ng_cli_error("train: give either RUN.json or --resume RUN_DIR");
   if (ng_cli_int_opt(c, "seed", 0, INT64_MAX / 2, &a.overrides.seed) ||

@@ -31,15 +31,18 @@ static const command commands[] = {
     {"data", cmd_data, 1, MANY, false, LIST("out", "records-split", "val-fraction", "seed"), NONE,
      "data FILE... --out DIR [--records-split LINE] [--val-fraction F] [--seed S]\n"
      "    byte-level token shards DIR/train.bin, DIR/val.bin"},
-    {"train", cmd_train, 0, 1, true, LIST("resume", "run-dir", "seed", "stop-after"), NONE,
+    {"train", cmd_train, 0, 1, true,
+     LIST("resume", "run-dir", "seed", "stop-after", "backend", "precision"), NONE,
      "train RUN.json [--seed S] [--run-dir DIR] | train --resume RUN_DIR\n"
+     "         [--backend NAME] [--precision fp32|bf16] (replace the run's \"backend\", \"precision\")\n"
      "    run one arm, or continue it from its last checkpoint"},
     {"diag", cmd_diag, 1, 1, true,
-     LIST("backend", "data", "teacher", "batches", "batch", "seq", "structural", "top",
-          "kd-weight", "temperature", "out"),
+     LIST("backend", "precision", "data", "teacher", "batches", "batch", "seq", "structural",
+          "top", "kd-weight", "temperature", "out"),
      NONE,
      "diag CKPT --data SHARD [--teacher CKPT] [--batches N] [--batch B] [--seq T]\n"
      "         [--structural ID,...] [--top K] [--kd-weight A] [--temperature TAU] [--out FILE]\n"
+     "         [--backend NAME] [--precision fp32|bf16]\n"
      "    residual RMS statistics and block-removal ablation (JSON)"},
     {"report", cmd_report, 1, MANY, false, LIST("out"), NONE,
      "report RUN_DIR... [--out DIR]\n"
@@ -55,23 +58,25 @@ static const command commands[] = {
      "         [--devices N] [--bytes-per-param B] [--recompute on|off]\n"
      "    parameters, memory per device and FLOPs of each stage"},
     {"teacher-cache", cmd_teacher_cache, 3, 3, true,
-     LIST("backend", "k", "temperature", "seq", "batch"), NONE,
+     LIST("backend", "precision", "k", "temperature", "seq", "batch"), NONE,
      "teacher-cache TEACHER SHARD OUT [--k K] [--temperature TAU] [--seq T] [--batch B]\n"
+     "         [--backend NAME] [--precision fp32|bf16]\n"
      "    the teacher's top-k logits over a shard, for every arm"},
-    {"bench", cmd_bench, 0, 0, true, LIST("backend", "steps"), NONE,
-     "bench [--steps N]\n"
-     "    one training step at a toy-medium shape against this machine's sgemm ceiling"},
-    {"golden-check", cmd_golden_check, 1, MANY, true, LIST("backend"), NONE,
-     "golden-check CASE... [--backend NAME]\n"
+    {"bench", cmd_bench, 0, 0, true, LIST("backend", "precision", "steps"), NONE,
+     "bench [--steps N] [--backend NAME] [--precision fp32|bf16]\n"
+     "    a training step at a toy-medium shape on the fp32 reference, onednn fp32 and onednn\n"
+     "    bf16 (or the one backend named), against sgemm and bf16 matmul ceilings"},
+    {"golden-check", cmd_golden_check, 1, MANY, true, LIST("backend", "precision"), NONE,
+     "golden-check CASE... [--backend NAME] [--precision fp32|bf16]\n"
      "    recompute each case and compare with its stored out.* (docs/golden-contract.md)"},
-    {"golden-eval", cmd_golden_eval, 2, 2, true, LIST("backend"), NONE,
-     "golden-eval CASE OUT [--backend NAME]\n"
+    {"golden-eval", cmd_golden_eval, 2, 2, true, LIST("backend", "precision"), NONE,
+     "golden-eval CASE OUT [--backend NAME] [--precision fp32|bf16]\n"
      "    write every out.* tensor of CASE to OUT"},
-    {"golden-make", cmd_golden_make, 2, 2, true, NONE, NONE,
-     "golden-make SPEC.json CASE\n"
+    {"golden-make", cmd_golden_make, 2, 2, true, LIST("backend", "precision"), NONE,
+     "golden-make SPEC.json CASE [--backend NAME] [--precision fp32|bf16]\n"
      "    a new case: random inputs from the spec, reference outputs"},
-    {"golden-update", cmd_golden_update, 1, MANY, true, NONE, NONE,
-     "golden-update CASE...\n"
+    {"golden-update", cmd_golden_update, 1, MANY, true, LIST("backend", "precision"), NONE,
+     "golden-update CASE... [--backend NAME] [--precision fp32|bf16]\n"
      "    recompute the stored out.* from the case's inputs"},
 };
 #define N_COMMANDS (int)(sizeof commands / sizeof commands[0])
@@ -134,6 +139,12 @@ int ng_cli_num_opt(const ng_cli *c, const char *key, double min, bool min_ok, do
   return 0;
 }
 
+ng_backend *ng_cli_backend(const ng_cli *c) {
+  ng_precision p = NG_PREC_FP32;
+  if (c->precision && ng_precision_parse(c->precision, &p)) return NULL;
+  return ng_backend_open(c->backend ? c->backend : "cpu", p);
+}
+
 int ng_cli_error(const char *msg) {
   fprintf(stderr, "normgrow: %s\n", msg);
   return 1;
@@ -157,7 +168,6 @@ static int parse_threads(const char *v, ng_cli *c) {
 
 static int parse_args(int argc, char **argv, args *a) {
   ng_cli *c = &a->cli;
-  c->backend = "cpu";
   c->pos = ng_xcalloc((size_t)argc + 1, sizeof(char *));
   c->extra_key = ng_xcalloc((size_t)argc + 1, sizeof(char *));
   c->extra_val = ng_xcalloc((size_t)argc + 1, sizeof(char *));
@@ -202,6 +212,8 @@ static int parse_args(int argc, char **argv, args *a) {
         if (parse_threads(v, c)) return -1;
       } else if (strcmp(arg, "--backend") == 0) {
         c->backend = v;
+      } else if (strcmp(arg, "--precision") == 0) {
+        c->precision = v;
       } else {
         c->extra_key[c->nextra] = arg + 2;
         c->extra_val[c->nextra++] = v;

@@ -23,19 +23,23 @@
 //   "stages": [{"depth": 3, "tokens": 65536, "restart_lr": false, "lr": {...},
 //               "freeze_existing": false}, ...],
 //   "eval": {"every_steps": 50, "batches": 4},
-//   "checkpoint_every_steps": 100
+//   "checkpoint_every_steps": 100,
+//   "backend": "cpu" | "onednn", "precision": "fp32" | "bf16"
 // }
 // Optional keys: teacher/loss (pretrain), teacher_cache, lr inside a stage (that stage then
 // restarts with its own schedule), restart_lr (default false: the stage
 // continues the schedule of the stage before), freeze_existing (default false),
 // growth (when every stage has the same depth), init.layers/embeddings
-// (default random), structural_tokens (diagnostics), checkpoint_every_steps.
+// (default random), structural_tokens (diagnostics), checkpoint_every_steps,
+// backend (default "cpu") and precision (default "fp32"): where the run computes,
+// not what it computes (a run may resume on another backend).
 #ifndef NORMGROW_RUN_H
 #define NORMGROW_RUN_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "normgrow/backend.h"
 #include "normgrow/config.h"
 
 #define NG_MAX_STAGES 16
@@ -89,6 +93,8 @@ typedef struct {
   int64_t checkpoint_every;
   int n_structural;
   int32_t structural_tokens[16];  // extra structural token ids for diagnostics
+  char backend[32];          // the backend the run computes on
+  ng_precision precision;
   char *json;                // the resolved configuration (written to the run dir)
 } ng_run_config;
 
@@ -96,6 +102,8 @@ typedef struct {
 typedef struct {
   int64_t seed;          // >= 0: replaces "seed"
   const char *run_dir;   // not NULL: replaces "run_dir"
+  const char *backend;   // not NULL: replaces "backend"
+  const char *precision; // not NULL: replaces "precision"
 } ng_run_overrides;
 
 int ng_run_config_load(const char *path, const ng_run_overrides *ov, ng_run_config *rc);
@@ -117,7 +125,7 @@ void ng_grow_layout(ng_grow_position pos, int64_t d, int64_t k, int64_t *from_ol
 typedef struct {
   const char *config_path;   // a new run of this arm (with `overrides`), or
   const char *resume_dir;    // the run to continue from its last checkpoint
-  ng_run_overrides overrides;
+  ng_run_overrides overrides;  // on resume, only backend and precision apply
   int64_t stop_after;        // > 0: end after this step, as a kill would (tests)
 } ng_train_args;
 
