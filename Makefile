@@ -50,9 +50,10 @@ test: $(BUILD)/normgrow $(TEST_BIN)
 asan:
 	$(MAKE) BUILD=build/asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" test
 
-# The whole toy study (about 15 minutes on 2 cores); SEEDS=N repeats every arm.
+# The whole toy study (about 15 minutes on 2 cores); SEEDS=N repeats every arm;
+# BACKEND=onednn PRECISION=bf16 runs it there.
 demo: $(BUILD)/normgrow
-	tools/demo.sh --seeds $(SEEDS)
+	tools/demo.sh --seeds $(SEEDS) $(if $(BACKEND),--backend $(BACKEND)) $(if $(PRECISION),--precision $(PRECISION))
 
 bench: $(BUILD)/normgrow
 	$(BUILD)/normgrow bench

@@ -104,6 +104,18 @@ case "$bes" in
   else
     echo "FAIL backend choice / resume on another backend: exit $rc, backend.jsonl: $log"
   fi
+  # On onednn bf16 too, a run stopped and resumed ends bit-identical to an uninterrupted one.
+  for r in bf16-whole bf16-stopped; do
+    sed "s|\"run_dir\": \"[^\"]*\"|\"run_dir\": \"$tmp/$r\"|" "$tmp/cross.json" >"$tmp/$r.json"
+  done
+  "$bin" train "$tmp/bf16-whole.json" --precision bf16 2>/dev/null &&
+    "$bin" train "$tmp/bf16-stopped.json" --precision bf16 --stop-after 11 2>/dev/null &&
+    "$bin" train --resume "$tmp/bf16-stopped" --backend onednn --precision bf16 2>/dev/null
+  if [ $? -eq 0 ] && cmp -s "$tmp/bf16-whole/final.safetensors" "$tmp/bf16-stopped/final.safetensors"; then
+    echo "ok onednn bf16: stopped after step 11 and resumed, final weights bit-identical"
+  else
+    echo "FAIL onednn bf16: the resumed run's final weights differ (or a run failed)"
+  fi
   ;;
 *) echo "skip backend resume: this build has only $bes" ;;
 esac

@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # The whole toy study on a laptop: fortune-cookie English, a byte-level
 # teacher (pretrained once, reused), the seven student arms, diagnostics and
-# the report. Usage: tools/demo.sh [--seeds N]   (make demo [SEEDS=N])
+# the report. Usage: tools/demo.sh [--seeds N] [--backend NAME] [--precision P]
+#   (make demo [SEEDS=N] [BACKEND=onednn] [PRECISION=bf16]; the teacher and every arm run there)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-seeds=1
+seeds=1 where=()
 while [ $# -gt 0 ]; do
   case $1 in
     --seeds) seeds=$2; shift 2 ;;
-    *) echo "usage: tools/demo.sh [--seeds N]" >&2; exit 2 ;;
+    --backend | --precision) where+=("$1" "$2"); shift 2 ;;
+    *) echo "usage: tools/demo.sh [--seeds N] [--backend NAME] [--precision fp32|bf16]" >&2; exit 2 ;;
   esac
 done
 [[ $seeds =~ ^[1-9][0-9]*$ ]] || { echo "demo: --seeds: expected a count >= 1" >&2; exit 2; }
@@ -31,7 +33,7 @@ if [ ! -f "$out/data/val.bin" ]; then
 fi
 if [ ! -f "$out/teacher/final.safetensors" ]; then
   say "teacher: pretraining (once; later demos reuse it)"
-  "$bin" train configs/toy/teacher.json --run-dir "$out/teacher"
+  "$bin" train configs/toy/teacher.json --run-dir "$out/teacher" "${where[@]}"
 else
   say "teacher: reusing $out/teacher/final.safetensors"
 fi
@@ -41,7 +43,7 @@ for seed in $(seq 1 "$seeds"); do
     dir=$out/$arm
     [ "$seeds" -gt 1 ] && dir=$out/$arm-seed$seed
     say "arm $arm, seed $seed -> $dir"
-    "$bin" train "configs/toy/$arm.json" --seed "$seed" --run-dir "$dir"
+    "$bin" train "configs/toy/$arm.json" --seed "$seed" --run-dir "$dir" "${where[@]}"
     dirs+=("$dir")
   done
 done
