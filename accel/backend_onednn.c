@@ -44,7 +44,7 @@ typedef struct {
   int n, cap;
   uint16_t *abuf, *bbuf;  // bf16 inputs of the current matmul
   size_t acap, bcap;      // their capacities in elements
-  char kernels[256];      // the distinct implementations chosen, comma-separated
+  char kernels[256];      // "oneDNN" and the distinct implementations chosen
 } onednn;
 
 static onednn *ctx_of(ng_backend *be) { return (onednn *)be->ctx; }
@@ -60,7 +60,7 @@ static dnnl_memory_desc_t plain_md(int64_t rows, int64_t cols, bool t, dnnl_data
 static void note_kernel(onednn *o, const char *impl) {
   if (strstr(o->kernels, impl)) return;
   size_t n = strlen(o->kernels);
-  snprintf(o->kernels + n, sizeof o->kernels - n, "%s%s", n ? ", " : "", impl);
+  snprintf(o->kernels + n, sizeof o->kernels - n, "%s%s", n ? ", " : "oneDNN ", impl);
 }
 
 // C [M, N] = op(A) [M, K] op(B) [K, N] + beta C, in the backend's precision.
@@ -176,6 +176,11 @@ static void onednn_destroy(ng_backend *be) {
   free(o);
 }
 
+static const char *onednn_kernels(ng_backend *be) {
+  const onednn *o = ctx_of(be);
+  return o->kernels[0] ? o->kernels : "oneDNN (no matmul yet)";
+}
+
 // bf16 runs on oneDNN's AVX-512 BF16 or AMX kernels only.
 static bool has_bf16_kernels(void) {
   dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
@@ -196,15 +201,11 @@ ng_backend *ng_backend_onednn_open(ng_precision p) {
   o->be.ctx = o;
   o->be.synchronize = onednn_synchronize;
   o->be.destroy = onednn_destroy;
+  o->be.kernels = onednn_kernels;
   o->be.matmul = onednn_matmul;
   o->be.attention_forward = onednn_attention_forward;
   o->be.attention_backward = onednn_attention_backward;
   DNNL_OK(dnnl_engine_create(&o->engine, dnnl_cpu, 0));
   DNNL_OK(dnnl_stream_create(&o->stream, o->engine, dnnl_stream_default_flags));
   return &o->be;
-}
-
-const char *ng_onednn_kernels(const ng_backend *be) {
-  const onednn *o = strcmp(be->name, "onednn") == 0 ? be->ctx : NULL;
-  return o && o->kernels[0] ? o->kernels : "none yet";
 }

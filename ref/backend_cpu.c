@@ -7,6 +7,7 @@
 // count fixes every bit.
 #include <cblas.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -656,11 +657,19 @@ static void cpu_row_rms(ng_backend *be, const float *x, int64_t R, int64_t C, fl
 
 static void cpu_nothing(ng_backend *be) { (void)be; }
 
+static const char *cpu_kernels(ng_backend *be) {
+  static char text[64];
+  (void)be;
+  snprintf(text, sizeof text, "OpenBLAS %s", ng_blas_corename());
+  return text;
+}
+
 static ng_backend cpu_backend = {
     .name = "cpu",
     .precision = NG_PREC_FP32,
     .synchronize = cpu_nothing,  // every op has finished when it returns
     .destroy = cpu_nothing,      // a static instance
+    .kernels = cpu_kernels,
     .alloc = cpu_alloc,
     .free = cpu_free,
     .upload = cpu_copy,

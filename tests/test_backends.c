@@ -433,6 +433,10 @@ static void test_backend(const target *t) {
   test_loss(t, 9, 29, false, 5);
   test_adamw(t, 1, true);
   test_adamw(t, 999, false);
+  const char *k = t->be->kernels(t->be);
+  char name[256];
+  snprintf(name, sizeof name, "%s: names its matmul kernels: %.100s", t->label, k ? k : "NULL");
+  CHECK(k && k[0], name, "no description");
 }
 
 // "cpu, onednn" -> each name in turn.

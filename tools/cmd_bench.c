@@ -254,7 +254,7 @@ static double bench_backend(const bench_setup *s, ng_backend *be) {
     rest -= part_time[p];
   }
   printf(" other ops %.0f%%\n", 100.0 * rest / all);
-  if (strcmp(be->name, "onednn") == 0) printf("  oneDNN matmul kernels: %s\n", ng_onednn_kernels(be));
+  printf("  matmul kernels: %s\n", be->kernels(be));
   free(total);
   ng_adamw_free(student, opt);
   ng_acts_free(teacher, ta);

@@ -61,6 +61,9 @@ struct ng_backend {
   void (*synchronize)(ng_backend *be);
   // Frees the context and the backend itself (through ng_backend_close).
   void (*destroy)(ng_backend *be);
+  // The kernels its matmuls ran so far, in words ("OpenBLAS SkylakeX",
+  // "oneDNN brg:avx512_core_amx_bf16"), for benchmarks.
+  const char *(*kernels)(ng_backend *be);
 
   // --- memory -------------------------------------------------------------
   void *(*alloc)(ng_backend *be, size_t bytes);              // zero-filled
@@ -176,9 +179,6 @@ int ng_precision_parse(const char *s, ng_precision *p);
 // The oneDNN backend (accel/backend_onednn.c), for the registry: the CPU's ops
 // with oneDNN matmuls; bf16 needs AVX-512 BF16 or AMX and is refused without.
 ng_backend *ng_backend_onednn_open(ng_precision p);
-// The kernel family oneDNN chose for its matmuls so far ("brg:avx512_core_amx"
-// ...), or "none yet"; for the bench.
-const char *ng_onednn_kernels(const ng_backend *be);
 
 // The CPU backend's BLAS (OpenBLAS): the kernel family it runs ("SkylakeX")
 // and its build configuration.
