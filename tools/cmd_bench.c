@@ -202,68 +202,113 @@ typedef struct {
   double sgemm, bf16;  // the ceilings (GFLOP/s)
 } bench_setup;
 
-// One backend's step: the median over s->steps, its parts, its throughput.
-// Returns tokens/s.
-static double bench_backend(const bench_setup *s, ng_backend *be) {
+// One backend under test: its models, batch, and the times of its steps.
+typedef struct {
+  ng_backend *be;
+  ng_model *teacher, *student;
+  ng_acts *ta, *sa;
+  ng_adamw *opt;
+  int32_t *tokens, *targets;
+  double *total;              // [steps] seconds of each step
+  step_times mean;            // the step's parts, mean over the steps
+  double parts[P_COUNT], all; // time by op, summed over the steps
+} bench_run;
+
+// Models, batch and one warm-up step on be.
+static void run_open(bench_run *r, const bench_setup *s, ng_backend *be) {
   int64_t N = s->B * s->T;
-  ng_rng r;
-  ng_rng_seed(&r, 1234);
-  ng_model *teacher = ng_model_create(be, &s->mc, false), *student = ng_model_create(be, &s->mc, true);
-  ng_model_init_random(teacher, &r, 0.02);
-  ng_model_init_random(student, &r, 0.02);
+  ng_rng g;
+  ng_rng_seed(&g, 1234);
+  *r = (bench_run){.be = be};
+  r->teacher = ng_model_create(be, &s->mc, false);
+  r->student = ng_model_create(be, &s->mc, true);
+  ng_model_init_random(r->teacher, &g, 0.02);
+  ng_model_init_random(r->student, &g, 0.02);
   size_t ids_bytes = (size_t)N * sizeof(int32_t);
   int32_t *host = ng_xmalloc(2 * ids_bytes);  // tokens [N], targets [N]
-  for (int64_t i = 0; i < 2 * N; i++) host[i] = (int32_t)ng_rng_below(&r, (uint64_t)s->mc.vocab_size);
-  int32_t *tokens = be->alloc(be, ids_bytes), *targets = be->alloc(be, ids_bytes);
-  be->upload(be, tokens, host, ids_bytes);
-  be->upload(be, targets, host + N, ids_bytes);
+  for (int64_t i = 0; i < 2 * N; i++) host[i] = (int32_t)ng_rng_below(&g, (uint64_t)s->mc.vocab_size);
+  r->tokens = be->alloc(be, ids_bytes);
+  r->targets = be->alloc(be, ids_bytes);
+  be->upload(be, r->tokens, host, ids_bytes);
+  be->upload(be, r->targets, host + N, ids_bytes);
   free(host);
-  ng_acts *ta = ng_acts_create(teacher, s->B, s->T, false), *sa = ng_acts_create(student, s->B, s->T, true);
-  ng_adamw *opt = ng_adamw_create(student);
-  step_times st, sum = {0};
-  double *total = ng_xcalloc((size_t)s->steps, sizeof(double)), all = 0.0;
-  train_step(teacher, ta, student, sa, opt, tokens, targets, &st);  // warm-up
-  profile_on(be);
-  for (int k = 0; k < s->steps; k++) {
-    train_step(teacher, ta, student, sa, opt, tokens, targets, &st);
-    total[k] = st.teacher + st.forward + st.loss + st.backward + st.optim;
-    all += total[k];
-    sum.teacher += st.teacher / s->steps;
-    sum.forward += st.forward / s->steps;
-    sum.loss += st.loss / s->steps;
-    sum.backward += st.backward / s->steps;
-    sum.optim += st.optim / s->steps;
-  }
-  profile_off(be);
-  qsort(total, (size_t)s->steps, sizeof(double), cmp_double);
-  double t = total[s->steps / 2], P = ng_model_matmul_params(student, false);
+  r->ta = ng_acts_create(r->teacher, s->B, s->T, false);
+  r->sa = ng_acts_create(r->student, s->B, s->T, true);
+  r->opt = ng_adamw_create(r->student);
+  r->total = ng_xcalloc((size_t)s->steps, sizeof(double));
+  step_times st;
+  train_step(r->teacher, r->ta, r->student, r->sa, r->opt, r->tokens, r->targets, &st);
+}
+
+// Step k, timed as a whole, by part and by op.
+static void run_step(bench_run *r, const bench_setup *s, int k) {
+  step_times st;
+  profile_on(r->be);
+  train_step(r->teacher, r->ta, r->student, r->sa, r->opt, r->tokens, r->targets, &st);
+  profile_off(r->be);
+  r->total[k] = st.teacher + st.forward + st.loss + st.backward + st.optim;
+  r->all += r->total[k];
+  for (int p = 0; p < P_COUNT; p++) r->parts[p] += part_time[p];
+  r->mean.teacher += st.teacher / s->steps;
+  r->mean.forward += st.forward / s->steps;
+  r->mean.loss += st.loss / s->steps;
+  r->mean.backward += st.backward / s->steps;
+  r->mean.optim += st.optim / s->steps;
+}
+
+// Prints the run's median step, throughput and time by op; returns tokens/s.
+static double run_report(bench_run *r, const bench_setup *s) {
+  ng_backend *be = r->be;
+  int64_t N = s->B * s->T;
+  qsort(r->total, (size_t)s->steps, sizeof(double), cmp_double);
+  double t = r->total[s->steps / 2], P = ng_model_matmul_params(r->student, false);
   double att = ng_attention_flops(&s->mc, s->B, s->T);
-  double flops = 6.0 * P * N + 3.0 * att + 2.0 * ng_model_matmul_params(teacher, false) * N + att;
+  double flops = 6.0 * P * N + 3.0 * att + 2.0 * ng_model_matmul_params(r->teacher, false) * N + att;
   double gflops = flops / t / 1e9, ceiling = be->precision == NG_PREC_BF16 ? s->bf16 : s->sgemm;
   printf("%s %s: step %.3f s (median of %d): teacher fwd %.3f, student fwd %.3f, loss %.3f, "
          "backward %.3f, adamw %.3f\n",
-         be->name, ng_precision_name(be->precision), t, s->steps, sum.teacher, sum.forward,
-         sum.loss, sum.backward, sum.optim);
+         be->name, ng_precision_name(be->precision), t, s->steps, r->mean.teacher,
+         r->mean.forward, r->mean.loss, r->mean.backward, r->mean.optim);
   printf("  %.0f tokens/s, %.1f GFLOP/s (%.1f GFLOP per step) = %.0f%% of the %s ceiling\n",
          (double)N / t, gflops, flops / 1e9, 100.0 * gflops / ceiling,
          be->precision == NG_PREC_BF16 ? "bf16 matmul" : "sgemm");
   printf("  time by op:");
-  double rest = all;
+  double rest = r->all;
   for (int p = 0; p < P_COUNT; p++) {
-    printf(" %s %.0f%%,", part_names[p], 100.0 * part_time[p] / all);
-    rest -= part_time[p];
+    printf(" %s %.0f%%,", part_names[p], 100.0 * r->parts[p] / r->all);
+    rest -= r->parts[p];
   }
-  printf(" other ops %.0f%%\n", 100.0 * rest / all);
+  printf(" other ops %.0f%%\n", 100.0 * rest / r->all);
   printf("  matmul kernels: %s\n", be->kernels(be));
-  free(total);
-  ng_adamw_free(student, opt);
-  ng_acts_free(teacher, ta);
-  ng_acts_free(student, sa);
-  be->free(be, tokens);
-  be->free(be, targets);
-  ng_model_free(teacher);
-  ng_model_free(student);
   return (double)N / t;
+}
+
+static void run_close(bench_run *r) {
+  ng_backend *be = r->be;
+  free(r->total);
+  ng_adamw_free(r->student, r->opt);
+  ng_acts_free(r->teacher, r->ta);
+  ng_acts_free(r->student, r->sa);
+  be->free(be, r->tokens);
+  be->free(be, r->targets);
+  ng_model_free(r->teacher);
+  ng_model_free(r->student);
+  ng_backend_close(be);
+}
+
+// The ceilings of one round: best sgemm over the head and MLP shapes, and
+// oneDNN's bf16 matmul at the head shape.
+static void ceilings(const bench_setup *s, double *sgemm, double *bf16, char *impl, size_t n) {
+  int64_t N = s->B * s->T;
+  double g_head = sgemm_gflops(N, s->mc.vocab_size, s->mc.hidden_size);
+  double g_mlp = sgemm_gflops(N, s->mc.intermediate_size, s->mc.hidden_size);
+  *sgemm = g_head > g_mlp ? g_head : g_mlp;
+  *bf16 = bf16_gflops(N, s->mc.vocab_size, s->mc.hidden_size, impl, n);
+}
+
+static double median(double *x, int n) {
+  qsort(x, (size_t)n, sizeof(double), cmp_double);
+  return x[n / 2];
 }
 
 int cmd_bench(const ng_cli *c) {
@@ -285,37 +330,47 @@ int cmd_bench(const ng_cli *c) {
     if (c->precision && ng_precision_parse(c->precision, &precs[0])) return ng_cli_error(ng_error());
     n = 1;
   }
-  const ng_model_config *mc = &s.mc;
-  int64_t N = s.B * s.T;
-  printf("bench: %d threads; teacher and student: D=%lld L=%lld H=%lld KV=%lld hd=%lld F=%lld "
-         "V=%lld; batch %lld x %lld tokens\n",
-         omp_get_max_threads(), (long long)mc->hidden_size, (long long)mc->num_hidden_layers,
-         (long long)mc->num_attention_heads, (long long)mc->num_key_value_heads,
-         (long long)mc->head_dim, (long long)mc->intermediate_size, (long long)mc->vocab_size,
-         (long long)s.B, (long long)s.T);
-  double g_head = sgemm_gflops(N, mc->vocab_size, mc->hidden_size);
-  double g_mlp = sgemm_gflops(N, mc->intermediate_size, mc->hidden_size);
-  s.sgemm = g_head > g_mlp ? g_head : g_mlp;
-  printf("sgemm ceiling (OpenBLAS %s): %.1f GFLOP/s ([%lld x %lld] x [%lld x %lld]^T: %.1f; "
-         "MLP shape: %.1f)\n",
-         ng_blas_corename(), s.sgemm, (long long)N, (long long)mc->hidden_size,
-         (long long)mc->vocab_size, (long long)mc->hidden_size, g_head, g_mlp);
-  char impl[128];
-  s.bf16 = bf16_gflops(N, mc->vocab_size, mc->hidden_size, impl, sizeof impl);
-  printf("bf16 matmul ceiling (oneDNN %s): %.1f GFLOP/s (head shape) = %.1fx sgemm\n", impl,
-         s.bf16, s.bf16 / s.sgemm);
-  double tps[3] = {0};
+  bench_run runs[3];
   for (int i = 0; i < n; i++) {
     ng_backend *be = ng_backend_open(names[i], precs[i]);
     if (!be) {
-      fprintf(stderr, "normgrow: %s\n", ng_error());
-      if (n == 1) return 1;
-      continue;
+      for (int j = 0; j < i; j++) run_close(&runs[j]);
+      return ng_cli_error(ng_error());
     }
-    tps[i] = bench_backend(&s, be);
-    ng_backend_close(be);
+    run_open(&runs[i], &s, be);
   }
-  if (n == 3 && tps[0] > 0.0)
+  const ng_model_config *mc = &s.mc;
+  printf("bench: %d threads; teacher and student: D=%lld L=%lld H=%lld KV=%lld hd=%lld F=%lld "
+         "V=%lld; batch %lld x %lld tokens; %d rounds, each one step of every backend and the "
+         "ceilings (medians reported)\n",
+         omp_get_max_threads(), (long long)mc->hidden_size, (long long)mc->num_hidden_layers,
+         (long long)mc->num_attention_heads, (long long)mc->num_key_value_heads,
+         (long long)mc->head_dim, (long long)mc->intermediate_size, (long long)mc->vocab_size,
+         (long long)s.B, (long long)s.T, s.steps);
+  // Rounds interleave the backends, so that a machine whose load drifts
+  // slows them alike and the ratios hold.
+  double *sg = ng_xcalloc((size_t)s.steps, sizeof(double)), *bf = ng_xcalloc((size_t)s.steps, sizeof(double));
+  char impl[128];
+  for (int k = 0; k < s.steps; k++) {
+    ceilings(&s, &sg[k], &bf[k], impl, sizeof impl);
+    for (int i = 0; i < n; i++) run_step(&runs[i], &s, k);
+  }
+  s.sgemm = median(sg, s.steps);
+  s.bf16 = median(bf, s.steps);
+  free(sg);
+  free(bf);
+  printf("sgemm ceiling (OpenBLAS %s, best of the head [%lld x %lld] x [%lld x %lld]^T and MLP "
+         "shapes): %.1f GFLOP/s\n",
+         ng_blas_corename(), (long long)(s.B * s.T), (long long)mc->hidden_size,
+         (long long)mc->vocab_size, (long long)mc->hidden_size, s.sgemm);
+  printf("bf16 matmul ceiling (oneDNN %s, head shape, bf16 inputs): %.1f GFLOP/s = %.1fx sgemm\n",
+         impl, s.bf16, s.bf16 / s.sgemm);
+  double tps[3];
+  for (int i = 0; i < n; i++) {
+    tps[i] = run_report(&runs[i], &s);
+    run_close(&runs[i]);
+  }
+  if (n == 3)
     printf("tokens/s against the fp32 reference: onednn fp32 %.2fx, onednn bf16 %.2fx\n",
            tps[1] / tps[0], tps[2] / tps[0]);
   return 0;
