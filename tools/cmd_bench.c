@@ -103,7 +103,9 @@ static double bf16_gflops(int64_t M, int64_t N, int64_t K, char *impl, size_t im
 
 // ---------------------------------------------------------------- profile
 
-// Where a step's time goes: the backend's ops timed by wrappers around them.
+// Where a step's time goes: the backend's ops timed by wrappers around them
+// (exact for host backends, whose ops have finished when they return; a device
+// backend would need a synchronize in each wrapper).
 typedef enum { P_MATMUL, P_ATTENTION, P_NORM, P_LOSS, P_ADAMW, P_COUNT } part;
 static const char *const part_names[P_COUNT] = {"matmuls", "attention", "rmsnorm", "loss",
                                                 "adamw"};
