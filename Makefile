@@ -10,8 +10,11 @@ LDFLAGS += $(SAN) -fopenmp -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR)
 LDLIBS  += -lopenblas -lcjson -lm
 # The tokenizer and corpus reader: PCRE2, utf8proc, zlib.
 LDLIBS  += -lpcre2-8 -lutf8proc -lz
+# The oneDNN backend.
+LDLIBS  += -ldnnl
 
 REF_SRC   := $(wildcard ref/*.c)
+REF_SRC   += $(wildcard accel/*.c)
 TOOL_SRC  := $(wildcard tools/*.c)
 TEST_SRC  := $(wildcard tests/test_*.c)
 REF_OBJ   := $(REF_SRC:%.c=$(BUILD)/%.o)
@@ -60,9 +63,10 @@ fuzz:
 	tools/bootstrap.sh fuzz
 	tests/fuzz/run.sh $(FUZZ_SECONDS)
 
-# The whole toy study (about 15 minutes on 2 cores); SEEDS=N repeats every arm.
+# The whole toy study (about 15 minutes on 2 cores); SEEDS=N repeats every arm;
+# BACKEND=onednn PRECISION=bf16 runs it there.
 demo: $(BUILD)/normgrow
-	tools/demo.sh --seeds $(SEEDS)
+	tools/demo.sh --seeds $(SEEDS) $(if $(BACKEND),--backend $(BACKEND)) $(if $(PRECISION),--precision $(PRECISION))
 
 bench: $(BUILD)/normgrow
 	$(BUILD)/normgrow bench

@@ -7,11 +7,13 @@
 // count fixes every bit.
 #include <cblas.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
 #include "normgrow/backend.h"
+#include "normgrow/backend_cpu.h"
 #include "normgrow/common.h"
 
 // Rows per block in reductions over rows (independent of the thread count).
@@ -213,11 +215,80 @@ static int64_t att_block_end(int64_t r0, int64_t rows, int64_t T) {
   return r0 + rows < T ? r0 + rows : T;
 }
 
+// ---------------------------------------------------------------- bf16 rounding
+
+// The upper 16 bits of fp32 bits u rounded to nearest, ties to even; NaN stays
+// NaN (made quiet), infinities stay infinite. Branch-free, so that loops over
+// it vectorize.
+static inline uint32_t bf16_bits(uint32_t u) {
+  uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  return (u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : rounded;
+}
+
+static float round_bf16(float x) {
+  uint32_t u;
+  memcpy(&u, &x, sizeof u);
+  u = bf16_bits(u) << 16;
+  memcpy(&x, &u, sizeof x);
+  return x;
+}
+
+// Elements per parallel chunk of the conversions (memory-bound loops).
+#define CONVERT_CHUNK 16384
+
+// x [n] rounded to bf16: as bf16 bits into h, or (h NULL) as fp32 into f.
+__attribute__((target_clones("avx512f", "default")))
+static void convert_bf16(const float *x, int64_t n, uint16_t *h, float *f) {
+#pragma omp parallel for schedule(static) if (n > CONVERT_CHUNK)
+  for (int64_t c = 0; c < n; c += CONVERT_CHUNK) {
+    int64_t e = c + CONVERT_CHUNK < n ? c + CONVERT_CHUNK : n;
+    if (h) {
+#pragma omp simd
+      for (int64_t i = c; i < e; i++) {
+        uint32_t u;
+        memcpy(&u, x + i, sizeof u);
+        h[i] = (uint16_t)bf16_bits(u);
+      }
+    } else {
+#pragma omp simd
+      for (int64_t i = c; i < e; i++) {
+        uint32_t u;
+        memcpy(&u, x + i, sizeof u);
+        u = bf16_bits(u) << 16;
+        memcpy(f + i, &u, sizeof u);
+      }
+    }
+  }
+}
+
+void ng_round_bf16(const float *x, int64_t n, float *y) { convert_bf16(x, n, NULL, y); }
+
+void ng_to_bf16(const float *x, int64_t n, uint16_t *y) { convert_bf16(x, n, y, NULL); }
+
+// x [n] itself, or with bf16 a rounded copy (freed by the caller).
+static const float *matmul_input(const float *x, int64_t n, bool bf16) {
+  if (!bf16) return x;
+  float *y = ng_xmalloc((size_t)n * sizeof(float));
+  ng_round_bf16(x, n, y);
+  return y;
+}
+
+static void free_input(const float *copy, const float *x) {
+  if (copy != x) free((void *)copy);
+}
+
+// Rounds a thread's own block x [n] in place (within a parallel region).
+static void round_block(float *x, int64_t n, bool bf16) {
+  if (bf16)
+    for (int64_t i = 0; i < n; i++) x[i] = round_bf16(x[i]);
+}
+
 // q [B,T,H,hd], k, v [B,T,KV,hd] -> out [B,T,H,hd], lse [B,H,T]
-static void cpu_attention_forward(ng_backend *be, ng_attn_shape s, const float *q,
-                                  const float *k, const float *v, float *out, float *lse) {
-  (void)be;
-  int64_t rows = att_rows(s.T, false);
+void ng_cpu_attention_forward(ng_attn_shape s, const float *q0, const float *k0,
+                              const float *v0, float *out, float *lse, bool bf16) {
+  int64_t rows = att_rows(s.T, false), nq = s.B * s.T * s.H * s.hd, nk = s.B * s.T * s.KV * s.hd;
+  const float *q = matmul_input(q0, nq, bf16), *k = matmul_input(k0, nk, bf16),
+              *v = matmul_input(v0, nk, bf16);
 #pragma omp parallel
   {
     float *S = ng_xmalloc((size_t)rows * s.T * sizeof(float));  // [rows, T]
@@ -229,6 +300,7 @@ static void cpu_attention_forward(ng_backend *be, ng_attn_shape s, const float *
         int64_t r1 = att_block_end(r0, rows, s.T);
         att_scores(s, q, k, b, h, r0, r1, S);
         att_probs(S, r0, r1, NULL, lse_bh);
+        round_block(S, (r1 - r0) * r1, bf16);
         // out[r0:r1, h] [r1-r0, hd] = P [r1-r0, r1] V[0:r1, kvh] [r1, hd]
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)(r1 - r0), (int)s.hd,
                     (int)r1, 1.0f, S, (int)r1, v + ((size_t)b * s.T * s.KV + kvh) * s.hd,
@@ -238,50 +310,68 @@ static void cpu_attention_forward(ng_backend *be, ng_attn_shape s, const float *
     }
     free(S);
   }
+  free_input(q, q0);
+  free_input(k, k0);
+  free_input(v, v0);
 }
 
+static void cpu_attention_forward(ng_backend *be, ng_attn_shape s, const float *q,
+                                  const float *k, const float *v, float *out, float *lse) {
+  (void)be;
+  ng_cpu_attention_forward(s, q, k, v, out, lse, false);
+}
+
+// The matmul inputs of the attention backward: q, k, v, dout as given, or
+// rounded to bf16 (dout also as given, for rowsum(dO * O)).
+typedef struct {
+  const float *q, *k, *v, *dout_mm;
+  bool bf16;
+} att_inputs;
+
 // One row block of the attention backward for (b, h), P recomputed from lse:
-//   dV += P^T dO;  dP = dO V^T;  dS = P * (dP - rowsum(dO * O));
+//   dP = dO V^T;  dS = P * (dP - rowsum(dO * O));  dV += P^T dO;
 //   dQ = scale dS K;  dK += scale dS^T Q.
-static void att_backward_block(ng_attn_shape s, const float *q, const float *k, const float *v,
-                               const float *out, const float *lse, const float *dout,
-                               float *dq, float *dk, float *dv, int64_t b, int64_t h,
-                               int64_t r0, int64_t r1, float *P, float *dP) {
+static void att_backward_block(ng_attn_shape s, const att_inputs *in, const float *out,
+                               const float *lse, const float *dout, float *dq, float *dk,
+                               float *dv, int64_t b, int64_t h, int64_t r0, int64_t r1, float *P,
+                               float *dP) {
   int64_t kvh = h / (s.H / s.KV), n = r1 - r0;
   int ldq = (int)(s.H * s.hd), ldk = (int)(s.KV * s.hd);
   float scale = (float)(1.0 / sqrt((double)s.hd));
   size_t qoff = (((size_t)b * s.T + r0) * s.H + h) * s.hd;
   size_t koff = ((size_t)b * s.T * s.KV + kvh) * s.hd;
-  att_scores(s, q, k, b, h, r0, r1, P);
+  att_scores(s, in->q, in->k, b, h, r0, r1, P);
   att_probs(P, r0, r1, lse + ((size_t)b * s.H + h) * s.T, NULL);
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)r1, (int)s.hd, (int)n, 1.0f, P,
-              (int)r1, dout + qoff, ldq, 1.0f, dv + koff, ldk);
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)r1, (int)s.hd, 1.0f,
-              dout + qoff, ldq, v + koff, ldk, 0.0f, dP, (int)r1);
+              in->dout_mm + qoff, ldq, in->v + koff, ldk, 0.0f, dP, (int)r1);
   for (int64_t i = 0; i < n; i++) {
     const float *o = out + qoff + (size_t)i * ldq, *d = dout + qoff + (size_t)i * ldq;
     double di = 0.0;
     for (int64_t c = 0; c < s.hd; c++) di += (double)o[c] * d[c];
     float *p = P + (size_t)i * r1, *dp = dP + (size_t)i * r1;
-    for (int64_t j = 0; j < r1; j++) p[j] = p[j] * (dp[j] - (float)di);  // P <- dS
+    for (int64_t j = 0; j < r1; j++) dp[j] = p[j] * (dp[j] - (float)di);  // dP <- dS
   }
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)s.hd, (int)r1, scale, P,
-              (int)r1, k + koff, ldk, 0.0f, dq + qoff, ldq);
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)r1, (int)s.hd, (int)n, scale, P,
-              (int)r1, q + qoff, ldq, 1.0f, dk + koff, ldk);
+  round_block(P, n * r1, in->bf16);
+  round_block(dP, n * r1, in->bf16);
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)r1, (int)s.hd, (int)n, 1.0f, P,
+              (int)r1, in->dout_mm + qoff, ldq, 1.0f, dv + koff, ldk);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)s.hd, (int)r1, scale, dP,
+              (int)r1, in->k + koff, ldk, 0.0f, dq + qoff, ldq);
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)r1, (int)s.hd, (int)n, scale, dP,
+              (int)r1, in->q + qoff, ldq, 1.0f, dk + koff, ldk);
 }
 
 // Parallel over (b, kv head): the query heads sharing a kv head run in one
 // task, so dk and dv accumulate without races and in a fixed order.
-static void cpu_attention_backward(ng_backend *be, ng_attn_shape s, const float *q,
-                                   const float *k, const float *v, const float *out,
-                                   const float *lse, const float *dout, float *dq, float *dk,
-                                   float *dv) {
-  (void)be;
+void ng_cpu_attention_backward(ng_attn_shape s, const float *q, const float *k, const float *v,
+                               const float *out, const float *lse, const float *dout, float *dq,
+                               float *dk, float *dv, bool bf16) {
   int64_t rows = att_rows(s.T, true), group = s.H / s.KV;
-  size_t kv_elems = (size_t)s.B * s.T * s.KV * s.hd;
-  memset(dk, 0, kv_elems * sizeof(float));
-  memset(dv, 0, kv_elems * sizeof(float));
+  int64_t nq = s.B * s.T * s.H * s.hd, nk = s.B * s.T * s.KV * s.hd;
+  memset(dk, 0, (size_t)nk * sizeof(float));
+  memset(dv, 0, (size_t)nk * sizeof(float));
+  att_inputs in = {matmul_input(q, nq, bf16), matmul_input(k, nk, bf16),
+                   matmul_input(v, nk, bf16), matmul_input(dout, nq, bf16), bf16};
 #pragma omp parallel
   {
     float *P = ng_xmalloc(2 * (size_t)rows * s.T * sizeof(float));  // [2 * rows, T]
@@ -290,11 +380,23 @@ static void cpu_attention_backward(ng_backend *be, ng_attn_shape s, const float 
       int64_t b = bk / s.KV, kvh = bk % s.KV;
       for (int64_t h = kvh * group; h < (kvh + 1) * group; h++)
         for (int64_t r0 = 0; r0 < s.T; r0 += rows)
-          att_backward_block(s, q, k, v, out, lse, dout, dq, dk, dv, b, h, r0,
+          att_backward_block(s, &in, out, lse, dout, dq, dk, dv, b, h, r0,
                              att_block_end(r0, rows, s.T), P, P + (size_t)rows * s.T);
     }
     free(P);
   }
+  free_input(in.q, q);
+  free_input(in.k, k);
+  free_input(in.v, v);
+  free_input(in.dout_mm, dout);
+}
+
+static void cpu_attention_backward(ng_backend *be, ng_attn_shape s, const float *q,
+                                   const float *k, const float *v, const float *out,
+                                   const float *lse, const float *dout, float *dq, float *dk,
+                                   float *dv) {
+  (void)be;
+  ng_cpu_attention_backward(s, q, k, v, out, lse, dout, dq, dk, dv, false);
 }
 
 static float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
@@ -564,8 +666,21 @@ static void cpu_row_rms(ng_backend *be, const float *x, int64_t R, int64_t C, fl
   }
 }
 
+static void cpu_nothing(ng_backend *be) { (void)be; }
+
+static const char *cpu_kernels(ng_backend *be) {
+  static char text[64];
+  (void)be;
+  snprintf(text, sizeof text, "OpenBLAS %s", ng_blas_corename());
+  return text;
+}
+
 static ng_backend cpu_backend = {
     .name = "cpu",
+    .precision = NG_PREC_FP32,
+    .synchronize = cpu_nothing,  // every op has finished when it returns
+    .destroy = cpu_nothing,      // a static instance
+    .kernels = cpu_kernels,
     .alloc = cpu_alloc,
     .free = cpu_free,
     .upload = cpu_copy,
@@ -595,15 +710,6 @@ static ng_backend cpu_backend = {
 };
 
 ng_backend *ng_backend_cpu(void) { return &cpu_backend; }
-
-ng_backend *ng_backend_get(const char *name) {
-  if (strcmp(name, "cpu") == 0) return &cpu_backend;
-  ng_fail("backend \"%s\" is not built into this binary (available: %s)", name,
-          ng_backend_names());
-  return NULL;
-}
-
-const char *ng_backend_names(void) { return "cpu"; }
 
 // ---------------------------------------------------------------- BLAS kernels
 

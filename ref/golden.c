@@ -358,9 +358,16 @@ static const char *const family_names[NG_FAM_COUNT] = {"logits",   "losses", "hi
 
 const char *ng_golden_family_name(ng_golden_family f) { return family_names[f]; }
 
-double ng_golden_family_tol(ng_golden_family f) {
-  return f == NG_FAM_GRAD ? NG_GOLDEN_TOL_GRAD
-                          : f == NG_FAM_STEP ? NG_GOLDEN_TOL_STEP : NG_GOLDEN_TOL_FORWARD;
+double ng_golden_family_tol(ng_golden_family f, ng_precision p) {
+  switch (p) {
+    case NG_PREC_FP32:
+      return f == NG_FAM_GRAD ? NG_GOLDEN_TOL_GRAD
+                              : f == NG_FAM_STEP ? NG_GOLDEN_TOL_STEP : NG_GOLDEN_TOL_FORWARD;
+    case NG_PREC_BF16:
+      return f == NG_FAM_GRAD ? NG_GOLDEN_BF16_TOL_GRAD_L2
+                              : f == NG_FAM_STEP ? INFINITY : NG_GOLDEN_BF16_TOL_FORWARD;
+  }
+  return 0.0;
 }
 
 static ng_golden_family family_of(const char *name) {
@@ -462,33 +469,84 @@ static void note(ng_golden_report *rep, ng_golden_family f, double err, const ch
     rep->err[f] = err;
     snprintf(rep->worst[f], sizeof rep->worst[f], "%s", name);
   }
-  if (!(err <= ng_golden_family_tol(f))) rep->n_bad++;
+  if (!(err <= rep->tol[f])) rep->n_bad++;
+}
+
+// Sums of squared differences and of squared expected values (for relative L2).
+typedef struct {
+  double diff, exp;
+} l2_sums;
+
+static void add_l2(l2_sums *s, const float *got, const float *exp, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    double d = (double)got[i] - exp[i];
+    s->diff += d * d;
+    s->exp += (double)exp[i] * exp[i];
+  }
+}
+
+static double rel_l2(l2_sums s) {
+  if (isnan(s.diff)) return INFINITY;
+  return s.exp > 0.0 ? sqrt(s.diff / s.exp) : sqrt(s.diff);
+}
+
+// The fp32 rules: every tensor by itself (GOLDEN.md).
+static double fp32_error(const ng_golden_case *gc, const ng_tensor_list *exp,
+                         const ng_named_tensor *e, const ng_named_tensor *g, double coef,
+                         double G) {
+  if (family_of(e->name) == NG_FAM_STEP)
+    return step_error(gc, e->name + 9, g->data, e->data, exp, coef, G);
+  double floor = is_param_grad(e->name) ? NG_GOLDEN_GRAD_FLOOR * G : 0.0;
+  return rel_error(g->data, e->data, e->numel, floor);
+}
+
+// The bf16 rules: forward by the plain rule, out.grad.* pooled into *grads
+// (noted at the end), other gradients by their own relative L2, steps not compared.
+static double bf16_error(const ng_named_tensor *e, const ng_named_tensor *g, l2_sums *grads) {
+  switch (family_of(e->name)) {
+    case NG_FAM_STEP:
+      return 0.0;
+    case NG_FAM_GRAD: {
+      if (is_param_grad(e->name)) {
+        add_l2(grads, g->data, e->data, e->numel);
+        return 0.0;
+      }
+      l2_sums own = {0};
+      add_l2(&own, g->data, e->data, e->numel);
+      return rel_l2(own);
+    }
+    case NG_FAM_LOGITS: case NG_FAM_LOSSES: case NG_FAM_HIDDEN: case NG_FAM_RMS:
+    case NG_FAM_ABLATION: case NG_FAM_COUNT:
+      break;
+  }
+  return rel_error(g->data, e->data, e->numel, 0.0);
 }
 
 int ng_golden_compare_with(const ng_golden_case *gc, const ng_tensor_list *exp,
-                           const ng_tensor_list *got, ng_golden_report *rep) {
+                           const ng_tensor_list *got, ng_precision p, ng_golden_report *rep) {
   memset(rep, 0, sizeof *rep);
+  for (int f = 0; f < NG_FAM_COUNT; f++)
+    rep->tol[f] = ng_golden_family_tol((ng_golden_family)f, p);
   if (exp->n == 0) return ng_fail("no out.* tensors to compare with");
   double coef = clip_coef(gc, exp), G = grad_scale(exp);
+  l2_sums grads = {0};
   for (int i = 0; i < exp->n; i++) {
     const ng_named_tensor *e = &exp->t[i], *g = ng_tensor_list_find(got, e->name);
-    ng_golden_family f = family_of(e->name);
-    double floor = is_param_grad(e->name) ? NG_GOLDEN_GRAD_FLOOR * G : 0.0;
     double err = INFINITY;
     if (g && same_shape(e, g))
-      err = f == NG_FAM_STEP ? step_error(gc, e->name + 9, g->data, e->data, exp, coef, G)
-                             : rel_error(g->data, e->data, e->numel, floor);
-    note(rep, f, err, e->name);
+      err = p == NG_PREC_BF16 ? bf16_error(e, g, &grads) : fp32_error(gc, exp, e, g, coef, G);
+    note(rep, family_of(e->name), err, e->name);
   }
+  if (p == NG_PREC_BF16) note(rep, NG_FAM_GRAD, rel_l2(grads), "out.grad.* (relative L2)");
   for (int i = 0; i < got->n; i++)  // outputs the case does not expect
     if (!ng_tensor_list_find(exp, got->t[i].name)) note(rep, family_of(got->t[i].name), INFINITY, got->t[i].name);
   return 0;
 }
 
-int ng_golden_compare(const ng_golden_case *gc, const ng_tensor_list *got,
+int ng_golden_compare(const ng_golden_case *gc, const ng_tensor_list *got, ng_precision p,
                       ng_golden_report *rep) {
   ng_tensor_list exp = {0};
-  int rc = load_expected(gc, &exp) ? -1 : ng_golden_compare_with(gc, &exp, got, rep);
+  int rc = load_expected(gc, &exp) ? -1 : ng_golden_compare_with(gc, &exp, got, p, rep);
   ng_tensor_list_free(&exp);
   return rc;
 }
@@ -627,7 +685,7 @@ static int write_inputs(const golden_spec *s, const char *path) {
   return rc;
 }
 
-int ng_golden_make(const char *spec_path, const char *out_path) {
+int ng_golden_make(const char *spec_path, const char *out_path, ng_backend *be) {
   golden_spec s = {0};
   if (parse_spec(spec_path, &s)) return -1;
   int rc = write_inputs(&s, out_path);
@@ -636,8 +694,8 @@ int ng_golden_make(const char *spec_path, const char *out_path) {
   ng_golden_case gc;
   if (ng_golden_open(&gc, out_path)) return -1;
   ng_tensor_list out = {0};
-  ng_acts_options whole = {0};  // the reference: the loss over all rows at once
-  rc = ng_golden_eval(&gc, ng_backend_cpu(), &whole, &out);
+  ng_acts_options whole = {0};  // the loss over all rows at once
+  rc = ng_golden_eval(&gc, be, &whole, &out);
   if (rc == 0) rc = ng_golden_write(&gc, &out, true, out_path);
   ng_tensor_list_free(&out);
   ng_golden_close(&gc);

@@ -308,7 +308,8 @@ static int parse_root(cJSON *root, ng_run_config *rc) {
   static const char *const keys[] = {"name",  "seed",  "run_dir", "mode",   "data",
                                      "model", "teacher", "teacher_cache", "loss",  "optim",  "lr",
                                      "init",  "growth", "stages", "eval",   "structural_tokens",
-                                     "checkpoint_every_steps", "train", NULL};
+                                     "checkpoint_every_steps", "train", "backend", "precision",
+                                     NULL};
   static const char *const modes[] = {"pretrain", "distill", NULL};
   const char *name;
   int64_t seed;
@@ -316,6 +317,9 @@ static int parse_root(cJSON *root, ng_run_config *rc) {
   ng_lr_schedule lr;
   default_item(root, "structural_tokens", cJSON_CreateArray());
   default_item(root, "checkpoint_every_steps", cJSON_CreateNumber(1000));
+  default_item(root, "backend", cJSON_CreateString("cpu"));
+  default_item(root, "precision", cJSON_CreateString("fp32"));
+  const char *backend, *precision;
   if (ng_json_expect_object(root, "run") || ng_json_only_keys(root, "run", keys) ||
       ng_json_str(root, "run", "name", &name) ||
       ng_json_int(root, "run", "seed", 0, INT64_MAX / 2, &seed) ||
@@ -339,8 +343,13 @@ static int parse_root(cJSON *root, ng_run_config *rc) {
       parse_lr(section(root, "lr"), "lr", &lr) || parse_stages(section(root, "stages"), &lr, rc) ||
       parse_init(init, rc) || parse_growth(growth, rc) || parse_eval(section(root, "eval"), rc) ||
       parse_structural(section(root, "structural_tokens"), rc) || parse_train(train, rc) ||
-      ng_json_int(root, "run", "checkpoint_every_steps", 1, INT64_MAX / 4, &rc->checkpoint_every))
+      ng_json_int(root, "run", "checkpoint_every_steps", 1, INT64_MAX / 4, &rc->checkpoint_every) ||
+      ng_json_str(root, "run", "backend", &backend) ||
+      ng_json_str(root, "run", "precision", &precision))
     return -1;
+  if (strlen(backend) >= sizeof rc->backend) return ng_fail("backend: \"%s\" is too long", backend);
+  snprintf(rc->backend, sizeof rc->backend, "%s", backend);
+  if (ng_precision_parse(precision, &rc->precision)) return -1;
   if ((!rc->distill || !rc->teacher_path[0]) &&
       (rc->n_init_layers || rc->embeddings_from_teacher || rc->grow_init == NG_INIT_TEACHER))
     return ng_fail("init: copying from a teacher needs mode \"distill\" and a \"teacher\"");
@@ -353,10 +362,13 @@ static void apply_overrides(cJSON *root, const ng_run_overrides *ov) {
     cJSON_DeleteItemFromObjectCaseSensitive(root, "seed");
     cJSON_AddNumberToObject(root, "seed", (double)ov->seed);
   }
-  if (ov->run_dir) {
-    cJSON_DeleteItemFromObjectCaseSensitive(root, "run_dir");
-    cJSON_AddStringToObject(root, "run_dir", ov->run_dir);
-  }
+  const char *keys[] = {"run_dir", "backend", "precision"};
+  const char *vals[] = {ov->run_dir, ov->backend, ov->precision};
+  for (int i = 0; i < 3; i++)
+    if (vals[i]) {
+      cJSON_DeleteItemFromObjectCaseSensitive(root, keys[i]);
+      cJSON_AddStringToObject(root, keys[i], vals[i]);
+    }
 }
 
 static int parse_with(const char *text, const char *where, const ng_run_overrides *ov,

@@ -2,6 +2,7 @@
 // depth-growth curriculum, evaluation, checkpoints, metrics and resume.
 #include <errno.h>
 #include <math.h>
+#include <omp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -636,15 +637,44 @@ static int extend_run(trainer *t, const char *config_path, int64_t tokens) {
   return 0;
 }
 
-// The run in `dir` at its checkpoint; config.json is extended (rewritten)
-// only once the checkpoint has loaded.
-static int resume_from(trainer *t, const char *dir, int64_t extend_tokens) {
+// The backend and precision of the run's configuration (the command line's if given).
+static int open_backend(trainer *t) {
+  t->be = ng_backend_open(t->rc.backend, t->rc.precision);
+  return t->be ? 0 : -1;
+}
+
+// The resolved backend and the process's environment (normgrow's version,
+// threads, OpenBLAS kernel family, wall-clock time): backend.jsonl, a line at
+// the start and one at every resume.
+static int log_backend(trainer *t, bool resume) {
+  char path[600];
+  path_in(t, "backend.jsonl", path, sizeof path);
+  FILE *f = fopen(path, resume ? "a" : "w");
+  if (!f) return ng_fail("%s: %s", path, strerror(errno));
+  cJSON *j = cJSON_CreateObject();
+  cJSON_AddNumberToObject(j, "step", (double)t->st.step);
+  cJSON_AddStringToObject(j, "backend", t->be->name);
+  cJSON_AddStringToObject(j, "precision", ng_precision_name(t->be->precision));
+  cJSON_AddStringToObject(j, "normgrow", NG_VERSION);
+  cJSON_AddNumberToObject(j, "threads", omp_get_max_threads());
+  cJSON_AddStringToObject(j, "blas_kernels", ng_blas_corename());
+  cJSON_AddNumberToObject(j, "time", wall_clock());
+  log_line(f, j);
+  return fclose(f) == 0 ? 0 : ng_fail("%s: %s", path, strerror(errno));
+}
+
+// The run in `dir` at its checkpoint, on the overrides' backend and precision
+// when given; config.json is extended (rewritten) only once the checkpoint has
+// loaded.
+static int resume_from(trainer *t, const char *dir, const ng_run_overrides *ov,
+                       int64_t extend_tokens) {
   char config[600], path[600];
   snprintf(config, sizeof config, "%s/config.json", dir);
   if (access(config, F_OK) != 0)
     return ng_fail("%s: no config.json, so no run to resume (start one with `normgrow train "
                    "RUN.json --run-dir %s`)", dir, dir);
-  if (ng_run_config_load(config, NULL, &t->rc)) return -1;
+  ng_run_overrides where = {.seed = -1, .backend = ov->backend, .precision = ov->precision};
+  if (ng_run_config_load(config, &where, &t->rc) || open_backend(t)) return -1;
   snprintf(path, sizeof path, "%s/checkpoint.safetensors", dir);
   if (access(path, F_OK) != 0)
     return ng_fail("%s: a run's config.json but no checkpoint.safetensors (the first is written "
@@ -711,15 +741,17 @@ static void trainer_free(trainer *t) {
   if (t->metrics) fclose(t->metrics);
   if (t->diag) fclose(t->diag);
   ng_run_config_free(&t->rc);
+  ng_backend_close(t->be);
 }
 
 int ng_train(const ng_train_args *args) {
   trainer t = {.stop_after = args->stop_after};
   const char *resume_dir = args->resume_dir;
-  t.be = ng_backend_cpu();
-  int rc = resume_dir ? resume_from(&t, resume_dir, args->extend_tokens)
+  int rc = resume_dir ? resume_from(&t, resume_dir, &args->overrides, args->extend_tokens)
                       : (ng_run_config_load(args->config_path, &args->overrides, &t.rc) ||
-                         claim_run_dir(&t, args->force) ? -1 : 0);
+                         open_backend(&t) || claim_run_dir(&t, args->force)
+                             ? -1
+                             : 0);
   t.steps_total = rc == 0 ? ng_run_steps(&t.rc) : 0;
   if (rc == 0 && resume_dir && t.st.step == t.steps_total) {
     fprintf(stderr,
@@ -739,7 +771,7 @@ int ng_train(const ng_train_args *args) {
     t.t_start = ng_now();
     bool resume = resume_dir != NULL;
     rc = reopen_log(&t, "metrics.jsonl", resume, &t.metrics) ||
-                 reopen_log(&t, "diag.jsonl", resume, &t.diag)
+                 reopen_log(&t, "diag.jsonl", resume, &t.diag) || log_backend(&t, resume)
              ? -1
              : 0;
     signal_handlers h;

@@ -45,10 +45,20 @@ for cmd in $commands; do
   fi
 done
 
-"$bin" golden-eval "$root/golden/pre_gqa4_long.safetensors" "$tmp/o.safetensors" --precision bf16 2>"$tmp/err"
-rc=$?
-[ "$rc" -ne 0 ] && [ ! -e "$tmp/o.safetensors" ] && echo "ok golden-eval refuses an option it does not have (no output)" ||
-  echo "FAIL golden-eval with an unsupported option: exit $rc"
+# A backend or precision that is not there: one line naming it, no output.
+case_file=$root/golden/pre_gqa4_long.safetensors
+# ONEDNN_MAX_CPU_ISA=AVX512_CORE hides AVX-512 BF16 and AMX from oneDNN: a CPU without them.
+for args in "--precision bf16:cpu" "--backend nosuch:nosuch" "--precision fp16:fp16" \
+  "--backend onednn --precision half:half" "--backend onednn --precision bf16:AVX-512 BF16"; do
+  ONEDNN_MAX_CPU_ISA=AVX512_CORE "$bin" golden-eval "$case_file" "$tmp/o.safetensors" ${args%%:*} >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  if [ "$rc" -ne 0 ] && [ "$rc" -lt 128 ] && [ ! -e "$tmp/o.safetensors" ] &&
+    [ "$(wc -l <"$tmp/err")" -eq 1 ] && grep -q -- "${args#*:}" "$tmp/err"; then
+    echo "ok golden-eval ${args%%:*} refused: $(cat "$tmp/err")"
+  else
+    echo "FAIL golden-eval ${args%%:*}: exit $rc, stderr: $(cat "$tmp/err")"
+  fi
+done
 
 if "$bin" --version >"$tmp/out" 2>&1 && grep -q '^normgrow [0-9]' "$tmp/out" && grep -q '^backends: .*cpu' "$tmp/out" &&
   grep -q '^BLAS: .*kernels [A-Za-z0-9]' "$tmp/out"; then

@@ -33,6 +33,24 @@ for opts in "--loss-chunk 1" "--loss-chunk 3 --recompute on"; do
   fi
 done
 
+# Every other backend of the build, in each precision it runs on this CPU
+# (bf16 by the contract's reduced-precision rule), on every case.
+for backend in $("$bin" --version | sed -n 's/^backends: //p' | tr -d ','); do
+  [ "$backend" = cpu ] && continue
+  for precision in fp32 bf16; do
+    out=$("$bin" golden-check "$root"/golden/*.safetensors --backend "$backend" --precision "$precision" 2>&1)
+    rc=$?
+    if [ "$rc" -eq 0 ]; then
+      echo "ok golden cases on $backend $precision: $(printf '%s\n' "$out" | grep '^worst')"
+    elif [ "$precision" = bf16 ] && printf '%s\n' "$out" | grep -q 'needs a CPU with'; then
+      echo "skip golden cases on $backend bf16: $out"
+    else
+      echo "FAIL golden cases on $backend $precision:"
+      printf '%s\n' "$out" | grep -E 'FAIL|error|normgrow:|^worst' | sed 's/^/  /'
+    fi
+  done
+done
+
 case=$root/golden/post_untied_final_gqa2_teacher.safetensors
 "$bin" golden-eval "$case" "$tmp/kept.safetensors" &&
   "$bin" golden-eval "$case" "$tmp/recomputed.safetensors" --recompute on &&

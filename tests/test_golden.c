@@ -2,7 +2,9 @@
 // for gradients"): a gradient that is zero by symmetry holds only rounding
 // noise and passes whatever noise a machine gives, while a real error of
 // 1e-3 of the case's gradient scale G fails anywhere, and an error of 2e-3 of a
-// small but real tensor's own scale still fails.
+// small but real tensor's own scale still fails. The bf16 rule ("Reduced
+// precision"): forward values within 3e-2 by the plain rule, every out.grad.*
+// together within a relative L2 of 0.1, the AdamW step not compared.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,10 +55,15 @@ static void close_case(ng_golden_case *gc, ng_tensor_list *exp, ng_tensor_list *
   ng_golden_close(gc);
 }
 
-static int bad(const ng_golden_case *gc, const ng_tensor_list *exp, const ng_tensor_list *got) {
+static int bad_in(ng_precision p, const ng_golden_case *gc, const ng_tensor_list *exp,
+                  const ng_tensor_list *got) {
   ng_golden_report r;
-  if (ng_golden_compare_with(gc, exp, got, &r)) return -1;
+  if (ng_golden_compare_with(gc, exp, got, p, &r)) return -1;
   return r.n_bad;
+}
+
+static int bad(const ng_golden_case *gc, const ng_tensor_list *exp, const ng_tensor_list *got) {
+  return bad_in(NG_PREC_FP32, gc, exp, got);
 }
 
 // T = 1: q/k gradients are zero by symmetry; other noise of the same size passes.
@@ -125,6 +132,41 @@ static void real_errors_fail(void) {
   close_case(&gc, &exp, &got);
 }
 
+// Every out.grad.* entry times (1 + f) (a relative L2 error of f over all of them).
+static void scale_grads(ng_tensor_list *got, const ng_tensor_list *exp, double f) {
+  for (int i = 0; i < got->n; i++)
+    if (strncmp(got->t[i].name, "out.grad.", 9) == 0) {
+      const ng_named_tensor *e = ng_tensor_list_find(exp, got->t[i].name);
+      for (size_t j = 0; j < e->numel; j++) got->t[i].data[j] = (float)(e->data[j] * (1.0 + f));
+    }
+}
+
+static void bf16_rule(void) {
+  ng_golden_case gc;
+  ng_tensor_list exp = {0}, got = {0};
+  if (open_case("pre_untied_final_gqa2_teacher", &gc, &exp, &got)) return;
+  ng_named_tensor *lg = find(&got, "out.logits"), *el = find(&exp, "out.logits");
+  double m = max_abs(el);
+  lg->data[0] = (float)(el->data[0] + 2.5e-2 * m);
+  CHECK(bad_in(NG_PREC_BF16, &gc, &exp, &got) == 0 && bad(&gc, &exp, &got) > 0,
+        "bf16: a logit off by 2.5e-2 of the scale passes (fails in fp32)", "wrong verdict");
+  lg->data[0] = (float)(el->data[0] + 3.5e-2 * m);
+  CHECK(bad_in(NG_PREC_BF16, &gc, &exp, &got) > 0, "bf16: a logit off by 3.5e-2 fails", "passed");
+  lg->data[0] = el->data[0];
+  scale_grads(&got, &exp, 0.08);
+  CHECK(bad_in(NG_PREC_BF16, &gc, &exp, &got) == 0,
+        "bf16: every gradient 8% off (relative L2 0.08) passes", "failed");
+  scale_grads(&got, &exp, 0.12);
+  CHECK(bad_in(NG_PREC_BF16, &gc, &exp, &got) > 0,
+        "bf16: every gradient 12% off (relative L2 0.12) fails", "passed");
+  scale_grads(&got, &exp, 0.0);
+  for (int i = 0; i < got.n; i++)  // a step far off entry by entry is not compared
+    if (strncmp(got.t[i].name, "out.step.", 9) == 0) got.t[i].data[0] += 1.0f;
+  CHECK(bad_in(NG_PREC_BF16, &gc, &exp, &got) == 0 && bad(&gc, &exp, &got) > 0,
+        "bf16: the AdamW step is not compared entry by entry (fp32 compares it)", "wrong verdict");
+  close_case(&gc, &exp, &got);
+}
+
 int main(void) {
   if (!getenv("NG_ROOT")) {
     fprintf(stderr, "set NG_ROOT (tests/run.sh does)\n");
@@ -132,5 +174,6 @@ int main(void) {
   }
   noise_against_noise();
   real_errors_fail();
+  bf16_rule();
   return TEST_RESULT();
 }

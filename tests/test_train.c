@@ -369,6 +369,8 @@ static void check_bad_configs(void) {
   expect_bad("unknown growth init", NULL, "\"init\": \"gate\"", "\"init\": \"mirror\"", "growth.init: unknown value \"mirror\"");
   expect_bad("unknown growth position", NULL, "\"position\": \"top\"", "\"position\": \"bottom\"", "growth.position: unknown value \"bottom\"");
   expect_bad("unknown key", ", \"warmup\": 3", NULL, NULL, "unknown key \"warmup\"");
+  expect_bad("unknown precision", ", \"precision\": \"fp16\"", NULL, NULL, "precision \"fp16\": expected fp32 or bf16");
+  expect_bad("unknown backend", ", \"backend\": \"tpu\"", NULL, NULL, "backend \"tpu\" is not built");
   expect_bad("freezing on a stage that does not grow", NULL, "{\"depth\": 1, \"tokens\": 5120}", "{\"depth\": 1, \"tokens\": 5120, \"freeze_existing\": true}", "freeze_existing");
   expect_bad("missing teacher file", NULL, "teacher/final.safetensors", "teacher/none.safetensors", "none.safetensors");
   expect_bad("teacher of another vocabulary", NULL, "teacher/final.safetensors", "wide.safetensors", "vocabulary");

@@ -8,6 +8,7 @@ set -euo pipefail
 
 need=(gcc make pkg-config libopenblas-openmp-dev libcjson-dev)
 need+=(libpcre2-dev libutf8proc-dev zlib1g-dev)  # tokenizer and corpus reader
+need+=(libdnnl-dev)  # the oneDNN backend
 if [ "${1:-}" = "demo" ]; then
   need+=(python3 python3-matplotlib python3-numpy fortunes fortunes-min)
 fi

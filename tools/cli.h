@@ -11,7 +11,8 @@
 // (tools/normgrow.c): a misspelt one never reaches a command. Positional
 // arguments are collected in order.
 typedef struct {
-  const char *backend;  // --backend NAME (default "cpu")
+  const char *backend;    // --backend NAME (NULL: not given)
+  const char *precision;  // --precision fp32|bf16 (NULL: not given)
   int64_t threads;      // --threads N (0 = OpenMP default)
   int npos;
   const char **pos;
@@ -35,6 +36,9 @@ int ng_cli_num_opt(const ng_cli *c, const char *key, double min, bool min_ok, do
 int ng_cli_may_replace(const ng_cli *c, const char *path, const char *what);
 // The option --key as "on" or "off"; an absent option keeps *out.
 int ng_cli_switch_opt(const ng_cli *c, const char *key, bool *out);
+// The backend of --backend (default cpu) in the precision of --precision
+// (default fp32), opened; NULL with an error message. Close with ng_backend_close.
+ng_backend *ng_cli_backend(const ng_cli *c);
 // Prints "normgrow: <message>" on stderr; returns 1 (the exit status).
 int ng_cli_error(const char *msg);
 

@@ -1,14 +1,18 @@
 // normgrow bench: one full distillation training step (teacher forward,
-// student forward and backward, fused loss, AdamW) at a toy-medium shape and
-// at the same shape with Qwen3's vocabulary of 151936, each with the loss over
-// all tokens at once and in chunks (ng_model_loss): step time against the
-// machine's sgemm GFLOP/s and the process's peak memory, measured in the same run.
+// student forward and backward, fused loss, AdamW) at a toy-medium shape, on
+// the fp32 reference (cpu), onednn fp32 and onednn bf16 (or on the one backend
+// named), reported against two ceilings measured in the same run: OpenBLAS
+// sgemm and oneDNN's bf16 matmul. Then the same shape with Qwen3's vocabulary
+// of 151936, with the loss over all tokens at once and in chunks
+// (ng_model_loss): step time and the process's peak memory of each.
 //
 // FLOPs are counted as 2 x matmul-params x tokens for a forward and 6 x for
 // forward + backward (embedding gathers count none; a tied head counts once),
 // plus causal attention: 4 x hd x H x T(T+1)/2 per sequence and layer forward
 // (scores and values over the causal triangle), twice that for the backward.
+// The same count in every precision: a bf16 step does the same work.
 #include <cblas.h>
+#include <dnnl.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -46,6 +50,125 @@ static double sgemm_gflops(int64_t M, int64_t N, int64_t K) {
   return best;
 }
 
+// Best GFLOP/s of oneDNN's matmul C [M, N] f32 = A [M, K] B^T, A and B bf16
+// (inputs already bf16: the kernel alone); *impl receives its implementation.
+// 0 when this CPU has no bf16 matmul.
+static double bf16_gflops(int64_t M, int64_t N, int64_t K, char *impl, size_t impl_n) {
+  dnnl_engine_t eng;
+  dnnl_stream_t str;
+  snprintf(impl, impl_n, "none");
+  if (dnnl_engine_create(&eng, dnnl_cpu, 0) != dnnl_success) return 0.0;
+  dnnl_stream_create(&str, eng, dnnl_stream_default_flags);
+  dnnl_memory_desc_t a, b, c;
+  dnnl_dims_t ad = {M, K}, as = {K, 1}, bd = {K, N}, bs = {1, K}, cd = {M, N}, cs = {N, 1};
+  dnnl_memory_desc_init_by_strides(&a, 2, ad, dnnl_bf16, as);
+  dnnl_memory_desc_init_by_strides(&b, 2, bd, dnnl_bf16, bs);
+  dnnl_memory_desc_init_by_strides(&c, 2, cd, dnnl_f32, cs);
+  dnnl_matmul_desc_t desc;
+  dnnl_primitive_desc_t pd = NULL;
+  dnnl_primitive_t prim = NULL;
+  double best = 0.0;
+  if (dnnl_matmul_desc_init(&desc, &a, &b, NULL, &c) == dnnl_success &&
+      dnnl_primitive_desc_create(&pd, &desc, NULL, eng, NULL) == dnnl_success &&
+      dnnl_primitive_create(&prim, pd) == dnnl_success) {
+    const char *name = NULL;
+    dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &name);
+    snprintf(impl, impl_n, "%s", name ? name : "?");
+    uint16_t *A = ng_xcalloc((size_t)(M * K), 2), *B = ng_xcalloc((size_t)(N * K), 2);
+    float *C = ng_xcalloc((size_t)(M * N), sizeof(float));
+    for (int64_t i = 0; i < M * K; i++) A[i] = 0x3f80;  // 1.0
+    for (int64_t i = 0; i < N * K; i++) B[i] = 0x3e80;  // 0.25
+    dnnl_memory_t ma, mb, mc;
+    dnnl_memory_create(&ma, &a, eng, A);
+    dnnl_memory_create(&mb, &b, eng, B);
+    dnnl_memory_create(&mc, &c, eng, C);
+    dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}};
+    for (int r = 0; r < 6; r++) {
+      double t0 = ng_now();
+      dnnl_primitive_execute(prim, str, 3, args);
+      dnnl_stream_wait(str);
+      double g = 2.0 * (double)M * N * K / (ng_now() - t0) / 1e9;
+      if (r > 0 && g > best) best = g;
+    }
+    dnnl_memory_destroy(ma);
+    dnnl_memory_destroy(mb);
+    dnnl_memory_destroy(mc);
+    free(A);
+    free(B);
+    free(C);
+  }
+  if (prim) dnnl_primitive_destroy(prim);
+  if (pd) dnnl_primitive_desc_destroy(pd);
+  dnnl_stream_destroy(str);
+  dnnl_engine_destroy(eng);
+  return best;
+}
+
+// ---------------------------------------------------------------- profile
+
+// Where a step's time goes: the backend's ops timed by wrappers around them
+// (exact for host backends, whose ops have finished when they return; a device
+// backend would need a synchronize in each wrapper).
+typedef enum { P_MATMUL, P_ATTENTION, P_NORM, P_LOSS, P_ADAMW, P_COUNT } part;
+static const char *const part_names[P_COUNT] = {"matmuls", "attention", "rmsnorm", "loss",
+                                                "adamw"};
+static double part_time[P_COUNT];
+static ng_backend inner;  // the backend's own ops, called by the timed ones
+
+#define TIMED(p, call)                \
+  do {                                \
+    double t0_ = ng_now();            \
+    call;                             \
+    part_time[p] += ng_now() - t0_;   \
+  } while (0)
+
+static void t_matmul(ng_backend *be, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                     const float *A, const float *B, float beta, float *C) {
+  TIMED(P_MATMUL, inner.matmul(be, ta, tb, M, N, K, A, B, beta, C));
+}
+static void t_att_fwd(ng_backend *be, ng_attn_shape s, const float *q, const float *k,
+                      const float *v, float *out, float *lse) {
+  TIMED(P_ATTENTION, inner.attention_forward(be, s, q, k, v, out, lse));
+}
+static void t_att_bwd(ng_backend *be, ng_attn_shape s, const float *q, const float *k,
+                      const float *v, const float *out, const float *lse, const float *dout,
+                      float *dq, float *dk, float *dv) {
+  TIMED(P_ATTENTION, inner.attention_backward(be, s, q, k, v, out, lse, dout, dq, dk, dv));
+}
+static void t_norm_fwd(ng_backend *be, const float *x, const float *w, int64_t R, int64_t C,
+                       float eps, float *y, float *rstd) {
+  TIMED(P_NORM, inner.rmsnorm_forward(be, x, w, R, C, eps, y, rstd));
+}
+static void t_norm_bwd(ng_backend *be, const float *x, const float *w, const float *rstd,
+                       const float *dy, int64_t R, int64_t C, float *dx, float *dw) {
+  TIMED(P_NORM, inner.rmsnorm_backward(be, x, w, rstd, dy, R, C, dx, dw));
+}
+static void t_ce_kd(ng_backend *be, const float *logits, const float *teacher,
+                    const int32_t *targets, int64_t N, int64_t V, ng_loss_params lp,
+                    float *dlogits, double *ce, double *kd, int64_t *n_valid) {
+  TIMED(P_LOSS, inner.ce_kd(be, logits, teacher, targets, N, V, lp, dlogits, ce, kd, n_valid));
+}
+static void t_adamw(ng_backend *be, float *p, const float *g, float *m, float *v, int64_t n,
+                    ng_adamw_params ap, bool decay) {
+  TIMED(P_ADAMW, inner.adamw(be, p, g, m, v, n, ap, decay));
+}
+
+static void profile_on(ng_backend *be) {
+  inner = *be;
+  memset(part_time, 0, sizeof part_time);
+  be->matmul = t_matmul;
+  be->attention_forward = t_att_fwd;
+  be->attention_backward = t_att_bwd;
+  be->rmsnorm_forward = t_norm_fwd;
+  be->rmsnorm_backward = t_norm_bwd;
+  be->ce_kd = t_ce_kd;
+  be->adamw = t_adamw;
+}
+
+static void profile_off(ng_backend *be) { *be = inner; }
+
+// ---------------------------------------------------------------- the step
+
 typedef struct {
   double teacher, forward, loss, backward, optim;
 } step_times;
@@ -55,21 +178,26 @@ typedef struct {
 static void train_step(ng_model *teacher, ng_acts *ta, ng_model *student, ng_acts *sa,
                        ng_adamw *opt, const int32_t *tokens, const int32_t *targets,
                        step_times *t) {
+  ng_backend *be = student->be;
   ng_optim_config oc = {3e-4, 0.9, 0.95, 1e-8, 0.1, 1.0};
   ng_loss_params lp = {0.5, 2.0, 0, 0};
   ng_loss_teacher lt = {.model = teacher, .acts = ta};
   double ce, kd, t0 = ng_now();
   int64_t nv;
   ng_model_forward(teacher, ta, tokens, NULL);
+  be->synchronize(be);
   double t1 = ng_now();
   ng_model_forward(student, sa, tokens, NULL);
+  be->synchronize(be);
   double t2 = ng_now();
   ng_model_zero_grad(student);
   ng_model_loss(student, sa, &lt, targets, lp, true, &ce, &kd, &nv);
   double t3 = ng_now();
   ng_model_backward(student, sa, tokens);
+  be->synchronize(be);
   double t4 = ng_now();
   ng_adamw_step(student, opt, &oc, oc.lr);
+  be->synchronize(be);
   double t5 = ng_now();
   *t = (step_times){t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4};
 }
@@ -175,23 +303,194 @@ static void bench_one(ng_backend *be, const bench_shape *sh, int steps) {
          chunked.peak_gib / whole.peak_gib);
 }
 
+typedef struct {
+  ng_model_config mc;
+  int64_t B, T;
+  int steps;
+  double sgemm, bf16;  // the ceilings (GFLOP/s)
+} bench_setup;
+
+// One backend under test: its models, batch, and the times of its steps.
+typedef struct {
+  ng_backend *be;
+  ng_model *teacher, *student;
+  ng_acts *ta, *sa;
+  ng_adamw *opt;
+  int32_t *tokens, *targets;
+  double *total;              // [steps] seconds of each step
+  step_times mean;            // the step's parts, mean over the steps
+  double parts[P_COUNT], all; // time by op, summed over the steps
+} bench_run;
+
+// Models, batch and one warm-up step on be.
+static void run_open(bench_run *r, const bench_setup *s, ng_backend *be) {
+  int64_t N = s->B * s->T;
+  ng_rng g;
+  ng_rng_seed(&g, 1234);
+  *r = (bench_run){.be = be};
+  r->teacher = ng_model_create(be, &s->mc, false);
+  r->student = ng_model_create(be, &s->mc, true);
+  ng_model_init_random(r->teacher, &g, 0.02);
+  ng_model_init_random(r->student, &g, 0.02);
+  size_t ids_bytes = (size_t)N * sizeof(int32_t);
+  int32_t *host = ng_xmalloc(2 * ids_bytes);  // tokens [N], targets [N]
+  for (int64_t i = 0; i < 2 * N; i++) host[i] = (int32_t)ng_rng_below(&g, (uint64_t)s->mc.vocab_size);
+  r->tokens = be->alloc(be, ids_bytes);
+  r->targets = be->alloc(be, ids_bytes);
+  be->upload(be, r->tokens, host, ids_bytes);
+  be->upload(be, r->targets, host + N, ids_bytes);
+  free(host);
+  r->ta = ng_acts_create(r->teacher, s->B, s->T, false);
+  r->sa = ng_acts_create(r->student, s->B, s->T, true);
+  r->opt = ng_adamw_create(r->student);
+  r->total = ng_xcalloc((size_t)s->steps, sizeof(double));
+  step_times st;
+  train_step(r->teacher, r->ta, r->student, r->sa, r->opt, r->tokens, r->targets, &st);
+}
+
+// Step k, timed as a whole, by part and by op.
+static void run_step(bench_run *r, const bench_setup *s, int k) {
+  step_times st;
+  profile_on(r->be);
+  train_step(r->teacher, r->ta, r->student, r->sa, r->opt, r->tokens, r->targets, &st);
+  profile_off(r->be);
+  r->total[k] = st.teacher + st.forward + st.loss + st.backward + st.optim;
+  r->all += r->total[k];
+  for (int p = 0; p < P_COUNT; p++) r->parts[p] += part_time[p];
+  r->mean.teacher += st.teacher / s->steps;
+  r->mean.forward += st.forward / s->steps;
+  r->mean.loss += st.loss / s->steps;
+  r->mean.backward += st.backward / s->steps;
+  r->mean.optim += st.optim / s->steps;
+}
+
+// Prints the run's median step, throughput and time by op; returns tokens/s.
+static double run_report(bench_run *r, const bench_setup *s) {
+  ng_backend *be = r->be;
+  int64_t N = s->B * s->T;
+  qsort(r->total, (size_t)s->steps, sizeof(double), cmp_double);
+  double t = r->total[s->steps / 2], P = ng_model_matmul_params(r->student, false);
+  double att = ng_attention_flops(&s->mc, s->B, s->T);
+  double flops = 6.0 * P * N + 3.0 * att + 2.0 * ng_model_matmul_params(r->teacher, false) * N + att;
+  double gflops = flops / t / 1e9, ceiling = be->precision == NG_PREC_BF16 ? s->bf16 : s->sgemm;
+  printf("%s %s: step %.3f s (median of %d): teacher fwd %.3f, student fwd %.3f, loss %.3f, "
+         "backward %.3f, adamw %.3f\n",
+         be->name, ng_precision_name(be->precision), t, s->steps, r->mean.teacher,
+         r->mean.forward, r->mean.loss, r->mean.backward, r->mean.optim);
+  printf("  %.0f tokens/s, %.1f GFLOP/s (%.1f GFLOP per step) = %.0f%% of the %s ceiling\n",
+         (double)N / t, gflops, flops / 1e9, 100.0 * gflops / ceiling,
+         be->precision == NG_PREC_BF16 ? "bf16 matmul" : "sgemm");
+  printf("  time by op:");
+  double rest = r->all;
+  for (int p = 0; p < P_COUNT; p++) {
+    printf(" %s %.0f%%,", part_names[p], 100.0 * r->parts[p] / r->all);
+    rest -= r->parts[p];
+  }
+  printf(" other ops %.0f%%\n", 100.0 * rest / r->all);
+  printf("  matmul kernels: %s\n", be->kernels(be));
+  return (double)N / t;
+}
+
+static void run_close(bench_run *r) {
+  ng_backend *be = r->be;
+  free(r->total);
+  ng_adamw_free(r->student, r->opt);
+  ng_acts_free(r->teacher, r->ta);
+  ng_acts_free(r->student, r->sa);
+  be->free(be, r->tokens);
+  be->free(be, r->targets);
+  ng_model_free(r->teacher);
+  ng_model_free(r->student);
+  ng_backend_close(be);
+}
+
+// The ceilings of one round: best sgemm over the head and MLP shapes, and
+// oneDNN's bf16 matmul at the head shape.
+static void ceilings(const bench_setup *s, double *sgemm, double *bf16, char *impl, size_t n) {
+  int64_t N = s->B * s->T;
+  double g_head = sgemm_gflops(N, s->mc.vocab_size, s->mc.hidden_size);
+  double g_mlp = sgemm_gflops(N, s->mc.intermediate_size, s->mc.hidden_size);
+  *sgemm = g_head > g_mlp ? g_head : g_mlp;
+  *bf16 = bf16_gflops(N, s->mc.vocab_size, s->mc.hidden_size, impl, n);
+}
+
+static double median(double *x, int n) {
+  qsort(x, (size_t)n, sizeof(double), cmp_double);
+  return x[n / 2];
+}
+
 int cmd_bench(const ng_cli *c) {
+  bench_setup s = {
+      .mc = {.vocab_size = 8192, .hidden_size = 512, .intermediate_size = 1536,
+             .num_hidden_layers = 4, .num_attention_heads = 8, .num_key_value_heads = 4,
+             .head_dim = 64, .rope_theta = 1e6, .rms_norm_eps = 1e-6,
+             .tie_word_embeddings = false, .final_norm = true, .norm_placement = NG_NORM_PRE},
+      .B = 8, .T = 256, .steps = 3};
   int64_t steps = 3;
   if (ng_cli_int_opt(c, "steps", 1, 1000, &steps)) return ng_cli_error(ng_error());
-  ng_backend *be = ng_backend_get(c->backend);
-  if (!be) return ng_cli_error(ng_error());
-  ng_model_config mc = {.vocab_size = 8192, .hidden_size = 512, .intermediate_size = 1536,
-                        .num_hidden_layers = 4, .num_attention_heads = 8,
-                        .num_key_value_heads = 4, .head_dim = 64, .rope_theta = 1e6,
-                        .rms_norm_eps = 1e-6, .tie_word_embeddings = false,
-                        .final_norm = true, .norm_placement = NG_NORM_PRE};
+  s.steps = (int)steps;
+  // The named backend, or the fp32 reference, onednn fp32 and onednn bf16.
+  const char *names[3] = {"cpu", "onednn", "onednn"};
+  ng_precision precs[3] = {NG_PREC_FP32, NG_PREC_FP32, NG_PREC_BF16};
+  int n = 3;
+  if (c->backend || c->precision) {
+    names[0] = c->backend ? c->backend : "cpu";
+    if (c->precision && ng_precision_parse(c->precision, &precs[0])) return ng_cli_error(ng_error());
+    n = 1;
+  }
+  bench_run runs[3];
+  for (int i = 0; i < n; i++) {
+    ng_backend *be = ng_backend_open(names[i], precs[i]);
+    if (!be) {
+      for (int j = 0; j < i; j++) run_close(&runs[j]);
+      return ng_cli_error(ng_error());
+    }
+    run_open(&runs[i], &s, be);
+  }
+  const ng_model_config *mc = &s.mc;
   printf("BLAS: %s; kernels %s\n", ng_blas_config(), ng_blas_corename());
-  printf("bench: backend %s, %d threads; each shape: one distillation step, the loss over all "
-         "tokens at once vs in chunks (peak memory: the process's, per variant)\n",
-         be->name, omp_get_max_threads());
-  bench_shape toy = {mc, 8, 256}, large_vocab = {mc, 8, 256};
-  large_vocab.mc.vocab_size = 151936;  // Qwen3's vocabulary
-  bench_one(be, &toy, steps);
-  bench_one(be, &large_vocab, steps);
+  printf("bench: %d threads; teacher and student: D=%lld L=%lld H=%lld KV=%lld hd=%lld F=%lld "
+         "V=%lld; batch %lld x %lld tokens; %d rounds, each one step of every backend and the "
+         "ceilings (medians reported)\n",
+         omp_get_max_threads(), (long long)mc->hidden_size, (long long)mc->num_hidden_layers,
+         (long long)mc->num_attention_heads, (long long)mc->num_key_value_heads,
+         (long long)mc->head_dim, (long long)mc->intermediate_size, (long long)mc->vocab_size,
+         (long long)s.B, (long long)s.T, s.steps);
+  // Rounds interleave the backends, so that a machine whose load drifts
+  // slows them alike and the ratios hold.
+  double *sg = ng_xcalloc((size_t)s.steps, sizeof(double)), *bf = ng_xcalloc((size_t)s.steps, sizeof(double));
+  char impl[128];
+  for (int k = 0; k < s.steps; k++) {
+    ceilings(&s, &sg[k], &bf[k], impl, sizeof impl);
+    for (int i = 0; i < n; i++) run_step(&runs[i], &s, k);
+  }
+  s.sgemm = median(sg, s.steps);
+  s.bf16 = median(bf, s.steps);
+  free(sg);
+  free(bf);
+  printf("sgemm ceiling (OpenBLAS %s, best of the head [%lld x %lld] x [%lld x %lld]^T and MLP "
+         "shapes): %.1f GFLOP/s\n",
+         ng_blas_corename(), (long long)(s.B * s.T), (long long)mc->hidden_size,
+         (long long)mc->vocab_size, (long long)mc->hidden_size, s.sgemm);
+  printf("bf16 matmul ceiling (oneDNN %s, head shape, bf16 inputs): %.1f GFLOP/s = %.1fx sgemm\n",
+         impl, s.bf16, s.bf16 / s.sgemm);
+  double tps[3];
+  for (int i = 0; i < n; i++) {
+    tps[i] = run_report(&runs[i], &s);
+    run_close(&runs[i]);
+  }
+  if (n == 3)
+    printf("tokens/s against the fp32 reference: onednn fp32 %.2fx, onednn bf16 %.2fx\n",
+           tps[1] / tps[0], tps[2] / tps[0]);
+  // Qwen3's vocabulary, on the first backend: the loss whole vs in chunks.
+  ng_backend *be = ng_backend_open(names[0], precs[0]);
+  if (!be) return ng_cli_error(ng_error());
+  bench_shape large = {s.mc, s.B, s.T};
+  large.mc.vocab_size = 151936;
+  printf("\n%s %s at Qwen3's vocabulary: one distillation step, the loss over all tokens at "
+         "once vs in chunks (peak memory: the process's, per variant)",
+         be->name, ng_precision_name(be->precision));
+  bench_one(be, &large, s.steps);
+  ng_backend_close(be);
   return 0;
 }

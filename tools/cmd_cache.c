@@ -13,7 +13,7 @@ int cmd_teacher_cache(const ng_cli *c) {
       ng_cli_int_opt(c, "seq", 1, 1 << 20, &seq) || ng_cli_int_opt(c, "batch", 1, 4096, &batch))
     return ng_cli_error(ng_error());
   if (ng_cli_may_replace(c, c->pos[2], "a teacher cache")) return ng_cli_error(ng_error());
-  ng_backend *be = ng_backend_get(c->backend);
+  ng_backend *be = ng_cli_backend(c);
   ng_model *teacher = NULL;
   ng_shard s = {0};
   int rc = !be || ng_model_open(c->pos[0], be, false, &teacher) || ng_shard_open(&s, c->pos[1]) ||
@@ -23,5 +23,6 @@ int cmd_teacher_cache(const ng_cli *c) {
            (long long)k, (unsigned long long)((s.n_tokens - 1) / (uint64_t)seq), (long long)seq, tau);
   ng_shard_close(&s);
   ng_model_free(teacher);
+  ng_backend_close(be);
   return rc ? ng_cli_error(ng_error()) : 0;
 }

@@ -46,6 +46,7 @@ typedef struct {
 
 // Everything loaded; zeroed fields are safe to release.
 typedef struct {
+  ng_backend *be;
   ng_model *student, *teacher;
   ng_shard shard;
   int32_t *structural;
@@ -167,7 +168,7 @@ static int parse_structural(const char *s, int64_t V, diag_inputs *in) {
 }
 
 static int load_inputs(const ng_cli *c, diag_args *a, diag_inputs *in) {
-  ng_backend *be = ng_backend_get(c->backend);
+  ng_backend *be = in->be = ng_cli_backend(c);
   if (!be || ng_model_open(a->model, be, false, &in->student)) return -1;
   find_step(a);
   int64_t V = in->student->cfg.vocab_size;
@@ -192,6 +193,7 @@ static void free_inputs(diag_inputs *in) {
   ng_model_free(in->student);
   ng_shard_close(&in->shard);
   free(in->structural);
+  ng_backend_close(in->be);
 }
 
 // "settings": what the diagnostics were computed with, and where from.

@@ -116,9 +116,9 @@ int cmd_export(const ng_cli *c) {
   int taken = ng_cli_may_replace(c, config, "an exported model");
   free(config);
   if (taken) return ng_cli_error(ng_error());
-  ng_backend *be = ng_backend_get(c->backend);
+  ng_backend *be = ng_backend_cpu();
   ng_model *m = NULL;
-  int rc = !be || ng_checkpoint_load(c->pos[0], be, false, &m, NULL, NULL) ||
+  int rc = ng_checkpoint_load(c->pos[0], be, false, &m, NULL, NULL) ||
            ng_hf_export(m, out, dtype && strcmp(dtype, "f32") == 0 ? NG_F32 : NG_BF16,
                         (size_t)shard_mib << 20) ||
            copy_tokenizer(c->pos[0], out, &tokenizer);

@@ -1,5 +1,6 @@
 // normgrow train RUN.json [--seed S] [--run-dir DIR] [--force]
 // normgrow train --resume RUN_DIR [--extend-tokens N]
+// and either with [--backend NAME] [--precision fp32|bf16] (replace the run's own)
 // [--stop-after STEP] (ends the run after that step, as a kill would: for tests)
 // A run stopped by SIGINT or SIGTERM (after its checkpoint) exits 128 + signal.
 #include <stdint.h>
@@ -13,6 +14,8 @@ int cmd_train(const ng_cli *c) {
                      .force = ng_cli_opt(c, "force") != NULL};
   a.config_path = c->npos == 1 ? c->pos[0] : NULL;
   a.overrides.run_dir = ng_cli_opt(c, "run-dir");
+  a.overrides.backend = c->backend;
+  a.overrides.precision = c->precision;
   if ((a.config_path != NULL) == (a.resume_dir != NULL))
     return ng_cli_error("train: give either RUN.json or --resume RUN_DIR");
   if (a.resume_dir && (a.force || a.overrides.run_dir || ng_cli_opt(c, "seed")))

@@ -40,16 +40,19 @@ static const command commands[] = {
      "tokenize --tokenizer PATH TEXT|- | tokenize --tokenizer PATH --decode IDS|-\n"
      "    a text's token ids, or the text of ids"},
     {"train", cmd_train, 0, 1, true,
-     LIST("resume", "run-dir", "seed", "stop-after", "extend-tokens"), LIST("force"),
+     LIST("resume", "run-dir", "seed", "stop-after", "extend-tokens", "backend", "precision"),
+     LIST("force"),
      "train RUN.json [--seed S] [--run-dir DIR] [--force] | train --resume RUN_DIR [--extend-tokens N]\n"
+     "         either with [--backend NAME] [--precision fp32|bf16] (replace the run's own)\n"
      "    run one arm (--force: replace a run in its directory), or continue it from its last\n"
      "    checkpoint (--extend-tokens: a finished run, N tokens more); Ctrl-C stops at a checkpoint"},
     {"diag", cmd_diag, 1, 1, true,
-     LIST("backend", "data", "teacher", "batches", "batch", "seq", "structural", "top",
-          "kd-weight", "temperature", "out"),
+     LIST("backend", "precision", "data", "teacher", "batches", "batch", "seq", "structural",
+          "top", "kd-weight", "temperature", "out"),
      NONE,
      "diag MODEL [--data SHARD] [--teacher CKPT] [--batches N] [--batch B] [--seq T]\n"
      "         [--structural ID,...] [--top K] [--kd-weight A] [--temperature TAU] [--out FILE]\n"
+     "         [--backend NAME] [--precision fp32|bf16]\n"
      "    residual RMS statistics and block-removal ablation (JSON) of a run directory, a\n"
      "    checkpoint or a Hugging Face directory; a run's own evaluation settings by default"},
     {"report", cmd_report, 1, MANY, false, LIST("out"), LIST("force"),
@@ -71,26 +74,31 @@ static const command commands[] = {
      "         [--recompute on|off] [--teacher-dtype bf16|f32]\n"
      "    parameters, memory per device and FLOPs of each stage"},
     {"teacher-cache", cmd_teacher_cache, 3, 3, true,
-     LIST("backend", "k", "temperature", "seq", "batch"), LIST("force"),
+     LIST("backend", "precision", "k", "temperature", "seq", "batch"), LIST("force"),
      "teacher-cache TEACHER SHARD OUT [--k K] [--temperature TAU] [--seq T] [--batch B] [--force]\n"
+     "         [--backend NAME] [--precision fp32|bf16]\n"
      "    the teacher's top-k logits over a shard, for every arm"},
-    {"bench", cmd_bench, 0, 0, true, LIST("backend", "steps"), NONE,
-     "bench [--steps N]\n"
-     "    training steps at two shapes (toy-medium, Qwen3's vocabulary), the loss whole or in\n"
-     "    chunks: time, memory and the ratio to this machine's sgemm ceiling"},
-    {"golden-check", cmd_golden_check, 1, MANY, true, LIST("backend", "loss-chunk", "recompute"),
-     NONE,
-     "golden-check CASE... [--backend NAME] [--loss-chunk ROWS] [--recompute on|off]\n"
+    {"bench", cmd_bench, 0, 0, true, LIST("backend", "precision", "steps"), NONE,
+     "bench [--steps N] [--backend NAME] [--precision fp32|bf16]\n"
+     "    a training step at a toy-medium shape on the fp32 reference, onednn fp32 and onednn\n"
+     "    bf16 (or the one backend named), against sgemm and bf16 matmul ceilings; then at\n"
+     "    Qwen3's vocabulary, the loss whole or in chunks: time and peak memory"},
+    {"golden-check", cmd_golden_check, 1, MANY, true,
+     LIST("backend", "precision", "loss-chunk", "recompute"), NONE,
+     "golden-check CASE... [--backend NAME] [--precision fp32|bf16] [--loss-chunk ROWS]\n"
+     "         [--recompute on|off]\n"
      "    recompute each case and compare with its stored out.* (docs/golden-contract.md)"},
-    {"golden-eval", cmd_golden_eval, 2, 2, true, LIST("backend", "loss-chunk", "recompute"), NONE,
-     "golden-eval CASE OUT [--backend NAME] [--loss-chunk ROWS] [--recompute on|off]\n"
+    {"golden-eval", cmd_golden_eval, 2, 2, true,
+     LIST("backend", "precision", "loss-chunk", "recompute"), NONE,
+     "golden-eval CASE OUT [--backend NAME] [--precision fp32|bf16] [--loss-chunk ROWS]\n"
+     "         [--recompute on|off]\n"
      "    write every out.* tensor of CASE to OUT"},
     {"golden-make", cmd_golden_make, 2, 2, true, NONE, NONE,
      "golden-make SPEC.json CASE\n"
-     "    a new case: random inputs from the spec, reference outputs"},
+     "    a new case: random inputs from the spec, outputs of the fp32 reference"},
     {"golden-update", cmd_golden_update, 1, MANY, true, NONE, NONE,
      "golden-update CASE...\n"
-     "    recompute the stored out.* from the case's inputs"},
+     "    recompute the stored out.* from the case's inputs on the fp32 reference"},
 };
 #define N_COMMANDS (int)(sizeof commands / sizeof commands[0])
 
@@ -167,6 +175,12 @@ int ng_cli_switch_opt(const ng_cli *c, const char *key, bool *out) {
   return 0;
 }
 
+ng_backend *ng_cli_backend(const ng_cli *c) {
+  ng_precision p = NG_PREC_FP32;
+  if (c->precision && ng_precision_parse(c->precision, &p)) return NULL;
+  return ng_backend_open(c->backend ? c->backend : "cpu", p);
+}
+
 int ng_cli_error(const char *msg) {
   fprintf(stderr, "normgrow: %s\n", msg);
   return 1;
@@ -190,7 +204,6 @@ static int parse_threads(const char *v, ng_cli *c) {
 
 static int parse_args(int argc, char **argv, args *a) {
   ng_cli *c = &a->cli;
-  c->backend = "cpu";
   c->pos = ng_xcalloc((size_t)argc + 1, sizeof(char *));
   c->extra_key = ng_xcalloc((size_t)argc + 1, sizeof(char *));
   c->extra_val = ng_xcalloc((size_t)argc + 1, sizeof(char *));
@@ -235,6 +248,8 @@ static int parse_args(int argc, char **argv, args *a) {
         if (parse_threads(v, c)) return -1;
       } else if (strcmp(arg, "--backend") == 0) {
         c->backend = v;
+      } else if (strcmp(arg, "--precision") == 0) {
+        c->precision = v;
       } else {
         c->extra_key[c->nextra] = arg + 2;
         c->extra_val[c->nextra++] = v;

@@ -9,6 +9,16 @@
 //
 // Shapes use N = B*T rows (tokens), D = hidden, H/KV = query/key-value heads,
 // hd = head_dim, F = intermediate, V = vocabulary.
+//
+// Ops may run asynchronously (a device queue). The synchronization points,
+// where every op issued before has finished, are the ops that return host
+// values: download, ce_kd and ce_kd_topk (*ce, *kd, *n_valid), sumsq; and
+// synchronize. Every other op only queues work.
+//
+// Precision (../shared/GOLDEN.md "Reduced precision"): in NG_PREC_BF16 mode the
+// inputs of every matmul and of attention's two products (scores, values) are
+// rounded to bf16 and accumulated in fp32; buffers, weights, AdamW moments,
+// norms and loss stay fp32. NG_PREC_FP32 is plain fp32 (no TF32, no bf16 inside).
 #ifndef NORMGROW_BACKEND_H
 #define NORMGROW_BACKEND_H
 
@@ -17,6 +27,8 @@
 #include <stdint.h>
 
 typedef struct ng_backend ng_backend;
+
+typedef enum { NG_PREC_FP32, NG_PREC_BF16 } ng_precision;
 
 // Attention geometry of one call.
 typedef struct {
@@ -47,6 +59,16 @@ typedef struct {
 
 struct ng_backend {
   const char *name;
+  ng_precision precision;
+  void *ctx;  // the backend's own state (primitive caches, streams); NULL for the CPU
+
+  // Waits until every op issued before has finished.
+  void (*synchronize)(ng_backend *be);
+  // Frees the context and the backend itself (through ng_backend_close).
+  void (*destroy)(ng_backend *be);
+  // The kernels its matmuls ran so far, in words ("OpenBLAS SkylakeX",
+  // "oneDNN brg:avx512_core_amx_bf16"), for benchmarks.
+  const char *(*kernels)(ng_backend *be);
 
   // --- memory -------------------------------------------------------------
   void *(*alloc)(ng_backend *be, size_t bytes);              // zero-filled
@@ -148,11 +170,24 @@ struct ng_backend {
 };
 
 // The fp32 CPU reference backend (OpenMP loops and cblas_sgemm): the oracle.
+// A static instance: closing it does nothing.
 ng_backend *ng_backend_cpu(void);
-// Look a backend up by name ("cpu"); NULL with an error message if unknown.
-ng_backend *ng_backend_get(const char *name);
+
+// --- the registry (ref/backend.c): the backends this build has ------------
+// Opens backend `name` ("cpu", "onednn") in precision p; NULL with an error
+// message naming it when the build lacks it or it cannot run p on this machine.
+ng_backend *ng_backend_open(const char *name, ng_precision p);
+// Synchronizes and destroys a backend from ng_backend_open (NULL: no-op).
+void ng_backend_close(ng_backend *be);
 // The names of the backends this build has, comma-separated.
 const char *ng_backend_names(void);
+// "fp32" / "bf16", and back (-1 with an error message for anything else).
+const char *ng_precision_name(ng_precision p);
+int ng_precision_parse(const char *s, ng_precision *p);
+
+// The oneDNN backend (accel/backend_onednn.c), for the registry: the CPU's ops
+// with oneDNN matmuls; bf16 needs AVX-512 BF16 or AMX and is refused without.
+ng_backend *ng_backend_onednn_open(ng_precision p);
 
 // The CPU backend's BLAS (OpenBLAS): the kernel family it runs ("SkylakeX")
 // and its build configuration.

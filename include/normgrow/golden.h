@@ -26,6 +26,12 @@
 // 100 eps). Noise in a gradient that is zero by symmetry then passes on every
 // machine, while a real error of 1e-3 G anywhere still fails.
 #define NG_GOLDEN_GRAD_FLOOR 1e-3
+// bf16 mode (../shared/GOLDEN.md "Reduced precision"): forward outputs by the
+// plain rule within 3e-2; the out.grad.* tensors all together within a
+// relative L2 error sqrt(sum (got - exp)^2 / sum exp^2) of 0.1 (out.topk_dlogits
+// by the same L2 on its own); the AdamW step is not compared entry by entry.
+#define NG_GOLDEN_BF16_TOL_FORWARD 3e-2
+#define NG_GOLDEN_BF16_TOL_GRAD_L2 0.1
 
 typedef struct {
   ng_st_file file;
@@ -80,22 +86,25 @@ typedef enum {
 
 typedef struct {
   double err[NG_FAM_COUNT];          // max error (step: max update error / lr)
+  double tol[NG_FAM_COUNT];          // its bound in the precision compared (inf: not compared)
   char worst[NG_FAM_COUNT][112];     // tensor that gave it
   int n_bad;                         // tensors out of tolerance (or missing/extra)
 } ng_golden_report;
 
 const char *ng_golden_family_name(ng_golden_family f);
-double ng_golden_family_tol(ng_golden_family f);
-// Compare `got` with the out.* tensors stored in the case file.
-int ng_golden_compare(const ng_golden_case *gc, const ng_tensor_list *got,
+// The bound of family f for outputs computed in precision p.
+double ng_golden_family_tol(ng_golden_family f, ng_precision p);
+// Compare `got`, computed in precision p, with the out.* tensors stored in the
+// case file, by the rules of that precision.
+int ng_golden_compare(const ng_golden_case *gc, const ng_tensor_list *got, ng_precision p,
                       ng_golden_report *rep);
 // The same against expected tensors `exp` given by the caller (named out.*).
 int ng_golden_compare_with(const ng_golden_case *gc, const ng_tensor_list *exp,
-                           const ng_tensor_list *got, ng_golden_report *rep);
+                           const ng_tensor_list *got, ng_precision p, ng_golden_report *rep);
 
 // Make a new case from a spec JSON ({"seed", "batch", "seq", "teacher",
 // "ignore_fraction", "model", "loss", "optim"}): random inputs and weights
-// from the seed, outputs from the reference.
-int ng_golden_make(const char *spec_path, const char *out_path);
+// from the seed, outputs from backend `be` (the reference: ng_backend_cpu()).
+int ng_golden_make(const char *spec_path, const char *out_path, ng_backend *be);
 
 #endif

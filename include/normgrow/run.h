@@ -36,6 +36,7 @@
 //                                      as loaded from a bf16 checkpoint, holds them in bf16
 //                                      and widens one block at a time as it runs: the same
 //                                      logits in half the memory; false keeps them fp32)
+//   "backend": "cpu" | "onednn", "precision": "fp32" | "bf16"
 // }
 // Optional keys: teacher/loss (pretrain), teacher_cache, lr inside a stage (that stage then
 // restarts with its own schedule), restart_lr (default false: the stage
@@ -49,12 +50,15 @@
 // most 2^53 - 1, as its checkpoints record them; one step's activations (batch
 // x seq x (depth + 1) x the widest per-token row) at most 2^52 values; the
 // model at most 2^40 parameters (config.h).
+// backend (default "cpu") and precision (default "fp32"): where the run computes,
+// not what it computes (a run may resume on another backend).
 #ifndef NORMGROW_RUN_H
 #define NORMGROW_RUN_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "normgrow/backend.h"
 #include "normgrow/config.h"
 
 #define NG_MAX_STAGES 16
@@ -112,6 +116,8 @@ typedef struct {
   int64_t checkpoint_every;
   int n_structural;
   int32_t structural_tokens[16];  // extra structural token ids for diagnostics
+  char backend[32];          // the backend the run computes on
+  ng_precision precision;
   char *json;                // the resolved configuration (written to the run dir)
 } ng_run_config;
 
@@ -119,6 +125,8 @@ typedef struct {
 typedef struct {
   int64_t seed;          // >= 0: replaces "seed"
   const char *run_dir;   // not NULL: replaces "run_dir"
+  const char *backend;   // not NULL: replaces "backend"
+  const char *precision; // not NULL: replaces "precision"
 } ng_run_overrides;
 
 int ng_run_config_load(const char *path, const ng_run_overrides *ov, ng_run_config *rc);
@@ -147,7 +155,7 @@ void ng_grow_layout(ng_grow_position pos, int64_t d, int64_t k, int64_t *from_ol
 typedef struct {
   const char *config_path;   // a new run of this arm (with `overrides`), or
   const char *resume_dir;    // the run to continue from its last checkpoint
-  ng_run_overrides overrides;
+  ng_run_overrides overrides;  // on resume, only backend and precision apply
   bool force;                // a new run may replace a run in its directory
   int64_t extend_tokens;     // > 0 (resume only): append a stage of this many
                              // tokens at the final depth, its LR constant at the

@@ -1,0 +1,461 @@
+// Every op of the backend table on every backend of the build, in every
+// precision it runs here, against the fp32 CPU reference. Inputs go in by
+// upload and results come back by download only (a backend's buffers are
+// never read directly), at several shapes including odd sizes.
+// Bounds (../shared/GOLDEN.md): fp32 forward values max|got - exp| / max|exp|
+// <= 1e-4, gradients <= 1e-3; bf16 forward values <= 3e-2 by the same rule,
+// gradients by relative L2 <= 0.1. Integer results must match exactly.
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "normgrow/backend.h"
+#include "normgrow/common.h"
+#include "normgrow/rng.h"
+
+static ng_rng rng;
+
+typedef enum { FWD, GRAD } kind;
+
+// The backend under test and the reference.
+typedef struct {
+  ng_backend *be, *ref;
+  char label[64];  // "onednn bf16"
+} target;
+
+// ---------------------------------------------------------------- buffers
+
+#define MAX_BUFS 16
+// A backend's buffers of one op call, freed together.
+typedef struct {
+  ng_backend *be;
+  void *p[MAX_BUFS];
+  int n;
+} bufs;
+
+// A backend buffer of `bytes`, holding host data h when h is not NULL.
+static void *up(bufs *b, const void *h, size_t bytes) {
+  NG_ASSERT(b->n < MAX_BUFS);
+  void *p = b->be->alloc(b->be, bytes);
+  if (h) b->be->upload(b->be, p, h, bytes);
+  return b->p[b->n++] = p;
+}
+
+static float *upf(bufs *b, const float *h, int64_t n) { return up(b, h, (size_t)n * sizeof(float)); }
+
+static float *down(bufs *b, const void *d, int64_t n) {
+  float *h = ng_xmalloc((size_t)n * sizeof(float));
+  b->be->download(b->be, h, d, (size_t)n * sizeof(float));
+  return h;
+}
+
+static void release(bufs *b) {
+  for (int i = 0; i < b->n; i++) b->be->free(b->be, b->p[i]);
+  b->n = 0;
+}
+
+static float *randn(int64_t n, double std) {
+  float *x = ng_xmalloc((size_t)n * sizeof(float));
+  ng_rng_fill_normal(&rng, x, (size_t)n, 0.0, std);
+  return x;
+}
+
+// ---------------------------------------------------------------- comparison
+
+static double max_rel(const float *got, const float *exp, int64_t n) {
+  double d = 0.0, s = 0.0;
+  for (int64_t i = 0; i < n; i++) {
+    d = fmax(d, fabs((double)got[i] - exp[i]));
+    s = fmax(s, fabs((double)exp[i]));
+  }
+  if (isnan(d)) return INFINITY;
+  return s > 0.0 ? d / s : d;
+}
+
+static double rel_l2(const float *got, const float *exp, int64_t n) {
+  double d = 0.0, s = 0.0;
+  for (int64_t i = 0; i < n; i++) {
+    d += ((double)got[i] - exp[i]) * ((double)got[i] - exp[i]);
+    s += (double)exp[i] * exp[i];
+  }
+  if (isnan(d)) return INFINITY;
+  return s > 0.0 ? sqrt(d / s) : sqrt(d);
+}
+
+// got against exp [n] by the rule of t's precision; frees got.
+static void compare(const target *t, const char *what, kind k, float *got, const float *exp,
+                    int64_t n) {
+  bool bf16 = t->be->precision == NG_PREC_BF16;
+  double err = bf16 && k == GRAD ? rel_l2(got, exp, n) : max_rel(got, exp, n);
+  double tol = bf16 ? (k == GRAD ? 0.1 : 3e-2) : (k == GRAD ? 1e-3 : 1e-4);
+  char name[256];
+  snprintf(name, sizeof name, "%s: %s: %s error %.1e", t->label, what,
+           bf16 && k == GRAD ? "relative L2" : "relative", err);
+  CHECK(err <= tol, name, "above %.0e", tol);
+  free(got);
+}
+
+// r[1] (the backend under test) against r[0] (the reference), both [n];
+// frees both. The rest names the check, printf-style.
+NG_PRINTF(5, 6)
+static void compare_runs(const target *t, kind k, float *r[2], int64_t n, const char *fmt, ...) {
+  char what[160];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(what, sizeof what, fmt, ap);
+  va_end(ap);
+  compare(t, what, k, r[1], r[0], n);
+  free(r[0]);
+  r[0] = r[1] = NULL;
+}
+
+static void compare_scalar(const target *t, const char *what, double got, double exp) {
+  float *g = ng_xmalloc(sizeof(float)), e = (float)exp;
+  *g = (float)got;
+  compare(t, what, FWD, g, &e, 1);
+}
+
+// The backend of run i: the reference first, then the one under test.
+static ng_backend *run_be(const target *t, int i) { return i ? t->be : t->ref; }
+
+static void free2(float *r[2]) {
+  free(r[0]);
+  r[0] = NULL;
+  free(r[1]);
+  r[1] = NULL;
+}
+
+// ---------------------------------------------------------------- ops
+
+static void test_memory(const target *t, int64_t n) {
+  float *x = randn(n, 1.0), *r[2] = {0}, *z[2] = {0};
+  for (int i = 0; i < 2; i++) {
+    bufs b = {.be = run_be(t, i)};
+    float *d = upf(&b, x, n), *e = upf(&b, NULL, n);
+    b.be->copy(b.be, e, d, (size_t)n * sizeof(float));
+    r[i] = down(&b, e, n);
+    b.be->zero(b.be, d, (size_t)n * sizeof(float));
+    b.be->synchronize(b.be);
+    z[i] = down(&b, d, n);
+    release(&b);
+  }
+  char name[160];
+  snprintf(name, sizeof name, "%s: upload, copy, download, zero of %lld floats", t->label,
+           (long long)n);
+  bool same = memcmp(r[1], x, (size_t)n * sizeof(float)) == 0;
+  for (int64_t i = 0; i < n; i++) same &= z[1][i] == 0.0f;
+  CHECK(same, name, "values changed");
+  free2(r);
+  free2(z);
+  free(x);
+}
+
+static void test_matmul(const target *t, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                        float beta) {
+  float *A = randn(M * K, 1.0), *B = randn(K * N, 1.0), *C = randn(M * N, 1.0), *r[2];
+  for (int i = 0; i < 2; i++) {
+    bufs b = {.be = run_be(t, i)};
+    float *dA = upf(&b, A, M * K), *dB = upf(&b, B, K * N), *dC = upf(&b, C, M * N);
+    b.be->matmul(b.be, ta, tb, M, N, K, dA, dB, beta, dC);
+    r[i] = down(&b, dC, M * N);
+    release(&b);
+  }
+  compare_runs(t, FWD, r, M * N, "matmul ta=%d tb=%d M=%lld N=%lld K=%lld beta=%g", ta, tb,
+           (long long)M, (long long)N, (long long)K, beta);
+  free(A);
+  free(B);
+  free(C);
+}
+
+static void test_embedding(const target *t, int64_t N, int64_t V, int64_t D) {
+  int32_t *tok = ng_xmalloc((size_t)N * sizeof(int32_t));
+  for (int64_t i = 0; i < N; i++) tok[i] = (int32_t)ng_rng_below(&rng, (uint64_t)V);
+  float *W = randn(V * D, 1.0), *dout = randn(N * D, 1.0), *dW0 = randn(V * D, 1.0);
+  float *y[2], *dW[2];
+  for (int i = 0; i < 2; i++) {
+    bufs b = {.be = run_be(t, i)};
+    int32_t *dt = up(&b, tok, (size_t)N * sizeof(int32_t));
+    float *dw = upf(&b, W, V * D), *dy = upf(&b, NULL, N * D), *ddo = upf(&b, dout, N * D);
+    float *ddw = upf(&b, dW0, V * D);
+    b.be->embedding_forward(b.be, dt, dw, N, D, dy);
+    b.be->embedding_backward(b.be, dt, ddo, N, D, ddw);
+    y[i] = down(&b, dy, N * D);
+    dW[i] = down(&b, ddw, V * D);
+    release(&b);
+  }
+  compare_runs(t, FWD, y, N * D, "embedding N=%lld V=%lld D=%lld forward", (long long)N,
+           (long long)V, (long long)D);
+  compare_runs(t, GRAD, dW, V * D, "embedding N=%lld V=%lld D=%lld backward", (long long)N,
+           (long long)V, (long long)D);
+  free(tok);
+  free(W);
+  free(dout);
+  free(dW0);
+}
+
+static void test_rmsnorm(const target *t, int64_t R, int64_t C, bool with_dw) {
+  float *x = randn(R * C, 2.0), *w = randn(C, 1.0), *dy = randn(R * C, 1.0);
+  float *dx0 = randn(R * C, 1.0), *dw0 = randn(C, 1.0);
+  float *y[2], *rstd[2], *dx[2], *dw[2] = {0};
+  for (int i = 0; i < 2; i++) {
+    bufs b = {.be = run_be(t, i)};
+    float *d_x = upf(&b, x, R * C), *d_w = upf(&b, w, C), *d_y = upf(&b, NULL, R * C);
+    float *d_r = upf(&b, NULL, R), *d_dy = upf(&b, dy, R * C), *d_dx = upf(&b, dx0, R * C);
+    float *d_dw = with_dw ? upf(&b, dw0, C) : NULL;
+    b.be->rmsnorm_forward(b.be, d_x, d_w, R, C, 1e-6f, d_y, d_r);
+    b.be->rmsnorm_backward(b.be, d_x, d_w, d_r, d_dy, R, C, d_dx, d_dw);
+    y[i] = down(&b, d_y, R * C);
+    rstd[i] = down(&b, d_r, R);
+    dx[i] = down(&b, d_dx, R * C);
+    if (with_dw) dw[i] = down(&b, d_dw, C);
+    release(&b);
+  }
+  compare_runs(t, FWD, y, R * C, "rmsnorm R=%lld C=%lld forward y", (long long)R, (long long)C);
+  compare_runs(t, FWD, rstd, R, "rmsnorm R=%lld C=%lld forward rstd", (long long)R, (long long)C);
+  compare_runs(t, GRAD, dx, R * C, "rmsnorm R=%lld C=%lld backward dx (dw %s)", (long long)R,
+           (long long)C, with_dw ? "too" : "NULL");
+  if (with_dw) {
+      compare_runs(t, GRAD, dw, C, "rmsnorm R=%lld C=%lld backward dw", (long long)R, (long long)C);
+  }
+  free(x);
+  free(w);
+  free(dy);
+  free(dx0);
+  free(dw0);
+}
+
+static void test_rope(const target *t, int64_t B, int64_t T, int64_t nh, int64_t hd) {
+  int64_t n = B * T * nh * hd;
+  float *x = randn(n, 1.0), *fwd[2], *bwd[2];
+  for (int i = 0; i < 2; i++) {
+    bufs b = {.be = run_be(t, i)};
+    float *d = upf(&b, x, n), *e = upf(&b, x, n);
+    b.be->rope_forward(b.be, d, B, T, nh, hd, 1e4);
+    b.be->rope_backward(b.be, e, B, T, nh, hd, 1e4);
+    fwd[i] = down(&b, d, n);
+    bwd[i] = down(&b, e, n);
+    release(&b);
+  }
+  compare_runs(t, FWD, fwd, n, "rope B=%lld T=%lld nh=%lld hd=%lld forward", (long long)B,
+           (long long)T, (long long)nh, (long long)hd);
+  compare_runs(t, GRAD, bwd, n, "rope B=%lld T=%lld nh=%lld hd=%lld backward", (long long)B,
+           (long long)T, (long long)nh, (long long)hd);
+  free(x);
+}
+
+static void test_attention(const target *t, ng_attn_shape s) {
+  int64_t nq = s.B * s.T * s.H * s.hd, nk = s.B * s.T * s.KV * s.hd, nl = s.B * s.H * s.T;
+  float *q = randn(nq, 1.0), *k = randn(nk, 1.0), *v = randn(nk, 1.0), *dout = randn(nq, 1.0);
+  float *out[2], *lse[2], *dq[2], *dk[2], *dv[2];
+  for (int i = 0; i < 2; i++) {
+    bufs b = {.be = run_be(t, i)};
+    float *d_q = upf(&b, q, nq), *d_k = upf(&b, k, nk), *d_v = upf(&b, v, nk);
+    float *d_o = upf(&b, NULL, nq), *d_l = upf(&b, NULL, nl), *d_do = upf(&b, dout, nq);
+    float *d_dq = upf(&b, NULL, nq), *d_dk = upf(&b, NULL, nk), *d_dv = upf(&b, NULL, nk);
+    b.be->attention_forward(b.be, s, d_q, d_k, d_v, d_o, d_l);
+    b.be->attention_backward(b.be, s, d_q, d_k, d_v, d_o, d_l, d_do, d_dq, d_dk, d_dv);
+    out[i] = down(&b, d_o, nq);
+    lse[i] = down(&b, d_l, nl);
+    dq[i] = down(&b, d_dq, nq);
+    dk[i] = down(&b, d_dk, nk);
+    dv[i] = down(&b, d_dv, nk);
+    release(&b);
+  }
+  const char *parts[5] = {"forward out", "forward lse", "backward dq", "backward dk",
+                          "backward dv"};
+  float **res[5] = {out, lse, dq, dk, dv};
+  int64_t sizes[5] = {nq, nl, nq, nk, nk};
+  for (int p = 0; p < 5; p++) {
+    compare_runs(t, p < 2 ? FWD : GRAD, res[p], sizes[p],
+                 "attention B=%lld T=%lld H=%lld KV=%lld hd=%lld %s", (long long)s.B,
+                 (long long)s.T, (long long)s.H, (long long)s.KV, (long long)s.hd, parts[p]);
+  }
+  free(q);
+  free(k);
+  free(v);
+  free(dout);
+}
+
+static void test_swiglu(const target *t, int64_t n) {
+  float *g = randn(n, 2.0), *u = randn(n, 1.0), *ds = randn(n, 1.0), *s[2], *dg[2], *du[2];
+  for (int i = 0; i < 2; i++) {
+    bufs b = {.be = run_be(t, i)};
+    float *d_g = upf(&b, g, n), *d_u = upf(&b, u, n), *d_s = upf(&b, NULL, n);
+    float *d_ds = upf(&b, ds, n), *d_dg = upf(&b, NULL, n), *d_du = upf(&b, NULL, n);
+    b.be->swiglu_forward(b.be, d_g, d_u, n, d_s);
+    b.be->swiglu_backward(b.be, d_g, d_u, d_ds, n, d_dg, d_du);
+    s[i] = down(&b, d_s, n);
+    dg[i] = down(&b, d_dg, n);
+    du[i] = down(&b, d_du, n);
+    release(&b);
+  }
+  compare_runs(t, FWD, s, n, "swiglu n=%lld forward", (long long)n);
+  compare_runs(t, GRAD, dg, n, "swiglu n=%lld backward dgate", (long long)n);
+  compare_runs(t, GRAD, du, n, "swiglu n=%lld backward dup", (long long)n);
+  free(g);
+  free(u);
+  free(ds);
+}
+
+// add (aliasing its first input), lerp (aliasing its second), scale (in place), row_rms, sumsq.
+static void test_elementwise(const target *t, int64_t R, int64_t C) {
+  int64_t n = R * C;
+  float *a = randn(n, 1.0), *c = randn(n, 1.0), *add[2], *lerp[2], *scale[2], *rms[2];
+  double ss[2];
+  for (int i = 0; i < 2; i++) {
+    bufs b = {.be = run_be(t, i)};
+    float *d_a = upf(&b, a, n), *d_c = upf(&b, c, n), *d_l = upf(&b, c, n);
+    float *d_s = upf(&b, a, n), *d_r = upf(&b, NULL, R);
+    b.be->add(b.be, d_a, d_c, n, d_a);
+    b.be->lerp(b.be, d_a, d_l, 0.3f, n, d_l);
+    b.be->scale(b.be, d_s, -1.7f, n, d_s);
+    b.be->row_rms(b.be, d_s, R, C, d_r);
+    ss[i] = b.be->sumsq(b.be, d_c, n);
+    add[i] = down(&b, d_a, n);
+    lerp[i] = down(&b, d_l, n);
+    scale[i] = down(&b, d_s, n);
+    rms[i] = down(&b, d_r, R);
+    release(&b);
+  }
+  char name[64];
+  compare_runs(t, FWD, add, n, "add n=%lld", (long long)n);
+  compare_runs(t, FWD, lerp, n, "lerp n=%lld", (long long)n);
+  compare_runs(t, FWD, scale, n, "scale n=%lld", (long long)n);
+  compare_runs(t, FWD, rms, R, "row_rms R=%lld C=%lld", (long long)R, (long long)C);
+  snprintf(name, sizeof name, "sumsq n=%lld", (long long)n);
+  compare_scalar(t, name, ss[1], ss[0]);
+  free(a);
+  free(c);
+}
+
+// ce_kd with a full teacher (or none), and ce_kd_topk from the teacher's top k.
+static void test_loss(const target *t, int64_t N, int64_t V, bool teacher, int64_t k) {
+  float *logits = randn(N * V, 3.0), *tl = randn(N * V, 3.0), *dl[2];
+  int32_t *y = ng_xmalloc((size_t)N * sizeof(int32_t)), *ids = ng_xmalloc((size_t)(N * k) * 4);
+  float *vals = ng_xmalloc((size_t)(N * k) * sizeof(float)), *lse = ng_xmalloc((size_t)N * 4);
+  for (int64_t i = 0; i < N; i++) {
+    y[i] = i % 5 == 3 ? -1 : (int32_t)ng_rng_below(&rng, (uint64_t)V);
+    double sum = 0.0;
+    for (int64_t j = 0; j < V; j++) sum += exp((double)tl[i * V + j] / 2.0);
+    lse[i] = (float)log(sum);
+    for (int64_t j = 0; j < k; j++) {  // the first k ids stand for the top k (any set works)
+      ids[i * k + j] = (int32_t)j;
+      vals[i * k + j] = tl[i * V + j];
+    }
+  }
+  ng_loss_params lp = {0.5, 2.0, V - 1, 0};
+  double ce[2], kd[2];
+  int64_t nv[2];
+  for (int i = 0; i < 2; i++) {
+    bufs b = {.be = run_be(t, i)};
+    float *d_l = upf(&b, logits, N * V), *d_t = upf(&b, tl, N * V), *d_d = upf(&b, NULL, N * V);
+    int32_t *d_y = up(&b, y, (size_t)N * sizeof(int32_t));
+    if (k > 0) {
+      int32_t *d_ids = up(&b, ids, (size_t)(N * k) * sizeof(int32_t));
+      float *d_v = upf(&b, vals, N * k), *d_lse = upf(&b, lse, N);
+      b.be->ce_kd_topk(b.be, d_l, d_ids, d_v, d_lse, k, d_y, N, V, lp, d_d, &ce[i], &kd[i], &nv[i]);
+    } else {
+      b.be->ce_kd(b.be, d_l, teacher ? d_t : NULL, d_y, N, V, lp, d_d, &ce[i], &kd[i], &nv[i]);
+    }
+    dl[i] = down(&b, d_d, N * V);
+    release(&b);
+  }
+  char name[192], what[64];
+  snprintf(what, sizeof what, "%s N=%lld V=%lld", k ? "ce_kd_topk" : teacher ? "ce_kd" : "ce",
+           (long long)N, (long long)V);
+  snprintf(name, sizeof name, "%s: %s: valid rows %lld", t->label, what, (long long)nv[1]);
+  CHECK(nv[1] == nv[0], name, "expected %lld", (long long)nv[0]);
+  snprintf(name, sizeof name, "%s ce", what);
+  compare_scalar(t, name, ce[1], ce[0]);
+  if (teacher || k) {
+    snprintf(name, sizeof name, "%s kd", what);
+    compare_scalar(t, name, kd[1], kd[0]);
+  }
+  compare_runs(t, GRAD, dl, N * V, "%s dlogits", what);
+  free(logits);
+  free(tl);
+  free(y);
+  free(ids);
+  free(vals);
+  free(lse);
+}
+
+static void test_adamw(const target *t, int64_t n, bool decay) {
+  float *p = randn(n, 1.0), *g = randn(n, 1.0), *m = randn(n, 0.1), *v = randn(n, 0.1), *r[2];
+  for (int64_t i = 0; i < n; i++) v[i] = v[i] * v[i];
+  ng_adamw_params ap = {1e-3, 0.9, 0.95, 1e-8, 0.1, 3, 0.5};
+  float *mo[2], *vo[2];
+  for (int i = 0; i < 2; i++) {
+    bufs b = {.be = run_be(t, i)};
+    float *d_p = upf(&b, p, n), *d_g = upf(&b, g, n), *d_m = upf(&b, m, n), *d_v = upf(&b, v, n);
+    b.be->adamw(b.be, d_p, d_g, d_m, d_v, n, ap, decay);
+    r[i] = down(&b, d_p, n);
+    mo[i] = down(&b, d_m, n);
+    vo[i] = down(&b, d_v, n);
+    release(&b);
+  }
+  compare_runs(t, FWD, r, n, "adamw n=%lld decay=%d weights", (long long)n, decay);
+  compare_runs(t, FWD, mo, n, "adamw n=%lld decay=%d first moments", (long long)n, decay);
+  compare_runs(t, FWD, vo, n, "adamw n=%lld decay=%d second moments", (long long)n, decay);
+  free(p);
+  free(g);
+  free(m);
+  free(v);
+}
+
+static void test_backend(const target *t) {
+  test_memory(t, 1);
+  test_memory(t, 1001);
+  static const int64_t mm[][3] = {{1, 1, 1}, {7, 5, 3}, {33, 17, 65}, {64, 130, 96}, {3, 5, 0}};
+  for (size_t s = 0; s < sizeof mm / sizeof mm[0]; s++)
+    for (int tr = 0; tr < 4; tr++)
+      for (int beta = 0; beta < 2; beta++)
+        test_matmul(t, tr & 1, tr >> 1, mm[s][0], mm[s][1], mm[s][2], (float)beta);
+  test_embedding(t, 1, 1, 3);
+  test_embedding(t, 37, 11, 13);
+  test_rmsnorm(t, 1, 1, true);
+  test_rmsnorm(t, 33, 65, true);
+  test_rmsnorm(t, 7, 19, false);
+  test_rope(t, 1, 1, 1, 2);
+  test_rope(t, 2, 9, 3, 10);
+  test_attention(t, (ng_attn_shape){1, 1, 2, 1, 4});
+  test_attention(t, (ng_attn_shape){2, 7, 4, 2, 6});
+  test_attention(t, (ng_attn_shape){1, 70, 3, 1, 8});  // more than one row block
+  test_swiglu(t, 1);
+  test_swiglu(t, 1027);
+  test_elementwise(t, 1, 1);
+  test_elementwise(t, 9, 131);
+  test_loss(t, 1, 2, false, 0);
+  test_loss(t, 13, 37, false, 0);
+  test_loss(t, 13, 37, true, 0);
+  test_loss(t, 9, 29, false, 5);
+  test_adamw(t, 1, true);
+  test_adamw(t, 999, false);
+  const char *k = t->be->kernels(t->be);
+  char name[256];
+  snprintf(name, sizeof name, "%s: names its matmul kernels: %.100s", t->label, k ? k : "NULL");
+  CHECK(k && k[0], name, "no description");
+}
+
+// "cpu, onednn" -> each name in turn.
+int main(void) {
+  ng_rng_seed(&rng, 7);
+  char *names = ng_xstrdup(ng_backend_names()), *save = NULL;
+  for (char *name = strtok_r(names, ", ", &save); name; name = strtok_r(NULL, ", ", &save)) {
+    for (int p = 0; p < 2; p++) {
+      ng_precision prec = p ? NG_PREC_BF16 : NG_PREC_FP32;
+      target t = {ng_backend_open(name, prec), ng_backend_cpu(), ""};
+      snprintf(t.label, sizeof t.label, "%s %s", name, ng_precision_name(prec));
+      if (!t.be) {  // a precision this backend or this machine does not run
+        printf("skip %s: %s\n", t.label, ng_error());
+        continue;
+      }
+      test_backend(&t);
+      ng_backend_close(t.be);
+    }
+  }
+  free(names);
+  return TEST_RESULT();
+}
