@@ -30,6 +30,13 @@ static void test_launch_geometry(void) {
             ngc_att_smem(NGC_ATT_BWD_DKV, 128, false) == (4 * 64 * 129 + 2 * 64 * 65) * 4,
         "cuda attention shared memory sizes at hd 128", "fwd %zu dkv %zu",
         ngc_att_smem(NGC_ATT_FWD, 128, false), ngc_att_smem(NGC_ATT_BWD_DKV, 128, false));
+  // bf16 dK/dV at hd 128: K, V, Q, dO [64, 136] bf16, S and dP [64, 68] fp32, P and dS
+  // [64, 72] bf16, the dK and dV accumulators [64, 132] fp32.
+  CHECK(ngc_att_smem(NGC_ATT_BWD_DKV, 128, true) ==
+            64 * (4 * 136 * 2 + 2 * 68 * 4 + 2 * 72 * 2 + 2 * 132 * 4) &&
+            ngc_att_smem(NGC_ATT_FWD, 128, true) == 64 * (2 * 136 * 2 + 68 * 4 + 72 * 2 + 132 * 4),
+        "cuda bf16 attention shared memory sizes at hd 128", "fwd %zu dkv %zu",
+        ngc_att_smem(NGC_ATT_FWD, 128, true), ngc_att_smem(NGC_ATT_BWD_DKV, 128, true));
   CHECK(ngc_att_wmma_ok(16) && ngc_att_wmma_ok(128) && !ngc_att_wmma_ok(40) &&
             !ngc_att_wmma_ok(144) && !ngc_att_wmma_ok(0),
         "cuda bf16 attention takes head dims that are multiples of 16 up to 128", "wrong rule");

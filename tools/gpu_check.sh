@@ -12,9 +12,10 @@
 #   bench      build/bench_cuda: one block forward + backward at the toy-medium
 #              and the paper shape, TFLOP/s, MFU and per-op times; and
 #              `normgrow bench --backend cuda` (once the CLI has it)
-#   toy_arm    a short toy pretraining arm on cpu, cuda and cuda bf16: fp32
-#              step losses within 1e-3 nats of the CPU's at every step, bf16's
-#              final loss within 0.01 nats (once `train` takes --backend)
+#   toy_arm    a short toy pretraining arm on cpu, cuda (twice) and cuda bf16:
+#              fp32 step losses within 1e-3 nats of the CPU's at every step,
+#              bf16's final loss within 0.01 nats, the two cuda runs' final
+#              checkpoints identical (once `train` takes --backend)
 #   crosscheck tools/crosscheck_torch.py --backend cuda (when torch is there
 #              and the script takes --backend)
 # Exits non-zero when a step failed (skipped steps do not fail it).
@@ -100,6 +101,12 @@ print(json.dumps(c, indent=1))
 PY
   OMP_NUM_THREADS=$(nproc) "$bin" train "$cfg" --run-dir "$d/cpu" || return 1
   "$bin" train "$cfg" --run-dir "$d/cuda" --backend cuda || return 1
+  "$bin" train "$cfg" --run-dir "$d/cuda2" --backend cuda || return 1
+  if cmp -s "$d/cuda/final.safetensors" "$d/cuda2/final.safetensors"; then
+    echo "ok two cuda runs write identical checkpoints"
+  else
+    echo "FAIL two cuda runs write different checkpoints"
+  fi
   # shellcheck disable=SC2046
   "$bin" train "$cfg" --run-dir "$d/bf16" $(bf16_args train) || return 1
   python3 - "$d" <<'PY'

@@ -3,21 +3,26 @@
 
 bool ngc_att_wmma_ok(int64_t hd) { return hd > 0 && hd <= ATT_HD_MAX && hd % 16 == 0; }
 
-// fp32 kernels: [ATT_TILE, hd + 1] tiles (forward: Q and one K-or-V buffer;
-// dQ: Q, dO, K, V; dK/dV: K, V, Q, dO) and [ATT_TILE, ATT_TILE + 1] score
-// tiles (forward: P; dQ: dS; dK/dV: P and dS). The bf16 forward holds bf16
-// Q and K-or-V [ATT_TILE, hd + 8], fp32 S [ATT_TILE, ATT_TILE + 4], bf16 P
-// [ATT_TILE, ATT_TILE + 8] and the fp32 output accumulator [ATT_TILE, hd + 4].
+// Regions of one attention block, per kernel (forward, dQ, dK/dV):
+//   fp32: data tiles [ATT_TILE, hd + 1] (forward: Q and one K-or-V buffer; dQ:
+//         Q, dO, K, V; dK/dV: K, V, Q, dO) and score tiles [ATT_TILE, ATT_TILE + 1]
+//         (forward: P; dQ: dS; dK/dV: P and dS).
+//   bf16: the same data tiles in bf16 [ATT_TILE, hd + 8], fp32 score tiles
+//         [ATT_TILE, ATT_TILE + 4] (S; and dP in the backward), bf16 score tiles
+//         [ATT_TILE, ATT_TILE + 8] (P or dS), and fp32 accumulators [ATT_TILE, hd + 4]
+//         (O; dQ; dK and dV).
+typedef struct {
+  int data;                  // data tiles, both modes
+  int scores;                // fp32 mode: score tiles
+  int s_f32, s_bf16, accum;  // bf16 mode: fp32 and bf16 score tiles, accumulators
+} att_regions;
+static const att_regions regions[3] = {{2, 1, 1, 1, 1}, {4, 1, 2, 1, 1}, {4, 2, 2, 2, 2}};
+
 size_t ngc_att_smem(ngc_att_kernel k, int64_t hd, bool bf16) {
-  size_t tile = (size_t)ATT_TILE * ngc_att_ld(hd) * 4, scores = (size_t)ATT_TILE * (ATT_TILE + 1) * 4;
-  if (bf16 && k == NGC_ATT_FWD)
-    return (size_t)ATT_TILE * ((hd + 8) * 2 * 2 + (ATT_TILE + 4) * 4 + (ATT_TILE + 8) * 2 + (hd + 4) * 4);
-  switch (k) {
-    case NGC_ATT_FWD: return 2 * tile + scores;
-    case NGC_ATT_BWD_DQ: return 4 * tile + scores;
-    case NGC_ATT_BWD_DKV: return 4 * tile + 2 * scores;
-  }
-  return 0;
+  att_regions n = regions[k];
+  if (!bf16) return (size_t)ATT_TILE * 4 * ((size_t)n.data * ngc_att_ld(hd) + (size_t)n.scores * (ATT_TILE + 1));
+  return (size_t)ATT_TILE * ((size_t)n.data * (hd + 8) * 2 + (size_t)n.s_f32 * (ATT_TILE + 4) * 4 +
+                             (size_t)n.s_bf16 * (ATT_TILE + 8) * 2 + (size_t)n.accum * (hd + 4) * 4);
 }
 
 size_t ngc_topk_smem(int64_t V) { return (size_t)ngc_tiles(V, 32) * 4; }

@@ -4,9 +4,11 @@
 // device memory, as the op table says):
 //   fp32  cuBLAS in plain fp32 (TF32 off) and fp32 kernels: the golden-exact mode.
 //   bf16  every matmul input rounded to bf16 on tensor cores with fp32
-//         accumulation (cuBLAS compute type 32F_FAST_16BF; attention's two
-//         products on WMMA bf16 tiles), everything else as in fp32: master
-//         weights, moments, norms, softmax statistics and the loss stay fp32.
+//         accumulation (cuBLAS compute type 32F_FAST_16BF; attention's
+//         products, forward and backward, on WMMA bf16 tiles when the head
+//         dimension is a multiple of 16, else the fp32 kernels), everything
+//         else as in fp32: master weights, moments, norms, softmax statistics
+//         and the loss stay fp32.
 // Values returned to the host (ce, kd, n_valid, sumsq) and download are
 // synchronization points; every other op is asynchronous on one stream, in
 // order. Results are deterministic: no float atomics, fixed reduction orders.
