@@ -276,6 +276,19 @@ static void test_loss(int64_t k) {
     snprintf(what, sizeof what, "ce_kd%s (%s, k=%lld) dlogits", k && teacher ? "_topk" : "", kind,
              (long long)k);
     expect(what, dsd, ds, N * V, 1e-3);
+    // Determinism: the same call again gives the same bits.
+    float *first = downf(dsd, N * V);
+    double ce2, kd2;
+    if (k && teacher)
+      dev->ce_kd_topk(dev, sd, idsd, valsd, lsed, k, tgd, N, V, lp, dsd, &ce2, &kd2, &nv[1]);
+    else
+      dev->ce_kd(dev, sd, teacher ? td : NULL, tgd, N, V, lp, dsd, &ce2, &kd2, &nv[1]);
+    float *second = downf(dsd, N * V);
+    snprintf(what, sizeof what, "%s ce_kd%s (%s) twice: identical bits", dev->name,
+             k && teacher ? "_topk" : "", kind);
+    CHECK(ce2 == ce[1] && kd2 == kd[1] && memcmp(first, second, (size_t)(N * V) * sizeof(float)) == 0,
+          what, "results differ");
+    free(first), free(second);
   }
   free(s), free(t), free(ds), free(ids), free(vals), free(lse);
   void *db[] = {sd, td, dsd, tgd, idsd, valsd, lsed};

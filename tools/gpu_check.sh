@@ -60,7 +60,7 @@ bf16_args() {
   else echo "--backend cuda-bf16"; fi
 }
 
-{ nvidia-smi; nvcc --version; uname -a; nproc; } >"$out/env.log" 2>&1
+{ nvidia-smi; "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)" --version; uname -a; nproc; } >"$out/env.log" 2>&1
 note env "$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo 'nvidia-smi not found')"
 
 run build 240 make -j"$(nproc)" CUDA=1 all build/tests/test_cuda || {
@@ -86,7 +86,7 @@ fi
 toy_arm() {
   local d=$out/toy cfg=$out/toy/arm.json
   mkdir -p "$d"
-  "$bin" data README.md docs/*.md ref/*.c include/normgrow/*.h --out "$d/data" || return 1
+  "$bin" data README.md docs/*.md ref/*.c include/normgrow/*.h --val-fraction 0.25 --out "$d/data" || return 1
   python3 - "$d" >"$cfg" <<'PY' || return 1
 import json, sys
 d = sys.argv[1]
