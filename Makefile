@@ -14,7 +14,7 @@ LDLIBS  += -lpcre2-8 -lutf8proc -lz
 LDLIBS  += -ldnnl
 
 REF_SRC   := $(wildcard ref/*.c)
-REF_SRC   += $(wildcard accel/*.c)
+REF_SRC   += accel/backend_onednn.c
 TOOL_SRC  := $(wildcard tools/*.c)
 TEST_SRC  := $(wildcard tests/test_*.c)
 REF_OBJ   := $(REF_SRC:%.c=$(BUILD)/%.o)
@@ -22,6 +22,54 @@ TOOL_OBJ  := $(TOOL_SRC:%.c=$(BUILD)/%.o)
 TEST_BIN  := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 LIB       := $(BUILD)/libnormgrow.a
 DEPS_OK   := $(BUILD)/.deps-ok
+
+# ---- CUDA backend (accel/cuda) ---------------------------------------------------
+# Built when nvcc is found (on PATH or in /usr/local/cuda); `make CUDA=0` turns it
+# off. It makes $(BUILD)/libnormgrow_cuda.a, tests/test_cuda.c (which prints one
+# "skip" line when no GPU can be used) and $(BUILD)/bench_cuda. Without it
+# everything else builds and tests unchanged. Never --use_fast_math.
+NVCC      ?= $(firstword $(shell command -v nvcc 2>/dev/null) $(wildcard /usr/local/cuda/bin/nvcc))
+CUDA      ?= $(if $(NVCC),1,0)
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+CUDA_ARCH ?= -gencode arch=compute_90,code=[sm_90,compute_90]
+NVCCFLAGS ?= $(OPT) -g -std=c++17 -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror
+CUDA_LIB  := $(BUILD)/libnormgrow_cuda.a
+CUDA_OBJ  := $(patsubst %.cu,$(BUILD)/%.o,$(wildcard accel/cuda/*.cu)) $(BUILD)/accel/cuda/launch.o
+CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++
+.PHONY: bench-cuda cuda-ptxas
+ifeq ($(CUDA),1)
+all: $(CUDA_LIB) $(BUILD)/bench_cuda
+
+$(BUILD)/accel/cuda/%.o: accel/cuda/%.cu | $(DEPS_OK)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(CPPFLAGS) $(NVCCFLAGS) $(CUDA_ARCH) -c $< -o $@
+
+$(CUDA_LIB): $(CUDA_OBJ)
+	$(AR) rcs $@ $^
+
+$(BUILD)/tests/test_cuda: $(BUILD)/tests/test_cuda.o $(CUDA_LIB) $(LIB)
+	$(CC) $(LDFLAGS) $< $(CUDA_LIB) $(LIB) $(CUDA_LIBS) $(LDLIBS) -o $@
+
+$(BUILD)/bench_cuda: $(BUILD)/accel/bench_cuda.o $(CUDA_LIB) $(LIB)
+	$(CC) $(LDFLAGS) $< $(CUDA_LIB) $(LIB) $(CUDA_LIBS) $(LDLIBS) -o $@
+
+# The transformer block forward + backward on the GPU, per kernel (needs a GPU).
+bench-cuda: $(BUILD)/bench_cuda
+	$(BUILD)/bench_cuda
+
+# Registers, spills and shared memory of every kernel (ptxas -v) -> $(BUILD)/cuda-ptxas.txt
+cuda-ptxas:
+	@mkdir -p $(BUILD)
+	for f in accel/cuda/*.cu; do $(NVCC) -Iinclude $(NVCCFLAGS) $(CUDA_ARCH) -Xptxas -v -c $$f -o /dev/null || exit 1; done 2>$(BUILD)/cuda-ptxas.txt
+	@grep -c 'Compiling entry' $(BUILD)/cuda-ptxas.txt | sed 's|$$| kernels: $(BUILD)/cuda-ptxas.txt|'
+
+-include $(CUDA_OBJ:.o=.d) $(BUILD)/accel/bench_cuda.d
+else
+TEST_BIN  := $(filter-out $(BUILD)/tests/test_cuda,$(TEST_BIN))
+bench-cuda:
+	@echo "bench-cuda: this build has no CUDA backend (nvcc not found, or CUDA=0)" >&2; exit 1
+endif
+# ---- end of the CUDA backend ------------------------------------------------------
 
 .PHONY: all test asan fuzz bench bench-torch soak demo golden golden-new crosscheck clean deps
 SEEDS ?= 1

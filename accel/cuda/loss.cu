@@ -1,0 +1,204 @@
+// normgrow CUDA backend: the fused softmax + CE + KD over the vocabulary, with
+// a full teacher or a top-k cache. One block per row; the formulas (and the
+// float/double split of every term) are those of ref/backend_cpu.c. Per-row ce
+// and kl come back to the host and are summed there in row order.
+#include <math.h>
+#include <stdlib.h>
+
+#include "ngcuda.h"
+
+// The teacher: full logits [N, V], or a top-k cache (ids, vals [N, k], lse [N]), or neither.
+struct teacher_ref {
+  const float *logits;
+  const int32_t *ids;
+  const float *vals, *lse;
+  int64_t k;
+};
+
+// Per-call constants: a_ce, a_kd the weights of the two gradients, w = 1 / n_valid.
+struct loss_consts {
+  double a_ce, a_kd, w, tau;
+  float inv_tau;
+  bool teacher;
+};
+
+struct row_red {
+  double *shd;
+  float *shf;
+  __device__ double sum(double v) const { return ngc_block_reduce(v, shd, ngc_sum()); }
+  __device__ float max(const float *x, int64_t V) const {
+    float m = -INFINITY;
+    for (int64_t j = threadIdx.x; j < V; j += blockDim.x) m = fmaxf(m, x[j]);
+    return ngc_block_reduce(m, shf, ngc_max());
+  }
+  // sum over j of expf((x_j - mx) inv_tau), the floats summed in double
+  __device__ double exp_sum(const float *x, int64_t V, float mx, float inv_tau) const {
+    double z = 0.0;
+    for (int64_t j = threadIdx.x; j < V; j += blockDim.x) z += expf((x[j] - mx) * inv_tau);
+    return sum(z);
+  }
+};
+
+__device__ inline bool cached(const unsigned *bits, int64_t j) { return bits[j / 32] >> (j % 32) & 1u; }
+
+// KL of the full teacher row t against the student at tau (see kd_full_row);
+// *zt receives the teacher's sum, *mt its max.
+__device__ double kd_full(const row_red &r, const float *s, const float *t, int64_t V, float ms,
+                          double zst, float inv_tau, float *mt, double *zt) {
+  *mt = r.max(t, V);
+  *zt = r.exp_sum(t, V, *mt, inv_tau);
+  double log_ratio = log(zst) - log(*zt), kl = 0.0;
+  for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
+    float tg = expf((t[j] - *mt) * inv_tau);
+    kl += (double)tg / *zt * ((double)((t[j] - *mt) - (s[j] - ms)) * inv_tau + log_ratio);
+  }
+  return r.sum(kl);
+}
+
+// KL of the bucketed top-k teacher (see kd_topk_row); *tail receives q_r / p_r.
+__device__ double kd_topk(const row_red &r, const unsigned *bits, const int32_t *ids,
+                          const float *vals, float lse, int64_t k, const float *s, float ms,
+                          double zst, int64_t V, double tau, float inv_tau_f, double *tail) {
+  double inv_tau = 1.0 / tau, zd = 0.0, rest = 0.0, q_sum = 0.0, kl = 0.0;
+  for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
+    zd += exp(((double)s[j] - ms) * inv_tau);
+    if (!cached(bits, j)) rest += expf((s[j] - ms) * inv_tau_f);
+  }
+  double log_zd = log(r.sum(zd));
+  rest = r.sum(rest);
+  for (int64_t j = threadIdx.x; j < k; j += blockDim.x) {
+    double lq = (double)vals[j] * inv_tau - lse, q = exp(lq);
+    q_sum += q;
+    kl += q * (lq - (((double)s[ids[j]] - ms) * inv_tau - log_zd));
+  }
+  q_sum = r.sum(q_sum);
+  kl = r.sum(kl);
+  double p_r = rest / zst, q_r = rest > 0.0 ? fmax(1.0 - q_sum, 0.0) : 0.0;
+  if (q_r > 0.0) kl += q_r * (log(q_r) - log(p_r));
+  *tail = rest > 0.0 ? q_r / p_r : 0.0;
+  return kl;
+}
+
+// One row of the fused loss (grid: N rows of stride V; softmaxes over Vu columns).
+__global__ void __launch_bounds__(ROW_THREADS) ce_kd_k(const float *logits, teacher_ref t,
+                                                       const int32_t *targets, int64_t V,
+                                                       int64_t Vu, loss_consts lc, float *dlogits,
+                                                       double *row_ce, double *row_kl) {
+  __shared__ double shd[ROW_THREADS];
+  __shared__ float shf[ROW_THREADS];
+  extern __shared__ unsigned bits[];  // top-k: a bit per id in the cache
+  row_red r = {shd, shf};
+  int64_t i = blockIdx.x;
+  int32_t y = targets[i];
+  float *ds = dlogits ? dlogits + i * V : NULL;
+  if (y < 0) {
+    for (int64_t j = threadIdx.x; ds && j < V; j += blockDim.x) ds[j] = 0.0f;
+    if (threadIdx.x == 0) row_ce[i] = row_kl[i] = 0.0;
+    return;
+  }
+  for (int64_t j = Vu + threadIdx.x; ds && j < V; j += blockDim.x) ds[j] = 0.0f;  // padding ids
+  const float *s = logits + i * V;
+  float ms = r.max(s, Vu);
+  double zs = r.exp_sum(s, Vu, ms, 1.0f), zst = 1.0, kl = 0.0, tail = 0.0, tgt_scale = 0.0;
+  float mt = 0.0f;
+  if (t.ids) {
+    for (int64_t j = threadIdx.x; j < ngc_tiles(V, 32); j += blockDim.x) bits[j] = 0u;
+    __syncthreads();
+    for (int64_t j = threadIdx.x; j < t.k; j += blockDim.x) {
+      int32_t id = t.ids[i * t.k + j];
+      atomicOr(&bits[id / 32], 1u << (id % 32));  // integer: order-independent
+    }
+    __syncthreads();
+  }
+  if (lc.teacher) {
+    zst = r.exp_sum(s, Vu, ms, lc.inv_tau);
+    if (t.logits) {
+      double zt;
+      kl = kd_full(r, s, t.logits + i * V, Vu, ms, zst, lc.inv_tau, &mt, &zt);
+      tgt_scale = 1.0 / zt;
+    } else {
+      kl = kd_topk(r, bits, t.ids + i * t.k, t.vals + i * t.k, t.lse[i], t.k, s, ms, zst, Vu,
+                   lc.tau, lc.inv_tau, &tail);
+      tgt_scale = 1.0 / zst;
+    }
+  }
+  if (threadIdx.x == 0) {
+    row_ce[i] = (double)ms + log(zs) - (double)s[y];
+    row_kl[i] = kl;
+  }
+  if (!ds) return;
+  // d/ds_j = w (a_ce ps_j + a_kd (pst_j - tgt_j)), ps, pst, tgt as in the reference.
+  for (int64_t j = threadIdx.x; j < Vu; j += blockDim.x) {
+    double g = lc.a_ce * expf(s[j] - ms) / zs;
+    if (lc.teacher) {
+      float est = expf((s[j] - ms) * lc.inv_tau);
+      float tgt = t.logits ? expf((t.logits[i * V + j] - mt) * lc.inv_tau)
+                  : cached(bits, j) ? 0.0f : (float)(est * tail);
+      g += lc.a_kd * (est / zst - tgt * tgt_scale);
+    }
+    ds[j] = (float)(lc.w * g);
+  }
+  __syncthreads();
+  if (t.ids) {  // the cached ids: tgt_j = q_j zst
+    for (int64_t j = threadIdx.x; j < t.k; j += blockDim.x) {
+      int32_t id = t.ids[i * t.k + j];
+      float est = expf((s[id] - ms) * lc.inv_tau);
+      float tgt = (float)(exp((double)t.vals[i * t.k + j] * (1.0 / lc.tau) - t.lse[i]) * zst);
+      ds[id] = (float)(lc.w * (lc.a_ce * expf(s[id] - ms) / zs + lc.a_kd * (est / zst - tgt * tgt_scale)));
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) ds[y] -= (float)(lc.w * lc.a_ce);
+}
+
+// Counts the valid rows (a synchronization point), runs the rows, sums them in order.
+static void ce_kd_run(ng_backend *be, const float *logits, teacher_ref t, const int32_t *targets,
+                      int64_t N, int64_t V, ng_loss_params lp, float *dlogits, double *ce,
+                      double *kd, int64_t *n_valid) {
+  int64_t Vu = lp.vocab_used > 0 && lp.vocab_used < V ? lp.vocab_used : V, nv = 0;
+  *ce = *kd = 0.0;
+  *n_valid = 0;
+  if (N == 0) return;
+  int32_t *tg = (int32_t *)ng_xmalloc((size_t)N * sizeof(int32_t));
+  CK(cudaMemcpy(tg, targets, (size_t)N * sizeof(int32_t), cudaMemcpyDeviceToHost));
+  for (int64_t i = 0; i < N; i++) nv += tg[i] >= 0;
+  free(tg);
+  bool teacher = t.logits || t.ids;
+  loss_consts lc = {teacher ? 1.0 - lp.kd_weight : 1.0, teacher ? lp.kd_weight * lp.temperature : 0.0,
+                    nv ? 1.0 / (double)nv : 0.0, lp.temperature, (float)(1.0 / lp.temperature),
+                    teacher};
+  double *rows = (double *)ngc_scratch(ngc(be), 2 * (size_t)N * sizeof(double));  // ce [N], kl [N]
+  size_t smem = t.ids ? ngc_topk_smem(V) : 0;
+  NG_ASSERT(smem <= NGC_SMEM_OPTIN);
+  CK(cudaFuncSetAttribute(ce_kd_k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+  ce_kd_k<<<(unsigned)N, ROW_THREADS, smem>>>(logits, t, targets, V, Vu, lc, dlogits, rows,
+                                              rows + N);
+  CK_LAUNCH();
+  double *host = (double *)ng_xmalloc(2 * (size_t)N * sizeof(double));
+  CK(cudaMemcpy(host, rows, 2 * (size_t)N * sizeof(double), cudaMemcpyDeviceToHost));
+  double sce = 0.0, skl = 0.0;
+  for (int64_t i = 0; i < N; i++) {
+    sce += host[i];
+    skl += host[N + i];
+  }
+  free(host);
+  double w = lc.w;
+  *ce = sce * w;
+  *kd = teacher ? lp.temperature * lp.temperature * skl * w : 0.0;
+  *n_valid = nv;
+}
+
+void ngc_ce_kd(ng_backend *be, const float *logits, const float *teacher, const int32_t *targets,
+               int64_t N, int64_t V, ng_loss_params lp, float *dlogits, double *ce, double *kd,
+               int64_t *n_valid) {
+  teacher_ref t = {teacher, NULL, NULL, NULL, 0};
+  ce_kd_run(be, logits, t, targets, N, V, lp, dlogits, ce, kd, n_valid);
+}
+
+void ngc_ce_kd_topk(ng_backend *be, const float *logits, const int32_t *topk_ids,
+                    const float *topk_vals, const float *topk_lse, int64_t k,
+                    const int32_t *targets, int64_t N, int64_t V, ng_loss_params lp,
+                    float *dlogits, double *ce, double *kd, int64_t *n_valid) {
+  teacher_ref t = {NULL, topk_ids, topk_vals, topk_lse, k};
+  ce_kd_run(be, logits, t, targets, N, V, lp, dlogits, ce, kd, n_valid);
+}

@@ -1,0 +1,380 @@
+// The CUDA backend against the CPU reference, op by op, at odd shapes (tiles
+// cut by every size), through upload and download. Without a usable device it
+// checks only the launch geometry and prints one "skip" line saying why (a
+// failure instead when NG_REQUIRE_GPU is set, as tools/gpu_check.sh does).
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../accel/cuda/launch.h"
+#include "check.h"
+#include "normgrow/backend.h"
+#include "normgrow/backend_cuda.h"
+#include "normgrow/common.h"
+#include "normgrow/rng.h"
+#include "normgrow/topk.h"
+
+// ------------------------------------------------------------------ host-side: launch geometry
+
+static void test_launch_geometry(void) {
+  bool fits = true;
+  for (int64_t hd = 1; hd <= ATT_HD_MAX; hd++)
+    for (int k = NGC_ATT_FWD; k <= NGC_ATT_BWD_DKV; k++)
+      fits = fits && ngc_att_smem((ngc_att_kernel)k, hd, false) <= NGC_SMEM_OPTIN &&
+             (!ngc_att_wmma_ok(hd) || ngc_att_smem((ngc_att_kernel)k, hd, true) <= NGC_SMEM_OPTIN);
+  CHECK(fits, "cuda attention shared memory within the sm_90 opt-in limit for hd 1..128",
+        "hd 128 dK/dV needs %zu bytes", ngc_att_smem(NGC_ATT_BWD_DKV, 128, false));
+  // hd 128: Q and K-or-V [64, 129] + P [64, 65] floats; dK/dV: 4 tiles + P and dS.
+  CHECK(ngc_att_smem(NGC_ATT_FWD, 128, false) == (2 * 64 * 129 + 64 * 65) * 4 &&
+            ngc_att_smem(NGC_ATT_BWD_DKV, 128, false) == (4 * 64 * 129 + 2 * 64 * 65) * 4,
+        "cuda attention shared memory sizes at hd 128", "fwd %zu dkv %zu",
+        ngc_att_smem(NGC_ATT_FWD, 128, false), ngc_att_smem(NGC_ATT_BWD_DKV, 128, false));
+  // bf16 dK/dV at hd 128: K, V, Q, dO [64, 136] bf16, S and dP [64, 68] fp32, P and dS
+  // [64, 72] bf16, the dK and dV accumulators [64, 132] fp32.
+  CHECK(ngc_att_smem(NGC_ATT_BWD_DKV, 128, true) ==
+            64 * (4 * 136 * 2 + 2 * 68 * 4 + 2 * 72 * 2 + 2 * 132 * 4) &&
+            ngc_att_smem(NGC_ATT_FWD, 128, true) == 64 * (2 * 136 * 2 + 68 * 4 + 72 * 2 + 132 * 4),
+        "cuda bf16 attention shared memory sizes at hd 128", "fwd %zu dkv %zu",
+        ngc_att_smem(NGC_ATT_FWD, 128, true), ngc_att_smem(NGC_ATT_BWD_DKV, 128, true));
+  CHECK(ngc_att_wmma_ok(16) && ngc_att_wmma_ok(128) && !ngc_att_wmma_ok(40) &&
+            !ngc_att_wmma_ok(144) && !ngc_att_wmma_ok(0),
+        "cuda bf16 attention takes head dims that are multiples of 16 up to 128", "wrong rule");
+  // The paper-scale block: T 4096 in 64 tiles; B*H = 32 and B*KV = 8 blocks in y.
+  CHECK(ngc_tiles(4096, ATT_TILE) == 64 && ngc_tiles(4097, ATT_TILE) == 65 && ngc_tiles(1, 64) == 1,
+        "cuda attention tile counts", "%lld", (long long)ngc_tiles(4097, ATT_TILE));
+  CHECK(ATT_THREADS == 16 * 16 && ATT_TILE == 16 * 4 && ATT_HD_MAX <= 16 * 8,
+        "cuda attention thread grid covers a tile (16 x 16 threads, 4 x 4 scores, 8 columns of hd)",
+        "constants changed");
+  // Qwen3's vocabulary: a bit per id fits the default 48 KiB without opting in.
+  CHECK(ngc_topk_smem(151936) == 4748 * 4 && ngc_topk_smem(151936) <= 48 * 1024,
+        "cuda top-k bitmask for a 151936-id vocabulary", "%zu bytes", ngc_topk_smem(151936));
+}
+
+// ------------------------------------------------------------------ device vs CPU
+
+static ng_backend *cpu, *dev;
+static ng_rng rng;
+
+static float *rnd(int64_t n, double std) {
+  float *x = ng_xmalloc((size_t)(n ? n : 1) * sizeof(float));
+  ng_rng_fill_normal(&rng, x, (size_t)n, 0.0, std);
+  return x;
+}
+static void *up(const void *h, size_t bytes) {
+  void *d = dev->alloc(dev, bytes);
+  dev->upload(dev, d, h, bytes);
+  return d;
+}
+static float *upf(const float *h, int64_t n) { return up(h, (size_t)n * sizeof(float)); }
+static float *downf(const float *d, int64_t n) {
+  float *h = ng_xmalloc((size_t)(n ? n : 1) * sizeof(float));
+  dev->download(dev, h, d, (size_t)n * sizeof(float));
+  return h;
+}
+
+// max|got - want| / max|want| (absolute when want is all zero)
+static double rel_err(const float *got, const float *want, int64_t n) {
+  double e = 0.0, m = 0.0;
+  for (int64_t i = 0; i < n; i++) {
+    e = fmax(e, fabs((double)got[i] - want[i]));
+    m = fmax(m, fabs((double)want[i]));
+  }
+  return m > 0.0 ? e / m : e;
+}
+
+// Tolerances: fp32 from the golden contract; bf16 forward 3e-2 (gradients of
+// bf16 products are compared at 0.1 relative L2 in the contract, here per tensor).
+static bool bf16_mode;
+static double tol_fwd(void) { return bf16_mode ? 3e-2 : 1e-4; }
+static double tol_grad(void) { return bf16_mode ? 1e-1 : 1e-3; }
+
+// Downloads the device result d [n], compares with the CPU's h [n], frees d's copy.
+static void expect(const char *what, const float *d, const float *h, int64_t n, double tol) {
+  float *got = downf(d, n);
+  double e = rel_err(got, h, n);
+  char name[200];
+  snprintf(name, sizeof name, "%s %s", dev->name, what);
+  CHECK(e <= tol, name, "relative error %.3g > %.3g", e, tol);
+  free(got);
+}
+
+static void test_matmul(void) {
+  const int64_t M = 37, N = 29, K = 53;
+  for (int t = 0; t < 4; t++) {
+    bool ta = t & 1, tb = t & 2;
+    float *A = rnd(M * K, 1.0), *B = rnd(K * N, 1.0), *C = rnd(M * N, 1.0);
+    float *dA = upf(A, M * K), *dB = upf(B, K * N), *dC = upf(C, M * N);
+    cpu->matmul(cpu, ta, tb, M, N, K, A, B, 0.5f, C);
+    dev->matmul(dev, ta, tb, M, N, K, dA, dB, 0.5f, dC);
+    char what[64];
+    snprintf(what, sizeof what, "matmul ta=%d tb=%d beta=0.5", ta, tb);
+    expect(what, dC, C, M * N, tol_fwd());
+    free(A), free(B), free(C);
+    dev->free(dev, dA), dev->free(dev, dB), dev->free(dev, dC);
+  }
+  float *C = rnd(6, 1.0), *dC = upf(C, 6);
+  cpu->matmul(cpu, false, false, 2, 3, 0, NULL, NULL, 0.25f, C);
+  dev->matmul(dev, false, false, 2, 3, 0, NULL, NULL, 0.25f, dC);
+  expect("matmul K=0 scales C by beta", dC, C, 6, 0.0);
+  free(C);
+  dev->free(dev, dC);
+}
+
+static void test_embedding(void) {
+  const int64_t V = 41, D = 19, N = 77;
+  int32_t tok[77];
+  for (int64_t i = 0; i < N; i++) tok[i] = (int32_t)ng_rng_below(&rng, i < 40 ? 5 : V);  // repeats
+  float *W = rnd(V * D, 1.0), *out = rnd(N * D, 1.0), *dW = rnd(V * D, 1.0);
+  int32_t *dtok = up(tok, sizeof tok);
+  float *dWd = upf(W, V * D), *dout = upf(out, N * D), *ddW = upf(dW, V * D);
+  cpu->embedding_forward(cpu, tok, W, N, D, out);
+  dev->embedding_forward(dev, dtok, dWd, N, D, dout);
+  expect("embedding_forward", dout, out, N * D, 0.0);
+  cpu->embedding_backward(cpu, tok, out, N, D, dW);
+  dev->embedding_backward(dev, dtok, dout, N, D, ddW);
+  expect("embedding_backward (accumulates, repeated tokens)", ddW, dW, V * D, 0.0);
+  free(W), free(out), free(dW);
+  dev->free(dev, dtok), dev->free(dev, dWd), dev->free(dev, dout), dev->free(dev, ddW);
+}
+
+static void test_rmsnorm(void) {
+  const int64_t R = 131, C = 70;
+  float *x = rnd(R * C, 2.0), *w = rnd(C, 1.0), *y = rnd(R * C, 1.0), *rs = rnd(R, 1.0);
+  float *dy = rnd(R * C, 1.0), *dx = rnd(R * C, 1.0), *dw = rnd(C, 1.0);
+  float *dxd = upf(x, R * C), *dwd = upf(w, C), *dyd = upf(y, R * C), *drs = upf(rs, R);
+  float *ddy = upf(dy, R * C), *ddx = upf(dx, R * C), *ddw = upf(dw, C);
+  cpu->rmsnorm_forward(cpu, x, w, R, C, 1e-6f, y, rs);
+  dev->rmsnorm_forward(dev, dxd, dwd, R, C, 1e-6f, dyd, drs);
+  expect("rmsnorm_forward y", dyd, y, R * C, tol_fwd());
+  expect("rmsnorm_forward rstd", drs, rs, R, tol_fwd());
+  cpu->rmsnorm_backward(cpu, x, w, rs, dy, R, C, dx, dw);
+  dev->rmsnorm_backward(dev, dxd, dwd, drs, ddy, R, C, ddx, ddw);
+  expect("rmsnorm_backward dx (accumulates)", ddx, dx, R * C, tol_grad());
+  expect("rmsnorm_backward dw (accumulates, 3 row blocks)", ddw, dw, C, tol_grad());
+  cpu->rmsnorm_backward(cpu, x, w, rs, dy, R, C, dx, NULL);
+  dev->rmsnorm_backward(dev, dxd, dwd, drs, ddy, R, C, ddx, NULL);
+  expect("rmsnorm_backward without dw", ddx, dx, R * C, tol_grad());
+  float *rms = rnd(R, 1.0), *drms = upf(rms, R);
+  cpu->row_rms(cpu, x, R, C, rms);
+  dev->row_rms(dev, dxd, R, C, drms);
+  expect("row_rms", drms, rms, R, tol_fwd());
+  free(x), free(w), free(y), free(rs), free(dy), free(dx), free(dw), free(rms);
+  float *all[] = {dxd, dwd, dyd, drs, ddy, ddx, ddw, drms};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dev->free(dev, all[i]);
+}
+
+static void test_rope(void) {
+  const int64_t B = 2, T = 11, nh = 3, hd = 10, n = B * T * nh * hd;
+  float *x = rnd(n, 1.0), *dx = upf(x, n);
+  cpu->rope_forward(cpu, x, B, T, nh, hd, 1e4);
+  dev->rope_forward(dev, dx, B, T, nh, hd, 1e4);
+  expect("rope_forward", dx, x, n, tol_fwd());
+  cpu->rope_backward(cpu, x, B, T, nh, hd, 5e5);
+  dev->rope_backward(dev, dx, B, T, nh, hd, 5e5);
+  expect("rope_backward (another theta)", dx, x, n, tol_fwd());
+  free(x);
+  dev->free(dev, dx);
+}
+
+static void test_attention(ng_attn_shape s) {
+  int64_t nq = s.B * s.T * s.H * s.hd, nk = s.B * s.T * s.KV * s.hd, nl = s.B * s.H * s.T;
+  float *q = rnd(nq, 1.0), *k = rnd(nk, 1.0), *v = rnd(nk, 1.0), *o = rnd(nq, 1.0), *l = rnd(nl, 1.0);
+  float *dout = rnd(nq, 1.0), *dq = rnd(nq, 1.0), *dk = rnd(nk, 1.0), *dv = rnd(nk, 1.0);
+  float *qd = upf(q, nq), *kd = upf(k, nk), *vd = upf(v, nk), *od = upf(o, nq), *ld = upf(l, nl);
+  float *doutd = upf(dout, nq), *dqd = upf(dq, nq), *dkd = upf(dk, nk), *dvd = upf(dv, nk);
+  char what[160];
+  int len = snprintf(what, sizeof what, "attention B=%lld T=%lld H=%lld KV=%lld hd=%lld ",
+                     (long long)s.B, (long long)s.T, (long long)s.H, (long long)s.KV, (long long)s.hd);
+  cpu->attention_forward(cpu, s, q, k, v, o, l);
+  dev->attention_forward(dev, s, qd, kd, vd, od, ld);
+  snprintf(what + len, sizeof what - len, "forward out");
+  expect(what, od, o, nq, tol_fwd());
+  snprintf(what + len, sizeof what - len, "forward lse");
+  expect(what, ld, l, nl, tol_fwd());
+  cpu->attention_backward(cpu, s, q, k, v, o, l, dout, dq, dk, dv);
+  dev->attention_backward(dev, s, qd, kd, vd, od, ld, doutd, dqd, dkd, dvd);
+  const float *dd[] = {dqd, dkd, dvd}, *hh[] = {dq, dk, dv};
+  const int64_t nn[] = {nq, nk, nk};
+  const char *nm[] = {"dq", "dk", "dv"};
+  for (int i = 0; i < 3; i++) {
+    snprintf(what + len, sizeof what - len, "backward %s", nm[i]);
+    expect(what, dd[i], hh[i], nn[i], tol_grad());
+  }
+  // Determinism: a second backward gives the same bits.
+  float *first = downf(dkd, nk);
+  dev->attention_backward(dev, s, qd, kd, vd, od, ld, doutd, dqd, dkd, dvd);
+  float *second = downf(dkd, nk);
+  snprintf(what, sizeof what, "%s attention backward twice: identical dk (T=%lld)", dev->name,
+           (long long)s.T);
+  CHECK(memcmp(first, second, (size_t)nk * sizeof(float)) == 0, what, "bits differ");
+  free(first), free(second);
+  float *hostbufs[] = {q, k, v, o, l, dout, dq, dk, dv};
+  float *devbufs[] = {qd, kd, vd, od, ld, doutd, dqd, dkd, dvd};
+  for (int i = 0; i < 9; i++) free(hostbufs[i]), dev->free(dev, devbufs[i]);
+}
+
+static void test_elementwise(void) {
+  const int64_t n = 1001;
+  float *g = rnd(n, 2.0), *u = rnd(n, 1.0), *s = rnd(n, 1.0), *ds = rnd(n, 1.0);
+  float *dg = rnd(n, 1.0), *du = rnd(n, 1.0);
+  float *gd = upf(g, n), *ud = upf(u, n), *sd = upf(s, n), *dsd = upf(ds, n), *dgd = upf(dg, n),
+        *dud = upf(du, n);
+  cpu->swiglu_forward(cpu, g, u, n, s);
+  dev->swiglu_forward(dev, gd, ud, n, sd);
+  expect("swiglu_forward", sd, s, n, tol_fwd());
+  cpu->swiglu_backward(cpu, g, u, ds, n, dg, du);
+  dev->swiglu_backward(dev, gd, ud, dsd, n, dgd, dud);
+  expect("swiglu_backward dgate", dgd, dg, n, tol_grad());
+  expect("swiglu_backward dup", dud, du, n, tol_grad());
+  cpu->add(cpu, g, u, n, g);  // aliasing y = a
+  dev->add(dev, gd, ud, n, gd);
+  expect("add (y aliases a)", gd, g, n, 0.0);
+  cpu->lerp(cpu, g, u, 0.3f, n, u);  // y = b
+  dev->lerp(dev, gd, ud, 0.3f, n, ud);
+  expect("lerp (y aliases b)", ud, u, n, 1e-6);  // the GPU may fuse a multiply-add
+  cpu->scale(cpu, u, -1.5f, n, s);
+  dev->scale(dev, ud, -1.5f, n, sd);
+  expect("scale", sd, s, n, 0.0);
+  float *hb[] = {g, u, s, ds, dg, du}, *db[] = {gd, ud, sd, dsd, dgd, dud};
+  for (int i = 0; i < 6; i++) free(hb[i]), dev->free(dev, db[i]);
+}
+
+// ce, kd and dlogits of the fused loss with a full teacher, none, or a top-k cache of k.
+static void test_loss(int64_t k) {
+  const int64_t N = 9, V = 300;
+  ng_loss_params lp = {0.4, 2.0, 290, 0};
+  int32_t tg[9] = {3, -1, 17, 289, 0, -1, 100, 5, 250};
+  float *s = rnd(N * V, 3.0), *t = rnd(N * V, 3.0), *ds = rnd(N * V, 1.0);
+  int32_t *ids = ng_xmalloc((size_t)(N * k + 1) * sizeof(int32_t));
+  float *vals = ng_xmalloc((size_t)(N * k + 1) * sizeof(float)), *lse = ng_xmalloc(N * sizeof(float));
+  for (int64_t i = 0; k && i < N; i++) {
+    ng_top_k(t + i * V, lp.vocab_used, k, (uint32_t *)ids + i * k, vals + i * k);
+    lse[i] = ng_logsumexp(t + i * V, lp.vocab_used, 1.0 / lp.temperature);
+  }
+  float *sd = upf(s, N * V), *td = upf(t, N * V), *dsd = upf(ds, N * V);
+  int32_t *tgd = up(tg, sizeof tg), *idsd = up(ids, (size_t)(N * k + 1) * sizeof(int32_t));
+  float *valsd = upf(vals, N * k + 1), *lsed = upf(lse, N);
+  for (int teacher = 0; teacher < 2; teacher++) {
+    double ce[2], kd[2];
+    int64_t nv[2];
+    if (k && teacher) {
+      cpu->ce_kd_topk(cpu, s, ids, vals, lse, k, tg, N, V, lp, ds, &ce[0], &kd[0], &nv[0]);
+      dev->ce_kd_topk(dev, sd, idsd, valsd, lsed, k, tgd, N, V, lp, dsd, &ce[1], &kd[1], &nv[1]);
+    } else {
+      cpu->ce_kd(cpu, s, teacher ? t : NULL, tg, N, V, lp, ds, &ce[0], &kd[0], &nv[0]);
+      dev->ce_kd(dev, sd, teacher ? td : NULL, tgd, N, V, lp, dsd, &ce[1], &kd[1], &nv[1]);
+    }
+    char what[120];
+    const char *kind = !teacher ? "no teacher" : k ? "top-k teacher" : "full teacher";
+    snprintf(what, sizeof what, "%s ce_kd%s (%s, k=%lld): ce, kd, n_valid", dev->name,
+             k && teacher ? "_topk" : "", kind, (long long)k);
+    CHECK(fabs(ce[1] - ce[0]) <= 1e-4 * fabs(ce[0]) && fabs(kd[1] - kd[0]) <= 1e-4 * fabs(kd[0]) + 1e-12 &&
+              nv[0] == nv[1],
+          what, "ce %.9g vs %.9g, kd %.9g vs %.9g, n %lld vs %lld", ce[1], ce[0], kd[1], kd[0],
+          (long long)nv[1], (long long)nv[0]);
+    snprintf(what, sizeof what, "ce_kd%s (%s, k=%lld) dlogits", k && teacher ? "_topk" : "", kind,
+             (long long)k);
+    expect(what, dsd, ds, N * V, 1e-3);
+    // Determinism: the same call again gives the same bits.
+    float *first = downf(dsd, N * V);
+    double ce2, kd2;
+    if (k && teacher)
+      dev->ce_kd_topk(dev, sd, idsd, valsd, lsed, k, tgd, N, V, lp, dsd, &ce2, &kd2, &nv[1]);
+    else
+      dev->ce_kd(dev, sd, teacher ? td : NULL, tgd, N, V, lp, dsd, &ce2, &kd2, &nv[1]);
+    float *second = downf(dsd, N * V);
+    snprintf(what, sizeof what, "%s ce_kd%s (%s) twice: identical bits", dev->name,
+             k && teacher ? "_topk" : "", kind);
+    CHECK(ce2 == ce[1] && kd2 == kd[1] && memcmp(first, second, (size_t)(N * V) * sizeof(float)) == 0,
+          what, "results differ");
+    free(first), free(second);
+  }
+  free(s), free(t), free(ds), free(ids), free(vals), free(lse);
+  void *db[] = {sd, td, dsd, tgd, idsd, valsd, lsed};
+  for (int i = 0; i < 7; i++) dev->free(dev, db[i]);
+}
+
+static void test_optimizer(void) {
+  const int64_t n = 50001;
+  float *x = rnd(n, 1.0), *xd = upf(x, n);
+  double a = cpu->sumsq(cpu, x, n), b = dev->sumsq(dev, xd, n);
+  char name[100];
+  snprintf(name, sizeof name, "%s sumsq (4 blocks, double)", dev->name);
+  CHECK(fabs(a - b) <= 1e-12 * a, name, "%.17g vs %.17g", b, a);
+  float *g = rnd(n, 1e-2), *m = rnd(n, 1e-3), *v = rnd(n, 1e-5), *gd = upf(g, n);
+  for (int i = 0; i < n; i++) v[i] = fabsf(v[i]);
+  float *md = upf(m, n), *vd = upf(v, n);
+  ng_adamw_params ap = {3e-3, 0.9, 0.95, 1e-8, 0.1, 3, 0.7};
+  for (int decay = 0; decay < 2; decay++) {
+    cpu->adamw(cpu, x, g, m, v, n, ap, decay);
+    dev->adamw(dev, xd, gd, md, vd, n, ap, decay);
+    snprintf(name, sizeof name, "adamw decay=%d p", decay);
+    expect(name, xd, x, n, 1e-6);
+    snprintf(name, sizeof name, "adamw decay=%d m, v", decay);
+    expect(name, md, m, n, 1e-6);
+    expect(name, vd, v, n, 1e-6);
+  }
+  free(x), free(g), free(m), free(v);
+  dev->free(dev, xd), dev->free(dev, gd), dev->free(dev, md), dev->free(dev, vd);
+}
+
+static void test_memory(void) {
+  float h[100], back[100];
+  for (int i = 0; i < 100; i++) h[i] = (float)i;
+  float *d = dev->alloc(dev, sizeof h);
+  dev->download(dev, back, d, sizeof back);
+  bool zero = true;
+  for (int i = 0; i < 100; i++) zero = zero && back[i] == 0.0f;
+  char name[100];
+  snprintf(name, sizeof name, "%s alloc is zero-filled", dev->name);
+  CHECK(zero, name, "nonzero bytes");
+  dev->upload(dev, d, h, sizeof h);
+  dev->copy(dev, d + 10, d, 50 * sizeof(float));  // overlapping: memmove semantics
+  memmove(h + 10, h, 50 * sizeof(float));
+  expect("copy (overlapping)", d, h, 100, 0.0);
+  dev->zero(dev, d + 5, 7 * sizeof(float));
+  memset(h + 5, 0, 7 * sizeof(float));
+  expect("zero", d, h, 100, 0.0);
+  dev->free(dev, d);
+  dev->free(dev, NULL);
+}
+
+static void run_all(void) {
+  test_memory();
+  test_matmul();
+  test_embedding();
+  test_rmsnorm();
+  test_rope();
+  test_elementwise();
+  ng_attn_shape shapes[] = {
+      {2, 67, 4, 2, 16}, {1, 130, 6, 2, 40}, {1, 1, 2, 1, 8}, {1, 70, 2, 2, 128}, {1, 64, 3, 1, 64}};
+  for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) test_attention(shapes[i]);
+  test_loss(0);
+  test_loss(7);
+  test_loss(290);  // k = vocab_used: the exact divergence
+  test_optimizer();
+}
+
+int main(void) {
+  test_launch_geometry();
+  const char *why;
+  if (!ng_cuda_available(&why)) {
+    CHECK(ng_backend_cuda() == NULL && strstr(ng_error(), why) != NULL,
+          "cuda backend without a device: NULL and the reason", "got \"%s\"", ng_error());
+    if (getenv("NG_REQUIRE_GPU"))  // set by tools/gpu_check.sh: a skip there is a failure
+      CHECK(false, "cuda device required (NG_REQUIRE_GPU is set)", "%s", why);
+    else
+      printf("skip test_cuda device checks: %s\n", why);
+    return TEST_RESULT();
+  }
+  cpu = ng_backend_cpu();
+  ng_backend *modes[2] = {ng_backend_cuda(), ng_backend_cuda_bf16()};
+  for (int m = 0; m < 2; m++) {
+    dev = modes[m];
+    bf16_mode = m == 1;
+    ng_rng_seed(&rng, 7);
+    run_all();
+  }
+  return TEST_RESULT();
+}
