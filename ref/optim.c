@@ -3,6 +3,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "normgrow/common.h"
 
@@ -41,13 +42,15 @@ double ng_grad_norm(const ng_model *model) {
   return sqrt(ss);
 }
 
+// The factor the gradients are scaled by for a gradient norm `norm`.
+static double clip_coef(const ng_optim_config *oc, double norm) {
+  double c = oc->grad_clip > 0.0 ? oc->grad_clip / (norm + 1e-6) : 1.0;
+  return c < 1.0 ? c : 1.0;
+}
+
 double ng_adamw_step(ng_model *model, ng_adamw *o, const ng_optim_config *oc, double lr) {
   NG_ASSERT(o->n == model->n_params);
-  double norm = ng_grad_norm(model), coef = 1.0;
-  if (oc->grad_clip > 0.0) {
-    double c = oc->grad_clip / (norm + 1e-6);
-    if (c < 1.0) coef = c;
-  }
+  double norm = ng_grad_norm(model), coef = clip_coef(oc, norm);
   for (int i = 0; i < model->n_params; i++) {
     ng_param *p = &model->params[i];
     if (!p->grad || p->frozen) continue;
@@ -56,4 +59,111 @@ double ng_adamw_step(ng_model *model, ng_adamw *o, const ng_optim_config *oc, do
                      p->ndim >= 2);
   }
   return norm;
+}
+
+// ---------------------------------------------------------------- ZeRO stage 1
+
+ng_zero *ng_zero_create(ng_comm *comm) {
+  ng_zero *z = ng_xcalloc(1, sizeof *z);
+  z->comm = comm;
+  return z;
+}
+
+void ng_zero_free(ng_backend *be, ng_zero *z) {
+  if (!z) return;
+  be->free(be, z->flat);
+  be->free(be, z->part);
+  free(z);
+}
+
+// The flat layout of the model's parameters (buffers made anew when it grew).
+static void zero_layout(ng_zero *z, const ng_model *model) {
+  int64_t total = 0, size = z->comm->size;
+  for (int i = 0; i < model->n_params; i++) total += (int64_t)model->params[i].numel;
+  if (total == z->total && z->flat) return;
+  ng_backend *be = model->be;
+  be->free(be, z->flat);
+  be->free(be, z->part);
+  z->total = total;
+  z->shard = (total + size - 1) / size;
+  z->flat = be->alloc(be, (size_t)(z->shard * size) * sizeof(float));
+  z->part = be->alloc(be, (size_t)z->shard * sizeof(float));
+}
+
+// This rank's values [*lo, *hi) of parameter values [off, off + n); empty when lo >= hi.
+static void owned(const ng_zero *z, int64_t off, int64_t n, int64_t *lo, int64_t *hi) {
+  int64_t b = z->comm->rank * z->shard, e = b + z->shard;
+  *lo = off > b ? off : b;
+  *hi = off + n < e ? off + n : e;
+}
+
+// bufs[i] (one buffer of numel values per parameter) made whole on every rank
+// from each rank's shard of them.
+static void gather_whole(ng_zero *z, const ng_model *model, float **bufs) {
+  ng_backend *be = model->be;
+  int64_t b = z->comm->rank * z->shard, off = 0, lo, hi;
+  for (int i = 0; i < model->n_params; off += (int64_t)model->params[i++].numel) {
+    owned(z, off, (int64_t)model->params[i].numel, &lo, &hi);
+    if (lo < hi) be->copy(be, z->part + (lo - b), bufs[i] + (lo - off), (size_t)(hi - lo) * sizeof(float));
+  }
+  z->comm->allgather_f32(z->comm, z->part, z->flat, z->shard);
+  off = 0;
+  for (int i = 0; i < model->n_params; off += (int64_t)model->params[i++].numel)
+    be->copy(be, bufs[i], z->flat + off, model->params[i].numel * sizeof(float));
+}
+
+double ng_zero_step(ng_model *model, ng_adamw *o, ng_zero *z, const ng_optim_config *oc,
+                    double lr) {
+  NG_ASSERT(o->n == model->n_params);
+  ng_backend *be = model->be;
+  zero_layout(z, model);
+  int64_t b = z->comm->rank * z->shard, off = 0, lo, hi;
+  be->zero(be, z->flat, (size_t)(z->shard * z->comm->size) * sizeof(float));
+  for (int i = 0; i < model->n_params; off += (int64_t)model->params[i++].numel) {
+    const ng_param *p = &model->params[i];
+    if (p->grad && !p->frozen) be->copy(be, z->flat + off, p->grad, p->numel * sizeof(float));
+  }
+  z->comm->reduce_scatter_f32(z->comm, z->flat, z->part, z->shard);
+  double ss = be->sumsq(be, z->part, z->shard);
+  z->comm->allreduce_f64(z->comm, &ss, 1);
+  double norm = sqrt(ss), coef = clip_coef(oc, norm);
+  off = 0;
+  for (int i = 0; i < model->n_params; off += (int64_t)model->params[i++].numel) {
+    ng_param *p = &model->params[i];
+    if (!p->grad || p->frozen) continue;
+    ng_adamw_params ap = {lr, oc->beta1, oc->beta2, oc->eps, oc->weight_decay, ++o->steps[i], coef};
+    owned(z, off, (int64_t)p->numel, &lo, &hi);
+    if (lo < hi)
+      be->adamw(be, p->data + (lo - off), z->part + (lo - b), o->m[i] + (lo - off),
+                o->v[i] + (lo - off), hi - lo, ap, p->ndim >= 2);
+  }
+  float **data = ng_xmalloc((size_t)model->n_params * sizeof(float *));
+  for (int i = 0; i < model->n_params; i++) data[i] = model->params[i].data;
+  gather_whole(z, model, data);
+  free(data);
+  return norm;
+}
+
+void ng_zero_gather_moments(ng_model *model, ng_adamw *o, ng_zero *z) {
+  NG_ASSERT(o->n == model->n_params);
+  zero_layout(z, model);
+  gather_whole(z, model, o->m);
+  gather_whole(z, model, o->v);
+}
+
+bool ng_zero_weights_agree(const ng_model *model, ng_comm *comm) {
+  double differ = 0.0;
+  for (int i = 0; i < model->n_params; i++) {
+    const ng_param *p = &model->params[i];
+    size_t bytes = p->numel * sizeof(float);
+    char *mine = ng_xmalloc(bytes), *root = ng_xmalloc(bytes);
+    model->be->download(model->be, mine, p->data, bytes);
+    memcpy(root, mine, bytes);
+    comm->broadcast(comm, root, bytes, 0);
+    differ += memcmp(mine, root, bytes) != 0;
+    free(mine);
+    free(root);
+  }
+  comm->allreduce_f64(comm, &differ, 1);
+  return differ == 0.0;
 }
