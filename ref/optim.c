@@ -69,25 +69,35 @@ ng_zero *ng_zero_create(ng_comm *comm) {
   return z;
 }
 
+static void free_buffers(ng_backend *be, ng_zero *z) {
+  float **bufs[] = {&z->flat, &z->part, &z->m, &z->v};
+  for (int i = 0; i < 4; i++) {
+    be->free(be, *bufs[i]);
+    *bufs[i] = NULL;
+  }
+}
+
 void ng_zero_free(ng_backend *be, ng_zero *z) {
   if (!z) return;
-  be->free(be, z->flat);
-  be->free(be, z->part);
+  free_buffers(be, z);
   free(z);
 }
 
-// The flat layout of the model's parameters (buffers made anew when it grew).
+// The flat layout of the model's parameters (buffers made anew, zero, when it
+// grew: ng_zero_shard_moments then fills the moments).
 static void zero_layout(ng_zero *z, const ng_model *model) {
   int64_t total = 0, size = z->comm->size;
   for (int i = 0; i < model->n_params; i++) total += (int64_t)model->params[i].numel;
   if (total == z->total && z->flat) return;
   ng_backend *be = model->be;
-  be->free(be, z->flat);
-  be->free(be, z->part);
+  free_buffers(be, z);
   z->total = total;
   z->shard = (total + size - 1) / size;
-  z->flat = be->alloc(be, (size_t)(z->shard * size) * sizeof(float));
-  z->part = be->alloc(be, (size_t)z->shard * sizeof(float));
+  size_t bytes = (size_t)z->shard * sizeof(float);
+  z->flat = be->alloc(be, bytes * (size_t)size);
+  z->part = be->alloc(be, bytes);
+  z->m = be->alloc(be, bytes);
+  z->v = be->alloc(be, bytes);
 }
 
 // This rank's values [*lo, *hi) of parameter values [off, off + n); empty when lo >= hi.
@@ -97,26 +107,52 @@ static void owned(const ng_zero *z, int64_t off, int64_t n, int64_t *lo, int64_t
   *hi = off + n < e ? off + n : e;
 }
 
-// bufs[i] (one buffer of numel values per parameter) made whole on every rank
-// from each rank's shard of them.
-static void gather_whole(ng_zero *z, const ng_model *model, float **bufs) {
+// out[shard] <- this rank's values of bufs (one buffer of numel values per parameter).
+static void pack_owned(const ng_zero *z, const ng_model *model, float *const *bufs, float *out) {
   ng_backend *be = model->be;
   int64_t b = z->comm->rank * z->shard, off = 0, lo, hi;
   for (int i = 0; i < model->n_params; off += (int64_t)model->params[i++].numel) {
     owned(z, off, (int64_t)model->params[i].numel, &lo, &hi);
-    if (lo < hi) be->copy(be, z->part + (lo - b), bufs[i] + (lo - off), (size_t)(hi - lo) * sizeof(float));
+    if (lo < hi) be->copy(be, out + (lo - b), bufs[i] + (lo - off), (size_t)(hi - lo) * sizeof(float));
   }
-  z->comm->allgather_f32(z->comm, z->part, z->flat, z->shard);
-  off = 0;
+}
+
+// bufs whole on every rank: each rank's mine[shard] gathered, then unflattened.
+static void gather_whole(ng_zero *z, const ng_model *model, const float *mine, float **bufs) {
+  ng_backend *be = model->be;
+  z->comm->allgather_f32(z->comm, mine, z->flat, z->shard);
+  int64_t off = 0;
   for (int i = 0; i < model->n_params; off += (int64_t)model->params[i++].numel)
     be->copy(be, bufs[i], z->flat + off, model->params[i].numel * sizeof(float));
 }
 
-double ng_zero_step(ng_model *model, ng_adamw *o, ng_zero *z, const ng_optim_config *oc,
-                    double lr) {
+void ng_zero_shard_moments(const ng_model *model, ng_adamw *o, ng_zero *z) {
+  NG_ASSERT(o->n == model->n_params);
+  zero_layout(z, model);
+  pack_owned(z, model, o->m, z->m);
+  pack_owned(z, model, o->v, z->v);
+  for (int i = 0; i < o->n; i++) {
+    model->be->free(model->be, o->m[i]);
+    model->be->free(model->be, o->v[i]);
+    o->m[i] = o->v[i] = NULL;
+  }
+}
+
+void ng_zero_whole_moments(const ng_model *model, ng_adamw *o, ng_zero *z) {
   NG_ASSERT(o->n == model->n_params);
   ng_backend *be = model->be;
-  zero_layout(z, model);
+  for (int i = 0; i < o->n; i++) {
+    if (!o->m[i]) o->m[i] = be->alloc(be, model->params[i].numel * sizeof(float));
+    if (!o->v[i]) o->v[i] = be->alloc(be, model->params[i].numel * sizeof(float));
+  }
+  gather_whole(z, model, z->m, o->m);
+  gather_whole(z, model, z->v, o->v);
+}
+
+double ng_zero_step(ng_model *model, ng_adamw *o, ng_zero *z, const ng_optim_config *oc,
+                    double lr) {
+  NG_ASSERT(o->n == model->n_params && z->total > 0);
+  ng_backend *be = model->be;
   int64_t b = z->comm->rank * z->shard, off = 0, lo, hi;
   be->zero(be, z->flat, (size_t)(z->shard * z->comm->size) * sizeof(float));
   for (int i = 0; i < model->n_params; off += (int64_t)model->params[i++].numel) {
@@ -134,21 +170,15 @@ double ng_zero_step(ng_model *model, ng_adamw *o, ng_zero *z, const ng_optim_con
     ng_adamw_params ap = {lr, oc->beta1, oc->beta2, oc->eps, oc->weight_decay, ++o->steps[i], coef};
     owned(z, off, (int64_t)p->numel, &lo, &hi);
     if (lo < hi)
-      be->adamw(be, p->data + (lo - off), z->part + (lo - b), o->m[i] + (lo - off),
-                o->v[i] + (lo - off), hi - lo, ap, p->ndim >= 2);
+      be->adamw(be, p->data + (lo - off), z->part + (lo - b), z->m + (lo - b), z->v + (lo - b),
+                hi - lo, ap, p->ndim >= 2);
   }
   float **data = ng_xmalloc((size_t)model->n_params * sizeof(float *));
   for (int i = 0; i < model->n_params; i++) data[i] = model->params[i].data;
-  gather_whole(z, model, data);
+  pack_owned(z, model, data, z->part);
+  gather_whole(z, model, z->part, data);
   free(data);
   return norm;
-}
-
-void ng_zero_gather_moments(ng_model *model, ng_adamw *o, ng_zero *z) {
-  NG_ASSERT(o->n == model->n_params);
-  zero_layout(z, model);
-  gather_whole(z, model, o->m);
-  gather_whole(z, model, o->v);
 }
 
 bool ng_zero_weights_agree(const ng_model *model, ng_comm *comm) {

@@ -73,6 +73,7 @@ static double zero_vs_adamw(ng_comm *c) {
   ng_model_freeze(one, 1, true);
   ng_adamw *o_dp = ng_adamw_create(dp), *o_one = ng_adamw_create(one);
   ng_zero *z = ng_zero_create(c);
+  ng_zero_shard_moments(dp, o_dp, z);
   ng_optim_config oc = {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1, .grad_clip = 1.0};
   for (int step = 0; step < 3; step++) {
     for (int i = 0; i < dp->n_params; i++) {
@@ -95,7 +96,7 @@ static double zero_vs_adamw(ng_comm *c) {
   for (int i = 0; i < dp->n_params; i++)
     for (size_t k = 0; k < dp->params[i].numel; k++)
       worst = fmax(worst, fabs((double)dp->params[i].data[k] - (double)one->params[i].data[k]));
-  ng_zero_gather_moments(dp, o_dp, z);
+  ng_zero_whole_moments(dp, o_dp, z);
   for (int i = 0; i < dp->n_params; i++)
     for (size_t k = 0; k < dp->params[i].numel; k++)
       worst = fmax(worst, fabs((double)o_dp->m[i][k] - (double)o_one->m[i][k]));

@@ -29,30 +29,32 @@ double ng_adamw_step(ng_model *model, ng_adamw *opt, const ng_optim_config *oc, 
 
 // Data-parallel AdamW, ZeRO stage 1. The parameters, in ng_model order, make one
 // flat vector of `total` values, padded to size x shard; rank r owns values
-// [r shard, (r + 1) shard) of it. A step:
+// [r shard, (r + 1) shard) of it and holds the AdamW moments of those only. A step:
 //   flat <- every parameter's gradient (zeros for frozen ones and those without)
 //   part <- reduce-scatter(flat): the sum over ranks of this rank's shard
 //   norm <- sqrt(allreduce(sumsq(part)))   the global norm, clipped as above
 //   AdamW on the rank's shard of parameters and moments (every rank counts the
-//   steps of every parameter)
+//   steps of every parameter in the ng_adamw)
 //   parameters <- all-gather(each rank's shard): the same bits on every rank
-// Each rank keeps the moments of its shard current; ng_zero_gather_moments
-// makes them whole on every rank (before a checkpoint or a growth). The
-// backend's buffers are the communicator's (host memory with MPI).
+// The backend's buffers are the communicator's (host memory with MPI).
 typedef struct {
   ng_comm *comm;
   int64_t total, shard;  // values of all parameters; values per rank
   float *flat, *part;    // backend buffers [size x shard], [shard]
+  float *m, *v;          // backend buffers [shard]: this rank's AdamW moments
 } ng_zero;
 
 ng_zero *ng_zero_create(ng_comm *comm);
 void ng_zero_free(ng_backend *be, ng_zero *z);
-// One step (the layout follows the model when it grows); returns the global
-// gradient norm before clipping.
+// The rank keeps its shard of opt's whole moments, whose buffers are freed
+// (NULL): opt then holds only the steps (after creating, loading or growing it).
+void ng_zero_shard_moments(const ng_model *model, ng_adamw *opt, ng_zero *z);
+// opt's moments whole again on every rank, gathered from the shards (before a
+// checkpoint or a growth); collective.
+void ng_zero_whole_moments(const ng_model *model, ng_adamw *opt, ng_zero *z);
+// One step on sharded moments; returns the global gradient norm before clipping.
 double ng_zero_step(ng_model *model, ng_adamw *opt, ng_zero *z, const ng_optim_config *oc,
                     double lr);
-// Every rank's moments made whole (each rank's shard gathered to all).
-void ng_zero_gather_moments(ng_model *model, ng_adamw *opt, ng_zero *z);
 // Whether every rank holds the same bits of every parameter as rank 0
 // (collective; the host copy is one parameter at a time).
 bool ng_zero_weights_agree(const ng_model *model, ng_comm *comm);
