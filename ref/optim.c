@@ -70,11 +70,14 @@ ng_zero *ng_zero_create(ng_comm *comm) {
 }
 
 static void free_buffers(ng_backend *be, ng_zero *z) {
-  float **bufs[] = {&z->flat, &z->part, &z->m, &z->v};
-  for (int i = 0; i < 4; i++) {
+  float **bufs[] = {&z->flat, &z->part, &z->g, &z->m, &z->v};
+  for (int i = 0; i < 5; i++) {
     be->free(be, *bufs[i]);
     *bufs[i] = NULL;
   }
+  free(z->slice);
+  free(z->at);
+  z->slice = z->at = NULL;
 }
 
 void ng_zero_free(ng_backend *be, ng_zero *z) {
@@ -83,54 +86,65 @@ void ng_zero_free(ng_backend *be, ng_zero *z) {
   free(z);
 }
 
-// The flat layout of the model's parameters (buffers made anew, zero, when it
-// grew: ng_zero_shard_moments then fills the moments).
+// The slices of the model's parameters (buffers made anew, zero, when it grew:
+// ng_zero_shard_moments then fills the moments).
 static void zero_layout(ng_zero *z, const ng_model *model) {
   int64_t total = 0, size = z->comm->size;
   for (int i = 0; i < model->n_params; i++) total += (int64_t)model->params[i].numel;
-  if (total == z->total && z->flat) return;
+  if (z->slice && z->n == model->n_params && z->total == total) return;
   ng_backend *be = model->be;
   free_buffers(be, z);
+  z->n = model->n_params;
   z->total = total;
-  z->shard = (total + size - 1) / size;
-  size_t bytes = (size_t)z->shard * sizeof(float);
-  z->flat = be->alloc(be, bytes * (size_t)size);
-  z->part = be->alloc(be, bytes);
-  z->m = be->alloc(be, bytes);
-  z->v = be->alloc(be, bytes);
-}
-
-// This rank's values [*lo, *hi) of parameter values [off, off + n); empty when lo >= hi.
-static void owned(const ng_zero *z, int64_t off, int64_t n, int64_t *lo, int64_t *hi) {
-  int64_t b = z->comm->rank * z->shard, e = b + z->shard;
-  *lo = off > b ? off : b;
-  *hi = off + n < e ? off + n : e;
-}
-
-// out[shard] <- this rank's values of bufs (one buffer of numel values per parameter).
-static void pack_owned(const ng_zero *z, const ng_model *model, float *const *bufs, float *out) {
-  ng_backend *be = model->be;
-  int64_t b = z->comm->rank * z->shard, off = 0, lo, hi;
-  for (int i = 0; i < model->n_params; off += (int64_t)model->params[i++].numel) {
-    owned(z, off, (int64_t)model->params[i].numel, &lo, &hi);
-    if (lo < hi) be->copy(be, out + (lo - b), bufs[i] + (lo - off), (size_t)(hi - lo) * sizeof(float));
+  z->slice = ng_xmalloc((size_t)z->n * sizeof(int64_t));
+  z->at = ng_xmalloc((size_t)z->n * sizeof(int64_t));
+  z->shard = z->staging = 0;
+  for (int i = 0; i < z->n; i++) {
+    z->slice[i] = ((int64_t)model->params[i].numel + size - 1) / size;
+    z->at[i] = z->shard;
+    z->shard += z->slice[i];
+    if (z->slice[i] > z->staging) z->staging = z->slice[i];
   }
+  size_t slot = (size_t)z->staging * sizeof(float), shard = (size_t)z->shard * sizeof(float);
+  z->flat = be->alloc(be, slot * (size_t)size);
+  z->part = be->alloc(be, slot);
+  z->g = be->alloc(be, shard);
+  z->m = be->alloc(be, shard);
+  z->v = be->alloc(be, shard);
 }
 
-// bufs whole on every rank: each rank's mine[shard] gathered, then unflattened.
-static void gather_whole(ng_zero *z, const ng_model *model, const float *mine, float **bufs) {
+// Where this rank's slice of parameter i starts in it, and how many values it has.
+static int64_t slice_of(const ng_zero *z, const ng_model *model, int i, int64_t *count) {
+  int64_t n = (int64_t)model->params[i].numel, s = z->slice[i], from = z->comm->rank * s;
+  *count = from >= n ? 0 : (n - from < s ? n - from : s);
+  return from;
+}
+
+// buf (parameter i's n values) <- every rank's slice `mine` of it, gathered.
+static void gather_param(ng_zero *z, const ng_model *model, int i, const float *mine, float *buf) {
   ng_backend *be = model->be;
-  z->comm->allgather_f32(z->comm, mine, z->flat, z->shard);
-  int64_t off = 0;
-  for (int i = 0; i < model->n_params; off += (int64_t)model->params[i++].numel)
-    be->copy(be, bufs[i], z->flat + off, model->params[i].numel * sizeof(float));
+  int64_t count, s = z->slice[i];
+  slice_of(z, model, i, &count);
+  if (count > 0 && mine != z->part) be->copy(be, z->part, mine, (size_t)count * sizeof(float));
+  z->comm->allgather_f32(z->comm, z->part, z->flat, s);
+  if (buf) be->copy(be, buf, z->flat, model->params[i].numel * sizeof(float));
+}
+
+// This rank's slices of the per-parameter buffers bufs, packed into out[shard];
+// a NULL buffer leaves its slice as it is.
+static void pack_slices(const ng_zero *z, const ng_model *model, float *const *bufs, float *out) {
+  int64_t count;
+  for (int i = 0; i < z->n; i++) {
+    int64_t from = slice_of(z, model, i, &count);
+    if (count > 0 && bufs[i]) model->be->copy(model->be, out + z->at[i], bufs[i] + from, (size_t)count * sizeof(float));
+  }
 }
 
 void ng_zero_shard_moments(const ng_model *model, ng_adamw *o, ng_zero *z) {
   NG_ASSERT(o->n == model->n_params);
   zero_layout(z, model);
-  pack_owned(z, model, o->m, z->m);
-  pack_owned(z, model, o->v, z->v);
+  pack_slices(z, model, o->m, z->m);
+  pack_slices(z, model, o->v, z->v);
   for (int i = 0; i < o->n; i++) {
     model->be->free(model->be, o->m[i]);
     model->be->free(model->be, o->v[i]);
@@ -138,46 +152,48 @@ void ng_zero_shard_moments(const ng_model *model, ng_adamw *o, ng_zero *z) {
   }
 }
 
-void ng_zero_whole_moments(const ng_model *model, ng_adamw *o, ng_zero *z) {
-  NG_ASSERT(o->n == model->n_params);
+void ng_zero_whole_moments(const ng_model *model, ng_adamw *o, ng_zero *z, int root) {
+  NG_ASSERT(o->n == model->n_params && z->n == o->n);
   ng_backend *be = model->be;
+  bool mine = root < 0 || root == z->comm->rank;
   for (int i = 0; i < o->n; i++) {
-    if (!o->m[i]) o->m[i] = be->alloc(be, model->params[i].numel * sizeof(float));
-    if (!o->v[i]) o->v[i] = be->alloc(be, model->params[i].numel * sizeof(float));
+    size_t bytes = model->params[i].numel * sizeof(float);
+    if (mine && !o->m[i]) o->m[i] = be->alloc(be, bytes);
+    if (mine && !o->v[i]) o->v[i] = be->alloc(be, bytes);
+    gather_param(z, model, i, z->m + z->at[i], mine ? o->m[i] : NULL);
+    gather_param(z, model, i, z->v + z->at[i], mine ? o->v[i] : NULL);
   }
-  gather_whole(z, model, z->m, o->m);
-  gather_whole(z, model, z->v, o->v);
 }
+
+// Whether parameter p takes part in a step.
+static bool steps(const ng_param *p) { return p->grad && !p->frozen; }
 
 double ng_zero_step(ng_model *model, ng_adamw *o, ng_zero *z, const ng_optim_config *oc,
                     double lr) {
-  NG_ASSERT(o->n == model->n_params && z->total > 0);
+  NG_ASSERT(o->n == model->n_params && z->n == o->n);
   ng_backend *be = model->be;
-  int64_t b = z->comm->rank * z->shard, off = 0, lo, hi;
-  be->zero(be, z->flat, (size_t)(z->shard * z->comm->size) * sizeof(float));
-  for (int i = 0; i < model->n_params; off += (int64_t)model->params[i++].numel) {
+  int64_t size = z->comm->size, count;
+  be->zero(be, z->g, (size_t)z->shard * sizeof(float));
+  for (int i = 0; i < z->n; i++) {  // g <- this rank's slices of the summed gradients
     const ng_param *p = &model->params[i];
-    if (p->grad && !p->frozen) be->copy(be, z->flat + off, p->grad, p->numel * sizeof(float));
+    if (!steps(p)) continue;
+    be->zero(be, z->flat, (size_t)(size * z->slice[i]) * sizeof(float));
+    be->copy(be, z->flat, p->grad, p->numel * sizeof(float));
+    z->comm->reduce_scatter_f32(z->comm, z->flat, z->g + z->at[i], z->slice[i]);
   }
-  z->comm->reduce_scatter_f32(z->comm, z->flat, z->part, z->shard);
-  double ss = be->sumsq(be, z->part, z->shard);
+  double ss = be->sumsq(be, z->g, z->shard);  // padding and frozen slices are zeros
   z->comm->allreduce_f64(z->comm, &ss, 1);
   double norm = sqrt(ss), coef = clip_coef(oc, norm);
-  off = 0;
-  for (int i = 0; i < model->n_params; off += (int64_t)model->params[i++].numel) {
+  for (int i = 0; i < z->n; i++) {
     ng_param *p = &model->params[i];
-    if (!p->grad || p->frozen) continue;
+    if (!steps(p)) continue;
     ng_adamw_params ap = {lr, oc->beta1, oc->beta2, oc->eps, oc->weight_decay, ++o->steps[i], coef};
-    owned(z, off, (int64_t)p->numel, &lo, &hi);
-    if (lo < hi)
-      be->adamw(be, p->data + (lo - off), z->part + (lo - b), z->m + (lo - b), z->v + (lo - b),
-                hi - lo, ap, p->ndim >= 2);
+    int64_t from = slice_of(z, model, i, &count);
+    if (count > 0)
+      be->adamw(be, p->data + from, z->g + z->at[i], z->m + z->at[i], z->v + z->at[i], count, ap,
+                p->ndim >= 2);
+    gather_param(z, model, i, p->data + from, p->data);
   }
-  float **data = ng_xmalloc((size_t)model->n_params * sizeof(float *));
-  for (int i = 0; i < model->n_params; i++) data[i] = model->params[i].data;
-  pack_owned(z, model, data, z->part);
-  gather_whole(z, model, z->part, data);
-  free(data);
   return norm;
 }
 

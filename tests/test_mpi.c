@@ -96,7 +96,7 @@ static double zero_vs_adamw(ng_comm *c) {
   for (int i = 0; i < dp->n_params; i++)
     for (size_t k = 0; k < dp->params[i].numel; k++)
       worst = fmax(worst, fabs((double)dp->params[i].data[k] - (double)one->params[i].data[k]));
-  ng_zero_whole_moments(dp, o_dp, z);
+  ng_zero_whole_moments(dp, o_dp, z, -1);
   for (int i = 0; i < dp->n_params; i++)
     for (size_t k = 0; k < dp->params[i].numel; k++)
       worst = fmax(worst, fabs((double)o_dp->m[i][k] - (double)o_one->m[i][k]));
