@@ -120,23 +120,26 @@ static int64_t slice_of(const ng_zero *z, const ng_model *model, int i, int64_t 
   return from;
 }
 
-// buf (parameter i's n values) <- every rank's slice `mine` of it, gathered.
-static void gather_param(ng_zero *z, const ng_model *model, int i, const float *mine, float *buf) {
+// Parameter i's n values <- every rank's slice `mine` of it, gathered: into the
+// backend buffer buf, or the host array host (either may be NULL).
+static void gather_param(ng_zero *z, const ng_model *model, int i, const float *mine, float *buf,
+                         float *host) {
   ng_backend *be = model->be;
   int64_t count, s = z->slice[i];
+  size_t bytes = model->params[i].numel * sizeof(float);
   slice_of(z, model, i, &count);
   if (count > 0 && mine != z->part) be->copy(be, z->part, mine, (size_t)count * sizeof(float));
   z->comm->allgather_f32(z->comm, z->part, z->flat, s);
-  if (buf) be->copy(be, buf, z->flat, model->params[i].numel * sizeof(float));
+  if (buf) be->copy(be, buf, z->flat, bytes);
+  if (host) be->download(be, host, z->flat, bytes);
 }
 
-// This rank's slices of the per-parameter buffers bufs, packed into out[shard];
-// a NULL buffer leaves its slice as it is.
+// This rank's slices of the per-parameter buffers bufs, packed into out[shard].
 static void pack_slices(const ng_zero *z, const ng_model *model, float *const *bufs, float *out) {
   int64_t count;
   for (int i = 0; i < z->n; i++) {
     int64_t from = slice_of(z, model, i, &count);
-    if (count > 0 && bufs[i]) model->be->copy(model->be, out + z->at[i], bufs[i] + from, (size_t)count * sizeof(float));
+    if (count > 0) model->be->copy(model->be, out + z->at[i], bufs[i] + from, (size_t)count * sizeof(float));
   }
 }
 
@@ -152,17 +155,37 @@ void ng_zero_shard_moments(const ng_model *model, ng_adamw *o, ng_zero *z) {
   }
 }
 
-void ng_zero_whole_moments(const ng_model *model, ng_adamw *o, ng_zero *z, int root) {
+void ng_zero_whole_moments(const ng_model *model, ng_adamw *o, ng_zero *z) {
   NG_ASSERT(o->n == model->n_params && z->n == o->n);
   ng_backend *be = model->be;
-  bool mine = root < 0 || root == z->comm->rank;
   for (int i = 0; i < o->n; i++) {
     size_t bytes = model->params[i].numel * sizeof(float);
-    if (mine && !o->m[i]) o->m[i] = be->alloc(be, bytes);
-    if (mine && !o->v[i]) o->v[i] = be->alloc(be, bytes);
-    gather_param(z, model, i, z->m + z->at[i], mine ? o->m[i] : NULL);
-    gather_param(z, model, i, z->v + z->at[i], mine ? o->v[i] : NULL);
+    if (!o->m[i]) o->m[i] = be->alloc(be, bytes);
+    if (!o->v[i]) o->v[i] = be->alloc(be, bytes);
+    gather_param(z, model, i, z->m + z->at[i], o->m[i], NULL);
+    gather_param(z, model, i, z->v + z->at[i], o->v[i], NULL);
   }
+}
+
+void ng_zero_host_moments(const ng_model *model, ng_zero *z, int root, float ***m, float ***v) {
+  NG_ASSERT(z->n == model->n_params);
+  bool mine = root == z->comm->rank;
+  *m = mine ? ng_xcalloc((size_t)z->n, sizeof(float *)) : NULL;
+  *v = mine ? ng_xcalloc((size_t)z->n, sizeof(float *)) : NULL;
+  for (int i = 0; i < z->n; i++) {
+    size_t bytes = model->params[i].numel * sizeof(float);
+    float *hm = mine ? ((*m)[i] = ng_xmalloc(bytes)) : NULL;
+    float *hv = mine ? ((*v)[i] = ng_xmalloc(bytes)) : NULL;
+    gather_param(z, model, i, z->m + z->at[i], NULL, hm);
+    gather_param(z, model, i, z->v + z->at[i], NULL, hv);
+  }
+}
+
+void ng_zero_free_host(int n, float **m, float **v) {
+  for (int i = 0; m && i < n; i++) free(m[i]);
+  for (int i = 0; v && i < n; i++) free(v[i]);
+  free(m);
+  free(v);
 }
 
 // Whether parameter p takes part in a step.
@@ -192,7 +215,7 @@ double ng_zero_step(ng_model *model, ng_adamw *o, ng_zero *z, const ng_optim_con
     if (count > 0)
       be->adamw(be, p->data + from, z->g + z->at[i], z->m + z->at[i], z->v + z->at[i], count, ap,
                 p->ndim >= 2);
-    gather_param(z, model, i, p->data + from, p->data);
+    gather_param(z, model, i, p->data + from, p->data, NULL);
   }
   return norm;
 }

@@ -389,7 +389,7 @@ static int grow(trainer *t, int stage) {
   int64_t d = t->student->cfg.num_hidden_layers, nd = rc->stages[stage].depth;
   eval_result before = {0}, after = {0};
   if (is_root(t) && evaluate(t, &before)) return -1;
-  if (t->zero) ng_zero_whole_moments(t->student, t->opt, t->zero, -1);  // every rank regrows
+  if (t->zero) ng_zero_whole_moments(t->student, t->opt, t->zero);  // every rank regrows
   ng_rng init;
   ng_rng_seed(&init, rc->seed ^ (0x67726f77ULL + (uint64_t)stage));  // "grow" + stage
   ng_grow_rule rule = {rc->grow_position, rc->grow_init, rc->init_std, &init, t->teacher,
@@ -563,15 +563,17 @@ static int stop_requested(trainer *t) {
 static int save_checkpoint(trainer *t, const char *file, bool with_state) {
   char path[600];
   path_in(t, file, path, sizeof path);
-  bool whole = t->zero && with_state;  // the moments gathered for the file, on rank 0
   if (t->zero && !ng_zero_weights_agree(t->student, t->comm))
     return ng_fail("step %lld: the ranks' weights differ", (long long)t->st.step);
-  if (whole) ng_zero_whole_moments(t->student, t->opt, t->zero, 0);
-  int rc = is_root(t) ? ng_checkpoint_save(path, t->student, with_state ? t->opt : NULL,
-                                           with_state ? &t->st : NULL)
-                      : 0;
-  if (whole) ng_zero_shard_moments(t->student, t->opt, t->zero);
-  return rc;
+  if (t->zero && with_state) {  // the moments gathered to rank 0's host memory
+    float **m, **v;
+    ng_zero_host_moments(t->student, t->zero, 0, &m, &v);
+    int rc = is_root(t) ? ng_checkpoint_save_moments(path, t->student, t->opt, m, v, &t->st) : 0;
+    ng_zero_free_host(t->student->n_params, m, v);
+    return rc;
+  }
+  if (!is_root(t)) return 0;
+  return ng_checkpoint_save(path, t->student, with_state ? t->opt : NULL, with_state ? &t->st : NULL);
 }
 
 // 0 at the end (or at --stop-after), a signal's number when one stopped the

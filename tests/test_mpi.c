@@ -96,10 +96,18 @@ static double zero_vs_adamw(ng_comm *c) {
   for (int i = 0; i < dp->n_params; i++)
     for (size_t k = 0; k < dp->params[i].numel; k++)
       worst = fmax(worst, fabs((double)dp->params[i].data[k] - (double)one->params[i].data[k]));
-  ng_zero_whole_moments(dp, o_dp, z, -1);
+  float **hm, **hv;  // the moments gathered to the host of rank 0 (a checkpoint's)
+  ng_zero_host_moments(dp, z, 0, &hm, &hv);
+  ng_zero_whole_moments(dp, o_dp, z);
   for (int i = 0; i < dp->n_params; i++)
-    for (size_t k = 0; k < dp->params[i].numel; k++)
+    for (size_t k = 0; k < dp->params[i].numel; k++) {
       worst = fmax(worst, fabs((double)o_dp->m[i][k] - (double)o_one->m[i][k]));
+      worst = fmax(worst, fabs((double)o_dp->v[i][k] - (double)o_one->v[i][k]));
+      if (hm) worst = fmax(worst, fabs((double)hm[i][k] - (double)o_one->m[i][k]));
+      if (hv) worst = fmax(worst, fabs((double)hv[i][k] - (double)o_one->v[i][k]));
+    }
+  if (c->rank == 0 && !hm) worst = INFINITY;
+  ng_zero_free_host(dp->n_params, hm, hv);
   bool agree = ng_zero_weights_agree(dp, c);
   if (!agree) worst = INFINITY;
   ng_zero_free(be, z);

@@ -52,12 +52,15 @@ typedef struct {
 ng_zero *ng_zero_create(ng_comm *comm);
 void ng_zero_free(ng_backend *be, ng_zero *z);
 // The rank keeps its slices of opt's whole moments, whose buffers are freed
-// (NULL): opt then holds only the steps (after creating, loading or growing it,
-// and after a checkpoint, where the ranks but the root hold none to keep).
+// (NULL): opt then holds only the steps (after creating, loading or growing it).
 void ng_zero_shard_moments(const ng_model *model, ng_adamw *opt, ng_zero *z);
-// opt's moments whole again, gathered from the ranks' slices: on rank `root`
-// only (a checkpoint), or on every rank when root is -1 (a growth); collective.
-void ng_zero_whole_moments(const ng_model *model, ng_adamw *opt, ng_zero *z, int root);
+// opt's moments whole again on every rank, gathered from the ranks' slices (for
+// a growth); collective.
+void ng_zero_whole_moments(const ng_model *model, ng_adamw *opt, ng_zero *z);
+// The whole moments in host arrays m[i], v[i] [numel] made on rank `root` (for
+// a checkpoint: NULL elsewhere; free with ng_zero_free_host); collective.
+void ng_zero_host_moments(const ng_model *model, ng_zero *z, int root, float ***m, float ***v);
+void ng_zero_free_host(int n, float **m, float **v);
 // One step on sharded moments; returns the global gradient norm before clipping.
 double ng_zero_step(ng_model *model, ng_adamw *opt, ng_zero *z, const ng_optim_config *oc,
                     double lr);
