@@ -430,8 +430,8 @@ static int grow(trainer *t, int stage) {
   log_line(t->metrics, j);
   if (is_root(t))
     fprintf(stderr, "%s%s: grew %lld -> %lld blocks at step %lld: val CE %.4f -> %.4f\n",
-          isatty(STDERR_FILENO) ? "\n" : "", rc->name, (long long)d, (long long)nd,
-          (long long)t->st.step, before.ce, after.ce);
+            isatty(STDERR_FILENO) ? "\n" : "", rc->name, (long long)d, (long long)nd,
+            (long long)t->st.step, before.ce, after.ce);
   return 0;
 }
 
