@@ -12,6 +12,12 @@ LDLIBS  += -lopenblas -lcjson -lm
 LDLIBS  += -lpcre2-8 -lutf8proc -lz
 # The oneDNN backend.
 LDLIBS  += -ldnnl
+# The communicator of data-parallel runs: OpenMPI (ref/comm_mpi.c); the Debian
+# paths when pkg-config does not know it yet (before tools/bootstrap.sh installs it).
+MPI_CFLAGS ?= $(or $(shell pkg-config --cflags ompi-c 2>/dev/null),-I/usr/lib/x86_64-linux-gnu/openmpi/include)
+MPI_LIBS   ?= $(or $(shell pkg-config --libs ompi-c 2>/dev/null),-L/usr/lib/x86_64-linux-gnu/openmpi/lib -lmpi)
+CPPFLAGS += $(MPI_CFLAGS)
+LDLIBS  += $(MPI_LIBS)
 
 REF_SRC   := $(wildcard ref/*.c)
 REF_SRC   += accel/backend_onednn.c

@@ -64,8 +64,10 @@ static char *print_and_free(cJSON *j) {
   return t;
 }
 
-int ng_checkpoint_save(const char *path, const ng_model *m, const ng_adamw *opt,
-                       const ng_train_state *st) {
+// The checkpoint, its moments from opt's backend buffers or, when m_host is
+// not NULL, from host arrays.
+static int save(const char *path, const ng_model *m, const ng_adamw *opt, float *const *m_host,
+                float *const *v_host, const ng_train_state *st) {
   ng_st_writer *w = ng_st_writer_new();
   host_copies h = {0};
   char *model_json = print_and_free(ng_model_config_to_json(&m->cfg));
@@ -81,9 +83,11 @@ int ng_checkpoint_save(const char *path, const ng_model *m, const ng_adamw *opt,
     const ng_param *p = &m->params[i];
     char name[128];
     snprintf(name, sizeof name, "optim.m.%s", p->name);
-    ng_st_writer_add(w, name, NG_F32, p->ndim, p->shape, host_copy(&h, m->be, opt->m[i], p->numel));
+    ng_st_writer_add(w, name, NG_F32, p->ndim, p->shape,
+                     m_host ? m_host[i] : host_copy(&h, m->be, opt->m[i], p->numel));
     snprintf(name, sizeof name, "optim.v.%s", p->name);
-    ng_st_writer_add(w, name, NG_F32, p->ndim, p->shape, host_copy(&h, m->be, opt->v[i], p->numel));
+    ng_st_writer_add(w, name, NG_F32, p->ndim, p->shape,
+                     v_host ? v_host[i] : host_copy(&h, m->be, opt->v[i], p->numel));
   }
   int rc = ng_st_writer_save(w, path);
   ng_st_writer_free(w);
@@ -91,6 +95,17 @@ int ng_checkpoint_save(const char *path, const ng_model *m, const ng_adamw *opt,
   free(model_json);
   free(state);
   return rc;
+}
+
+int ng_checkpoint_save(const char *path, const ng_model *m, const ng_adamw *opt,
+                       const ng_train_state *st) {
+  return save(path, m, opt, NULL, NULL, st);
+}
+
+int ng_checkpoint_save_moments(const char *path, const ng_model *m, const ng_adamw *opt,
+                               float *const *m_host, float *const *v_host,
+                               const ng_train_state *st) {
+  return save(path, m, opt, m_host, v_host, st);
 }
 
 // ---------------------------------------------------------------- loading

@@ -26,6 +26,7 @@ ng_plan_params ng_plan_count_params(const ng_model_config *c, int64_t frozen_blo
     // so which blocks are the frozen ones changes no count.
     q->frozen = q->layer < 0 ? freeze_io : q->layer < frozen_blocks;
     p.total += (int64_t)q->numel;
+    if ((int64_t)q->numel > p.largest) p.largest = (int64_t)q->numel;
     if (!q->frozen) p.trainable += (int64_t)q->numel;
   }
   p.matmul = ng_model_matmul_params(m, false);
@@ -89,11 +90,28 @@ double ng_plan_step_flops(const ng_model_config *student, const ng_plan_params *
 
 // ---------------------------------------------------------------- stages
 
-// Each device's share with everything sharded evenly, and the devices the total takes.
+// Bytes on each of n devices: everything but the AdamW moments on every device,
+// 1/n of these, and from 2 devices the ZeRO step's buffers; *adamw, *zero:
+// those two parts. (Rank 0 gathers a checkpoint's moments into the host copy
+// the checkpoint makes anyway.)
+static int64_t device_bytes(const ng_plan_stage *s, int64_t n, int64_t *adamw, int64_t *zero) {
+  int64_t f32 = (int64_t)sizeof(float), slice = (s->student.largest + n - 1) / n;
+  *adamw = (s->adamw + n - 1) / n;
+  *zero = n > 1 ? f32 * (n * slice + slice + (s->student.total + n - 1) / n) : 0;
+  int64_t transient = s->diag > s->checkpoint ? s->diag : s->checkpoint;
+  return s->weights + s->grads + *adamw + *zero + s->acts + s->eval_acts + s->teacher_weights +
+         s->teacher_acts + transient + NG_PLAN_RUNTIME_BYTES;
+}
+
+// Each device's share on dev->devices, and the fewest devices that fit.
 static void fit(const ng_plan_device *dev, ng_plan_stage *s) {
-  s->per_device_gib = (double)s->total / (double)dev->devices / GIB;
+  int64_t a, z, limit = (int64_t)(dev->memory_gib * GIB);
+  s->per_device = device_bytes(s, dev->devices, &s->adamw_per_device, &s->zero);
+  s->per_device_gib = (double)s->per_device / GIB;
   s->fits = s->per_device_gib <= dev->memory_gib;
-  s->devices_needed = (int64_t)ceil((double)s->total / (dev->memory_gib * GIB));
+  s->devices_needed = 0;
+  for (int64_t n = 1; n <= 1 << 16 && !s->devices_needed; n++)
+    if (device_bytes(s, n, &a, &z) <= limit) s->devices_needed = n;
 }
 
 // Bytes of the diagnostics at an evaluation (ref/diag.c): the residual points

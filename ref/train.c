@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "normgrow/checkpoint.h"
+#include "normgrow/comm.h"
 #include "normgrow/common.h"
 #include "normgrow/data.h"
 #include "normgrow/diag.h"
@@ -30,6 +31,8 @@ typedef struct {
   ng_shard train, val;
   ng_model *teacher, *student;
   ng_adamw *opt;
+  ng_comm *comm;   // the ranks of a data-parallel run (one: "single")
+  ng_zero *zero;   // the sharded optimizer step of a run of several ranks
   ng_acts *tacts, *sacts, *eval_acts;
   ng_train_state st;
   int32_t *h_tokens, *h_targets, *tokens, *targets;  // host and backend [B*T]
@@ -199,6 +202,18 @@ static micro_batch micro_of(const trainer *t, int64_t j) {
 
 static int64_t n_micro(const trainer *t) { return t->rc.batch / t->rc.micro_batch; }
 
+// Rank 0 of a data-parallel run (the only one of one process) evaluates, logs
+// and writes the run's files.
+static bool is_root(const trainer *t) { return t->comm->rank == 0; }
+
+// This rank's micro-batches [*j0, *j1) of a training batch: every rank draws
+// the whole batch and takes its even share of the micro-batches.
+static void my_micro(const trainer *t, int64_t *j0, int64_t *j1) {
+  int64_t m = n_micro(t), r = t->comm->rank, n = t->comm->size;
+  *j0 = m * r / n;
+  *j1 = m * (r + 1) / n;
+}
+
 // The loss parameters of the current batch: averaged over its valid targets.
 static ng_loss_params batch_loss_params(const trainer *t) {
   const ng_run_config *rc = &t->rc;
@@ -224,6 +239,10 @@ static void loss_of(trainer *t, ng_acts *a, const micro_batch *mb, ng_loss_param
 // ---------------------------------------------------------------- logging
 
 static void log_line(FILE *log, cJSON *j) {
+  if (!log) {  // a rank other than 0 writes no logs
+    cJSON_Delete(j);
+    return;
+  }
   char *s = ng_json_print(j, false);
   fprintf(log, "%s\n", s);
   fflush(log);
@@ -255,6 +274,7 @@ static cJSON *record(const trainer *t, const char *event) {
 static void progress(trainer *t, double loss, bool force) {
   double tnow = ng_now();
   bool tty = isatty(STDERR_FILENO);
+  if (!is_root(t)) return;
   if (!force && tnow - t->last_report < (tty ? 0.2 : 10.0)) return;
   t->last_report = tnow;
   int64_t done = t->st.step - t->steps_at_start, left = t->steps_total - t->st.step;
@@ -335,6 +355,7 @@ static cJSON *diagnose(trainer *t, bool ablation) {
 
 static int log_eval(trainer *t) {
   eval_result r;
+  if (!is_root(t)) return 0;
   if (evaluate(t, &r)) return -1;
   cJSON *j = record(t, "eval");
   cJSON_AddNumberToObject(j, "val_ce", r.ce);
@@ -351,6 +372,7 @@ static int log_eval(trainer *t) {
 // <run_dir>/diag_final.json: the diagnostics with the ablation, at the end.
 static int write_final_diag(trainer *t) {
   char path[600];
+  if (!is_root(t)) return 0;
   path_in(t, "diag_final.json", path, sizeof path);
   cJSON *j = diagnose(t, true);
   char *text = ng_json_print(j, true);
@@ -365,8 +387,9 @@ static int write_final_diag(trainer *t) {
 static int grow(trainer *t, int stage) {
   const ng_run_config *rc = &t->rc;
   int64_t d = t->student->cfg.num_hidden_layers, nd = rc->stages[stage].depth;
-  eval_result before, after;
-  if (evaluate(t, &before)) return -1;
+  eval_result before = {0}, after = {0};
+  if (is_root(t) && evaluate(t, &before)) return -1;
+  if (t->zero) ng_zero_whole_moments(t->student, t->opt, t->zero);  // every rank regrows
   ng_rng init;
   ng_rng_seed(&init, rc->seed ^ (0x67726f77ULL + (uint64_t)stage));  // "grow" + stage
   ng_grow_rule rule = {rc->grow_position, rc->grow_init, rc->init_std, &init, t->teacher,
@@ -390,11 +413,12 @@ static int grow(trainer *t, int stage) {
   free(t->st.gate_origin);
   t->student = grown;
   t->opt = opt;
+  if (t->zero) ng_zero_shard_moments(t->student, t->opt, t->zero);
   t->st.gate_origin = origin;
   for (int64_t j = 0; j < nd; j++) ng_model_freeze(t->student, j, rc->stages[stage].freeze_existing && from_old[j] >= 0);
   free(from_old);
   student_acts(t);
-  if (evaluate(t, &after)) return -1;
+  if (is_root(t) && evaluate(t, &after)) return -1;
   cJSON *j = record(t, "growth");
   cJSON_AddNumberToObject(j, "depth_before", (double)d);
   cJSON_AddNumberToObject(j, "val_ce_before", before.ce);
@@ -404,9 +428,10 @@ static int grow(trainer *t, int stage) {
     cJSON_AddNumberToObject(j, "val_kd_after", after.kd);
   }
   log_line(t->metrics, j);
-  fprintf(stderr, "%s%s: grew %lld -> %lld blocks at step %lld: val CE %.4f -> %.4f\n",
-          isatty(STDERR_FILENO) ? "\n" : "", rc->name, (long long)d, (long long)nd,
-          (long long)t->st.step, before.ce, after.ce);
+  if (is_root(t))
+    fprintf(stderr, "%s%s: grew %lld -> %lld blocks at step %lld: val CE %.4f -> %.4f\n",
+            isatty(STDERR_FILENO) ? "\n" : "", rc->name, (long long)d, (long long)nd,
+            (long long)t->st.step, before.ce, after.ce);
   return 0;
 }
 
@@ -443,6 +468,12 @@ static int next_batch(trainer *t) {
   return cache_batch(t, &t->cache_train, &t->train);
 }
 
+// AdamW on one process; ZeRO stage 1 over the ranks of a data-parallel run.
+static double optimizer_step(trainer *t, double lr) {
+  if (!t->zero) return ng_adamw_step(t->student, t->opt, &t->rc.optim, lr);
+  return ng_zero_step(t->student, t->opt, t->zero, &t->rc.optim, lr);
+}
+
 static int train_step(trainer *t) {
   const ng_run_config *rc = &t->rc;
   int64_t N = rc->batch * rc->seq;
@@ -452,14 +483,19 @@ static int train_step(trainer *t) {
   ng_loss_params lp = batch_loss_params(t);
   ce = kd = 0.0;
   ng_model_zero_grad(t->student);
-  for (int64_t j = 0; j < n_micro(t); j++) {  // gradients add up over the micro-batches
+  int64_t j0, j1;
+  my_micro(t, &j0, &j1);
+  for (int64_t j = j0; j < j1; j++) {  // gradients add up over the micro-batches
     micro_batch mb = micro_of(t, j);
     teacher_forward(t, &mb, lp, NULL);
     ng_model_forward(t->student, t->sacts, mb.tokens, NULL);
     loss_of(t, t->sacts, &mb, lp, true, &ce, &kd);
     ng_model_backward(t->student, t->sacts, mb.tokens);
   }
-  double gnorm = ng_adamw_step(t->student, t->opt, &rc->optim, lr);
+  double sums[2] = {ce, kd}, gnorm = optimizer_step(t, lr);
+  t->comm->allreduce_f64(t->comm, sums, 2);  // the shares of every rank's micro-batches
+  ce = sums[0];
+  kd = sums[1];
   t->st.flops += step_flops(t);
   t->st.step++;
   t->st.step_in_stage++;
@@ -513,9 +549,30 @@ static void release_signals(const signal_handlers *h) {
 
 // ---------------------------------------------------------------- run
 
+// Whether a signal asked any rank to stop (all ranks agree, after the same step);
+// its number is this rank's own or SIGTERM.
+static int stop_requested(trainer *t) {
+  double any = stop_signal != 0;
+  t->comm->allreduce_f64(t->comm, &any, 1);
+  if (any > 0.0 && !stop_signal) stop_signal = SIGTERM;
+  return stop_signal;
+}
+
+// Every rank takes part (the ranks' weights compared, the moments gathered);
+// rank 0 writes.
 static int save_checkpoint(trainer *t, const char *file, bool with_state) {
   char path[600];
   path_in(t, file, path, sizeof path);
+  if (t->zero && !ng_zero_weights_agree(t->student, t->comm))
+    return ng_fail("step %lld: the ranks' weights differ", (long long)t->st.step);
+  if (t->zero && with_state) {  // the moments gathered to rank 0's host memory
+    float **m, **v;
+    ng_zero_host_moments(t->student, t->zero, 0, &m, &v);
+    int rc = is_root(t) ? ng_checkpoint_save_moments(path, t->student, t->opt, m, v, &t->st) : 0;
+    ng_zero_free_host(t->student->n_params, m, v);
+    return rc;
+  }
+  if (!is_root(t)) return 0;
   return ng_checkpoint_save(path, t->student, with_state ? t->opt : NULL, with_state ? &t->st : NULL);
 }
 
@@ -535,7 +592,7 @@ static int run_stages(trainer *t) {
       if (t->st.step % rc->checkpoint_every == 0 && save_checkpoint(t, "checkpoint.safetensors", true))
         return -1;
       if (t->st.step == t->stop_after) return 0;  // a stop: no final checkpoint
-      if (stop_signal) return save_checkpoint(t, "checkpoint.safetensors", true) ? -1 : stop_signal;
+      if (stop_requested(t)) return save_checkpoint(t, "checkpoint.safetensors", true) ? -1 : stop_signal;
     }
   }
   t->st.stage = rc->n_stages - 1;
@@ -553,6 +610,7 @@ static const char *const run_files[] = {"config.json", "metrics.jsonl", "checkpo
 // which removes them.
 static int claim_run_dir(const trainer *t, bool force) {
   char path[600], found[256] = "";
+  if (!is_root(t)) return 0;
   for (int i = 0; run_files[i]; i++) {
     path_in(t, run_files[i], path, sizeof path);
     if (access(path, F_OK) != 0) continue;
@@ -568,6 +626,7 @@ static int claim_run_dir(const trainer *t, bool force) {
 }
 
 static int make_run_dir(const trainer *t) {
+  if (!is_root(t)) return 0;
   if (ng_make_dir(t->rc.run_dir) != 0) return -1;
   char path[600];
   path_in(t, "config.json", path, sizeof path);
@@ -611,6 +670,7 @@ static bool copy_kept_records(FILE *out, void *ctx) {
 // the rest again).
 static int reopen_log(trainer *t, const char *file, bool resume, FILE **log) {
   char path[600];
+  if (!is_root(t)) return 0;
   path_in(t, file, path, sizeof path);
   if (resume) {
     kept_records k = {fopen(path, "r"), t->st.step};
@@ -648,6 +708,7 @@ static int open_backend(trainer *t) {
 // the start and one at every resume.
 static int log_backend(trainer *t, bool resume) {
   char path[600];
+  if (!is_root(t)) return 0;
   path_in(t, "backend.jsonl", path, sizeof path);
   FILE *f = fopen(path, resume ? "a" : "w");
   if (!f) return ng_fail("%s: %s", path, strerror(errno));
@@ -657,6 +718,7 @@ static int log_backend(trainer *t, bool resume) {
   cJSON_AddStringToObject(j, "precision", ng_precision_name(t->be->precision));
   cJSON_AddStringToObject(j, "normgrow", NG_VERSION);
   cJSON_AddNumberToObject(j, "threads", omp_get_max_threads());
+  if (t->comm->size > 1) cJSON_AddNumberToObject(j, "ranks", t->comm->size);  // data-parallel
   cJSON_AddStringToObject(j, "blas_kernels", ng_blas_corename());
   cJSON_AddNumberToObject(j, "time", wall_clock());
   log_line(f, j);
@@ -692,6 +754,7 @@ static int resume_from(trainer *t, const char *dir, const ng_run_overrides *ov,
 static void closing_line(const trainer *t, int stopped) {
   const ng_run_config *rc = &t->rc;
   double secs = ng_now() - t->t_start;
+  if (!is_root(t)) return;
   if (stopped > 0) {
     fprintf(stderr,
             "%s: stopped by %s after step %lld of %lld; checkpoint written to "
@@ -716,6 +779,8 @@ static void trainer_free(trainer *t) {
     ng_adamw_free(t->student, t->opt);
   }
   if (t->teacher) ng_acts_free(t->teacher, t->tacts);
+  if (t->be) ng_zero_free(t->be, t->zero);
+  ng_comm_close(t->comm);
   ng_model_free(t->student);
   ng_model_free(t->teacher);
   if (t->be) {
@@ -744,9 +809,27 @@ static void trainer_free(trainer *t) {
   ng_backend_close(t->be);
 }
 
+// The ranks of the run: the communicator, and the sharded optimizer when there
+// are several.
+static int open_comm(trainer *t) {
+  t->comm = ng_comm_open();
+  if (!t->comm) return -1;
+  if (t->comm->size > 1) t->zero = ng_zero_create(t->comm);
+  return 0;
+}
+
+// A rank that fails ends every rank of the run (the others would wait for it
+// in their next collective): its error on stderr, then the communicator's abort.
+static void fail_ranks(const trainer *t) {
+  if (!t->comm || t->comm->size == 1) return;
+  fprintf(stderr, "normgrow (rank %d of %d): %s\n", t->comm->rank, t->comm->size, ng_error());
+  t->comm->abort(t->comm, 1);
+}
+
 int ng_train(const ng_train_args *args) {
   trainer t = {.stop_after = args->stop_after};
   const char *resume_dir = args->resume_dir;
+  if (open_comm(&t)) return -1;
   int rc = resume_dir ? resume_from(&t, resume_dir, &args->overrides, args->extend_tokens)
                       : (ng_run_config_load(args->config_path, &args->overrides, &t.rc) ||
                          open_backend(&t) || claim_run_dir(&t, args->force)
@@ -765,6 +848,7 @@ int ng_train(const ng_train_args *args) {
   if (rc == 0 && !resume_dir) rc = init_student(&t) || make_run_dir(&t) ? -1 : 0;
   if (rc == 0) {
     if (t.rc.freeze_embeddings) ng_model_freeze(t.student, -1, true);
+    if (t.zero) ng_zero_shard_moments(t.student, t.opt, t.zero);
     alloc_batches(&t);
     student_acts(&t);
     t.steps_at_start = t.st.step;
@@ -781,6 +865,7 @@ int ng_train(const ng_train_args *args) {
     if (rc >= 0 && isatty(STDERR_FILENO)) fputc('\n', stderr);
     if (rc >= 0) closing_line(&t, rc);
   }
+  if (rc < 0) fail_ranks(&t);
   trainer_free(&t);
   return rc;
 }

@@ -240,9 +240,10 @@ static void test_stage(void) {
                   s.teacher_acts + (s.diag > s.checkpoint ? s.diag : s.checkpoint) + NG_PLAN_RUNTIME_BYTES;
   CHECK(s.weights == 4 * (9 * BLOCK + IO) && s.adamw == 2 * s.weights &&
             s.checkpoint == 3 * s.weights && s.chunk == ng_loss_chunk_default(&rc.model, 524288) &&
-            s.teacher_weights == 4 * 8190735360LL && s.total == total && !s.fits &&
-            s.devices_needed == (int64_t)ceil((double)total / (80.0 * 1073741824.0)),
-        "grow-post stage 2: memory sums, does not fit on one 80 GiB device", "total %lld, %lld devices",
+            s.teacher_weights == 4 * 8190735360LL && s.total == total && s.per_device == total &&
+            s.zero == 0 && !s.fits && s.devices_needed == 0,
+        "grow-post stage 2: memory sums, does not fit on one 80 GiB device, nor on many (what every "
+        "device holds exceeds one)", "total %lld, %lld devices",
         (long long)s.total, (long long)s.devices_needed);
   // Qwen3-8B-Base held in bf16: 36 blocks of 192,946,432 at 2 bytes, one more
   // fp32 block to widen into, embeddings, head and final norm (1,244,663,808) at 4.
@@ -252,14 +253,38 @@ static void test_stage(void) {
   ng_plan_stage_of(&rc, 2, &t, &bf16, &h);
   CHECK(h.teacher_weights == 19642584064LL && h.total == s.total - (s.teacher_weights - h.teacher_weights),
         "Qwen3-8B-Base teacher held in bf16: weights by hand", "%lld bytes", (long long)h.teacher_weights);
+  // Data parallel on 64 devices, micro-batches of 8 rows, recompute: the moments
+  // sharded, the ZeRO buffers (one parameter's staging: the largest is the
+  // embedding, and the reduced gradients of the device's slices).
   ng_plan_device many = {400.0, 80.0, 64, 2, false};
   ng_plan_stage r;
   rc.recompute = true;
+  rc.micro_batch = 8;
   ng_plan_stage_of(&rc, 2, &t, &many, &r);
-  CHECK(r.weights == 2 * (9 * BLOCK + IO) && r.acts < s.acts && r.fits &&
-            fabs(r.per_device_gib * 64 * 1073741824.0 - (double)r.total) < 1.0 &&
+  int64_t slice = (EMBED + 63) / 64, P9 = 9 * BLOCK + IO;
+  int64_t zero = 4 * (64 * slice + slice + (P9 + 63) / 64), adamw = (4 * P9 + 63) / 64;
+  int64_t ckpt = r.checkpoint > r.diag ? r.checkpoint : r.diag;
+  int64_t each = r.weights + r.grads + adamw + zero + r.acts + r.eval_acts + r.teacher_weights +
+                r.teacher_acts + ckpt + NG_PLAN_RUNTIME_BYTES;
+  CHECK(r.weights == 2 * P9 && r.acts < s.acts && r.student.largest == EMBED && r.zero == zero &&
+            r.adamw_per_device == adamw && r.per_device == each &&
+            fabs(r.per_device_gib * 1073741824.0 - (double)each) < 1.0 &&
             fabs(r.seconds * 64 - s.seconds) <= 1e-9 * s.seconds,
-        "64 devices, 2 bytes per parameter, recompute", "%.1f GiB per device", r.per_device_gib);
+        "64 devices, 2 bytes per parameter, recompute: per device by hand (ZeRO-1)",
+        "%.1f GiB per device", r.per_device_gib);
+  // The fewest devices of 90 GiB: the stage fits on devices_needed and not on one fewer.
+  ng_plan_device big = {400.0, 90.0, 1, 2, false};
+  ng_plan_stage one_big;
+  ng_plan_stage_of(&rc, 2, &t, &big, &one_big);
+  ng_plan_device need = big, fewer = big;
+  need.devices = one_big.devices_needed > 0 ? one_big.devices_needed : 1;
+  fewer.devices = need.devices > 1 ? need.devices - 1 : 1;
+  ng_plan_stage a, b;
+  ng_plan_stage_of(&rc, 2, &t, &need, &a);
+  ng_plan_stage_of(&rc, 2, &t, &fewer, &b);
+  CHECK(one_big.devices_needed > 1 && a.fits && !b.fits,
+        "the fewest devices of 90 GiB the stage fits on", "%lld devices (%.1f GiB on one)",
+        (long long)one_big.devices_needed, one_big.per_device_gib);
   ng_run_config_free(&rc);
 
   // The same stage distilled from top-k caches: the teacher is loaded (for its

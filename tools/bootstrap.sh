@@ -9,6 +9,7 @@ set -euo pipefail
 need=(gcc make pkg-config libopenblas-openmp-dev libcjson-dev)
 need+=(libpcre2-dev libutf8proc-dev zlib1g-dev)  # tokenizer and corpus reader
 need+=(libdnnl-dev)  # the oneDNN backend
+need+=(libopenmpi-dev openmpi-bin)  # data-parallel runs over MPI (ref/comm_mpi.c)
 if [ "${1:-}" = "demo" ]; then
   need+=(python3 python3-matplotlib python3-numpy fortunes fortunes-min)
 fi

@@ -225,19 +225,22 @@ static void print_compute(const ng_plan_stage *s, int n) {
 }
 
 static void print_memory_row(const char *label, const ng_plan_stage *s, bool teacher) {
-  printf("%-6s %8s %8s %8s %9s %9s %9s %9s %8s %8s %9s %10.1f %12s %7lld\n", label,
-         gib(s->weights, true).s, gib(s->grads, true).s, gib(s->adamw, true).s,
-         gib(s->acts, true).s, gib(s->eval_acts, true).s, gib(s->diag, true).s,
+  char need[24] = "-";
+  if (s->devices_needed) snprintf(need, sizeof need, "%lld", (long long)s->devices_needed);
+  printf("%-6s %8s %8s %8s %8s %9s %9s %9s %9s %8s %8s %9s %10.1f %12s %7s\n", label,
+         gib(s->weights, true).s, gib(s->grads, true).s, gib(s->adamw_per_device, true).s,
+         gib(s->zero, s->zero > 0).s, gib(s->acts, true).s, gib(s->eval_acts, true).s, gib(s->diag, true).s,
          gib(s->checkpoint, true).s, gib(s->teacher_weights, teacher).s,
          gib(s->teacher_acts, teacher).s, gib(s->total, true).s,
-         s->per_device_gib, s->fits ? "fits" : "does NOT fit", (long long)s->devices_needed);
+         s->per_device_gib, s->fits ? "fits" : "does NOT fit", need);
 }
 
 static void print_memory(const ng_plan_stage *s, int n, bool teacher, const ng_plan_device *d) {
-  printf("\nmemory in GiB, all devices together; per device = total / %lld (sharded evenly)\n",
+  printf("\nmemory in GiB on each of %lld devices: data parallel, the AdamW moments sharded (ZeRO-1);\n"
+         "total: the run on one device\n",
          (long long)d->devices);
-  printf("%-6s %8s %8s %8s %9s %9s %9s %9s %8s %8s %9s %10s %12s %7s\n", "stage", "weights",
-         "grads", "AdamW", "acts", "eval acts", "diag", "ckpt", "teacher", "t. acts", "total",
+  printf("%-6s %8s %8s %8s %8s %9s %9s %9s %9s %8s %8s %9s %10s %12s %7s\n", "stage", "weights",
+         "grads", "AdamW", "ZeRO", "acts", "eval acts", "diag", "ckpt", "teacher", "t. acts", "total",
          "per device", "fit", "devices");
   int peak = 0;
   for (int i = 0; i < n; i++) {
@@ -257,7 +260,10 @@ static void print_notes(void) {
          "point, then the ablation's forwards); ckpt: a checkpoint's host copy of weights and\n"
          "moments; the larger of the two counts in the total, with %.0f MiB for the program. Not\n"
          "counted: token and top-k batches, backend scratch, the brief overlap of old and grown\n"
-         "model at a growth step. devices = ceil(total / one device's memory).\n",
+         "model at a growth step. On N devices each holds 1/N of the AdamW moments and the\n"
+         "step's buffers (ZeRO: one parameter's staging and the reduced gradients of its slices,\n"
+         "P/N, fp32); rank 0 gathers a checkpoint's moments into its host copy. devices: the\n"
+         "fewest on which the stage fits (-: none).\n",
          (double)NG_PLAN_RUNTIME_BYTES / 1048576.0);
 }
 

@@ -31,6 +31,12 @@ typedef struct {
 // Saves the model, and the optimizer and state when not NULL.
 int ng_checkpoint_save(const char *path, const ng_model *m, const ng_adamw *opt,
                        const ng_train_state *st);
+// The same file with the AdamW moments given as host arrays m_host[i],
+// v_host[i] [numel] (opt gives the steps): a data-parallel run's rank 0 gathers
+// them there from the ranks' slices (ng_zero_host_moments).
+int ng_checkpoint_save_moments(const char *path, const ng_model *m, const ng_adamw *opt,
+                               float *const *m_host, float *const *v_host,
+                               const ng_train_state *st);
 // Loads a model (any normgrow checkpoint); the optimizer and state when the
 // pointers are not NULL (the file must then hold them). st->gate_origin is
 // allocated [L]; frozen flags are restored on the model.

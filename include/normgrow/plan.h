@@ -21,7 +21,15 @@
 //                                       its 2^16 counts for the exact median; then the
 //                                       ablation: forward-only sets of student and teacher
 //   a checkpoint                        a host copy of the weights and AdamW moments, 3 P x 4
-// Activations are fp32 floats, as the reference allocates them. Not counted:
+// Activations are fp32 floats, as the reference allocates them.
+//
+// On `devices` devices the run is data parallel with the AdamW moments sharded
+// (ZeRO stage 1, ref/train.c): each device holds the weights, gradients,
+// activations, teacher and transients, 1/devices of the moments, and (from 2
+// devices) the step's buffers (`zero`, fp32, optim.h's ng_zero): the staging of
+// one parameter, devices x s + s values with s = ceil(largest / devices), and
+// the reduced gradients of its slices, ceil(P / devices) values. Rank 0 gathers
+// a checkpoint's moments into the checkpoint's host copy (no more memory). Not counted:
 // batches of token ids and top-k cache entries (8 k + 4 bytes per token), the
 // program, its libraries and backend scratch (NG_PLAN_RUNTIME_BYTES stands for them).
 //
@@ -46,6 +54,7 @@ typedef struct {
   int64_t trainable;        // those neither frozen block nor frozen embeddings/head
   double matmul;            // ng_model_matmul_params(all): the P of the FLOP rule
   double matmul_trainable;  // ng_model_matmul_params(trainable only)
+  int64_t largest;          // values of the largest parameter tensor
 } ng_plan_params;
 
 // Counts of the model `c` with `frozen_blocks` of its blocks frozen and, with
@@ -85,13 +94,16 @@ typedef struct {
   ng_plan_params student, teacher;   // teacher all zero without one
   int64_t micro_batch, chunk;        // the settings planned (the run config's)
   bool recompute;
-  // Bytes, all devices together. total: the persistent parts, the largest
-  // transient one (diag or checkpoint) and NG_PLAN_RUNTIME_BYTES.
+  // Bytes of the whole run on one device. total: the persistent parts, the
+  // largest transient one (diag or checkpoint) and NG_PLAN_RUNTIME_BYTES.
   int64_t weights, grads, adamw, acts, eval_acts, teacher_weights, teacher_acts;
   int64_t diag, checkpoint, total;
-  double per_device_gib;             // total / devices (everything sharded evenly)
+  // Bytes on each of the devices (data parallel, ZeRO-1; total on one device).
+  int64_t adamw_per_device, zero, per_device;
+  double per_device_gib;             // per_device in GiB
   bool fits;                         // per_device_gib <= memory_gib
-  int64_t devices_needed;            // ceil(total / memory_gib)
+  int64_t devices_needed;            // the fewest devices on which it fits; 0: none
+                                     // (the parts every device holds exceed one)
   double flops, seconds;             // flops / (devices x tflops x 1e12)
 } ng_plan_stage;
 

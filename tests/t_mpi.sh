@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# Data-parallel training over MPI on the CPU (2 cores: oversubscribed). A growing
+# distillation run on 2 and 3 ranks ends within fp32 summation-order tolerance of
+# the single-process run, the ranks' weights compared bit for bit at every step
+# (each step is a checkpoint here); a checkpoint of 2 ranks resumes on 1, 2 (bit-
+# identical) and 3; a rank killed mid-run ends the others. One "skip" line when
+# mpirun cannot start.
+set -u
+root=${NG_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
+bin=${NG_BIN:-$root/build/normgrow}
+cmp_bin=$(dirname "$bin")/tests/test_mpi  # `test_mpi compare A B`: largest |difference|
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+mpi() { mpirun --oversubscribe -np "$@"; }
+if ! mpi 1 true >/dev/null 2>&1; then
+  echo "skip mpi: mpirun cannot start here"
+  exit 0
+fi
+
+"$bin" data /usr/share/common-licenses/GPL-3 /usr/share/common-licenses/GPL-2 --records-split "" \
+  --val-fraction 0.1 --out "$tmp/data" >/dev/null || { echo "FAIL data: could not build shards"; exit 0; }
+model() {  # layers
+  echo "{\"vocab_size\": 257, \"hidden_size\": 32, \"intermediate_size\": 64, \"num_hidden_layers\": $1,
+   \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"head_dim\": 8, \"rope_theta\": 10000,
+   \"rms_norm_eps\": 1e-6, \"tie_word_embeddings\": true, \"norm_placement\": \"pre\", \"final_norm\": true}"
+}
+common() {  # micro_batch
+  echo "\"data\": {\"train\": \"$tmp/data/train.bin\", \"val\": \"$tmp/data/val.bin\", \"batch\": 8, \"seq\": 32, \"micro_batch\": $1},
+ \"optim\": {\"beta1\": 0.9, \"beta2\": 0.95, \"eps\": 1e-8, \"weight_decay\": 0.1, \"grad_clip\": 1.0},
+ \"lr\": {\"peak\": 0.01, \"floor\": 0.001, \"warmup_tokens\": 2048, \"shape\": \"cosine\"},
+ \"eval\": {\"every_steps\": 10, \"batches\": 2}, \"checkpoint_every_steps\": 1"
+}
+cat >"$tmp/teacher.json" <<JSON
+{"name": "teacher", "seed": 1, "run_dir": "$tmp/teacher", "mode": "pretrain", $(common 8),
+ "model": $(model 2), "stages": [{"depth": 2, "tokens": 5120}]}
+JSON
+arm() {  # micro_batch
+  cat <<JSON
+{"name": "arm", "seed": 3, "run_dir": "$tmp/arm", "mode": "distill", $(common "$1"), "model": $(model 3),
+ "teacher": "$tmp/teacher/final.safetensors", "loss": {"kd_weight": 0.5, "temperature": 2.0},
+ "growth": {"position": "interleave", "init": "copy_below"},
+ "stages": [{"depth": 1, "tokens": 2560}, {"depth": 2, "tokens": 2560}, {"depth": 3, "tokens": 2560}]}
+JSON
+}
+"$bin" train "$tmp/teacher.json" 2>/dev/null || { echo "FAIL mpi: teacher run failed"; exit 0; }
+arm 2 >"$tmp/arm.json"
+arm 4 >"$tmp/arm4.json"
+diff_of() { "$cmp_bin" compare "$1" "$2" 2>/dev/null || echo "unreadable"; }
+below() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a != "unreadable" && a + 0 <= b + 0) }'; }
+
+# Before the first growth (10 steps) the runs differ only by fp32 summation order.
+"$bin" train "$tmp/arm.json" --run-dir "$tmp/one10" --stop-after 10 2>/dev/null
+for n in 2 3; do
+  mpi "$n" "$bin" train "$tmp/arm.json" --run-dir "$tmp/dp$n-10" --stop-after 10 2>/dev/null
+  d=$(diff_of "$tmp/one10/checkpoint.safetensors" "$tmp/dp$n-10/checkpoint.safetensors")
+  if below "$d" 1e-6; then echo "ok mpi $n ranks, 10 steps: weights within $d of one process"
+  else echo "FAIL mpi $n ranks, 10 steps: weights differ from one process by $d"; fi
+done
+
+# The whole growing run (1 -> 2 -> 3 blocks, 30 steps). Past a growth, fresh Adam
+# moments amplify rounding: the tolerance is three times the spread that fp32 summation
+# order alone gives one process (micro-batches of 4 rows instead of 2).
+"$bin" train "$tmp/arm.json" --run-dir "$tmp/one" 2>/dev/null
+"$bin" train "$tmp/arm4.json" --run-dir "$tmp/one-mb4" 2>/dev/null
+spread=$(diff_of "$tmp/one/final.safetensors" "$tmp/one-mb4/final.safetensors")
+tol=$(awk -v s="$spread" 'BEGIN { print 3 * s + 1e-6 }')
+for n in 2 3; do
+  mpi "$n" "$bin" train "$tmp/arm.json" --run-dir "$tmp/dp$n" 2>"$tmp/err$n"
+  rc=$?
+  d=$(diff_of "$tmp/one/final.safetensors" "$tmp/dp$n/final.safetensors")
+  if [ "$rc" -eq 0 ] && below "$d" "$tol" && below "$d" 0.02; then
+    echo "ok mpi $n ranks, growing run of 30 steps: weights within $d of one process (order spread $spread), ranks bit-identical at every step"
+  else
+    echo "FAIL mpi $n ranks, growing run: status $rc, difference $d (tolerance $tol): $(tail -1 "$tmp/err$n")"
+  fi
+done
+# Evaluation runs on rank 0 over the same weights: the same numbers as one process.
+evals() { grep -o '"event":"eval","step":10,.*"val_ce":[0-9.e-]*' "$1" | sed 's/.*"val_ce"://'; }
+e1=$(evals "$tmp/one/metrics.jsonl") e2=$(evals "$tmp/dp2/metrics.jsonl")
+if [ -n "$e1" ] && below "$(awk -v a="$e1" -v b="$e2" 'BEGIN { d = a - b; print d < 0 ? -d : d }')" 1e-5 &&
+   [ ! -e "$tmp/dp2/metrics.jsonl.1" ] && [ "$(grep -c '"event":"step"' "$tmp/dp2/metrics.jsonl")" -eq 30 ]; then
+  echo "ok mpi 2 ranks: val CE at step 10 $e2 (one process $e1), each step logged once"
+else
+  echo "FAIL mpi 2 ranks: val CE at step 10 $e2, one process $e1 (or steps logged twice)"
+fi
+
+# A checkpoint of 2 ranks resumes on 2 (bit-identical), 1 and 3 (same format).
+mpi 2 "$bin" train "$tmp/arm.json" --run-dir "$tmp/stop" --stop-after 15 2>/dev/null
+for n in 1 2 3; do
+  cp -r "$tmp/stop" "$tmp/resume$n"
+  if [ "$n" -eq 1 ]; then "$bin" train --resume "$tmp/resume1" 2>/dev/null
+  else mpi "$n" "$bin" train --resume "$tmp/resume$n" 2>/dev/null; fi
+  rc=$?
+  d=$(diff_of "$tmp/dp2/final.safetensors" "$tmp/resume$n/final.safetensors")
+  if [ "$n" -eq 2 ]; then
+    if [ "$rc" -eq 0 ] && cmp -s "$tmp/dp2/final.safetensors" "$tmp/resume2/final.safetensors"; then
+      echo "ok mpi checkpoint of 2 ranks at step 15 resumed on 2: final weights bit-identical"
+    else echo "FAIL mpi checkpoint of 2 ranks resumed on 2: status $rc, differs by $d"; fi
+  elif [ "$rc" -eq 0 ] && below "$d" "$tol"; then
+    echo "ok mpi checkpoint of 2 ranks at step 15 resumed on $n: final weights within $d of the 2-rank run"
+  else
+    echo "FAIL mpi checkpoint of 2 ranks resumed on $n: status $rc, difference $d (tolerance $tol)"
+  fi
+done
+
+# A rank killed mid-run: the others end with an error, not a hang.
+sed 's/"tokens": 2560}]/"tokens": 2560000}]/' "$tmp/arm.json" >"$tmp/long.json"
+mpirun --oversubscribe -np 3 "$bin" train "$tmp/long.json" --run-dir "$tmp/long" >/dev/null 2>&1 &
+job=$!  # mpirun; the ranks are its children
+for _ in $(seq 1 3000); do
+  grep -q '"step":12,' "$tmp/long/metrics.jsonl" 2>/dev/null && break
+  sleep 0.02
+done
+victim=$(pgrep -P "$job" | tail -1)
+[ -n "$victim" ] && kill -KILL "$victim"
+for _ in $(seq 1 600); do kill -0 "$job" 2>/dev/null || break; sleep 0.1; done
+if kill -0 "$job" 2>/dev/null; then
+  kill -TERM "$job"; wait "$job" 2>/dev/null
+  echo "FAIL mpi: a killed rank left the others running after 60 s"
+else
+  wait "$job"
+  rc=$?
+  if [ -n "$victim" ] && [ "$rc" -ne 0 ]; then echo "ok mpi: a rank (process $victim of 3) killed after step 12: the others ended, mpirun status $rc"
+  else echo "FAIL mpi: killed rank '$victim', run status $rc"; fi
+fi
