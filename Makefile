@@ -1,4 +1,5 @@
 # normgrow build. `make` builds build/normgrow; `make test` runs every test.
+.DEFAULT_GOAL := all
 CC      ?= gcc
 BUILD   ?= build
 BLAS_DIR = /usr/lib/x86_64-linux-gnu/openblas-openmp
@@ -31,19 +32,35 @@ DEPS_OK   := $(BUILD)/.deps-ok
 
 # ---- CUDA backend (accel/cuda) ---------------------------------------------------
 # Built when nvcc is found (on PATH or in /usr/local/cuda); `make CUDA=0` turns it
-# off. It makes $(BUILD)/libnormgrow_cuda.a, tests/test_cuda.c (which prints one
-# "skip" line when no GPU can be used) and $(BUILD)/bench_cuda. Without it
-# everything else builds and tests unchanged. Never --use_fast_math.
+# off. It makes $(BUILD)/libnormgrow_cuda.a, registers "cuda" in the backend
+# registry (ref/backend.c is compiled with -DNG_WITH_CUDA), links normgrow and
+# every test with it, and builds tests/test_cuda.c (one "skip" line when no GPU
+# can be used) and $(BUILD)/bench_cuda. Without it everything else builds and
+# tests unchanged. Never --use_fast_math.
 NVCC      ?= $(firstword $(shell command -v nvcc 2>/dev/null) $(wildcard /usr/local/cuda/bin/nvcc))
 CUDA      ?= $(if $(NVCC),1,0)
+# ref/backend.o is rebuilt when CUDA changes in the same BUILD (this stamp is new then).
+CUDA_STAMP := $(BUILD)/.cuda-$(CUDA)
+$(CUDA_STAMP):
+	@mkdir -p $(BUILD)
+	@rm -f $(BUILD)/.cuda-*
+	@touch $@
+$(BUILD)/ref/backend.o: $(CUDA_STAMP)
+# What normgrow and the tests link (and depend on): libnormgrow.a, and with CUDA
+# also libnormgrow_cuda.a, in one group (each calls into the other).
+NG_LIBS   := $(LIB)
+NG_DEPS   := $(LIB)
+.PHONY: bench-cuda cuda-ptxas
+ifeq ($(CUDA),1)
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 CUDA_ARCH ?= -gencode arch=compute_90,code=[sm_90,compute_90]
 NVCCFLAGS ?= $(OPT) -g -std=c++17 -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror
 CUDA_LIB  := $(BUILD)/libnormgrow_cuda.a
 CUDA_OBJ  := $(patsubst %.cu,$(BUILD)/%.o,$(wildcard accel/cuda/*.cu)) $(BUILD)/accel/cuda/launch.o
-CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++
-.PHONY: bench-cuda cuda-ptxas
-ifeq ($(CUDA),1)
+NG_LIBS   := -Wl,--start-group $(LIB) $(CUDA_LIB) -Wl,--end-group
+NG_DEPS   += $(CUDA_LIB)
+LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++
+$(BUILD)/ref/backend.o: CPPFLAGS += -DNG_WITH_CUDA
 all: $(CUDA_LIB) $(BUILD)/bench_cuda
 
 $(BUILD)/accel/cuda/%.o: accel/cuda/%.cu | $(DEPS_OK)
@@ -53,11 +70,8 @@ $(BUILD)/accel/cuda/%.o: accel/cuda/%.cu | $(DEPS_OK)
 $(CUDA_LIB): $(CUDA_OBJ)
 	$(AR) rcs $@ $^
 
-$(BUILD)/tests/test_cuda: $(BUILD)/tests/test_cuda.o $(CUDA_LIB) $(LIB)
-	$(CC) $(LDFLAGS) $< $(CUDA_LIB) $(LIB) $(CUDA_LIBS) $(LDLIBS) -o $@
-
-$(BUILD)/bench_cuda: $(BUILD)/accel/bench_cuda.o $(CUDA_LIB) $(LIB)
-	$(CC) $(LDFLAGS) $< $(CUDA_LIB) $(LIB) $(CUDA_LIBS) $(LDLIBS) -o $@
+$(BUILD)/bench_cuda: $(BUILD)/accel/cuda/bench_cuda.o $(NG_DEPS)
+	$(CC) $(LDFLAGS) $< $(NG_LIBS) $(LDLIBS) -o $@
 
 # The transformer block forward + backward on the GPU, per kernel (needs a GPU).
 bench-cuda: $(BUILD)/bench_cuda
@@ -69,7 +83,7 @@ cuda-ptxas:
 	for f in accel/cuda/*.cu; do $(NVCC) -Iinclude $(NVCCFLAGS) $(CUDA_ARCH) -Xptxas -v -c $$f -o /dev/null || exit 1; done 2>$(BUILD)/cuda-ptxas.txt
 	@grep -c 'Compiling entry' $(BUILD)/cuda-ptxas.txt | sed 's|$$| kernels: $(BUILD)/cuda-ptxas.txt|'
 
--include $(CUDA_OBJ:.o=.d) $(BUILD)/accel/bench_cuda.d
+-include $(CUDA_OBJ:.o=.d) $(BUILD)/accel/cuda/bench_cuda.d
 else
 TEST_BIN  := $(filter-out $(BUILD)/tests/test_cuda,$(TEST_BIN))
 bench-cuda:
@@ -97,11 +111,11 @@ $(BUILD)/ref/hf.o: $(wildcard ref/hf_remote/*.py)
 $(LIB): $(REF_OBJ)
 	$(AR) rcs $@ $^
 
-$(BUILD)/normgrow: $(TOOL_OBJ) $(LIB)
-	$(CC) $(LDFLAGS) $(TOOL_OBJ) $(LIB) $(LDLIBS) -o $@
+$(BUILD)/normgrow: $(TOOL_OBJ) $(NG_DEPS)
+	$(CC) $(LDFLAGS) $(TOOL_OBJ) $(NG_LIBS) $(LDLIBS) -o $@
 
-$(BUILD)/tests/%: $(BUILD)/tests/%.o $(LIB)
-	$(CC) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
+$(BUILD)/tests/%: $(BUILD)/tests/%.o $(NG_DEPS)
+	$(CC) $(LDFLAGS) $< $(NG_LIBS) $(LDLIBS) -o $@
 
 test: $(BUILD)/normgrow $(TEST_BIN)
 	@tests/run.sh $(BUILD)

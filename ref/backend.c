@@ -4,6 +4,9 @@
 
 #include "normgrow/backend.h"
 #include "normgrow/common.h"
+#ifdef NG_WITH_CUDA
+#include "normgrow/backend_cuda.h"
+#endif
 
 static ng_backend *cpu_open(ng_precision p) {
   if (p != NG_PREC_FP32) {
@@ -22,6 +25,9 @@ typedef struct {
 static const registered backends[] = {
     {"cpu", cpu_open},
     {"onednn", ng_backend_onednn_open},
+#ifdef NG_WITH_CUDA  // set by the Makefile when it builds accel/cuda
+    {"cuda", ng_backend_cuda_open},
+#endif
 };
 #define N_BACKENDS (sizeof backends / sizeof backends[0])
 

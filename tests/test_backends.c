@@ -15,7 +15,11 @@
 #include "normgrow/common.h"
 #include "normgrow/rng.h"
 
-static ng_rng rng;
+// Inputs are drawn from *draw: rng, and rng_late for the n_norm, chunk and
+// widen_bf16 checks, so that the inputs of the other checks stay as they were
+// before those existed (bf16 attention at T = 1 compares dq and dk, zero but
+// for rounding, by relative L2: it passes or fails by the draw).
+static ng_rng rng, rng_late, *draw = &rng;
 
 typedef enum { FWD, GRAD } kind;
 
@@ -58,7 +62,7 @@ static void release(bufs *b) {
 
 static float *randn(int64_t n, double std) {
   float *x = ng_xmalloc((size_t)n * sizeof(float));
-  ng_rng_fill_normal(&rng, x, (size_t)n, 0.0, std);
+  ng_rng_fill_normal(draw, x, (size_t)n, 0.0, std);
   return x;
 }
 
@@ -171,7 +175,7 @@ static void test_matmul(const target *t, bool ta, bool tb, int64_t M, int64_t N,
 
 static void test_embedding(const target *t, int64_t N, int64_t V, int64_t D) {
   int32_t *tok = ng_xmalloc((size_t)N * sizeof(int32_t));
-  for (int64_t i = 0; i < N; i++) tok[i] = (int32_t)ng_rng_below(&rng, (uint64_t)V);
+  for (int64_t i = 0; i < N; i++) tok[i] = (int32_t)ng_rng_below(draw, (uint64_t)V);
   float *W = randn(V * D, 1.0), *dout = randn(N * D, 1.0), *dW0 = randn(V * D, 1.0);
   float *y[2], *dW[2];
   for (int i = 0; i < 2; i++) {
@@ -331,12 +335,15 @@ static void test_elementwise(const target *t, int64_t R, int64_t C) {
 }
 
 // ce_kd with a full teacher (or none), and ce_kd_topk from the teacher's top k.
-static void test_loss(const target *t, int64_t N, int64_t V, bool teacher, int64_t k) {
+// The fused loss at [N, V] (top-k teacher of k when k > 0), averaged over
+// n_norm rows (0: the call's valid rows).
+static void test_loss(const target *t, int64_t N, int64_t V, bool teacher, int64_t k,
+                      int64_t n_norm) {
   float *logits = randn(N * V, 3.0), *tl = randn(N * V, 3.0), *dl[2];
   int32_t *y = ng_xmalloc((size_t)N * sizeof(int32_t)), *ids = ng_xmalloc((size_t)(N * k) * 4);
   float *vals = ng_xmalloc((size_t)(N * k) * sizeof(float)), *lse = ng_xmalloc((size_t)N * 4);
   for (int64_t i = 0; i < N; i++) {
-    y[i] = i % 5 == 3 ? -1 : (int32_t)ng_rng_below(&rng, (uint64_t)V);
+    y[i] = i % 5 == 3 ? -1 : (int32_t)ng_rng_below(draw, (uint64_t)V);
     double sum = 0.0;
     for (int64_t j = 0; j < V; j++) sum += exp((double)tl[i * V + j] / 2.0);
     lse[i] = (float)log(sum);
@@ -345,7 +352,7 @@ static void test_loss(const target *t, int64_t N, int64_t V, bool teacher, int64
       vals[i * k + j] = tl[i * V + j];
     }
   }
-  ng_loss_params lp = {0.5, 2.0, V - 1, 0};
+  ng_loss_params lp = {0.5, 2.0, V - 1, n_norm};
   double ce[2], kd[2];
   int64_t nv[2];
   for (int i = 0; i < 2; i++) {
@@ -363,8 +370,9 @@ static void test_loss(const target *t, int64_t N, int64_t V, bool teacher, int64
     release(&b);
   }
   char name[192], what[64];
-  snprintf(what, sizeof what, "%s N=%lld V=%lld", k ? "ce_kd_topk" : teacher ? "ce_kd" : "ce",
-           (long long)N, (long long)V);
+  snprintf(what, sizeof what, "%s N=%lld V=%lld n_norm=%lld",
+           k ? "ce_kd_topk" : teacher ? "ce_kd" : "ce", (long long)N, (long long)V,
+           (long long)n_norm);
   snprintf(name, sizeof name, "%s: %s: valid rows %lld", t->label, what, (long long)nv[1]);
   CHECK(nv[1] == nv[0], name, "expected %lld", (long long)nv[0]);
   snprintf(name, sizeof name, "%s ce", what);
@@ -380,6 +388,72 @@ static void test_loss(const target *t, int64_t N, int64_t V, bool teacher, int64
   free(ids);
   free(vals);
   free(lse);
+}
+
+// One call over N rows against two calls over rows [0, split) and [split, N)
+// given the whole call's valid rows as n_norm, on the backend under test
+// alone: ce and kd add up, dlogits are the same row for row, bit for bit.
+static void test_loss_chunks(const target *t, int64_t N, int64_t V, int64_t split) {
+  float *logits = randn(N * V, 3.0), *tl = randn(N * V, 3.0);
+  int32_t *y = ng_xmalloc((size_t)N * sizeof(int32_t));
+  int64_t nv = 0;
+  for (int64_t i = 0; i < N; i++) {
+    y[i] = i % 4 == 1 ? -1 : (int32_t)ng_rng_below(draw, (uint64_t)V);
+    nv += y[i] >= 0;
+  }
+  bufs b = {.be = t->be};
+  float *d_l = upf(&b, logits, N * V), *d_t = upf(&b, tl, N * V), *d_d = upf(&b, NULL, N * V);
+  float *d_c = upf(&b, NULL, N * V);
+  int32_t *d_y = up(&b, y, (size_t)N * sizeof(int32_t));
+  ng_loss_params lp = {0.3, 1.5, 0, 0};
+  double ce, kd, ce_a, kd_a, ce_b, kd_b;
+  int64_t n, n_a, n_b;
+  t->be->ce_kd(t->be, d_l, d_t, d_y, N, V, lp, d_d, &ce, &kd, &n);
+  lp.n_norm = nv;
+  int64_t rest = N - split;
+  t->be->ce_kd(t->be, d_l, d_t, d_y, split, V, lp, d_c, &ce_a, &kd_a, &n_a);
+  t->be->ce_kd(t->be, d_l + split * V, d_t + split * V, d_y + split, rest, V, lp, d_c + split * V,
+               &ce_b, &kd_b, &n_b);
+  float *whole = down(&b, d_d, N * V), *chunks = down(&b, d_c, N * V);
+  char name[192];
+  snprintf(name, sizeof name, "%s: ce_kd over 2 chunks (n_norm = %lld valid rows of %lld) adds up",
+           t->label, (long long)nv, (long long)N);
+  CHECK(n == nv && n_a + n_b == nv && fabs(ce_a + ce_b - ce) <= 1e-12 * fabs(ce) &&
+            fabs(kd_a + kd_b - kd) <= 1e-12 * fabs(kd),
+        name, "ce %.17g + %.17g vs %.17g, kd %.17g + %.17g vs %.17g, rows %lld + %lld vs %lld",
+        ce_a, ce_b, ce, kd_a, kd_b, kd, (long long)n_a, (long long)n_b, (long long)n);
+  snprintf(name, sizeof name, "%s: ce_kd over 2 chunks: the same dlogits, bit for bit", t->label);
+  CHECK(memcmp(whole, chunks, (size_t)(N * V) * sizeof(float)) == 0, name, "dlogits differ");
+  free(whole);
+  free(chunks);
+  release(&b);
+  free(logits);
+  free(tl);
+  free(y);
+}
+
+// widen_bf16 of n values (random upper halves, signed zeros, infinities, a NaN): exact.
+static void test_widen_bf16(const target *t, int64_t n) {
+  uint16_t *x = ng_xmalloc((size_t)n * sizeof(uint16_t));
+  float *exp = ng_xmalloc((size_t)n * sizeof(float));
+  static const uint16_t special[] = {0x0000, 0x8000, 0x7f80, 0xff80, 0x7fc1, 0x0001};
+  for (int64_t i = 0; i < n; i++) {
+    x[i] = i < 6 ? special[i] : (uint16_t)ng_rng_below(draw, 65536);
+    uint32_t bits = (uint32_t)x[i] << 16;
+    memcpy(&exp[i], &bits, sizeof bits);
+  }
+  bufs b = {.be = t->be};
+  uint16_t *d_x = up(&b, x, (size_t)n * sizeof(uint16_t));
+  float *d_y = upf(&b, NULL, n);
+  t->be->widen_bf16(t->be, d_x, n, d_y);
+  float *got = down(&b, d_y, n);
+  char name[128];
+  snprintf(name, sizeof name, "%s: widen_bf16 n=%lld: exact bits", t->label, (long long)n);
+  CHECK(memcmp(got, exp, (size_t)n * sizeof(float)) == 0, name, "bits differ");
+  free(got);
+  release(&b);
+  free(x);
+  free(exp);
 }
 
 static void test_adamw(const target *t, int64_t n, bool decay) {
@@ -427,12 +501,19 @@ static void test_backend(const target *t) {
   test_swiglu(t, 1027);
   test_elementwise(t, 1, 1);
   test_elementwise(t, 9, 131);
-  test_loss(t, 1, 2, false, 0);
-  test_loss(t, 13, 37, false, 0);
-  test_loss(t, 13, 37, true, 0);
-  test_loss(t, 9, 29, false, 5);
+  test_loss(t, 1, 2, false, 0, 0);
+  test_loss(t, 13, 37, false, 0, 0);
+  test_loss(t, 13, 37, true, 0, 0);
+  test_loss(t, 9, 29, false, 5, 0);
   test_adamw(t, 1, true);
   test_adamw(t, 999, false);
+  draw = &rng_late;
+  test_loss(t, 13, 37, true, 0, 40);
+  test_loss(t, 9, 29, false, 5, 17);
+  test_loss_chunks(t, 11, 23, 4);
+  test_widen_bf16(t, 7);
+  test_widen_bf16(t, 1000);
+  draw = &rng;
   const char *k = t->be->kernels(t->be);
   char name[256];
   snprintf(name, sizeof name, "%s: names its matmul kernels: %.100s", t->label, k ? k : "NULL");
@@ -442,6 +523,7 @@ static void test_backend(const target *t) {
 // "cpu, onednn" -> each name in turn.
 int main(void) {
   ng_rng_seed(&rng, 7);
+  ng_rng_seed(&rng_late, 8);
   char *names = ng_xstrdup(ng_backend_names()), *save = NULL;
   for (char *name = strtok_r(names, ", ", &save); name; name = strtok_r(NULL, ", ", &save)) {
     for (int p = 0; p < 2; p++) {
@@ -449,7 +531,12 @@ int main(void) {
       target t = {ng_backend_open(name, prec), ng_backend_cpu(), ""};
       snprintf(t.label, sizeof t.label, "%s %s", name, ng_precision_name(prec));
       if (!t.be) {  // a precision this backend or this machine does not run
-        printf("skip %s: %s\n", t.label, ng_error());
+        // Where a GPU is required (tools/gpu_check.sh), cuda must open.
+        if (strcmp(name, "cuda") == 0 && getenv("NG_REQUIRE_GPU"))
+          CHECK(false, "cuda opens (NG_REQUIRE_GPU is set)", "%s", ng_error());
+        else
+          printf("skip %s: %s\n", p ? t.label : name, ng_error());
+        if (p == 0) break;  // no fp32 (no device): the backend cannot run here at all
         continue;
       }
       test_backend(&t);

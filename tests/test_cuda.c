@@ -54,6 +54,7 @@ static void test_launch_geometry(void) {
 // ------------------------------------------------------------------ device vs CPU
 
 static ng_backend *cpu, *dev;
+static const char *label;  // "cuda fp32", "cuda bf16": names every check
 static ng_rng rng;
 
 static float *rnd(int64_t n, double std) {
@@ -94,7 +95,7 @@ static void expect(const char *what, const float *d, const float *h, int64_t n, 
   float *got = downf(d, n);
   double e = rel_err(got, h, n);
   char name[200];
-  snprintf(name, sizeof name, "%s %s", dev->name, what);
+  snprintf(name, sizeof name, "%s %s", label, what);
   CHECK(e <= tol, name, "relative error %.3g > %.3g", e, tol);
   free(got);
 }
@@ -205,7 +206,7 @@ static void test_attention(ng_attn_shape s) {
   float *first = downf(dkd, nk);
   dev->attention_backward(dev, s, qd, kd, vd, od, ld, doutd, dqd, dkd, dvd);
   float *second = downf(dkd, nk);
-  snprintf(what, sizeof what, "%s attention backward twice: identical dk (T=%lld)", dev->name,
+  snprintf(what, sizeof what, "%s attention backward twice: identical dk (T=%lld)", label,
            (long long)s.T);
   CHECK(memcmp(first, second, (size_t)nk * sizeof(float)) == 0, what, "bits differ");
   free(first), free(second);
@@ -240,10 +241,11 @@ static void test_elementwise(void) {
   for (int i = 0; i < 6; i++) free(hb[i]), dev->free(dev, db[i]);
 }
 
-// ce, kd and dlogits of the fused loss with a full teacher, none, or a top-k cache of k.
-static void test_loss(int64_t k) {
+// ce, kd and dlogits of the fused loss with a full teacher, none, or a top-k
+// cache of k, averaged over n_norm rows (0: the valid rows).
+static void test_loss(int64_t k, int64_t n_norm) {
   const int64_t N = 9, V = 300;
-  ng_loss_params lp = {0.4, 2.0, 290, 0};
+  ng_loss_params lp = {0.4, 2.0, 290, n_norm};
   int32_t tg[9] = {3, -1, 17, 289, 0, -1, 100, 5, 250};
   float *s = rnd(N * V, 3.0), *t = rnd(N * V, 3.0), *ds = rnd(N * V, 1.0);
   int32_t *ids = ng_xmalloc((size_t)(N * k + 1) * sizeof(int32_t));
@@ -267,14 +269,14 @@ static void test_loss(int64_t k) {
     }
     char what[120];
     const char *kind = !teacher ? "no teacher" : k ? "top-k teacher" : "full teacher";
-    snprintf(what, sizeof what, "%s ce_kd%s (%s, k=%lld): ce, kd, n_valid", dev->name,
-             k && teacher ? "_topk" : "", kind, (long long)k);
+    snprintf(what, sizeof what, "%s ce_kd%s (%s, k=%lld, n_norm=%lld): ce, kd, n_valid",
+             label, k && teacher ? "_topk" : "", kind, (long long)k, (long long)n_norm);
     CHECK(fabs(ce[1] - ce[0]) <= 1e-4 * fabs(ce[0]) && fabs(kd[1] - kd[0]) <= 1e-4 * fabs(kd[0]) + 1e-12 &&
               nv[0] == nv[1],
           what, "ce %.9g vs %.9g, kd %.9g vs %.9g, n %lld vs %lld", ce[1], ce[0], kd[1], kd[0],
           (long long)nv[1], (long long)nv[0]);
-    snprintf(what, sizeof what, "ce_kd%s (%s, k=%lld) dlogits", k && teacher ? "_topk" : "", kind,
-             (long long)k);
+    snprintf(what, sizeof what, "ce_kd%s (%s, k=%lld, n_norm=%lld) dlogits",
+             k && teacher ? "_topk" : "", kind, (long long)k, (long long)n_norm);
     expect(what, dsd, ds, N * V, 1e-3);
     // Determinism: the same call again gives the same bits.
     float *first = downf(dsd, N * V);
@@ -284,7 +286,7 @@ static void test_loss(int64_t k) {
     else
       dev->ce_kd(dev, sd, teacher ? td : NULL, tgd, N, V, lp, dsd, &ce2, &kd2, &nv[1]);
     float *second = downf(dsd, N * V);
-    snprintf(what, sizeof what, "%s ce_kd%s (%s) twice: identical bits", dev->name,
+    snprintf(what, sizeof what, "%s ce_kd%s (%s) twice: identical bits", label,
              k && teacher ? "_topk" : "", kind);
     CHECK(ce2 == ce[1] && kd2 == kd[1] && memcmp(first, second, (size_t)(N * V) * sizeof(float)) == 0,
           what, "results differ");
@@ -300,7 +302,7 @@ static void test_optimizer(void) {
   float *x = rnd(n, 1.0), *xd = upf(x, n);
   double a = cpu->sumsq(cpu, x, n), b = dev->sumsq(dev, xd, n);
   char name[100];
-  snprintf(name, sizeof name, "%s sumsq (4 blocks, double)", dev->name);
+  snprintf(name, sizeof name, "%s sumsq (4 blocks, double)", label);
   CHECK(fabs(a - b) <= 1e-12 * a, name, "%.17g vs %.17g", b, a);
   float *g = rnd(n, 1e-2), *m = rnd(n, 1e-3), *v = rnd(n, 1e-5), *gd = upf(g, n);
   for (int i = 0; i < n; i++) v[i] = fabsf(v[i]);
@@ -327,7 +329,7 @@ static void test_memory(void) {
   bool zero = true;
   for (int i = 0; i < 100; i++) zero = zero && back[i] == 0.0f;
   char name[100];
-  snprintf(name, sizeof name, "%s alloc is zero-filled", dev->name);
+  snprintf(name, sizeof name, "%s alloc is zero-filled", label);
   CHECK(zero, name, "nonzero bytes");
   dev->upload(dev, d, h, sizeof h);
   dev->copy(dev, d + 10, d, 50 * sizeof(float));  // overlapping: memmove semantics
@@ -350,17 +352,26 @@ static void run_all(void) {
   ng_attn_shape shapes[] = {
       {2, 67, 4, 2, 16}, {1, 130, 6, 2, 40}, {1, 1, 2, 1, 8}, {1, 70, 2, 2, 128}, {1, 64, 3, 1, 64}};
   for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) test_attention(shapes[i]);
-  test_loss(0);
-  test_loss(7);
-  test_loss(290);  // k = vocab_used: the exact divergence
+  test_loss(0, 0);
+  test_loss(0, 20);  // chunked-loss normalisation: 20 rows, not this call's 7
+  test_loss(7, 0);
+  test_loss(7, 11);
+  test_loss(290, 0);  // k = vocab_used: the exact divergence
   test_optimizer();
+  dev->synchronize(dev);
+  const char *k = dev->kernels(dev);
+  char name[300];
+  snprintf(name, sizeof name, "%s names its matmul kernels: %.200s", label, k);
+  bool bf16 = dev->precision == NG_PREC_BF16;
+  CHECK(strstr(k, "cuBLAS") && strstr(k, bf16 ? "FAST_16BF" : "no TF32"), name,
+        "expected cuBLAS and its compute type");
 }
 
 int main(void) {
   test_launch_geometry();
   const char *why;
   if (!ng_cuda_available(&why)) {
-    CHECK(ng_backend_cuda() == NULL && strstr(ng_error(), why) != NULL,
+    CHECK(ng_backend_open("cuda", NG_PREC_FP32) == NULL && strstr(ng_error(), why) != NULL,
           "cuda backend without a device: NULL and the reason", "got \"%s\"", ng_error());
     if (getenv("NG_REQUIRE_GPU"))  // set by tools/gpu_check.sh: a skip there is a failure
       CHECK(false, "cuda device required (NG_REQUIRE_GPU is set)", "%s", why);
@@ -369,12 +380,15 @@ int main(void) {
     return TEST_RESULT();
   }
   cpu = ng_backend_cpu();
-  ng_backend *modes[2] = {ng_backend_cuda(), ng_backend_cuda_bf16()};
   for (int m = 0; m < 2; m++) {
-    dev = modes[m];
     bf16_mode = m == 1;
+    label = bf16_mode ? "cuda bf16" : "cuda fp32";
+    dev = ng_backend_open("cuda", bf16_mode ? NG_PREC_BF16 : NG_PREC_FP32);
+    CHECK(dev != NULL, bf16_mode ? "cuda bf16 opens" : "cuda fp32 opens", "%s", ng_error());
+    if (!dev) continue;
     ng_rng_seed(&rng, 7);
     run_all();
+    ng_backend_close(dev);
   }
   return TEST_RESULT();
 }

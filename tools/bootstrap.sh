@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # normgrow bootstrap: makes sure the Debian packages normgrow builds with are present.
 # As root it installs what is missing; otherwise it prints the one command to run.
+# It needs no network when everything is there; when something is missing and
+# the package archive cannot be reached, it names what is missing and fails.
 #   tools/bootstrap.sh            build dependencies (OpenBLAS with OpenMP, cJSON)
 #   tools/bootstrap.sh demo       also what `make demo` needs (matplotlib, fortunes)
 #   tools/bootstrap.sh fuzz       also what `make fuzz` needs (clang, libFuzzer, libomp, python3)
@@ -17,6 +19,11 @@ if [ "${1:-}" = "fuzz" ]; then
   need+=(clang libclang-rt-dev libomp-dev python3)
 fi
 
+if ! command -v dpkg-query >/dev/null; then
+  echo "normgrow: bootstrap: no dpkg on this system: cannot check for ${need[*]};" \
+    "the build fails on the first one missing" >&2
+  exit 0
+fi
 missing=()
 for p in "${need[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
@@ -33,5 +40,8 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 echo "normgrow: installing ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq >&2
-apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+if ! { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}"; } >&2; then
+  echo "normgrow: bootstrap: could not install ${missing[*]} (is the package archive" \
+    "reachable from here?); install them, then run make again" >&2
+  exit 1
+fi

@@ -4,20 +4,26 @@
 #
 # Steps (each logs to OUTDIR/STEP.log; OUTDIR/summary.txt gets one line per
 # step: "ok", "FAIL (why)" or "skipped (why)"):
-#   env        nvidia-smi, nvcc and driver versions
-#   build      make with the CUDA backend
-#   op_test    build/tests/test_cuda: every op of the table on cuda and
-#              cuda-bf16 against the CPU reference, at odd shapes
-#   golden     golden-check on every case, fp32 and bf16 (once the CLI has the cuda backend)
-#   bench      build/bench_cuda: one block forward + backward at the toy-medium
-#              and the paper shape, TFLOP/s, MFU and per-op times; and
-#              `normgrow bench --backend cuda` (once the CLI has it)
-#   toy_arm    a short toy pretraining arm on cpu, cuda (twice) and cuda bf16:
-#              fp32 step losses within 1e-3 nats of the CPU's at every step,
-#              bf16's final loss within 0.01 nats, the two cuda runs' final
-#              checkpoints identical (once `train` takes --backend)
-#   crosscheck tools/crosscheck_torch.py --backend cuda (when torch is there
-#              and the script takes --backend)
+#   env          nvidia-smi, nvcc and driver versions
+#   build        make with the CUDA backend (no network: tools/bootstrap.sh only
+#                checks that the Debian packages are there)
+#   op_test      build/tests/test_cuda: every op of the table on cuda fp32 and
+#                bf16 against the CPU reference, at odd shapes (NG_REQUIRE_GPU:
+#                a skip is a failure)
+#   op_table     build/tests/test_backends: the generic op test over every
+#                backend of the registry, cuda included (n_norm, widen_bf16)
+#   version      `normgrow --version` lists cuda; kernels as cuda names them
+#   golden_fp32  golden-check --backend cuda on every case (fp32 contract)
+#   golden_bf16  the same with --precision bf16 (bf16 contract)
+#   bench_block  build/bench_cuda: one block forward + backward at the toy-medium
+#                and the paper shape, TFLOP/s, MFU and per-op times
+#   bench_step   normgrow bench --backend cuda, fp32 and bf16
+#   toy_arm      a short toy pretraining arm on cpu, cuda (twice) and cuda bf16:
+#                fp32 step losses within 1e-3 nats of the CPU's at every step,
+#                bf16's final loss within 0.01 nats, the two cuda runs' final
+#                checkpoints identical
+#   crosscheck   tools/crosscheck_torch.py with golden-eval --backend cuda
+#                (skipped, saying so, when python3 has no torch)
 # Exits non-zero when a step failed (skipped steps do not fail it).
 set -uo pipefail
 [ $# -eq 1 ] || { echo "usage: tools/gpu_check.sh OUTDIR" >&2; exit 2; }
@@ -29,7 +35,7 @@ bin=build/normgrow
 start=$(date +%s) deadline=$(($(date +%s) + 480)) failed=0
 : >"$out/summary.txt"
 
-note() { printf '%-10s %s\n' "$1" "$2" | tee -a "$out/summary.txt"; }
+note() { printf '%-12s %s\n' "$1" "$2" | tee -a "$out/summary.txt"; }
 
 # run NAME LIMIT_S CMD...: runs CMD under the smaller of LIMIT_S and the time
 # left, logging to OUTDIR/NAME.log; a non-zero status or a FAIL line fails it.
@@ -37,7 +43,9 @@ run() {
   local name=$1 limit=$2 left rc
   shift 2
   left=$((deadline - $(date +%s)))
-  if [ "$left" -lt 15 ]; then note "$name" "skipped (the 8-minute budget is spent)"; return 1; fi
+  if [ "$left" -lt 15 ]; then
+    note "$name" "FAIL (not run: the 8-minute budget is spent)"; failed=1; return 1
+  fi
   [ "$limit" -gt "$left" ] && limit=$left
   local t0
   t0=$(date +%s)
@@ -52,37 +60,39 @@ run() {
   note "$name" "ok (${took}s)"
 }
 
-# Whether the CLI knows backend NAME (`normgrow --version` lists them).
-has_backend() { "$bin" --version 2>/dev/null | grep -Eq "^backends:.*\b$1\b"; }
-# Arguments selecting the bf16 mode: --precision bf16 when the CLI has it, else the cuda-bf16 backend.
-bf16_args() {
-  if "$bin" help "$1" 2>&1 | grep -q -- '--precision'; then echo "--backend cuda --precision bf16"
-  else echo "--backend cuda-bf16"; fi
-}
-
 { nvidia-smi; "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)" --version; uname -a; nproc; } >"$out/env.log" 2>&1
 note env "$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo 'nvidia-smi not found')"
 
-run build 240 make -j"$(nproc)" CUDA=1 all build/tests/test_cuda || {
-  echo "gpu_check: the build failed; nothing else can run" >&2; exit 1; }
+run build 240 make -j"$(nproc)" CUDA=1 all build/tests/test_cuda build/tests/test_backends || {
+  echo "gpu_check: the build failed; nothing else can run (see $out/build.log)" >&2; exit 1; }
 
 run op_test 90 env NG_REQUIRE_GPU=1 build/tests/test_cuda
+run op_table 90 env NG_REQUIRE_GPU=1 build/tests/test_backends
 
-if has_backend cuda; then
-  run golden_fp32 90 "$bin" golden-check --backend cuda golden/*.safetensors
-  # shellcheck disable=SC2046
-  run golden_bf16 90 "$bin" golden-check $(bf16_args golden-check) golden/*.safetensors
-else
-  note golden "skipped (this build's CLI has no cuda backend registered)"
-fi
+# shellcheck disable=SC2317  # run through `bash -c version_check`
+version_check() {
+  "$bin" --version || return 1
+  if "$bin" --version | grep -Eq '^backends:.*\bcuda\b'; then echo "ok --version lists cuda"
+  else echo "FAIL --version does not list cuda"; fi
+}
+export -f version_check
+export out bin
+run version 15 bash -c version_check
 
-run bench_block 120 build/bench_cuda --reps 5
-if has_backend cuda; then
-  run bench_step 60 "$bin" bench --backend cuda --steps 5
-fi
+run golden_fp32 90 "$bin" golden-check --backend cuda golden/*.safetensors
+run golden_bf16 90 "$bin" golden-check --backend cuda --precision bf16 golden/*.safetensors
+
+run bench_block 100 build/bench_cuda --reps 5
+# shellcheck disable=SC2317  # run through `bash -c bench_step`
+bench_step() {
+  "$bin" bench --backend cuda --steps 5 && "$bin" bench --backend cuda --precision bf16 --steps 5
+}
+export -f bench_step
+run bench_step 90 bash -c bench_step
 
 # shellcheck disable=SC2317  # run through `bash -c toy_arm`
-# A short pretraining arm (the toy teacher's shape, 64 steps) on text from the tree.
+# A short pretraining arm (the toy teacher's shape, 4 layers, 64 steps) on text
+# from the tree.
 toy_arm() {
   local d=$out/toy cfg=$out/toy/arm.json
   mkdir -p "$d"
@@ -107,8 +117,7 @@ PY
   else
     echo "FAIL two cuda runs write different checkpoints"
   fi
-  # shellcheck disable=SC2046
-  "$bin" train "$cfg" --run-dir "$d/bf16" $(bf16_args train) || return 1
+  "$bin" train "$cfg" --run-dir "$d/bf16" --backend cuda --precision bf16 || return 1
   python3 - "$d" <<'PY'
 import json, sys
 d = sys.argv[1]
@@ -124,20 +133,14 @@ print(f"steps {len(cpu)}; fp32: max |loss cuda - cpu| {worst:.3g} nats (bound 1e
 print("ok toy arm" if ok and worst <= 1e-3 and end <= 0.01 else "FAIL toy arm")
 PY
 }
-if "$bin" help train 2>&1 | grep -q -- '--backend'; then
-  export -f toy_arm bf16_args
-  export out bin
-  run toy_arm 200 bash -c toy_arm
-else
-  note toy_arm "skipped (this build's train has no --backend option)"
-fi
+export -f toy_arm
+run toy_arm 200 bash -c toy_arm
 
 if ! python3 -c 'import torch' 2>/dev/null; then
-  note crosscheck "skipped (python3 has no torch)"
-elif ! grep -q -- '--backend' tools/crosscheck_torch.py; then
-  note crosscheck "skipped (tools/crosscheck_torch.py has no --backend option)"
+  note crosscheck "skipped (python3 has no torch: install python3-torch to run it)"
 else
-  run crosscheck 120 python3 tools/crosscheck_torch.py --cases 20 --seed 1 --bin "$bin" --backend cuda
+  run crosscheck 120 python3 tools/crosscheck_torch.py --cases 20 --seed 1 --bin "$bin" \
+    --eval-args "--backend cuda"
 fi
 
 note total "$(($(date +%s) - start))s; logs in $out"

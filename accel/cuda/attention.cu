@@ -561,7 +561,7 @@ static void launch(K kern, dim3 grid, size_t smem, Args... args) {
 static float att_scale(int64_t hd) { return (float)(1.0 / sqrt((double)hd)); }
 
 // bf16 mode takes the tensor-core kernels when the head dimension allows.
-static bool use_wmma(ng_backend *be, int64_t hd) { return ngc(be)->bf16 && ngc_att_wmma_ok(hd); }
+static bool use_wmma(ng_backend *be, int64_t hd) { return ngc_bf16(be) && ngc_att_wmma_ok(hd); }
 
 void ngc_attention_forward(ng_backend *be, ng_attn_shape s, const float *q, const float *k,
                            const float *v, float *out, float *lse) {

@@ -1,4 +1,5 @@
-// normgrow CUDA backend: the context, memory ops, matmul (cuBLAS) and the op table.
+// normgrow CUDA backend: the context, memory ops, matmul (cuBLAS), the op table
+// and its opening.
 #include <cublas_v2.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,55 +89,73 @@ static void cu_matmul(ng_backend *be, bool ta, bool tb, int64_t M, int64_t N, in
   }
   NG_ASSERT(M <= INT32_MAX && N <= INT32_MAX && K <= INT32_MAX);
   const float one = 1.0f;
-  cublasComputeType_t ct = c->bf16 ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F;
+  cublasComputeType_t ct = ngc_bf16(be) ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F;
   CK_BLAS(cublasGemmEx((cublasHandle_t)c->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
                        ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)N, (int)M, (int)K, &one, B,
                        CUDA_R_32F, tb ? (int)K : (int)N, A, CUDA_R_32F, ta ? (int)M : (int)K,
                        &beta, C, CUDA_R_32F, (int)N, ct, CUBLAS_GEMM_DEFAULT));
 }
 
-// ------------------------------------------------------------------ the table
+// ------------------------------------------------------------------ the backend
 
-static ngc_ctx make_ctx(const char *name, bool bf16) {
-  ngc_ctx c = {};
-  c.bf16 = bf16;
-  ng_backend *t = &c.be;
-  t->name = name;
-  t->alloc = cu_alloc;
-  t->free = cu_free;
-  t->upload = cu_upload;
-  t->download = cu_download;
-  t->copy = cu_copy;
-  t->zero = cu_zero;
-  t->matmul = cu_matmul;
-  t->embedding_forward = ngc_embedding_forward;
-  t->embedding_backward = ngc_embedding_backward;
-  t->rmsnorm_forward = ngc_rmsnorm_forward;
-  t->rmsnorm_backward = ngc_rmsnorm_backward;
-  t->rope_forward = ngc_rope_forward;
-  t->rope_backward = ngc_rope_backward;
-  t->attention_forward = ngc_attention_forward;
-  t->attention_backward = ngc_attention_backward;
-  t->swiglu_forward = ngc_swiglu_forward;
-  t->swiglu_backward = ngc_swiglu_backward;
-  t->add = ngc_add;
-  t->lerp = ngc_lerp;
-  t->scale = ngc_scale;
-  t->ce_kd = ngc_ce_kd;
-  t->ce_kd_topk = ngc_ce_kd_topk;
-  t->sumsq = ngc_sumsq;
-  t->adamw = ngc_adamw;
-  t->row_rms = ngc_row_rms;
-  return c;
+// Every op issued so far is on the default stream of device 0.
+static void cu_synchronize(ng_backend *be) {
+  (void)be;
+  CK(cudaDeviceSynchronize());
 }
 
-static ngc_ctx ctx_fp32 = make_ctx("cuda", false), ctx_bf16 = make_ctx("cuda-bf16", true);
+static void cu_destroy(ng_backend *be) {
+  ngc_ctx *c = ngc(be);
+  CK(cudaDeviceSynchronize());
+  if (c->blas) CK_BLAS(cublasDestroy((cublasHandle_t)c->blas));
+  CK(cudaFree(c->ws));
+  CK(cudaFree(c->rope_cs));
+  free(c);
+}
+
+static const char *cu_kernels(ng_backend *be) { return ngc(be)->kernels; }
+
+static const ng_backend cuda_table = {
+    .name = "cuda",
+    .precision = NG_PREC_FP32,
+    .ctx = NULL,
+    .synchronize = cu_synchronize,
+    .destroy = cu_destroy,
+    .kernels = cu_kernels,
+    .alloc = cu_alloc,
+    .free = cu_free,
+    .upload = cu_upload,
+    .download = cu_download,
+    .copy = cu_copy,
+    .zero = cu_zero,
+    .matmul = cu_matmul,
+    .embedding_forward = ngc_embedding_forward,
+    .embedding_backward = ngc_embedding_backward,
+    .rmsnorm_forward = ngc_rmsnorm_forward,
+    .rmsnorm_backward = ngc_rmsnorm_backward,
+    .rope_forward = ngc_rope_forward,
+    .rope_backward = ngc_rope_backward,
+    .attention_forward = ngc_attention_forward,
+    .attention_backward = ngc_attention_backward,
+    .swiglu_forward = ngc_swiglu_forward,
+    .swiglu_backward = ngc_swiglu_backward,
+    .add = ngc_add,
+    .lerp = ngc_lerp,
+    .scale = ngc_scale,
+    .ce_kd = ngc_ce_kd,
+    .ce_kd_topk = ngc_ce_kd_topk,
+    .sumsq = ngc_sumsq,
+    .adamw = ngc_adamw,
+    .widen_bf16 = ngc_widen_bf16,
+    .row_rms = ngc_row_rms,
+};
 
 bool ng_cuda_available(const char **why) {
   static char msg[512];
   int n = 0;
   cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess) {
+    (void)cudaGetLastError();  // not left for the next launch check to find
     snprintf(msg, sizeof msg, "no usable CUDA device (%s)", cudaGetErrorString(e));
   } else if (n == 0) {
     snprintf(msg, sizeof msg, "no CUDA device");
@@ -154,22 +173,34 @@ bool ng_cuda_available(const char **why) {
   return false;
 }
 
-// The context's cuBLAS handle, created on first use (default math mode: no TF32).
-static ng_backend *ready(ngc_ctx *c) {
-  const char *why;
-  if (!ng_cuda_available(&why)) {
-    ng_fail("backend \"%s\": %s", c->be.name, why);
-    return NULL;
-  }
-  if (!c->blas) {
-    cublasHandle_t h;
-    CK(cudaSetDevice(0));
-    CK_BLAS(cublasCreate(&h));
-    CK_BLAS(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH));
-    c->blas = h;
-  }
-  return &c->be;
+// The matmul kernels in words: cuBLAS's version, the compute type, the device.
+static void describe(ngc_ctx *c) {
+  int version = 0;
+  cudaDeviceProp p;
+  CK_BLAS(cublasGetVersion((cublasHandle_t)c->blas, &version));
+  CK(cudaGetDeviceProperties(&p, 0));
+  const char *mode = ngc_bf16(&c->be)
+                         ? "CUBLAS_COMPUTE_32F_FAST_16BF: bf16 tensor cores, fp32 accumulation"
+                         : "CUBLAS_COMPUTE_32F, default math mode: plain fp32, no TF32";
+  snprintf(c->kernels, sizeof c->kernels, "cuBLAS %d.%d.%d %s on %.100s (sm_%d%d)",
+           version / 10000, version / 100 % 100, version % 100, mode, p.name, p.major, p.minor);
 }
 
-ng_backend *ng_backend_cuda(void) { return ready(&ctx_fp32); }
-ng_backend *ng_backend_cuda_bf16(void) { return ready(&ctx_bf16); }
+ng_backend *ng_backend_cuda_open(ng_precision prec) {
+  const char *why;
+  if (!ng_cuda_available(&why)) {
+    ng_fail("backend \"cuda\": %s", why);
+    return NULL;
+  }
+  ngc_ctx *c = (ngc_ctx *)ng_xcalloc(1, sizeof *c);
+  c->be = cuda_table;
+  c->be.precision = prec;
+  c->be.ctx = c;
+  cublasHandle_t h;
+  CK(cudaSetDevice(0));
+  CK_BLAS(cublasCreate(&h));
+  CK_BLAS(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH));
+  c->blas = h;
+  describe(c);
+  return &c->be;
+}

@@ -1,5 +1,5 @@
 // normgrow CUDA backend: embedding, RMSNorm, RoPE, SwiGLU, elementwise ops,
-// sumsq, AdamW and row_rms. Formulas are those of ref/backend_cpu.c; every
+// sumsq, AdamW, widen_bf16 and row_rms. Formulas are those of ref/backend_cpu.c; every
 // reduction runs in a fixed order (no atomics), so results are deterministic.
 #include <cub/cub.cuh>
 #include <stdlib.h>
@@ -280,6 +280,20 @@ void ngc_lerp(ng_backend *be, const float *a, const float *b, float g, int64_t n
 void ngc_scale(ng_backend *be, const float *x, float s, int64_t n, float *y) {
   (void)be;
   axpby(s, x, 0.0f, NULL, n, y);
+}
+
+// ------------------------------------------------------------------ storage
+
+// y [n] = x [n] widened from bf16: its bits are the upper half of y's (exact).
+__global__ void widen_bf16_k(const uint16_t *x, int64_t n, float *y) {
+  FOR_EACH(i, n) y[i] = __uint_as_float((uint32_t)x[i] << 16);
+}
+
+void ngc_widen_bf16(ng_backend *be, const uint16_t *x, int64_t n, float *y) {
+  (void)be;
+  if (n == 0) return;
+  widen_bf16_k<<<ngc_blocks(n, EW_THREADS), EW_THREADS>>>(x, n, y);
+  CK_LAUNCH();
 }
 
 // ------------------------------------------------------------------ optimizer

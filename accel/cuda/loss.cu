@@ -15,7 +15,8 @@ struct teacher_ref {
   int64_t k;
 };
 
-// Per-call constants: a_ce, a_kd the weights of the two gradients, w = 1 / n_valid.
+// Per-call constants: a_ce, a_kd the weights of the two gradients, w = 1 / n_norm
+// (lp.n_norm, or this call's valid rows when it is 0).
 struct loss_consts {
   double a_ce, a_kd, w, tau;
   float inv_tau;
@@ -151,7 +152,8 @@ __global__ void __launch_bounds__(ROW_THREADS) ce_kd_k(const float *logits, teac
   if (threadIdx.x == 0) ds[y] -= (float)(lc.w * lc.a_ce);
 }
 
-// Counts the valid rows (a synchronization point), runs the rows, sums them in order.
+// Counts the valid rows (a synchronization point), runs the rows, sums them in
+// order; ce, kd and dlogits are divided by n_norm (see loss_consts).
 static void ce_kd_run(ng_backend *be, const float *logits, teacher_ref t, const int32_t *targets,
                       int64_t N, int64_t V, ng_loss_params lp, float *dlogits, double *ce,
                       double *kd, int64_t *n_valid) {
@@ -164,8 +166,9 @@ static void ce_kd_run(ng_backend *be, const float *logits, teacher_ref t, const 
   for (int64_t i = 0; i < N; i++) nv += tg[i] >= 0;
   free(tg);
   bool teacher = t.logits || t.ids;
+  int64_t n_norm = lp.n_norm > 0 ? lp.n_norm : nv;
   loss_consts lc = {teacher ? 1.0 - lp.kd_weight : 1.0, teacher ? lp.kd_weight * lp.temperature : 0.0,
-                    nv ? 1.0 / (double)nv : 0.0, lp.temperature, (float)(1.0 / lp.temperature),
+                    n_norm ? 1.0 / (double)n_norm : 0.0, lp.temperature, (float)(1.0 / lp.temperature),
                     teacher};
   double *rows = (double *)ngc_scratch(ngc(be), 2 * (size_t)N * sizeof(double));  // ce [N], kl [N]
   size_t smem = t.ids ? ngc_topk_smem(V) : 0;

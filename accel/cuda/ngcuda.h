@@ -26,18 +26,19 @@ void ngc_die(const char *what, const char *detail, const char *file, int line);
 // After a kernel launch: launch-configuration errors surface here.
 #define CK_LAUNCH() CK(cudaGetLastError())
 
-// The backend's context: the op table first, so an ng_backend * is one.
+// The backend's context (be.ctx): the op table first, one per opened backend.
 struct ngc_ctx {
   ng_backend be;
-  bool bf16;
   void *blas;        // cublasHandle_t
   void *ws;          // device scratch of ws_bytes, grown on demand
   size_t ws_bytes;
   float *rope_cs;    // device cos/sin tables [T, hd/2] each, for rope_key
   double rope_key[3];  // T, hd, theta of the tables held
+  char kernels[256];   // what ng_backend.kernels returns
 };
 
-static inline ngc_ctx *ngc(ng_backend *be) { return (ngc_ctx *)be; }
+static inline ngc_ctx *ngc(ng_backend *be) { return (ngc_ctx *)be->ctx; }
+static inline bool ngc_bf16(const ng_backend *be) { return be->precision == NG_PREC_BF16; }
 // Device scratch of at least `bytes` (contents undefined, valid until the next call).
 void *ngc_scratch(ngc_ctx *c, size_t bytes);
 
@@ -103,6 +104,7 @@ void ngc_ce_kd_topk(ng_backend *be, const float *logits, const int32_t *topk_ids
 double ngc_sumsq(ng_backend *be, const float *x, int64_t n);
 void ngc_adamw(ng_backend *be, float *p, const float *g, float *m, float *v, int64_t n,
                ng_adamw_params ap, bool decay);
+void ngc_widen_bf16(ng_backend *be, const uint16_t *x, int64_t n, float *y);
 void ngc_row_rms(ng_backend *be, const float *x, int64_t R, int64_t C, float *rms);
 
 #endif

@@ -174,7 +174,7 @@ struct ng_backend {
 ng_backend *ng_backend_cpu(void);
 
 // --- the registry (ref/backend.c): the backends this build has ------------
-// Opens backend `name` ("cpu", "onednn") in precision p; NULL with an error
+// Opens backend `name` ("cpu", "onednn", "cuda") in precision p; NULL with an error
 // message naming it when the build lacks it or it cannot run p on this machine.
 ng_backend *ng_backend_open(const char *name, ng_precision p);
 // Synchronizes and destroys a backend from ng_backend_open (NULL: no-op).

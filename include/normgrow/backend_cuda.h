@@ -1,17 +1,22 @@
 // normgrow: the CUDA backend (accel/cuda), the op table of backend.h on one GPU.
 //
-// Two modes share every kernel and every buffer layout (fp32 row-major in
-// device memory, as the op table says):
-//   fp32  cuBLAS in plain fp32 (TF32 off) and fp32 kernels: the golden-exact mode.
+// Two precisions share every kernel and every buffer layout (fp32 row-major
+// in device memory, as the op table says):
+//   fp32  cuBLAS in plain fp32 (CUBLAS_COMPUTE_32F under the default math
+//         mode: no TF32) and fp32 kernels: the golden-exact mode.
 //   bf16  every matmul input rounded to bf16 on tensor cores with fp32
 //         accumulation (cuBLAS compute type 32F_FAST_16BF; attention's
 //         products, forward and backward, on WMMA bf16 tiles when the head
 //         dimension is a multiple of 16, else the fp32 kernels), everything
 //         else as in fp32: master weights, moments, norms, softmax statistics
 //         and the loss stay fp32.
-// Values returned to the host (ce, kd, n_valid, sumsq) and download are
-// synchronization points; every other op is asynchronous on one stream, in
-// order. Results are deterministic: no float atomics, fixed reduction orders.
+// Values returned to the host (ce, kd, n_valid, sumsq), download and
+// synchronize are synchronization points; every other op is asynchronous on
+// the default stream of device 0, in order. Results are deterministic: no
+// float atomics, fixed reduction orders.
+//
+// The registry (ref/backend.c) lists it as "cuda" when the build defines
+// NG_WITH_CUDA (the Makefile does when it builds accel/cuda).
 #ifndef NORMGROW_BACKEND_CUDA_H
 #define NORMGROW_BACKEND_CUDA_H
 
@@ -23,11 +28,10 @@
 extern "C" {
 #endif
 
-// The fp32 and bf16 backends on device 0 (named "cuda" and "cuda-bf16");
-// NULL with an ng_fail message saying why when no device can be used (no
-// driver, no GPU, or a GPU this build has no code for).
-ng_backend *ng_backend_cuda(void);
-ng_backend *ng_backend_cuda_bf16(void);
+// The backend on device 0 in precision p (ng_backend_close frees it); NULL
+// with an ng_fail message saying why when no device can be used (no driver,
+// no GPU, or a GPU this build has no code for).
+ng_backend *ng_backend_cuda_open(ng_precision p);
 
 // Whether a device can be used; when not, *why (if not NULL) says why in one
 // line (the text stays valid for the program's life).

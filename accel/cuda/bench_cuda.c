@@ -259,9 +259,15 @@ int main(int argc, char **argv) {
   }
   for (int p = 0; p < 2; p++) {
     if (prec && strcmp(prec, p ? "bf16" : "fp32") != 0) continue;
-    ng_backend *be = p ? ng_backend_cuda_bf16() : ng_backend_cuda();
+    ng_backend *be = ng_backend_open("cuda", p ? NG_PREC_BF16 : NG_PREC_FP32);
+    if (!be) {
+      fprintf(stderr, "bench_cuda: %s\n", ng_error());
+      return 1;
+    }
+    printf("%s %s: %s\n", be->name, ng_precision_name(be->precision), be->kernels(be));
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
       if (!shape || strncmp(shapes[i].name, shape, strlen(shape)) == 0) bench(be, p, &shapes[i], reps);
+    ng_backend_close(be);
   }
   return 0;
 }
