@@ -138,6 +138,35 @@ int ng_model_config_validate(const ng_model_config *c, const char *where) {
   return 0;
 }
 
+const char *ng_norm_placement_name(ng_norm_placement p) {
+  switch (p) {
+    case NG_NORM_PRE: return "pre";
+    case NG_NORM_POST: return "post";
+  }
+  NG_ASSERT(!"ng_norm_placement out of range");
+  return NULL;
+}
+
+const char *ng_norm_placement_title(ng_norm_placement p) {
+  switch (p) {
+    case NG_NORM_PRE: return "Pre-Norm";
+    case NG_NORM_POST: return "Post-Norm";
+  }
+  NG_ASSERT(!"ng_norm_placement out of range");
+  return NULL;
+}
+
+int ng_norm_placement_from_name(const char *name, ng_norm_placement *out) {
+  static const ng_norm_placement all[] = {NG_NORM_PRE, NG_NORM_POST};
+  _Static_assert(sizeof all / sizeof all[0] == NG_NORM_LAST + 1, "every placement listed");
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+    if (strcmp(name, ng_norm_placement_name(all[i])) == 0) {
+      *out = all[i];
+      return 0;
+    }
+  return -1;
+}
+
 int ng_model_config_parse(const cJSON *obj, const char *where, ng_model_config *c) {
   static const char *const keys[] = {
       "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
@@ -159,14 +188,9 @@ int ng_model_config_parse(const cJSON *obj, const char *where, ng_model_config *
       ng_json_bool(obj, where, "final_norm", &c->final_norm) ||
       ng_json_str(obj, where, "norm_placement", &placement))
     return -1;
-  if (strcmp(placement, "pre") == 0) {
-    c->norm_placement = NG_NORM_PRE;
-  } else if (strcmp(placement, "post") == 0) {
-    c->norm_placement = NG_NORM_POST;
-  } else {
+  if (ng_norm_placement_from_name(placement, &c->norm_placement) != 0)
     return ng_fail("%s.norm_placement: \"%s\" is neither \"pre\" nor \"post\"", where,
                    placement);
-  }
   return ng_model_config_validate(c, where);
 }
 
@@ -205,7 +229,7 @@ cJSON *ng_model_config_to_json(const ng_model_config *c) {
   cJSON_AddNumberToObject(o, "rope_theta", c->rope_theta);
   cJSON_AddNumberToObject(o, "rms_norm_eps", c->rms_norm_eps);
   cJSON_AddBoolToObject(o, "tie_word_embeddings", c->tie_word_embeddings);
-  cJSON_AddStringToObject(o, "norm_placement", c->norm_placement == NG_NORM_PRE ? "pre" : "post");
+  cJSON_AddStringToObject(o, "norm_placement", ng_norm_placement_name(c->norm_placement));
   cJSON_AddBoolToObject(o, "final_norm", c->final_norm);
   return o;
 }

@@ -12,7 +12,18 @@
 
 #include <cJSON.h>
 
+// Where a block's norms sit (docs/golden-contract.md section 2). A closed type:
+// every use of it is a switch without default, so that the compiler names each
+// place a new placement must be handled.
 typedef enum { NG_NORM_PRE = 0, NG_NORM_POST = 1 } ng_norm_placement;
+#define NG_NORM_LAST NG_NORM_POST  // the last one
+
+// The config name of p: "pre", "post".
+const char *ng_norm_placement_name(ng_norm_placement p);
+// Its title in reports: "Pre-Norm", "Post-Norm".
+const char *ng_norm_placement_title(ng_norm_placement p);
+// The placement named `name` into *out; -1 (no message) when none is.
+int ng_norm_placement_from_name(const char *name, ng_norm_placement *out);
 
 typedef struct {
   int64_t vocab_size, hidden_size, intermediate_size, num_hidden_layers;

@@ -84,5 +84,8 @@ int ng_hf_load(const char *dir, ng_backend *be, bool trainable, ng_model **out);
 // modeling_normgrow.py beside config.json (a plain one: any such files left
 // from an earlier export are removed).
 int ng_hf_export(const ng_model *m, const char *dir, ng_dtype dtype, size_t shard_bytes);
+// Whether a model of config c exports as plain Qwen3 (Pre-Norm with a final
+// norm), else as NormgrowForCausalLM.
+bool ng_hf_plain_qwen3(const ng_model_config *c);
 
 #endif
