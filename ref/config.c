@@ -194,11 +194,51 @@ int ng_model_config_parse(const cJSON *obj, const char *where, ng_model_config *
   return ng_model_config_validate(c, where);
 }
 
+const char *ng_divergence_name(ng_divergence d) {
+  switch (d) {
+    case NG_DIV_FORWARD_KL: return "forward_kl";
+    case NG_DIV_REVERSE_KL: return "reverse_kl";
+    case NG_DIV_JSD: return "jsd";
+  }
+  NG_ASSERT(!"ng_divergence out of range");
+  return NULL;
+}
+
+// The optional "divergence" (and with jsd the required "beta") of obj.
+static int divergence_parse(const cJSON *obj, const char *where, ng_loss_config *c) {
+  static const ng_divergence all[] = {NG_DIV_FORWARD_KL, NG_DIV_REVERSE_KL, NG_DIV_JSD};
+  _Static_assert(sizeof all / sizeof all[0] == NG_DIV_LAST + 1, "every divergence listed");
+  const char *name = "forward_kl";
+  if (cJSON_HasObjectItem(obj, "divergence") && ng_json_str(obj, where, "divergence", &name))
+    return -1;
+  size_t i = 0;
+  while (i < sizeof all / sizeof all[0] && strcmp(name, ng_divergence_name(all[i])) != 0) i++;
+  if (i == sizeof all / sizeof all[0])
+    return ng_fail("%s.divergence: \"%s\" is none of \"forward_kl\", \"reverse_kl\", \"jsd\"",
+                   where, name);
+  c->divergence = all[i];
+  c->beta = 0.0;
+  switch (c->divergence) {
+    case NG_DIV_FORWARD_KL:
+    case NG_DIV_REVERSE_KL:
+      if (cJSON_HasObjectItem(obj, "beta"))
+        return ng_fail("%s.beta: only the jsd divergence has a beta", where);
+      return 0;
+    case NG_DIV_JSD:
+      if (ng_json_num(obj, where, "beta", 0.0, 1.0, &c->beta)) return -1;
+      if (c->beta <= 0.0 || c->beta >= 1.0)
+        return ng_fail("%s.beta: %g is not inside (0, 1)", where, c->beta);
+      return 0;
+  }
+  return ng_fail("%s.divergence: out of range", where);
+}
+
 int ng_loss_config_parse(const cJSON *obj, const char *where, ng_loss_config *c) {
-  static const char *const keys[] = {"kd_weight", "temperature", NULL};
+  static const char *const keys[] = {"kd_weight", "temperature", "divergence", "beta", NULL};
   if (ng_json_expect_object(obj, where) || ng_json_only_keys(obj, where, keys) ||
       ng_json_num(obj, where, "kd_weight", 0.0, 1.0, &c->kd_weight) ||
-      ng_json_num(obj, where, "temperature", 1e-3, 1e3, &c->temperature))
+      ng_json_num(obj, where, "temperature", 1e-3, 1e3, &c->temperature) ||
+      divergence_parse(obj, where, c))
     return -1;
   return 0;
 }
@@ -238,6 +278,16 @@ cJSON *ng_loss_config_to_json(const ng_loss_config *c) {
   cJSON *o = cJSON_CreateObject();
   cJSON_AddNumberToObject(o, "kd_weight", c->kd_weight);
   cJSON_AddNumberToObject(o, "temperature", c->temperature);
+  switch (c->divergence) {  // the default is left out: files without the keys read the same
+    case NG_DIV_FORWARD_KL: break;
+    case NG_DIV_REVERSE_KL:
+      cJSON_AddStringToObject(o, "divergence", ng_divergence_name(c->divergence));
+      break;
+    case NG_DIV_JSD:
+      cJSON_AddStringToObject(o, "divergence", ng_divergence_name(c->divergence));
+      cJSON_AddNumberToObject(o, "beta", c->beta);
+      break;
+  }
   return o;
 }
 

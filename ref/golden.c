@@ -194,7 +194,8 @@ typedef struct {
 } eval_ctx;
 
 static ng_loss_params loss_params(const ng_golden_case *gc) {
-  return (ng_loss_params){gc->loss.kd_weight, gc->loss.temperature, 0, 0};
+  return (ng_loss_params){gc->loss.kd_weight, gc->loss.temperature, 0, 0, gc->loss.divergence,
+                          gc->loss.beta};
 }
 
 // The chunked head and loss of the last forward of a (with `grad`, d loss /

@@ -345,7 +345,7 @@ static void test_loss(const target *t, int64_t N, int64_t V, bool teacher, int64
       vals[i * k + j] = tl[i * V + j];
     }
   }
-  ng_loss_params lp = {0.5, 2.0, V - 1, 0};
+  ng_loss_params lp = {0.5, 2.0, V - 1, 0, NG_DIV_FORWARD_KL, 0.0};
   double ce[2], kd[2];
   int64_t nv[2];
   for (int i = 0; i < 2; i++) {

@@ -96,7 +96,8 @@ static const char *crafted_run =
     " \"model\": {\"vocab_size\": 64, \"hidden_size\": 16, \"intermediate_size\": 24, \"num_hidden_layers\": 2,"
     "   \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"head_dim\": 4, \"rope_theta\": 10000.000000000002,"
     "   \"rms_norm_eps\": 0.30000000000000004, \"tie_word_embeddings\": true, \"norm_placement\": \"post\", \"final_norm\": true},"
-    " \"teacher\": \"t.safetensors\", \"loss\": {\"kd_weight\": 0.30000000000000004, \"temperature\": 2.0000000000000004},"
+    " \"teacher\": \"t.safetensors\", \"loss\": {\"kd_weight\": 0.30000000000000004, \"temperature\": 2.0000000000000004,"
+    " \"divergence\": \"jsd\", \"beta\": 0.30000000000000004},"
     " \"optim\": {\"beta1\": 0.9000000000000001, \"beta2\": 0.9500000000000001, \"eps\": 3.0000000000000004e-08,"
     "   \"weight_decay\": 0.10000000000000002, \"grad_clip\": 1.0000000000000002},"
     " \"lr\": {\"peak\": 0.0030000000000000005, \"floor\": 0.00030000000000000003, \"warmup_tokens\": 64, \"shape\": \"cosine\"},"
@@ -126,7 +127,8 @@ static void test_run_round_trip(void) {
   NG_ASSERT(ng_run_config_parse(crafted_run, "crafted", &rc) == 0);
   CHECK(rc.stages[0].lr.peak == 0.1 * 3 * 0.01 && rc.stages[0].lr.peak != 0.003 &&
             rc.model.rope_theta != 10000.0 && rc.optim.beta1 != 0.9 &&
-            rc.model.rms_norm_eps == 0.1 * 3 && rc.eval_every == NG_JSON_MAX_INT,
+            rc.model.rms_norm_eps == 0.1 * 3 && rc.eval_every == NG_JSON_MAX_INT &&
+            rc.loss.divergence == NG_DIV_JSD && rc.loss.beta == 0.1 * 3,
         "the crafted config holds the values a script computes", "peak %.17g", rc.stages[0].lr.peak);
   ng_run_config_free(&rc);
   check_round_trip("resolved run config parses back to the same config (0.1 x 3 x 0.01, 10000.000000000002, 2^53 - 1)",

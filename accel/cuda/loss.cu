@@ -156,6 +156,8 @@ static void ce_kd_run(ng_backend *be, const float *logits, teacher_ref t, const 
                       int64_t N, int64_t V, ng_loss_params lp, float *dlogits, double *ce,
                       double *kd, int64_t *n_valid) {
   int64_t Vu = lp.vocab_used > 0 && lp.vocab_used < V ? lp.vocab_used : V, nv = 0;
+  if (lp.divergence != NG_DIV_FORWARD_KL)  // reverse_kl and jsd: the CPU and oneDNN backends
+    NG_ASSERT(!"cuda: only the forward_kl divergence");
   *ce = *kd = 0.0;
   *n_valid = 0;
   if (N == 0) return;

@@ -26,6 +26,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "normgrow/config.h"
+
 typedef struct ng_backend ng_backend;
 
 typedef enum { NG_PREC_FP32, NG_PREC_BF16 } ng_precision;
@@ -49,6 +51,10 @@ typedef struct {
   // over chunks of a batch, each given the batch's valid rows, add up to one
   // call over the whole batch (row for row the same dlogits).
   int64_t n_norm;
+  // The kd term's divergence (config.h), beta for jsd: chosen here, in one
+  // place, for both teacher kinds (the top-k cache between bucketed distributions).
+  ng_divergence divergence;
+  double beta;
 } ng_loss_params;
 
 typedef struct {
@@ -136,6 +142,7 @@ struct ng_backend {
 
   // --- fused softmax + CE + KD over the vocabulary ------------------------
   // logits [N, V], teacher [N, V] or NULL, targets [N] (-1 = ignored).
+  // kd is tau^2 lp.divergence(softmax(teacher / tau), softmax(logits / tau)).
   // Returns mean ce and kd over the non-ignored rows (or over lp.n_norm rows)
   // in *ce, *kd (host) and the count of non-ignored rows in *n_valid. When dlogits [N, V] is not NULL it receives
   // d loss / d logits (written, not accumulated).
@@ -145,7 +152,7 @@ struct ng_backend {
 
   // Same with the teacher given by a top-k cache: per row its k largest logits
   // (topk_ids, topk_vals [N, k]) and the log-sum-exp of all its logits at the
-  // temperature (topk_lse [N]). KD is the KL divergence between the bucketed
+  // temperature (topk_lse [N]). KD is lp.divergence between the bucketed
   // distributions {the k cached tokens, everything else}: exact when k = V.
   void (*ce_kd_topk)(ng_backend *be, const float *logits, const int32_t *topk_ids,
                      const float *topk_vals, const float *topk_lse, int64_t k,

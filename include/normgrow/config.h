@@ -33,8 +33,22 @@ typedef struct {
   ng_norm_placement norm_placement;
 } ng_model_config;
 
+// The divergence of the kd term (docs/golden-contract.md section 6), with
+// p_t, p_s the teacher's and student's softmax at the temperature:
+// forward_kl KL(p_t || p_s), reverse_kl KL(p_s || p_t), jsd beta KL(p_t || m) +
+// (1 - beta) KL(p_s || m) with m = beta p_t + (1 - beta) p_s. A closed type.
+typedef enum { NG_DIV_FORWARD_KL = 0, NG_DIV_REVERSE_KL, NG_DIV_JSD } ng_divergence;
+#define NG_DIV_LAST NG_DIV_JSD
+
+// The config name of d: "forward_kl", "reverse_kl", "jsd".
+const char *ng_divergence_name(ng_divergence d);
+
+// "loss": kd_weight, temperature, and the optional divergence (default
+// forward_kl) with beta in (0, 1) (jsd only, required there).
 typedef struct {
   double kd_weight, temperature;
+  ng_divergence divergence;
+  double beta;  // jsd only, else 0
 } ng_loss_config;
 
 typedef struct {
