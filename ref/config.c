@@ -142,6 +142,7 @@ const char *ng_norm_placement_name(ng_norm_placement p) {
   switch (p) {
     case NG_NORM_PRE: return "pre";
     case NG_NORM_POST: return "post";
+    case NG_NORM_LNS: return "lns";
   }
   NG_ASSERT(!"ng_norm_placement out of range");
   return NULL;
@@ -151,13 +152,14 @@ const char *ng_norm_placement_title(ng_norm_placement p) {
   switch (p) {
     case NG_NORM_PRE: return "Pre-Norm";
     case NG_NORM_POST: return "Post-Norm";
+    case NG_NORM_LNS: return "LNS";
   }
   NG_ASSERT(!"ng_norm_placement out of range");
   return NULL;
 }
 
 int ng_norm_placement_from_name(const char *name, ng_norm_placement *out) {
-  static const ng_norm_placement all[] = {NG_NORM_PRE, NG_NORM_POST};
+  static const ng_norm_placement all[] = {NG_NORM_PRE, NG_NORM_POST, NG_NORM_LNS};
   _Static_assert(sizeof all / sizeof all[0] == NG_NORM_LAST + 1, "every placement listed");
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
     if (strcmp(name, ng_norm_placement_name(all[i])) == 0) {
@@ -189,7 +191,7 @@ int ng_model_config_parse(const cJSON *obj, const char *where, ng_model_config *
       ng_json_str(obj, where, "norm_placement", &placement))
     return -1;
   if (ng_norm_placement_from_name(placement, &c->norm_placement) != 0)
-    return ng_fail("%s.norm_placement: \"%s\" is neither \"pre\" nor \"post\"", where,
+    return ng_fail("%s.norm_placement: \"%s\" is none of \"pre\", \"post\", \"lns\"", where,
                    placement);
   return ng_model_config_validate(c, where);
 }

@@ -433,7 +433,8 @@ int ng_hf_load(const char *dir, ng_backend *be, bool trainable, ng_model **out) 
 bool ng_hf_plain_qwen3(const ng_model_config *c) {
   switch (c->norm_placement) {
     case NG_NORM_PRE: return c->final_norm;
-    case NG_NORM_POST: return false;
+    case NG_NORM_POST:
+    case NG_NORM_LNS: return false;
   }
   NG_ASSERT(!"ng_norm_placement out of range");
   return false;

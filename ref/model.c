@@ -2,6 +2,7 @@
 // forward and backward through the backend op table.
 #include "normgrow/model.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,8 @@ ng_block_layout ng_block_layout_of(ng_norm_placement p) {
   switch (p) {
     case NG_NORM_PRE: return (ng_block_layout){.input_norm = true, .n_weights = 11};
     case NG_NORM_POST: return (ng_block_layout){.output_norm = true, .n_weights = 11};
+    case NG_NORM_LNS:
+      return (ng_block_layout){.input_norm = true, .depth_scaled = true, .n_weights = 11};
   }
   NG_ASSERT(!"ng_norm_placement out of range");
   return (ng_block_layout){0};
@@ -484,6 +487,11 @@ static void attention_forward(ng_model *m, const ng_acts *a, const ng_layer *w,
   be->attention_forward(be, as, s->qr, s->kr, s->v, s->att, s->lse);  // att [N, H*hd]
 }
 
+// The factor on block l's (0-based) norm outputs: 1/sqrt(l + 1) when depth-scaled (lns), else 1.
+static float norm_scale(ng_block_layout lay, int64_t l) {
+  return lay.depth_scaled ? (float)(1.0 / sqrt((double)(l + 1))) : 1.0f;
+}
+
 // x [N, D] -> out [N, D], saving into s (see model.h for the placements).
 static void block_forward(ng_model *m, const ng_acts *a, int64_t l, const float *x, float *out,
                           ng_block_acts *s) {
@@ -494,12 +502,16 @@ static void block_forward(ng_model *m, const ng_acts *a, int64_t l, const float 
   int64_t N = a->N, D = c->hidden_size, F = c->intermediate_size;
   int64_t Hd = c->num_attention_heads * c->head_dim;
   float eps = (float)c->rms_norm_eps;
-  if (lay.input_norm)
+  float c_l = norm_scale(lay, l);
+  if (lay.input_norm) {
     be->rmsnorm_forward(be, x, w->input_layernorm, N, D, eps, s->att_in, s->rstd_in);
+    if (c_l != 1.0f) be->scale(be, s->att_in, c_l, N * D, s->att_in);  // lns
+  }
   attention_forward(m, a, w, lay.input_norm ? s->att_in : x, s);
   linear_forward(be, s->att, w->o_proj, N, Hd, D, s->res1);       // o [N, D]
   be->add(be, x, s->res1, N * D, s->res1);                         // res1 = x + o
   be->rmsnorm_forward(be, s->res1, w->post_attention_layernorm, N, D, eps, s->mlp_in, s->rstd_pa);
+  if (c_l != 1.0f) be->scale(be, s->mlp_in, c_l, N * D, s->mlp_in);  // lns
   linear_forward(be, s->mlp_in, w->gate_proj, N, D, F, s->gate);  // gate [N, F]
   linear_forward(be, s->mlp_in, w->up_proj, N, D, F, s->up);      // up [N, F]
   be->swiglu_forward(be, s->gate, s->up, N * F, s->act);          // act [N, F]
@@ -647,13 +659,16 @@ static void block_backward(ng_model *m, const ng_acts *a, int64_t l, const float
   } else {
     be->copy(be, ws->dres1, dres2, nd);
   }
-  // mlp_in = N_pa(res1); res1 = x + o_proj(att)
+  // mlp_in = N_pa(res1) c; res1 = x + o_proj(att)
+  float c_l = norm_scale(lay, l);
+  if (c_l != 1.0f) be->scale(be, ws->dmlp_in, c_l, N * D, ws->dmlp_in);  // lns
   be->rmsnorm_backward(be, s->res1, w->post_attention_layernorm, s->rstd_pa, ws->dmlp_in, N, D,
                        ws->dres1, g->post_attention_layernorm);
   linear_backward(be, s->att, w->o_proj, ws->dres1, N, Hd, D, 0.0f, ws->datt, g->o_proj);
   attention_backward(m, a, l, lay.input_norm ? s->att_in : x, s, ws);
   be->copy(be, dx, ws->dres1, nd);
   if (lay.input_norm) {
+    if (c_l != 1.0f) be->scale(be, ws->datt_in, c_l, N * D, ws->datt_in);  // lns
     be->rmsnorm_backward(be, x, w->input_layernorm, s->rstd_in, ws->datt_in, N, D, dx,
                          g->input_layernorm);
   } else {

@@ -460,7 +460,7 @@ static void test_model(ng_norm_placement np, bool tied, bool final_norm, int64_t
   snprintf(name, sizeof name,
            "model %s tied=%d final_norm=%d H=%lld KV=%lld gate=%g frozen=%d chunk=%lld recompute=%d: "
            "every parameter (worst %s)",
-           np == NG_NORM_PRE ? "pre" : "post", tied, final_norm, (long long)H, (long long)KV, gate,
+           ng_norm_placement_name(np), tied, final_norm, (long long)H, (long long)KV, gate,
            frozen, (long long)chunk, recompute, worst_name);
   check_grad(worst, TOL_MODEL, name);
   ng_acts_free(c.m, c.a);
@@ -496,6 +496,8 @@ int main(void) {
   test_model(NG_NORM_POST, false, true, 4, 2, 0.3f, true, 0, false);
   test_model(NG_NORM_PRE, true, true, 4, 2, 0.3f, false, 3, true);    // loss chunks of 3 of 8 rows,
   test_model(NG_NORM_POST, false, false, 4, 2, 1.0f, false, 1, true);  // recomputed blocks
+  test_model(NG_NORM_LNS, false, true, 4, 2, 1.0f, false, 0, false);   // LayerNorm-Scaling
+  test_model(NG_NORM_LNS, true, false, 4, 1, 0.3f, true, 3, true);
   for (int dv = NG_DIV_REVERSE_KL; dv <= NG_DIV_LAST; dv++) {  // the other divergences
     double beta = dv == NG_DIV_JSD ? 0.3 : 0.0;
     test_loss(true, 1.0, (ng_divergence)dv, beta);

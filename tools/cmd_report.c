@@ -264,7 +264,7 @@ static int load_config(const char *path, run *r) {
                ? -1
                : 0;
   if (rc == 0 && ng_norm_placement_from_name(placement, &r->placement) != 0)
-    rc = ng_fail("%s: model.norm_placement: \"%s\" is neither \"pre\" nor \"post\"", path, placement);
+    rc = ng_fail("%s: model.norm_placement: \"%s\" is none of \"pre\", \"post\", \"lns\"", path, placement);
   if (rc == 0) {
     r->name = ng_xstrdup(name);
     r->mode = ng_xstrdup(mode);

@@ -111,7 +111,7 @@ def layer_param_shapes(m, i):
               p + "self_attn.q_norm.weight": [hd], p + "self_attn.k_norm.weight": [hd],
               p + "mlp.gate_proj.weight": [F, D], p + "mlp.up_proj.weight": [F, D],
               p + "mlp.down_proj.weight": [D, F], p + "post_attention_layernorm.weight": [D]}
-    if m["norm_placement"] == "pre":
+    if m["norm_placement"] in ("pre", "lns"):
         shapes[p + "input_layernorm.weight"] = [D]
     else:
         shapes[p + "post_feedforward_layernorm.weight"] = [D]
@@ -178,9 +178,10 @@ def block(x, p, i, m):
     def norm(y, name):
         return rms_norm(y, p[pre + name + ".weight"], m["rms_norm_eps"])
 
-    if m["norm_placement"] == "pre":
-        a = x + attention(norm(x, "input_layernorm"), p, pre + "self_attn.", m)
-        return a + mlp(norm(a, "post_attention_layernorm"), p, pre + "mlp.")
+    if m["norm_placement"] in ("pre", "lns"):  # lns: norm outputs / sqrt(l), l = i + 1
+        c = 1 / math.sqrt(i + 1) if m["norm_placement"] == "lns" else 1.0
+        a = x + attention(c * norm(x, "input_layernorm"), p, pre + "self_attn.", m)
+        return a + mlp(c * norm(a, "post_attention_layernorm"), p, pre + "mlp.")
     a = norm(x + attention(x, p, pre + "self_attn.", m), "post_attention_layernorm")
     return norm(a + mlp(a, p, pre + "mlp."), "post_feedforward_layernorm")
 
@@ -483,7 +484,7 @@ def balanced(rng, n, values):
 def random_features(rng, n):
     """Features of n cases; one case in ten has every target ignored; the cases
     with a teacher cycle through the divergences."""
-    columns = {"placement": balanced(rng, n, ["pre", "post"]),
+    columns = {"placement": balanced(rng, n, ["pre", "post", "lns"]),
                "tied": balanced(rng, n, [True, False]),
                "final_norm": balanced(rng, n, [True, False]),
                "teacher": balanced(rng, n, [True, False]),
@@ -823,16 +824,16 @@ def self_test(seed):
     err = rotary_error(rng)
     ok = err <= 1e-12
     print(f"self-test: rotary vs complex rotation: {err:.2e} {'PASS' if ok else 'FAIL'}")
-    for i, placement in enumerate(("pre", "post", "pre", "post")):
+    for i, placement in enumerate(("pre", "post", "lns", "post", "lns")):
         features = {"placement": placement, "tied": i < 2, "final_norm": i % 3 == 0,
                     "teacher": True, "clip": True, "kv_ratio": 2 ** (i % 3),
                     "ignore_all": False,
-                    "divergence": ("forward_kl", "reverse_kl", "jsd", "jsd")[i]}
+                    "divergence": ("forward_kl", "reverse_kl", "jsd", "jsd", "reverse_kl")[i]}
         case = informative_case(rng, features)
         checks = [("finite differences", finite_difference_error(case, rng), 1e-6),
                   ("losses vs torch.nn.functional", functional_loss_error(case), 1e-12),
                   ("AdamW vs torch.optim.AdamW (units of lr)", adamw_error(case), 1e-9)]
-        if placement == "pre":
+        if placement in ("pre", "lns"):
             checks.append(("ablation of an identity block", identity_block_error(case), 1e-12))
         full, excess, fd = topk_errors(case, rng)
         checks += [("top-k KD at k = V vs exact KD", full, 1e-12),

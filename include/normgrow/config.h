@@ -1,7 +1,7 @@
 // normgrow: model, loss and optimizer configuration, parsed strictly from JSON.
 //
 // Field names are Hugging Face Qwen3 config.json names, plus norm_placement
-// ("pre" | "post") and final_norm. Parsing rejects unknown keys, missing keys,
+// ("pre" | "post" | "lns") and final_norm. Parsing rejects unknown keys, missing keys,
 // values of the wrong JSON type and impossible sizes, with one message that
 // names the field ("<where>.num_key_value_heads: ...").
 #ifndef NORMGROW_CONFIG_H
@@ -15,12 +15,14 @@
 // Where a block's norms sit (docs/golden-contract.md section 2). A closed type:
 // every use of it is a switch without default, so that the compiler names each
 // place a new placement must be handled.
-typedef enum { NG_NORM_PRE = 0, NG_NORM_POST = 1 } ng_norm_placement;
-#define NG_NORM_LAST NG_NORM_POST  // the last one
+// lns is LayerNorm-Scaling: pre with each norm's output divided by sqrt(l), l
+// the block's 1-based position in the current stack.
+typedef enum { NG_NORM_PRE = 0, NG_NORM_POST = 1, NG_NORM_LNS = 2 } ng_norm_placement;
+#define NG_NORM_LAST NG_NORM_LNS  // the last one
 
-// The config name of p: "pre", "post".
+// The config name of p: "pre", "post", "lns".
 const char *ng_norm_placement_name(ng_norm_placement p);
-// Its title in reports: "Pre-Norm", "Post-Norm".
+// Its title in reports: "Pre-Norm", "Post-Norm", "LNS".
 const char *ng_norm_placement_title(ng_norm_placement p);
 // The placement named `name` into *out; -1 (no message) when none is.
 int ng_norm_placement_from_name(const char *name, ng_norm_placement *out);

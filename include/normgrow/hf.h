@@ -6,7 +6,7 @@
 // "shard file"}}). As in transformers, `model.safetensors` wins when both exist.
 //
 // normgrow reads every field a Qwen3 config.json carries, plus two keys of its
-// own: `norm_placement` ("pre" | "post", default "pre") and `final_norm`
+// own: `norm_placement` ("pre" | "post" | "lns", default "pre") and `final_norm`
 // (default true). A Pre-Norm model with a final norm is exported without them,
 // so its directory is a plain Qwen3 checkpoint that transformers loads as is.
 // Any other model (Post-Norm, or no final norm) is exported as the custom

@@ -5,13 +5,15 @@
 //
 //   pre:  a = x + Attn(N_in(x));  y = a + MLP(N_pa(a))
 //   post: a = N_pa(x + Attn(x));  y = N_pf(a + MLP(a))
+//   lns:  pre with N_in and N_pa's outputs divided by sqrt(l), l = 1..L the
+//         block's position in the current stack (LayerNorm-Scaling)
 //
 // Both are computed by one code path, driven by the block's layout
 // (ng_block_layout: pre has an input norm, post an output norm), with these
 // saved values:
-//   att_in = input_norm ? N_in(x) : x;   res1 = x + o_proj(Attn(att_in));
-//   mlp_in = N_pa(res1);                 res2 = (output_norm ? mlp_in : res1) + MLP(mlp_in);
-//   y = output_norm ? N_pf(res2) : res2.
+//   att_in = input_norm ? N_in(x) c : x;  res1 = x + o_proj(Attn(att_in));
+//   mlp_in = N_pa(res1) c;               res2 = (output_norm ? mlp_in : res1) + MLP(mlp_in);
+//   y = output_norm ? N_pf(res2) : res2;   c = depth_scaled ? 1/sqrt(l) : 1.
 // res1 and res2 are the residual sums x + F(x) before any norm.
 #ifndef NORMGROW_MODEL_H
 #define NORMGROW_MODEL_H
@@ -142,6 +144,7 @@ typedef struct {
   bool input_norm;   // input_layernorm in front of attention (pre)
   bool output_norm;  // post_feedforward_layernorm on the block's output (post); the
                      // MLP's residual is then its input N_pa(res1), not res1
+  bool depth_scaled; // lns: each norm's output divided by sqrt(l), l = block index + 1
   int n_weights;     // weight tensors of the block (at most NG_BLOCK_MAX_WEIGHTS)
 } ng_block_layout;
 
