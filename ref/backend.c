@@ -45,6 +45,12 @@ void ng_backend_close(ng_backend *be) {
   be->destroy(be);
 }
 
+int ng_backend_check_divergence(const ng_backend *be, ng_divergence d) {
+  if (be->divergences & 1u << d) return 0;
+  return ng_fail("backend \"%s\" does not compute the %s divergence (the cpu and onednn backends do)",
+                 be->name, ng_divergence_name(d));
+}
+
 const char *ng_backend_names(void) {
   static char names[128];
   if (!names[0])

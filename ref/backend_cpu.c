@@ -520,32 +520,130 @@ static double kd_topk_row(const int32_t *ids, const float *vals, float lse, int6
   return kl;
 }
 
+// Reverse KL and JSD over buckets: the contribution of bucket b to D, with lq,
+// lp the log-probabilities of the teacher's and the student's bucket, and in *g
+// dD/dP_b up to a constant (which the softmax's gradient cancels):
+//   reverse_kl: P (lp - lq),                      g = lp - lq;
+//   jsd:        beta Q (lq - lm) + (1-beta) P (lp - lm), g = (1-beta) (lp - lm),
+// lm = log(beta Q + (1-beta) P). An empty bucket (probability 0) adds nothing.
+static double bucket_term(ng_divergence d, double beta, double lq, double lp, double *g) {
+  double P = exp(lp), Q = exp(lq);
+  *g = 0.0;
+  if (P == 0.0 && Q == 0.0) return 0.0;
+  switch (d) {
+    case NG_DIV_FORWARD_KL: break;  // kd_full_row and kd_topk_row
+    case NG_DIV_REVERSE_KL:
+      *g = P > 0.0 ? lp - lq : 0.0;
+      return P > 0.0 ? P * (lp - lq) : 0.0;
+    case NG_DIV_JSD: {
+      double a = log(beta) + lq, b = log1p(-beta) + lp, hi = a > b ? a : b;
+      double lm = hi + log(exp(a - hi) + exp(b - hi));
+      *g = P > 0.0 ? (1.0 - beta) * (lp - lm) : 0.0;
+      return (Q > 0.0 ? beta * Q * (lq - lm) : 0.0) + (P > 0.0 ? (1.0 - beta) * P * (lp - lm) : 0.0);
+    }
+  }
+  NG_ASSERT(!"bucket_term: forward_kl has its own rows");
+  return 0.0;
+}
+
+// Reverse KL or JSD of one row between bucketed distributions: every id its
+// own bucket with a full teacher t [V]; with a top-k cache (ids, vals [k], lse)
+// each cached id and "every other id" (Q_rest = max(0, 1 - sum Q_j), P_rest
+// the student's mass there). Student: lp_j = (s_j - ms)/tau - log zd, in
+// double. Returns D and writes dz [V] = dD/dz (z = s / tau):
+//   dz_i = p_i (g_b(i) - sum_b P_b g_b).
+static double div_bucket_row(ng_divergence d, double beta, const float *s, float ms,
+                             const float *t, const int32_t *ids, const float *vals, float lse,
+                             int64_t k, int64_t V, double tau, double *dz) {
+  double inv_tau = 1.0 / tau, zd = 0.0, D = 0.0, gbar = 0.0;
+  for (int64_t j = 0; j < V; j++) zd += exp(((double)s[j] - ms) * inv_tau);
+  double log_zd = log(zd);
+  if (t) {
+    float mt = row_max(t, V);
+    double zt = 0.0;
+    for (int64_t j = 0; j < V; j++) zt += exp(((double)t[j] - mt) * inv_tau);
+    double log_zt = log(zt);
+    for (int64_t j = 0; j < V; j++) {
+      double lp = ((double)s[j] - ms) * inv_tau - log_zd, lq = ((double)t[j] - mt) * inv_tau - log_zt;
+      D += bucket_term(d, beta, lq, lp, &dz[j]);
+      gbar += exp(lp) * dz[j];
+    }
+  } else {
+    // dz first holds p_i on the ids not cached (0 on the cached ones): P_rest.
+    double p_rest = 0.0, q_sum = 0.0, g_rest = 0.0;
+    for (int64_t j = 0; j < V; j++) dz[j] = exp(((double)s[j] - ms) * inv_tau - log_zd);
+    for (int64_t j = 0; j < k; j++) dz[ids[j]] = 0.0;
+    for (int64_t j = 0; j < V; j++) p_rest += dz[j];
+    for (int64_t j = 0; j < k; j++) q_sum += exp((double)vals[j] * inv_tau - lse);
+    if (k < V) {  // the cache holds every id: no rest bucket
+      double q_rest = fmax(1.0 - q_sum, 0.0);
+      D += bucket_term(d, beta, log(q_rest), log(p_rest), &g_rest);
+      gbar += p_rest * g_rest;
+    }
+    for (int64_t j = 0; j < V; j++) dz[j] = g_rest;
+    for (int64_t j = 0; j < k; j++) {
+      double lp = ((double)s[ids[j]] - ms) * inv_tau - log_zd, lq = (double)vals[j] * inv_tau - lse;
+      D += bucket_term(d, beta, lq, lp, &dz[ids[j]]);
+      gbar += exp(lp) * dz[ids[j]];
+    }
+  }
+  for (int64_t j = 0; j < V; j++) dz[j] = exp(((double)s[j] - ms) * inv_tau - log_zd) * (dz[j] - gbar);
+  return D;
+}
+
+// The kd term of one row, the one place its divergence is chosen: returns
+// D(p_t, p_s) at temperature tau and writes dz [V] = dD/dz, z = s / tau.
+// est [V] holds exp((s - ms)/tau) with sum zst; tgt [V] is scratch.
+static double kd_row(const teacher_ref *t, int64_t i, const float *s, float ms, const float *est,
+                     double zst, int64_t stride, int64_t V, ng_loss_params lp, float *tgt,
+                     double *dz) {
+  const float *tr = t->logits ? t->logits + (size_t)i * stride : NULL;
+  const int32_t *ids = t->ids ? t->ids + (size_t)i * t->k : NULL;
+  const float *vals = t->ids ? t->vals + (size_t)i * t->k : NULL;
+  float lse = t->ids ? t->lse[i] : 0.0f;
+  double kl = 0.0, tgt_scale = 0.0;
+  switch (lp.divergence) {
+    case NG_DIV_FORWARD_KL:  // dz = pst - tgt
+      kl = tr ? kd_full_row(s, tr, V, ms, zst, (float)(1.0 / lp.temperature), tgt, &tgt_scale)
+              : kd_topk_row(ids, vals, lse, t->k, s, ms, est, zst, V, lp.temperature, tgt,
+                            &tgt_scale);
+      for (int64_t j = 0; j < V; j++) dz[j] = est[j] / zst - tgt[j] * tgt_scale;
+      return kl;
+    case NG_DIV_REVERSE_KL:
+    case NG_DIV_JSD:
+      return div_bucket_row(lp.divergence, lp.beta, s, ms, tr, ids, vals, lse, t->k, V,
+                            lp.temperature, dz);
+  }
+  NG_ASSERT(!"ng_divergence out of range");
+  return 0.0;
+}
+
 // One row i of the fused loss over its first V columns (rows `stride` apart),
 // max-subtracted. With ps = softmax(s), pst =
 // softmax(s/tau) and tgt the teacher's distribution at tau:
 //   ce_i = log sum exp(s) - s_y,   kl_i = KL(tgt || pst) (see the kd_*_row),
 //   d/ds = w ((1-a) (ps - onehot) + a tau (pst - tgt)),  or w (ps - onehot)
-// without a teacher, where w = 1/n_valid (or 1/lp.n_norm). scratch holds 3 rows of V floats.
+// without a teacher, where w = 1/n_valid (or 1/lp.n_norm); for the other
+// divergences pst - tgt is their dD/dz (kd_row). scratch holds 3 rows of V
+// floats, dz a row of V doubles.
 static void ce_kd_row(const float *s, const teacher_ref *t, int64_t i, int32_t y, int64_t stride,
                       int64_t V, ng_loss_params lp, double w, float *ds, float *scratch,
-                      double *ce, double *kl) {
+                      double *dz, double *ce, double *kl) {
   float *ps = scratch, *est = scratch + V, *tgt = scratch + 2 * V;
   float ms = row_max(s, V), inv_tau = (float)(1.0 / lp.temperature);
-  double zs = exp_shifted(s, V, ms, 1.0f, ps), zst = 1.0, tgt_scale = 0.0;
+  double zs = exp_shifted(s, V, ms, 1.0f, ps), zst = 1.0;
   *ce = (double)ms + log(zs) - (double)s[y];
   *kl = 0.0;
   bool teacher = has_teacher(t);
   double a_ce = teacher ? 1.0 - lp.kd_weight : 1.0, a_kd = teacher ? lp.kd_weight * lp.temperature : 0.0;
   if (teacher) {
     zst = exp_shifted(s, V, ms, inv_tau, est);
-    *kl = t->logits ? kd_full_row(s, t->logits + (size_t)i * stride, V, ms, zst, inv_tau, tgt, &tgt_scale)
-                    : kd_topk_row(t->ids + (size_t)i * t->k, t->vals + (size_t)i * t->k, t->lse[i],
-                                  t->k, s, ms, est, zst, V, lp.temperature, tgt, &tgt_scale);
+    *kl = kd_row(t, i, s, ms, est, zst, stride, V, lp, tgt, dz);
   }
   if (!ds) return;
   for (int64_t j = 0; j < V; j++) {
     double g = a_ce * ps[j] / zs;
-    if (teacher) g += a_kd * (est[j] / zst - tgt[j] * tgt_scale);
+    if (teacher) g += a_kd * dz[j];
     ds[j] = (float)(w * g);
   }
   ds[y] -= (float)(w * a_ce);
@@ -566,6 +664,7 @@ static void ce_kd_rows(const float *logits, const teacher_ref *t, const int32_t 
 #pragma omp parallel
   {
     float *scratch = ng_xmalloc(3 * (size_t)V * sizeof(float));  // [3, V] per thread
+    double *dz = ng_xmalloc((size_t)V * sizeof(double));          // [V] per thread
 #pragma omp for schedule(static)
     for (int64_t i = 0; i < N; i++) {
       float *ds = dlogits ? dlogits + (size_t)i * V : NULL;
@@ -574,10 +673,11 @@ static void ce_kd_rows(const float *logits, const teacher_ref *t, const int32_t 
         continue;
       }
       if (ds && Vu < V) memset(ds + Vu, 0, (size_t)(V - Vu) * sizeof(float));  // padding ids
-      ce_kd_row(logits + (size_t)i * V, t, i, targets[i], V, Vu, lp, w, ds, scratch, &row_ce[i],
-                &row_kl[i]);
+      ce_kd_row(logits + (size_t)i * V, t, i, targets[i], V, Vu, lp, w, ds, scratch, dz,
+                &row_ce[i], &row_kl[i]);
     }
     free(scratch);
+    free(dz);
   }
   double sce = 0.0, skl = 0.0;
   for (int64_t i = 0; i < N; i++) {
@@ -678,6 +778,7 @@ static const char *cpu_kernels(ng_backend *be) {
 static ng_backend cpu_backend = {
     .name = "cpu",
     .precision = NG_PREC_FP32,
+    .divergences = 1u << NG_DIV_FORWARD_KL | 1u << NG_DIV_REVERSE_KL | 1u << NG_DIV_JSD,
     .synchronize = cpu_nothing,  // every op has finished when it returns
     .destroy = cpu_nothing,      // a static instance
     .kernels = cpu_kernels,

@@ -138,6 +138,37 @@ int ng_model_config_validate(const ng_model_config *c, const char *where) {
   return 0;
 }
 
+const char *ng_norm_placement_name(ng_norm_placement p) {
+  switch (p) {
+    case NG_NORM_PRE: return "pre";
+    case NG_NORM_POST: return "post";
+    case NG_NORM_LNS: return "lns";
+  }
+  NG_ASSERT(!"ng_norm_placement out of range");
+  return NULL;
+}
+
+const char *ng_norm_placement_title(ng_norm_placement p) {
+  switch (p) {
+    case NG_NORM_PRE: return "Pre-Norm";
+    case NG_NORM_POST: return "Post-Norm";
+    case NG_NORM_LNS: return "LNS";
+  }
+  NG_ASSERT(!"ng_norm_placement out of range");
+  return NULL;
+}
+
+int ng_norm_placement_from_name(const char *name, ng_norm_placement *out) {
+  static const ng_norm_placement all[] = {NG_NORM_PRE, NG_NORM_POST, NG_NORM_LNS};
+  _Static_assert(sizeof all / sizeof all[0] == NG_NORM_LAST + 1, "every placement listed");
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+    if (strcmp(name, ng_norm_placement_name(all[i])) == 0) {
+      *out = all[i];
+      return 0;
+    }
+  return -1;
+}
+
 int ng_model_config_parse(const cJSON *obj, const char *where, ng_model_config *c) {
   static const char *const keys[] = {
       "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
@@ -159,22 +190,57 @@ int ng_model_config_parse(const cJSON *obj, const char *where, ng_model_config *
       ng_json_bool(obj, where, "final_norm", &c->final_norm) ||
       ng_json_str(obj, where, "norm_placement", &placement))
     return -1;
-  if (strcmp(placement, "pre") == 0) {
-    c->norm_placement = NG_NORM_PRE;
-  } else if (strcmp(placement, "post") == 0) {
-    c->norm_placement = NG_NORM_POST;
-  } else {
-    return ng_fail("%s.norm_placement: \"%s\" is neither \"pre\" nor \"post\"", where,
+  if (ng_norm_placement_from_name(placement, &c->norm_placement) != 0)
+    return ng_fail("%s.norm_placement: \"%s\" is none of \"pre\", \"post\", \"lns\"", where,
                    placement);
-  }
   return ng_model_config_validate(c, where);
 }
 
+const char *ng_divergence_name(ng_divergence d) {
+  switch (d) {
+    case NG_DIV_FORWARD_KL: return "forward_kl";
+    case NG_DIV_REVERSE_KL: return "reverse_kl";
+    case NG_DIV_JSD: return "jsd";
+  }
+  NG_ASSERT(!"ng_divergence out of range");
+  return NULL;
+}
+
+// The optional "divergence" (and with jsd the required "beta") of obj.
+static int divergence_parse(const cJSON *obj, const char *where, ng_loss_config *c) {
+  static const ng_divergence all[] = {NG_DIV_FORWARD_KL, NG_DIV_REVERSE_KL, NG_DIV_JSD};
+  _Static_assert(sizeof all / sizeof all[0] == NG_DIV_LAST + 1, "every divergence listed");
+  const char *name = "forward_kl";
+  if (cJSON_HasObjectItem(obj, "divergence") && ng_json_str(obj, where, "divergence", &name))
+    return -1;
+  size_t i = 0;
+  while (i < sizeof all / sizeof all[0] && strcmp(name, ng_divergence_name(all[i])) != 0) i++;
+  if (i == sizeof all / sizeof all[0])
+    return ng_fail("%s.divergence: \"%s\" is none of \"forward_kl\", \"reverse_kl\", \"jsd\"",
+                   where, name);
+  c->divergence = all[i];
+  c->beta = 0.0;
+  switch (c->divergence) {
+    case NG_DIV_FORWARD_KL:
+    case NG_DIV_REVERSE_KL:
+      if (cJSON_HasObjectItem(obj, "beta"))
+        return ng_fail("%s.beta: only the jsd divergence has a beta", where);
+      return 0;
+    case NG_DIV_JSD:
+      if (ng_json_num(obj, where, "beta", 0.0, 1.0, &c->beta)) return -1;
+      if (c->beta <= 0.0 || c->beta >= 1.0)
+        return ng_fail("%s.beta: %g is not inside (0, 1)", where, c->beta);
+      return 0;
+  }
+  return ng_fail("%s.divergence: out of range", where);
+}
+
 int ng_loss_config_parse(const cJSON *obj, const char *where, ng_loss_config *c) {
-  static const char *const keys[] = {"kd_weight", "temperature", NULL};
+  static const char *const keys[] = {"kd_weight", "temperature", "divergence", "beta", NULL};
   if (ng_json_expect_object(obj, where) || ng_json_only_keys(obj, where, keys) ||
       ng_json_num(obj, where, "kd_weight", 0.0, 1.0, &c->kd_weight) ||
-      ng_json_num(obj, where, "temperature", 1e-3, 1e3, &c->temperature))
+      ng_json_num(obj, where, "temperature", 1e-3, 1e3, &c->temperature) ||
+      divergence_parse(obj, where, c))
     return -1;
   return 0;
 }
@@ -205,7 +271,7 @@ cJSON *ng_model_config_to_json(const ng_model_config *c) {
   cJSON_AddNumberToObject(o, "rope_theta", c->rope_theta);
   cJSON_AddNumberToObject(o, "rms_norm_eps", c->rms_norm_eps);
   cJSON_AddBoolToObject(o, "tie_word_embeddings", c->tie_word_embeddings);
-  cJSON_AddStringToObject(o, "norm_placement", c->norm_placement == NG_NORM_PRE ? "pre" : "post");
+  cJSON_AddStringToObject(o, "norm_placement", ng_norm_placement_name(c->norm_placement));
   cJSON_AddBoolToObject(o, "final_norm", c->final_norm);
   return o;
 }
@@ -214,6 +280,16 @@ cJSON *ng_loss_config_to_json(const ng_loss_config *c) {
   cJSON *o = cJSON_CreateObject();
   cJSON_AddNumberToObject(o, "kd_weight", c->kd_weight);
   cJSON_AddNumberToObject(o, "temperature", c->temperature);
+  switch (c->divergence) {  // the default is left out: files without the keys read the same
+    case NG_DIV_FORWARD_KL: break;
+    case NG_DIV_REVERSE_KL:
+      cJSON_AddStringToObject(o, "divergence", ng_divergence_name(c->divergence));
+      break;
+    case NG_DIV_JSD:
+      cJSON_AddStringToObject(o, "divergence", ng_divergence_name(c->divergence));
+      cJSON_AddNumberToObject(o, "beta", c->beta);
+      break;
+  }
   return o;
 }
 

@@ -194,7 +194,8 @@ typedef struct {
 } eval_ctx;
 
 static ng_loss_params loss_params(const ng_golden_case *gc) {
-  return (ng_loss_params){gc->loss.kd_weight, gc->loss.temperature, 0, 0};
+  return (ng_loss_params){gc->loss.kd_weight, gc->loss.temperature, 0, 0, gc->loss.divergence,
+                          gc->loss.beta};
 }
 
 // The chunked head and loss of the last forward of a (with `grad`, d loss /
@@ -299,6 +300,7 @@ static void emit_ablation(const eval_ctx *e, ng_model *m, const ng_acts_options 
 int ng_golden_eval(const ng_golden_case *gc, ng_backend *be, const ng_acts_options *o,
                    ng_tensor_list *out) {
   int64_t N = gc->B * gc->T, V = gc->model.vocab_size;
+  if (ng_backend_check_divergence(be, gc->loss.divergence)) return -1;
   eval_ctx e = {be, gc, upload(be, gc->tokens, (size_t)N * sizeof(int32_t)),
                 upload(be, gc->targets, (size_t)N * sizeof(int32_t)),
                 gc->teacher ? upload(be, gc->teacher, (size_t)N * V * sizeof(float)) : NULL};

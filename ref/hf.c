@@ -430,8 +430,14 @@ int ng_hf_load(const char *dir, ng_backend *be, bool trainable, ng_model **out) 
 
 // ---------------------------------------------------------------- export
 
-static bool plain_qwen3(const ng_model_config *c) {
-  return c->norm_placement == NG_NORM_PRE && c->final_norm;
+bool ng_hf_plain_qwen3(const ng_model_config *c) {
+  switch (c->norm_placement) {
+    case NG_NORM_PRE: return c->final_norm;
+    case NG_NORM_POST:
+    case NG_NORM_LNS: return false;
+  }
+  NG_ASSERT(!"ng_norm_placement out of range");
+  return false;
 }
 
 // A Qwen3ForCausalLM config.json (keys sorted, as transformers writes them);
@@ -439,7 +445,7 @@ static bool plain_qwen3(const ng_model_config *c) {
 // architecture NormgrowForCausalLM (model_type "normgrow", auto_map naming
 // the code beside the weights) with norm_placement and final_norm.
 static cJSON *export_config(const ng_model_config *c, ng_dtype dtype) {
-  bool plain = plain_qwen3(c);
+  bool plain = ng_hf_plain_qwen3(c);
   cJSON *o = cJSON_CreateObject();
   NG_ASSERT(o != NULL);
   cJSON *arch = cJSON_AddArrayToObject(o, "architectures");
@@ -465,8 +471,7 @@ static cJSON *export_config(const ng_model_config *c, ng_dtype dtype) {
   cJSON_AddNumberToObject(o, "max_window_layers", (double)c->num_hidden_layers);
   cJSON_AddStringToObject(o, "model_type", plain ? "qwen3" : OWN_MODEL_TYPE);
   if (!plain)
-    cJSON_AddStringToObject(o, "norm_placement",
-                            c->norm_placement == NG_NORM_PRE ? "pre" : "post");
+    cJSON_AddStringToObject(o, "norm_placement", ng_norm_placement_name(c->norm_placement));
   cJSON_AddNumberToObject(o, "num_attention_heads", (double)c->num_attention_heads);
   cJSON_AddNumberToObject(o, "num_hidden_layers", (double)c->num_hidden_layers);
   cJSON_AddNumberToObject(o, "num_key_value_heads", (double)c->num_key_value_heads);
@@ -598,7 +603,7 @@ int ng_hf_export(const ng_model *m, const char *dir, ng_dtype dtype, size_t shar
   int rc = write_json(path, cfg);
   free(path);
   cJSON_Delete(cfg);
-  bool plain = plain_qwen3(&m->cfg);
+  bool plain = ng_hf_plain_qwen3(&m->cfg);
   static const struct {
     const char *name, *text;
   } code[] = {{"configuration_normgrow.py", configuration_py}, {"modeling_normgrow.py", modeling_py}};

@@ -2,6 +2,7 @@
 // forward and backward through the backend op table.
 #include "normgrow/model.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,9 +11,21 @@
 
 // ---------------------------------------------------------------- parameters
 
+ng_block_layout ng_block_layout_of(ng_norm_placement p) {
+  switch (p) {
+    case NG_NORM_PRE: return (ng_block_layout){.input_norm = true, .n_weights = 11};
+    case NG_NORM_POST: return (ng_block_layout){.output_norm = true, .n_weights = 11};
+    case NG_NORM_LNS:
+      return (ng_block_layout){.input_norm = true, .depth_scaled = true, .n_weights = 11};
+  }
+  NG_ASSERT(!"ng_norm_placement out of range");
+  return (ng_block_layout){0};
+}
+
 // A parameter named "model.layers.<layer>.<name>", or just <name> for layer -1.
 static void add_param(ng_model *m, bool trainable, float **w, float **g, int ndim, int64_t d0,
                       int64_t d1, const char *name, int64_t layer) {
+  NG_ASSERT(m->n_params < ng_model_n_weights(&m->cfg));
   ng_param *p = &m->params[m->n_params++];
   if (layer < 0)
     snprintf(p->name, sizeof p->name, "%s", name);
@@ -33,12 +46,15 @@ static void add_param(ng_model *m, bool trainable, float **w, float **g, int ndi
   *g = p->grad;
 }
 
+// Block i's weights, as its placement's layout has them.
 static void add_layer_params(ng_model *m, bool trainable, int64_t i) {
   const ng_model_config *c = &m->cfg;
+  ng_block_layout lay = ng_block_layout_of(c->norm_placement);
   int64_t D = c->hidden_size, F = c->intermediate_size, hd = c->head_dim;
   int64_t Hd = c->num_attention_heads * hd, KVd = c->num_key_value_heads * hd;
   ng_layer *w = &m->w.layers[i], *g = &m->g.layers[i];
-  if (c->norm_placement == NG_NORM_PRE)
+  int first = m->n_params;
+  if (lay.input_norm)
     add_param(m, trainable, &w->input_layernorm, &g->input_layernorm, 1, D, 0,
               "input_layernorm.weight", i);
   add_param(m, trainable, &w->q_proj, &g->q_proj, 2, Hd, D, "self_attn.q_proj.weight", i);
@@ -49,16 +65,18 @@ static void add_layer_params(ng_model *m, bool trainable, int64_t i) {
   add_param(m, trainable, &w->k_norm, &g->k_norm, 1, hd, 0, "self_attn.k_norm.weight", i);
   add_param(m, trainable, &w->post_attention_layernorm, &g->post_attention_layernorm, 1, D, 0,
             "post_attention_layernorm.weight", i);
-  if (c->norm_placement == NG_NORM_POST)
+  if (lay.output_norm)
     add_param(m, trainable, &w->post_feedforward_layernorm, &g->post_feedforward_layernorm, 1,
               D, 0, "post_feedforward_layernorm.weight", i);
   add_param(m, trainable, &w->gate_proj, &g->gate_proj, 2, F, D, "mlp.gate_proj.weight", i);
   add_param(m, trainable, &w->up_proj, &g->up_proj, 2, F, D, "mlp.up_proj.weight", i);
   add_param(m, trainable, &w->down_proj, &g->down_proj, 2, D, F, "mlp.down_proj.weight", i);
+  NG_ASSERT(m->n_params - first == lay.n_weights && lay.n_weights <= NG_BLOCK_MAX_WEIGHTS);
 }
 
 int64_t ng_model_n_weights(const ng_model_config *c) {
-  return 11 * c->num_hidden_layers + 1 + c->final_norm + !c->tie_word_embeddings;
+  int64_t block = ng_block_layout_of(c->norm_placement).n_weights;
+  return block * c->num_hidden_layers + 1 + c->final_norm + !c->tie_word_embeddings;
 }
 
 ng_model *ng_model_create(ng_backend *be, const ng_model_config *cfg, bool trainable) {
@@ -309,7 +327,8 @@ static void block_acts_alloc(const ng_model *m, int64_t B, int64_t T, ng_block_a
   ng_backend *be = m->be;
   int64_t N = B * T, D = c->hidden_size, F = c->intermediate_size;
   int64_t H = c->num_attention_heads, KV = c->num_key_value_heads, hd = c->head_dim;
-  if (c->norm_placement == NG_NORM_PRE) {
+  ng_block_layout lay = ng_block_layout_of(c->norm_placement);
+  if (lay.input_norm) {
     s->att_in = buf(be, N * D);
     s->rstd_in = buf(be, N);
   }
@@ -328,7 +347,7 @@ static void block_acts_alloc(const ng_model *m, int64_t B, int64_t T, ng_block_a
   s->gate = buf(be, N * F);
   s->up = buf(be, N * F);
   s->act = buf(be, N * F);
-  if (c->norm_placement == NG_NORM_POST) {
+  if (lay.output_norm) {
     s->res2 = buf(be, N * D);
     s->rstd_pf = buf(be, N);
   }
@@ -468,30 +487,40 @@ static void attention_forward(ng_model *m, const ng_acts *a, const ng_layer *w,
   be->attention_forward(be, as, s->qr, s->kr, s->v, s->att, s->lse);  // att [N, H*hd]
 }
 
-// x [N, D] -> out [N, D], saving into s (see model.h for the two placements).
+// The factor on block l's (0-based) norm outputs: 1/sqrt(l + 1) when depth-scaled (lns), else 1.
+static float norm_scale(ng_block_layout lay, int64_t l) {
+  return lay.depth_scaled ? (float)(1.0 / sqrt((double)(l + 1))) : 1.0f;
+}
+
+// x [N, D] -> out [N, D], saving into s (see model.h for the placements).
 static void block_forward(ng_model *m, const ng_acts *a, int64_t l, const float *x, float *out,
                           ng_block_acts *s) {
   ng_backend *be = m->be;
   const ng_model_config *c = &m->cfg;
   const ng_layer *w = &m->w.layers[l];
-  bool pre = c->norm_placement == NG_NORM_PRE;
+  ng_block_layout lay = ng_block_layout_of(c->norm_placement);
   int64_t N = a->N, D = c->hidden_size, F = c->intermediate_size;
   int64_t Hd = c->num_attention_heads * c->head_dim;
   float eps = (float)c->rms_norm_eps;
-  if (pre) be->rmsnorm_forward(be, x, w->input_layernorm, N, D, eps, s->att_in, s->rstd_in);
-  attention_forward(m, a, w, pre ? s->att_in : x, s);
+  float c_l = norm_scale(lay, l);
+  if (lay.input_norm) {
+    be->rmsnorm_forward(be, x, w->input_layernorm, N, D, eps, s->att_in, s->rstd_in);
+    if (c_l != 1.0f) be->scale(be, s->att_in, c_l, N * D, s->att_in);  // lns
+  }
+  attention_forward(m, a, w, lay.input_norm ? s->att_in : x, s);
   linear_forward(be, s->att, w->o_proj, N, Hd, D, s->res1);       // o [N, D]
   be->add(be, x, s->res1, N * D, s->res1);                         // res1 = x + o
   be->rmsnorm_forward(be, s->res1, w->post_attention_layernorm, N, D, eps, s->mlp_in, s->rstd_pa);
+  if (c_l != 1.0f) be->scale(be, s->mlp_in, c_l, N * D, s->mlp_in);  // lns
   linear_forward(be, s->mlp_in, w->gate_proj, N, D, F, s->gate);  // gate [N, F]
   linear_forward(be, s->mlp_in, w->up_proj, N, D, F, s->up);      // up [N, F]
   be->swiglu_forward(be, s->gate, s->up, N * F, s->act);          // act [N, F]
   linear_forward(be, s->act, w->down_proj, N, F, D, out);         // mlp [N, D]
-  if (pre) {
-    be->add(be, s->res1, out, N * D, out);                         // y = res2 = res1 + mlp
-  } else {
+  if (lay.output_norm) {
     be->add(be, s->mlp_in, out, N * D, s->res2);                   // res2 = mlp_in + mlp
     be->rmsnorm_forward(be, s->res2, w->post_feedforward_layernorm, N, D, eps, out, s->rstd_pf);
+  } else {
+    be->add(be, s->res1, out, N * D, out);                         // y = res2 = res1 + mlp
   }
 }
 
@@ -520,15 +549,15 @@ void ng_model_logits(ng_model *m, ng_acts *a, int64_t row0, int64_t rows) {
                  a->logits);
 }
 
-// The block with its sublayers zeroed: res1 = x, mlp_in = N_pa(x),
-// y = pre ? x : N_pf(mlp_in).
+// The block with its sublayers zeroed: with an output norm (post) res1 = x,
+// mlp_in = N_pa(x), y = N_pf(mlp_in); else (pre) y = x.
 static void block_forward_norms(ng_model *m, const ng_acts *a, int64_t l, const float *x,
                                 float *out, ng_block_acts *s) {
   ng_backend *be = m->be;
   const ng_layer *w = &m->w.layers[l];
   int64_t N = a->N, D = m->cfg.hidden_size;
   float eps = (float)m->cfg.rms_norm_eps;
-  if (m->cfg.norm_placement == NG_NORM_PRE) {
+  if (!ng_block_layout_of(m->cfg.norm_placement).output_norm) {
     be->copy(be, out, x, (size_t)N * D * sizeof(float));
     return;
   }
@@ -608,35 +637,38 @@ static void block_backward(ng_model *m, const ng_acts *a, int64_t l, const float
   const ng_layer *w = &m->w.layers[l], *g = &m->g.layers[l];
   const ng_block_acts *s = saved(a, l);
   ng_grad_ws *ws = (ng_grad_ws *)&a->ws;
-  bool pre = c->norm_placement == NG_NORM_PRE;
+  ng_block_layout lay = ng_block_layout_of(c->norm_placement);
   int64_t N = a->N, D = c->hidden_size, F = c->intermediate_size;
   int64_t Hd = c->num_attention_heads * c->head_dim;
   size_t nd = (size_t)N * D * sizeof(float);
   const float *dres2 = dy;
-  if (!pre) {
+  if (lay.output_norm) {
     be->zero(be, ws->dres2, nd);
     be->rmsnorm_backward(be, s->res2, w->post_feedforward_layernorm, s->rstd_pf, dy, N, D,
                          ws->dres2, g->post_feedforward_layernorm);
     dres2 = ws->dres2;
   }
-  // res2 = (pre ? res1 : mlp_in) + down(act)
+  // res2 = (output_norm ? mlp_in : res1) + down(act)
   linear_backward(be, s->act, w->down_proj, dres2, N, F, D, 0.0f, ws->dact, g->down_proj);
   be->swiglu_backward(be, s->gate, s->up, ws->dact, N * F, ws->dgate, ws->dup);
   linear_backward(be, s->mlp_in, w->gate_proj, ws->dgate, N, D, F, 0.0f, ws->dmlp_in, g->gate_proj);
   linear_backward(be, s->mlp_in, w->up_proj, ws->dup, N, D, F, 1.0f, ws->dmlp_in, g->up_proj);
-  if (pre) {
-    be->copy(be, ws->dres1, dres2, nd);
-  } else {
+  if (lay.output_norm) {
     be->add(be, ws->dmlp_in, dres2, N * D, ws->dmlp_in);
     be->zero(be, ws->dres1, nd);
+  } else {
+    be->copy(be, ws->dres1, dres2, nd);
   }
-  // mlp_in = N_pa(res1); res1 = x + o_proj(att)
+  // mlp_in = N_pa(res1) c; res1 = x + o_proj(att)
+  float c_l = norm_scale(lay, l);
+  if (c_l != 1.0f) be->scale(be, ws->dmlp_in, c_l, N * D, ws->dmlp_in);  // lns
   be->rmsnorm_backward(be, s->res1, w->post_attention_layernorm, s->rstd_pa, ws->dmlp_in, N, D,
                        ws->dres1, g->post_attention_layernorm);
   linear_backward(be, s->att, w->o_proj, ws->dres1, N, Hd, D, 0.0f, ws->datt, g->o_proj);
-  attention_backward(m, a, l, pre ? s->att_in : x, s, ws);
+  attention_backward(m, a, l, lay.input_norm ? s->att_in : x, s, ws);
   be->copy(be, dx, ws->dres1, nd);
-  if (pre) {
+  if (lay.input_norm) {
+    if (c_l != 1.0f) be->scale(be, ws->datt_in, c_l, N * D, ws->datt_in);  // lns
     be->rmsnorm_backward(be, x, w->input_layernorm, s->rstd_in, ws->datt_in, N, D, dx,
                          g->input_layernorm);
   } else {

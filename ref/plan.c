@@ -122,7 +122,7 @@ static void fit(const ng_plan_device *dev, ng_plan_stage *s) {
 static int64_t diag_bytes(const ng_run_config *rc, const ng_model_config *sc,
                           const ng_model_config *forward_teacher, int64_t chunk) {
   int64_t f32 = (int64_t)sizeof(float), L = sc->num_hidden_layers, D = sc->hidden_size;
-  int64_t points = 1 + (sc->norm_placement == NG_NORM_POST ? 3 * L : L);
+  int64_t points = 1 + (ng_block_layout_of(sc->norm_placement).output_norm ? 3 * L : L);
   int64_t n_eval = rc->eval_batches * rc->batch * rc->seq;
   ng_acts_options one_row = {.chunk = 1}, fwd = {.chunk = chunk};
   int64_t n = rc->micro_batch * rc->seq;

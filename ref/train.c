@@ -219,7 +219,8 @@ static ng_loss_params batch_loss_params(const trainer *t) {
   const ng_run_config *rc = &t->rc;
   int64_t N = rc->batch * rc->seq, n_valid = 0;
   for (int64_t i = 0; i < N; i++) n_valid += t->h_targets[i] >= 0;
-  return (ng_loss_params){rc->loss.kd_weight, rc->loss.temperature, t->train.vocab_size, n_valid};
+  return (ng_loss_params){rc->loss.kd_weight, rc->loss.temperature, t->train.vocab_size, n_valid,
+                          rc->loss.divergence, rc->loss.beta};
 }
 
 // The chunked loss of the last forward of the student's acts a on micro-batch
@@ -347,7 +348,7 @@ static cJSON *diagnose(trainer *t, bool ablation) {
   // micro-batches: fixed batch b's rows are micro-batches b m .. b m + m - 1
   ng_diag_input in = {&t->val, rc->eval_batches * n_micro(t), rc->micro_batch, rc->seq,
                       t->tacts ? t->teacher : NULL,
-                      {rc->loss.kd_weight, rc->loss.temperature, t->val.vocab_size, 0},
+                      {rc->loss.kd_weight, rc->loss.temperature, t->val.vocab_size, 0, rc->loss.divergence, rc->loss.beta},
                       loss_chunk(rc)};
   ng_diag_options o = {(int32_t)t->val.separator, rc->n_structural, rc->structural_tokens, 5};
   return ng_diag_json(t->student, &in, &o, ablation, t->st.step, t->st.tokens);
@@ -700,7 +701,8 @@ static int extend_run(trainer *t, const char *config_path, int64_t tokens) {
 // The backend and precision of the run's configuration (the command line's if given).
 static int open_backend(trainer *t) {
   t->be = ng_backend_open(t->rc.backend, t->rc.precision);
-  return t->be ? 0 : -1;
+  if (!t->be) return -1;
+  return t->rc.distill ? ng_backend_check_divergence(t->be, t->rc.loss.divergence) : 0;
 }
 
 // The resolved backend and the process's environment (normgrow's version,

@@ -75,6 +75,36 @@ else
   echo "FAIL export / Hugging Face teacher: weights differ"
 fi
 
+# The kd term's divergence is the run's choice (loss.divergence): the same short
+# run under reverse_kl and jsd trains to a finite, different validation KD than
+# under forward_kl, records the key in its config, and a jsd without beta is
+# refused naming loss.beta.
+div_run() {  # name loss-json
+  sed "s|\"run_dir\": \"[^\"]*\"|\"run_dir\": \"$tmp/$1\"|; s|\"tokens\": 30720|\"tokens\": 2560|g;
+       s|\"loss\": {[^}]*}|\"loss\": $2|" "$tmp/whole.json" >"$tmp/$1.json"
+  "$bin" train "$tmp/$1.json" 2>"$tmp/$1.err"
+}
+last_kd() { grep -o '"val_kd":[-0-9.e+]*' "$tmp/$1/metrics.jsonl" | tail -n 1 | cut -d: -f2; }
+for div in reverse_kl jsd; do
+  case $div in jsd) loss='{"kd_weight": 0.5, "temperature": 2.0, "divergence": "jsd", "beta": 0.3}' ;;
+               *) loss='{"kd_weight": 0.5, "temperature": 2.0, "divergence": "reverse_kl"}' ;; esac
+  div_run "div-$div" "$loss"
+  fwd=$(last_kd from-ckpt) got=$(last_kd "div-$div")
+  if [ -n "$got" ] && [ "$got" != "$fwd" ] && grep -q "\"divergence\":[[:space:]]*\"$div\"" "$tmp/div-$div/config.json" &&
+     awk -v k="$got" 'BEGIN { exit !(k + 0 == k && k > 0 && k < 100) }'; then
+    echo "ok distillation under $div: val kd $got (forward_kl $fwd), recorded in config.json"
+  else
+    echo "FAIL distillation under $div: val kd '$got' (forward_kl '$fwd'): $(cat "$tmp/div-$div.err")"
+  fi
+done
+div_run div-nobeta '{"kd_weight": 0.5, "temperature": 2.0, "divergence": "jsd"}'
+rc=$?
+if [ "$rc" -ne 0 ] && [ "$rc" -lt 128 ] && [ "$(wc -l <"$tmp/div-nobeta.err")" -eq 1 ] && grep -q 'loss.beta' "$tmp/div-nobeta.err"; then
+  echo "ok jsd without beta: $(cat "$tmp/div-nobeta.err")"
+else
+  echo "FAIL jsd without beta: status $rc, stderr: $(cat "$tmp/div-nobeta.err")"
+fi
+
 # A bad config: one line on stderr naming the field, non-zero exit.
 sed 's/"init": "copy_below"/"init": "clone"/' "$tmp/whole.json" >"$tmp/bad.json"
 "$bin" train "$tmp/bad.json" 2>"$tmp/err"

@@ -176,6 +176,11 @@ config pre "$tmp/pre" 5120 8 32 1000 pre true >"$tmp/pre.json"
 check "a Pre-Norm export is plain Qwen3: no auto_map, no modeling code" \
   bash -c 'grep -q "\"Qwen3ForCausalLM\"" "$1/config.json" && ! grep -q auto_map "$1/config.json" && [ ! -e "$1/modeling_normgrow.py" ]' _ "$tmp/hf-pre"
 "$py" "$root/tests/hf_export_check.py" "$bin" "$tmp/hf-pre" "$tmp" 2>"$tmp/py.err" || echo "FAIL hf_export_check.py: $(tail -n 3 "$tmp/py.err")"
+# An LNS (LayerNorm-Scaling) model exports as NormgrowForCausalLM and loads as the same model.
+config lns "$tmp/lns" 5120 8 32 1000 lns true >"$tmp/lns.json"
+"$bin" train "$tmp/lns.json" 2>/dev/null && "$bin" export "$tmp/lns/final.safetensors" "$tmp/hf-lns" --dtype f32 >/dev/null ||
+  echo "FAIL train and export of an LNS run"
+"$py" "$root/tests/hf_export_check.py" "$bin" "$tmp/hf-lns" "$tmp" 2>"$tmp/py.err" || echo "FAIL hf_export_check.py: $(tail -n 3 "$tmp/py.err")"
 
 # Tokenizer files beside the run's shards (shards made with a Hugging Face
 # tokenizer) are copied into the export; byte-level shards have none.

@@ -352,7 +352,7 @@ static void test_loss(const target *t, int64_t N, int64_t V, bool teacher, int64
       vals[i * k + j] = tl[i * V + j];
     }
   }
-  ng_loss_params lp = {0.5, 2.0, V - 1, n_norm};
+  ng_loss_params lp = {0.5, 2.0, V - 1, n_norm, NG_DIV_FORWARD_KL, 0.0};
   double ce[2], kd[2];
   int64_t nv[2];
   for (int i = 0; i < 2; i++) {
@@ -405,7 +405,7 @@ static void test_loss_chunks(const target *t, int64_t N, int64_t V, int64_t spli
   float *d_l = upf(&b, logits, N * V), *d_t = upf(&b, tl, N * V), *d_d = upf(&b, NULL, N * V);
   float *d_c = upf(&b, NULL, N * V);
   int32_t *d_y = up(&b, y, (size_t)N * sizeof(int32_t));
-  ng_loss_params lp = {0.3, 1.5, 0, 0};
+  ng_loss_params lp = {0.3, 1.5, 0, 0, NG_DIV_FORWARD_KL, 0.0};
   double ce, kd, ce_a, kd_a, ce_b, kd_b;
   int64_t n, n_a, n_b;
   t->be->ce_kd(t->be, d_l, d_t, d_y, N, V, lp, d_d, &ce, &kd, &n);

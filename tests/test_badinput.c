@@ -148,6 +148,8 @@ int main(void) {
   bad_case("missing config field", (edit){.section = "optim", .key = "lr"}, "optim.lr", "missing");
   bad_case("missing config section", (edit){.section = "loss"}, "config.loss", NULL);
   bad_case("negative kd_weight", (edit){.section = "loss", .key = "kd_weight", .json = "-0.5"}, "kd_weight", NULL);
+  bad_case("unknown divergence", (edit){.section = "loss", .key = "divergence", .json = "\"hellinger\""}, "loss.divergence", "hellinger");
+  bad_case("beta without jsd", (edit){.section = "loss", .key = "beta", .json = "0.5"}, "loss.beta", "jsd");
   bad_case("wrong format", (edit){.format = "something-else"}, "format", NULL);
   bad_case("missing weight", (edit){.drop = "param.model.layers.1.mlp.up_proj.weight"}, "model.layers.1.mlp.up_proj.weight", "missing");
   bad_case("misshaped weight", (edit){.reshape = "param.model.layers.0.self_attn.k_proj.weight"}, "k_proj", "shape");

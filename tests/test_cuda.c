@@ -245,7 +245,7 @@ static void test_elementwise(void) {
 // cache of k, averaged over n_norm rows (0: the valid rows).
 static void test_loss(int64_t k, int64_t n_norm) {
   const int64_t N = 9, V = 300;
-  ng_loss_params lp = {0.4, 2.0, 290, n_norm};
+  ng_loss_params lp = {0.4, 2.0, 290, n_norm, NG_DIV_FORWARD_KL, 0.0};
   int32_t tg[9] = {3, -1, 17, 289, 0, -1, 100, 5, 250};
   float *s = rnd(N * V, 3.0), *t = rnd(N * V, 3.0), *ds = rnd(N * V, 1.0);
   int32_t *ids = ng_xmalloc((size_t)(N * k + 1) * sizeof(int32_t));

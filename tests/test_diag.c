@@ -121,7 +121,7 @@ static const int32_t structural_ids[] = {3};
 static cJSON *report(ng_model *m, ng_model *teacher, int n_structural, bool ablation) {
   ng_shard s;
   NG_ASSERT(ng_shard_open(&s, shard_path) == 0);
-  ng_diag_input in = {&s, BATCHES, BB, TT, teacher, {0.5, 2.0, 0, 0}, 0};
+  ng_diag_input in = {&s, BATCHES, BB, TT, teacher, {0.5, 2.0, 0, 0, NG_DIV_FORWARD_KL, 0.0}, 0};
   ng_diag_options o = {SEP, n_structural, structural_ids, 3};
   cJSON *j = ng_diag_json(m, &in, &o, ablation, 7, 1234);
   ng_shard_close(&s);
@@ -305,7 +305,7 @@ static void check_ablation(ng_model *m, ng_model *teacher, const cJSON *abl) {
     ng_model_forward(teacher, ta, tokens + b * N, NULL);
     ng_loss_teacher lt = {.model = teacher, .acts = ta};
     ng_diag_ablation_batch(m, a, tokens + b * N, targets + b * N, &lt,
-                           (ng_loss_params){0.5, 2.0, 0, 0}, ce, kd);
+                           (ng_loss_params){0.5, 2.0, 0, 0, NG_DIV_FORWARD_KL, 0.0}, ce, kd);
     for (int i = 0; i < R; i++) {
       mean_ce[i] += ce[i] / BATCHES;
       mean_kd[i] += kd[i] / BATCHES;
@@ -371,7 +371,7 @@ static void golden_ablation(const ng_golden_case *gc, ng_model *m, const char *n
   ng_acts *a = ng_acts_create(m, gc->B, gc->T, false);
   ng_loss_teacher lt = {.logits = gc->teacher};
   ng_diag_ablation_batch(m, a, gc->tokens, gc->targets, &lt,
-                         (ng_loss_params){gc->loss.kd_weight, gc->loss.temperature, 0, 0}, ce, kd);
+                         (ng_loss_params){gc->loss.kd_weight, gc->loss.temperature, 0, 0, gc->loss.divergence, gc->loss.beta}, ce, kd);
   ng_acts_free(m, a);  // CPU backend: the case's host buffers serve as backend buffers
   int64_t one = 1;
   float *want = load_out(gc, "out.ablation_ce", 1, &L, (size_t)L);
@@ -408,7 +408,7 @@ static void golden_hidden(const ng_golden_case *gc, ng_model *m, const char *nam
   NG_ASSERT(ng_shard_write(path, vocab, vocab - 1, ids, (uint64_t)N + 1) == 0);
   ng_shard s;
   NG_ASSERT(ng_shard_open(&s, path) == 0);
-  ng_diag_input in = {&s, 1, B, T, NULL, {0.5, 2.0, 0, 0}, 0};
+  ng_diag_input in = {&s, 1, B, T, NULL, {0.5, 2.0, 0, 0, NG_DIV_FORWARD_KL, 0.0}, 0};
   ng_diag_options o = {(int32_t)vocab - 1, 0, NULL, 1};
   cJSON *j = ng_diag_json(m, &in, &o, false, 0, 0);
   double worst = 0.0;

@@ -167,6 +167,26 @@ static void bf16_rule(void) {
   close_case(&gc, &exp, &got);
 }
 
+// A backend whose loss ops lack a divergence refuses a case that uses it, in one
+// line, before computing anything (the CUDA backend computes forward_kl only).
+static void divergence_support(void) {
+  ng_backend partial = *ng_backend_cpu();
+  partial.divergences = 1u << NG_DIV_FORWARD_KL;
+  CHECK(ng_backend_check_divergence(ng_backend_cpu(), NG_DIV_JSD) == 0 &&
+            ng_backend_check_divergence(ng_backend_cpu(), NG_DIV_REVERSE_KL) == 0,
+        "the CPU backend computes every divergence", "%s", ng_error());
+  ng_golden_case gc;
+  ng_tensor_list out = {0};
+  ng_acts_options whole = {0};
+  snprintf(path, sizeof path, "%s/golden/pre_topk5_jsd.safetensors", getenv("NG_ROOT"));
+  int rc = ng_golden_open(&gc, path);
+  if (rc == 0) rc = ng_golden_eval(&gc, &partial, &whole, &out) == 0 ? 1 : 0;
+  CHECK(rc == 0 && strstr(ng_error(), "jsd") && out.n == 0,
+        "a backend without jsd refuses a jsd case, naming it", "rc %d: %s", rc, ng_error());
+  ng_tensor_list_free(&out);
+  ng_golden_close(&gc);
+}
+
 int main(void) {
   if (!getenv("NG_ROOT")) {
     fprintf(stderr, "set NG_ROOT (tests/run.sh does)\n");
@@ -174,6 +194,7 @@ int main(void) {
   }
   noise_against_noise();
   real_errors_fail();
+  divergence_support();
   bf16_rule();
   return TEST_RESULT();
 }

@@ -250,14 +250,16 @@ static double loss_probe(void *p) {
   return c->teacher ? c->lp.kd_weight * kd + (1 - c->lp.kd_weight) * ce : ce;
 }
 
-static void test_loss(bool teacher, double tau) {
-  loss_ctx c = {randn(35, 0, 3), teacher ? randn(35, 0, 3) : NULL, {2, -1, 6, 0, 3}, {0.7, tau, 0, 0}};
+static void test_loss(bool teacher, double tau, ng_divergence dv, double beta) {
+  loss_ctx c = {randn(35, 0, 3), teacher ? randn(35, 0, 3) : NULL, {2, -1, 6, 0, 3},
+                {0.7, tau, 0, 0, dv, beta}};
   float *d = ng_xcalloc(35, 4);
   double ce, kd;
   int64_t nv;
   be->ce_kd(be, c.logits, c.teacher, c.targets, 5, 7, c.lp, d, &ce, &kd, &nv);
   char name[80];
-  snprintf(name, sizeof name, "ce+kd dlogits teacher=%d tau=%g", teacher, tau);
+  snprintf(name, sizeof name, "ce+kd dlogits teacher=%d tau=%g %s beta=%g", teacher, tau,
+           ng_divergence_name(dv), beta);
   CHECK_GRAD(fd_error(c.logits, 35, d, loss_probe, &c, 100), name);
   bool ignored_zero = true;
   for (int j = 0; j < 7; j++) ignored_zero &= d[7 + j] == 0.0f;
@@ -305,24 +307,27 @@ static void make_cache(topk_ctx *c, const float *t) {
   }
 }
 
-static void test_loss_topk(void) {
+static void test_loss_topk(ng_divergence dv, double beta) {
   float *teacher = randn(35, 0, 3);
   for (int64_t k = 3; k <= 7; k += 4) {
-    topk_ctx c = {randn(35, 0, 3), NULL, {0}, {0}, {2, -1, 6, 0, 3}, k, {0.6, 2.0, 0, 0}};
+    topk_ctx c = {randn(35, 0, 3), NULL, {0}, {0}, {2, -1, 6, 0, 3}, k, {0.6, 2.0, 0, 0, dv, beta}};
     make_cache(&c, teacher);
     float *d = ng_xcalloc(35, 4), *d_full = ng_xcalloc(35, 4);
     double ce, kd, ce_full, kd_full;
     int64_t nv;
     be->ce_kd_topk(be, c.logits, c.ids, c.vals, c.lse, k, c.targets, 5, 7, c.lp, d, &ce, &kd, &nv);
     char name[96];
-    snprintf(name, sizeof name, "ce+kd from a top-%lld cache: dlogits", (long long)k);
+    snprintf(name, sizeof name, "ce+kd (%s) from a top-%lld cache: dlogits",
+             ng_divergence_name(dv), (long long)k);
     CHECK_GRAD(fd_error(c.logits, 35, d, topk_probe, &c, 100), name);
     if (k == 7) {
       be->ce_kd(be, c.logits, teacher, c.targets, 5, 7, c.lp, d_full, &ce_full, &kd_full, &nv);
       double dd = 0.0;
       for (int i = 0; i < 35; i++) dd = fmax(dd, fabs((double)d[i] - d_full[i]));
       CHECK(ce == ce_full && fabs(kd - kd_full) <= 1e-6 * kd_full && dd <= 1e-6,
-            "ce+kd from a top-V cache equals the exact loss", "kd %.9g vs %.9g, dlogits %.2e", kd, kd_full, dd);
+            dv == NG_DIV_FORWARD_KL ? "ce+kd from a top-V cache equals the exact loss"
+            : dv == NG_DIV_REVERSE_KL ? "reverse_kl from a top-V cache equals the exact one"
+                                      : "jsd from a top-V cache equals the exact one", "kd %.9g vs %.9g, dlogits %.2e", kd, kd_full, dd);
     }
     free(c.logits); free(c.vals); free(d); free(d_full);
   }
@@ -338,7 +343,7 @@ static void test_loss_padded_vocab(void) {
     for (int j = 0; j < 5; j++) s5[i * 5 + j] = s7[i * 7 + j], t5[i * 5 + j] = t7[i * 7 + j];
   for (int i = 0; i < 35; i++) t7[i] += (i % 7 >= 5) * 50.0f;  // a padded row the teacher likes
   int32_t y[5] = {2, -1, 4, 0, 3};
-  ng_loss_params full = {0.6, 2.0, 0, 0}, used = {0.6, 2.0, 5, 0};
+  ng_loss_params full = {0.6, 2.0, 0, 0, NG_DIV_FORWARD_KL, 0.0}, used = {0.6, 2.0, 5, 0, NG_DIV_FORWARD_KL, 0.0};
   float d7[35], d5[25];
   double ce7, kd7, ce5, kd5;
   int64_t nv;
@@ -359,7 +364,7 @@ static void test_loss_norm_rows(void) {
   float *logits = randn(35, 0, 3), *teacher = randn(35, 0, 3);
   int32_t targets[5] = {2, -1, 6, 0, 3};
   float *whole = ng_xcalloc(35, 4), *parts = ng_xcalloc(35, 4);
-  ng_loss_params lp = {0.7, 2.0, 0, 0};
+  ng_loss_params lp = {0.7, 2.0, 0, 0, NG_DIV_FORWARD_KL, 0.0};
   double ce, kd, ce1, kd1, ce2, kd2;
   int64_t nv, nv1, nv2;
   be->ce_kd(be, logits, teacher, targets, 5, 7, lp, whole, &ce, &kd, &nv);
@@ -375,15 +380,17 @@ static void test_loss_norm_rows(void) {
 }
 
 // Large logits: the max-subtracted log-sum-exp stays finite and exact.
-static void test_loss_stable(void) {
+static void test_loss_stable(ng_divergence dv, double beta) {
   float logits[4] = {1000.0f, 999.0f, -1000.0f, 998.0f}, teacher[4] = {-500.f, 800.f, 0.f, 700.f};
   int32_t y = 0;
   double ce, kd;
   int64_t nv;
-  ng_loss_params lp = {0.5, 1.0, 0, 0};
+  ng_loss_params lp = {0.5, 1.0, 0, 0, dv, beta};
   be->ce_kd(be, logits, teacher, &y, 1, 4, lp, NULL, &ce, &kd, &nv);
   double expect = log(1.0 + exp(-1.0) + exp(-2.0));
-  CHECK(isfinite(kd) && fabs(ce - expect) < 1e-6, "ce+kd stable at |logits| 1000", "ce %.9g expected %.9g", ce, expect);
+  char name[80];
+  snprintf(name, sizeof name, "ce+kd (%s) stable at |logits| 1000", ng_divergence_name(dv));
+  CHECK(isfinite(kd) && fabs(ce - expect) < 1e-6, name, "ce %.9g expected %.9g", ce, expect);
 }
 
 // ---------------------------------------------------------------- whole model
@@ -419,7 +426,7 @@ static void test_model(ng_norm_placement np, bool tied, bool final_norm, int64_t
                         .tie_word_embeddings = tied, .final_norm = final_norm, .norm_placement = np};
   int64_t B = 2, T = 4, N = B * T;
   model_ctx c = {ng_model_create(be, &mc, true), NULL, ng_xmalloc(N * 4), ng_xmalloc(N * 4),
-                 randn((size_t)(N * mc.vocab_size), 0, 2), {0.6, 1.5, 0, 0}};
+                 randn((size_t)(N * mc.vocab_size), 0, 2), {0.6, 1.5, 0, 0, NG_DIV_FORWARD_KL, 0.0}};
   ng_acts_options ao = {.train = true, .recompute = recompute, .chunk = chunk};
   c.a = ng_acts_create_with(c.m, B, T, &ao);
   for (int i = 0; i < c.m->n_params; i++) {
@@ -453,7 +460,7 @@ static void test_model(ng_norm_placement np, bool tied, bool final_norm, int64_t
   snprintf(name, sizeof name,
            "model %s tied=%d final_norm=%d H=%lld KV=%lld gate=%g frozen=%d chunk=%lld recompute=%d: "
            "every parameter (worst %s)",
-           np == NG_NORM_PRE ? "pre" : "post", tied, final_norm, (long long)H, (long long)KV, gate,
+           ng_norm_placement_name(np), tied, final_norm, (long long)H, (long long)KV, gate,
            frozen, (long long)chunk, recompute, worst_name);
   check_grad(worst, TOL_MODEL, name);
   ng_acts_free(c.m, c.a);
@@ -474,12 +481,12 @@ int main(void) {
   test_attention(4, 1, 70);  // more than one row block of queries
   test_attention_causal();
   test_swiglu();
-  test_loss(false, 1.0);
-  test_loss(true, 1.0);
-  test_loss(true, 2.5);
-  test_loss_stable();
+  test_loss(false, 1.0, NG_DIV_FORWARD_KL, 0.0);
+  test_loss(true, 1.0, NG_DIV_FORWARD_KL, 0.0);
+  test_loss(true, 2.5, NG_DIV_FORWARD_KL, 0.0);
+  test_loss_stable(NG_DIV_FORWARD_KL, 0.0);
   test_loss_norm_rows();
-  test_loss_topk();
+  test_loss_topk(NG_DIV_FORWARD_KL, 0.0);
   test_loss_padded_vocab();
   test_model(NG_NORM_PRE, false, true, 4, 2, 1.0f, false, 0, false);
   test_model(NG_NORM_PRE, true, false, 2, 2, 1.0f, false, 0, false);
@@ -489,5 +496,14 @@ int main(void) {
   test_model(NG_NORM_POST, false, true, 4, 2, 0.3f, true, 0, false);
   test_model(NG_NORM_PRE, true, true, 4, 2, 0.3f, false, 3, true);    // loss chunks of 3 of 8 rows,
   test_model(NG_NORM_POST, false, false, 4, 2, 1.0f, false, 1, true);  // recomputed blocks
+  test_model(NG_NORM_LNS, false, true, 4, 2, 1.0f, false, 0, false);   // LayerNorm-Scaling
+  test_model(NG_NORM_LNS, true, false, 4, 1, 0.3f, true, 3, true);
+  for (int dv = NG_DIV_REVERSE_KL; dv <= NG_DIV_LAST; dv++) {  // the other divergences
+    double beta = dv == NG_DIV_JSD ? 0.3 : 0.0;
+    test_loss(true, 1.0, (ng_divergence)dv, beta);
+    test_loss(true, 2.5, (ng_divergence)dv, beta);
+    test_loss_stable((ng_divergence)dv, beta);
+    test_loss_topk((ng_divergence)dv, beta);
+  }
   return TEST_RESULT();
 }

@@ -87,6 +87,16 @@ static void test_function_preservation(void) {
   // y = N_pf(N_pa(x)): the function changes. Documented, not a bug.
   double post = grow_change(NG_NORM_POST, NG_INIT_ZERO_OUT, NG_GROW_INTERLEAVE);
   CHECK(post > 1e-3, "zero_out init does NOT keep the function under Post-Norm", "max change %.3e", post);
+  // LNS: a block's norm outputs scale with 1/sqrt(position). New identity
+  // blocks on top keep the function; inserted below older blocks they move
+  // those up and change their scale.
+  double top = grow_change(NG_NORM_LNS, NG_INIT_GATE, NG_GROW_TOP);
+  double zero_top = grow_change(NG_NORM_LNS, NG_INIT_ZERO_OUT, NG_GROW_TOP);
+  double inter = grow_change(NG_NORM_LNS, NG_INIT_GATE, NG_GROW_INTERLEAVE);
+  CHECK(top == 0.0 && zero_top == 0.0, "LNS: gate and zero_out on top keep the logits exactly",
+        "max change %.3e, %.3e", top, zero_top);
+  CHECK(inter > 1e-3, "LNS: new blocks interleaved below older ones change the function",
+        "max change %.3e", inter);
 }
 
 static bool same_block(const ng_model *a, int64_t la, const ng_model *b, int64_t lb) {

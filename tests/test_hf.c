@@ -157,7 +157,7 @@ static void write_config(const char *dir, const ng_model_config *c) {
   char extra[128] = "";
   if (c->norm_placement != NG_NORM_PRE || !c->final_norm)
     snprintf(extra, sizeof extra, "  \"norm_placement\": \"%s\",\n  \"final_norm\": %s,\n",
-             c->norm_placement == NG_NORM_PRE ? "pre" : "post", c->final_norm ? "true" : "false");
+             ng_norm_placement_name(c->norm_placement), c->final_norm ? "true" : "false");
   int n = snprintf(
       text, sizeof text,
       "{\n  \"architectures\": [\"Qwen3ForCausalLM\"],\n  \"attention_bias\": false,\n"

@@ -18,6 +18,7 @@
 #include "normgrow/common.h"
 #include "normgrow/config.h"
 #include "normgrow/fileio.h"
+#include "normgrow/model.h"
 #include "normgrow/run.h"
 
 static char dir[64];
@@ -95,7 +96,8 @@ static const char *crafted_run =
     " \"model\": {\"vocab_size\": 64, \"hidden_size\": 16, \"intermediate_size\": 24, \"num_hidden_layers\": 2,"
     "   \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"head_dim\": 4, \"rope_theta\": 10000.000000000002,"
     "   \"rms_norm_eps\": 0.30000000000000004, \"tie_word_embeddings\": true, \"norm_placement\": \"post\", \"final_norm\": true},"
-    " \"teacher\": \"t.safetensors\", \"loss\": {\"kd_weight\": 0.30000000000000004, \"temperature\": 2.0000000000000004},"
+    " \"teacher\": \"t.safetensors\", \"loss\": {\"kd_weight\": 0.30000000000000004, \"temperature\": 2.0000000000000004,"
+    " \"divergence\": \"jsd\", \"beta\": 0.30000000000000004},"
     " \"optim\": {\"beta1\": 0.9000000000000001, \"beta2\": 0.9500000000000001, \"eps\": 3.0000000000000004e-08,"
     "   \"weight_decay\": 0.10000000000000002, \"grad_clip\": 1.0000000000000002},"
     " \"lr\": {\"peak\": 0.0030000000000000005, \"floor\": 0.00030000000000000003, \"warmup_tokens\": 64, \"shape\": \"cosine\"},"
@@ -125,7 +127,8 @@ static void test_run_round_trip(void) {
   NG_ASSERT(ng_run_config_parse(crafted_run, "crafted", &rc) == 0);
   CHECK(rc.stages[0].lr.peak == 0.1 * 3 * 0.01 && rc.stages[0].lr.peak != 0.003 &&
             rc.model.rope_theta != 10000.0 && rc.optim.beta1 != 0.9 &&
-            rc.model.rms_norm_eps == 0.1 * 3 && rc.eval_every == NG_JSON_MAX_INT,
+            rc.model.rms_norm_eps == 0.1 * 3 && rc.eval_every == NG_JSON_MAX_INT &&
+            rc.loss.divergence == NG_DIV_JSD && rc.loss.beta == 0.1 * 3,
         "the crafted config holds the values a script computes", "peak %.17g", rc.stages[0].lr.peak);
   ng_run_config_free(&rc);
   check_round_trip("resolved run config parses back to the same config (0.1 x 3 x 0.01, 10000.000000000002, 2^53 - 1)",
@@ -247,6 +250,50 @@ static void test_checkpoint_round_trip(void) {
   ng_model_free(m);
 }
 
+// ---------------------------------------------------------------- placements
+
+// Every placement's name reads back to it through a model config; an unknown
+// one is refused naming the field; a model of each placement has exactly the
+// weights its block layout derives (the parameter array is bounded by it).
+static void test_placements(void) {
+  ng_model_config c = {.vocab_size = 7, .hidden_size = 4, .intermediate_size = 6,
+                       .num_hidden_layers = 3, .num_attention_heads = 2,
+                       .num_key_value_heads = 1, .head_dim = 2, .rope_theta = 1e4,
+                       .rms_norm_eps = 1e-6, .final_norm = true};
+  for (int p = 0; p <= NG_NORM_LAST; p++) {
+    c.norm_placement = (ng_norm_placement)p;
+    cJSON *j = ng_model_config_to_json(&c);
+    ng_model_config back;
+    int rc = ng_model_config_parse(j, "model", &back);
+    char name[96];
+    snprintf(name, sizeof name, "placement %s reads back", ng_norm_placement_name(c.norm_placement));
+    CHECK(rc == 0 && back.norm_placement == c.norm_placement, name, "rc %d, got %d", rc,
+          (int)back.norm_placement);
+    ng_block_layout lay = ng_block_layout_of(c.norm_placement);
+    ng_model *m = ng_model_create(NULL, &c, false);
+    int per_block = 0;
+    for (int i = 0; i < m->n_params; i++) per_block += m->params[i].layer == 1;
+    snprintf(name, sizeof name, "placement %s: blocks hold the layout's weights",
+             ng_norm_placement_name(c.norm_placement));
+    CHECK(per_block == lay.n_weights && lay.n_weights <= NG_BLOCK_MAX_WEIGHTS &&
+              m->n_params == ng_model_n_weights(&c) &&
+              (ng_model_find(m, "model.layers.2.input_layernorm.weight") != NULL) == lay.input_norm &&
+              (ng_model_find(m, "model.layers.2.post_feedforward_layernorm.weight") != NULL) ==
+                  lay.output_norm,
+          name, "%d per block, layout %d, %d params of %lld", per_block, lay.n_weights,
+          m->n_params, (long long)ng_model_n_weights(&c));
+    ng_model_free(m);
+    cJSON_Delete(j);
+  }
+  cJSON *j = ng_model_config_to_json(&c);
+  cJSON_ReplaceItemInObject(j, "norm_placement", cJSON_CreateString("middle"));
+  ng_model_config back;
+  int rc = ng_model_config_parse(j, "model", &back);
+  CHECK(rc != 0 && strstr(ng_error(), "model.norm_placement") != NULL,
+        "an unknown placement is refused naming the field", "rc %d: %s", rc, ng_error());
+  cJSON_Delete(j);
+}
+
 int main(void) {
   snprintf(dir, sizeof dir, "/tmp/ng_json_XXXXXX");
   NG_ASSERT(mkdtemp(dir));
@@ -256,6 +303,7 @@ int main(void) {
   test_extend_exact();
   test_run_bounds();
   test_checkpoint_round_trip();
+  test_placements();
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   NG_ASSERT(system(cmd) == 0);

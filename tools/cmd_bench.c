@@ -180,7 +180,7 @@ static void train_step(ng_model *teacher, ng_acts *ta, ng_model *student, ng_act
                        step_times *t) {
   ng_backend *be = student->be;
   ng_optim_config oc = {3e-4, 0.9, 0.95, 1e-8, 0.1, 1.0};
-  ng_loss_params lp = {0.5, 2.0, 0, 0};
+  ng_loss_params lp = {0.5, 2.0, 0, 0, NG_DIV_FORWARD_KL, 0.0};
   ng_loss_teacher lt = {.model = teacher, .acts = ta};
   double ce, kd, t0 = ng_now();
   int64_t nv;

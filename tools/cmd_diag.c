@@ -40,6 +40,8 @@ typedef struct {
   const char *data, *teacher, *out;
   int64_t batches, B, T, top_k;
   double kd_weight, temperature;
+  ng_divergence divergence;  // the run's (forward_kl without a distilling run)
+  double beta;
   const char *structural;        // the --structural text, parsed once the vocabulary is known
   int64_t step, tokens;          // -1: unknown
 } diag_args;
@@ -132,6 +134,8 @@ static int parse_args(const ng_cli *c, diag_args *a, char **structural_buf) {
   bool teacher_runs = rc && rc->distill && !rc->use_cache && rc->teacher_path[0];
   a->kd_weight = rc && rc->distill ? rc->loss.kd_weight : 0.5;
   a->temperature = rc && rc->distill ? rc->loss.temperature : 2.0;
+  a->divergence = rc && rc->distill ? rc->loss.divergence : NG_DIV_FORWARD_KL;
+  a->beta = rc && rc->distill ? rc->loss.beta : 0.0;
   a->data = ng_cli_opt(c, "data") ? ng_cli_opt(c, "data") : rc ? rc->val_path : NULL;
   a->teacher = ng_cli_opt(c, "teacher") ? ng_cli_opt(c, "teacher") : teacher_runs ? rc->teacher_path : NULL;
   a->out = ng_cli_opt(c, "out");
@@ -169,7 +173,9 @@ static int parse_structural(const char *s, int64_t V, diag_inputs *in) {
 
 static int load_inputs(const ng_cli *c, diag_args *a, diag_inputs *in) {
   ng_backend *be = in->be = ng_cli_backend(c);
-  if (!be || ng_model_open(a->model, be, false, &in->student)) return -1;
+  if (!be || ng_backend_check_divergence(be, a->divergence) ||
+      ng_model_open(a->model, be, false, &in->student))
+    return -1;
   find_step(a);
   int64_t V = in->student->cfg.vocab_size;
   if (a->teacher) {
@@ -235,7 +241,7 @@ static void say_settings(const diag_args *a, const diag_inputs *in) {
 
 static int run_diag(const diag_args *a, diag_inputs *in) {
   ng_diag_input di = {&in->shard, a->batches, a->B, a->T, in->teacher,
-                      {a->kd_weight, a->temperature, in->shard.vocab_size, 0}, 0};
+                      {a->kd_weight, a->temperature, in->shard.vocab_size, 0, a->divergence, a->beta}, 0};
   ng_diag_options o = {(int32_t)in->shard.separator, in->n_structural, in->structural,
                        (int)a->top_k};
   cJSON *j = ng_diag_json(in->student, &di, &o, true, a->step, a->tokens);

@@ -123,7 +123,7 @@ int cmd_export(const ng_cli *c) {
                         (size_t)shard_mib << 20) ||
            copy_tokenizer(c->pos[0], out, &tokenizer);
   if (rc == 0) {
-    bool plain = m->cfg.norm_placement == NG_NORM_PRE && m->cfg.final_norm;
+    bool plain = ng_hf_plain_qwen3(&m->cfg);
     printf("export: %s -> %s (%d tensors, %s; %s; %s%s)\n", c->pos[0], out, m->n_params,
            dtype ? dtype : "bf16",
            plain ? "plain Qwen3"

@@ -173,8 +173,8 @@ static void print_header(const char *path, const ng_run_config *rc, const teache
                          int64_t teacher_params, const ng_plan_device *d) {
   const ng_model_config *m = &rc->model;
   printf("normgrow plan: %s (%s), %s\n", rc->name, path, rc->distill ? "distillation" : "pretraining");
-  printf("  student  %s-Norm, hidden %lld, FFN %lld, %lld/%lld heads of %lld, vocab %lld, %s head%s\n",
-         m->norm_placement == NG_NORM_PRE ? "Pre" : "Post", (long long)m->hidden_size,
+  printf("  student  %s, hidden %lld, FFN %lld, %lld/%lld heads of %lld, vocab %lld, %s head%s\n",
+         ng_norm_placement_title(m->norm_placement), (long long)m->hidden_size,
          (long long)m->intermediate_size, (long long)m->num_attention_heads,
          (long long)m->num_key_value_heads, (long long)m->head_dim, (long long)m->vocab_size,
          m->tie_word_embeddings ? "tied" : "untied", m->final_norm ? ", final norm" : "");
@@ -187,8 +187,8 @@ static void print_header(const char *path, const ng_run_config *rc, const teache
   printf("  batch    %lld x %lld = %s tokens per step\n", (long long)rc->batch, (long long)rc->seq,
          grouped(rc->batch * rc->seq).s);
   if (t->known) {
-    printf("  teacher  %s-Norm, %lld layers, %s parameters (config: %s); blocks held in %s\n",
-           t->cfg.norm_placement == NG_NORM_PRE ? "Pre" : "Post", (long long)t->cfg.num_hidden_layers,
+    printf("  teacher  %s, %lld layers, %s parameters (config: %s); blocks held in %s\n",
+           ng_norm_placement_title(t->cfg.norm_placement), (long long)t->cfg.num_hidden_layers,
            grouped(teacher_params).s, t->source,
            d->teacher_bf16 && rc->teacher_bf16 ? "bf16" : "fp32");
   } else {

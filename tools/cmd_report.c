@@ -38,6 +38,7 @@
 #include "normgrow/common.h"
 #include "normgrow/config.h"
 #include "normgrow/fileio.h"
+#include "normgrow/model.h"
 #include "rundir.h"
 
 extern char **environ;
@@ -60,7 +61,7 @@ typedef struct {
 
 typedef struct {
   char *dir, *name, *mode, *schedule;
-  bool post;  // Post-Norm, else Pre-Norm
+  ng_norm_placement placement;
   long long seed;
   ng_rundir state;          // how far it got (finished, steps)
   ng_flat_config settings;  // config.json as key=value
@@ -246,6 +247,10 @@ static int schedule_of(const cJSON *stages, const char *file, char **out) {
   return rc;
 }
 
+// Whether r's blocks end in a norm (Post-Norm): the residual points res1/res2
+// and the norms-only ablation exist.
+static bool output_norm(const run *r) { return ng_block_layout_of(r->placement).output_norm; }
+
 static int load_config(const char *path, run *r) {
   cJSON *c;
   if (parse_json_file(path, &c)) return -1;
@@ -258,12 +263,11 @@ static int load_config(const char *path, run *r) {
                    schedule_of(dig(c, "stages", NULL), path, &r->schedule)
                ? -1
                : 0;
-  if (rc == 0 && strcmp(placement, "pre") != 0 && strcmp(placement, "post") != 0)
-    rc = ng_fail("%s: model.norm_placement: \"%s\" is neither \"pre\" nor \"post\"", path, placement);
+  if (rc == 0 && ng_norm_placement_from_name(placement, &r->placement) != 0)
+    rc = ng_fail("%s: model.norm_placement: \"%s\" is none of \"pre\", \"post\", \"lns\"", path, placement);
   if (rc == 0) {
     r->name = ng_xstrdup(name);
     r->mode = ng_xstrdup(mode);
-    r->post = strcmp(placement, "post") == 0;
   }
   cJSON_Delete(c);
   return rc;
@@ -326,12 +330,12 @@ static int diag_record(const cJSON *rec, const char *where, run *r) {
   if (check(as_int(dig(rec, "depth", NULL), &depth), "%s: depth", where) ||
       check(as_int(dig(rec, "tokens", NULL), &tokens), "%s: tokens", where) ||
       point_std(rec, "hidden", depth, where, &hidden) ||
-      (r->post && point_std(rec, "res2", depth, where, &res2)))
+      (output_norm(r) && point_std(rec, "res2", depth, where, &res2)))
     return -1;
   if (r->rms_hidden.n == 0) r->depth_first = depth;
   r->depth_last = depth;
   series_push(&r->rms_hidden, (double)tokens, hidden);
-  if (r->post) series_push(&r->rms_res2, (double)tokens, res2);
+  if (output_norm(r)) series_push(&r->rms_res2, (double)tokens, res2);
   return 0;
 }
 
@@ -372,7 +376,7 @@ static int load_ablation(const cJSON *a, const char *path, run *r) {
     const char *at = "%s: ablation.blocks[%zu].%s";
     if (check(as_int(dig(b, "block", NULL), &r->block[i]), at, path, i, "block") ||
         check(as_num(dig(b, "skip", "dce", NULL), &r->skip_dce[i]), at, path, i, "skip.dce") ||
-        (r->post &&
+        (output_norm(r) &&
          check(as_num(dig(b, "norms_only", "dce", NULL), &r->norms_dce[i]), at, path, i, "norms_only.dce")))
       return -1;
     r->n_blocks = ++i;
@@ -467,9 +471,10 @@ static int group_arms(report *rep) {
       rep->n_arms++;
     }
     for (size_t k = 0; k < g->n; k++) {
-      if (g->runs[k]->post != r->post)
+      if (g->runs[k]->placement != r->placement)
         return ng_fail("%s: arm \"%s\" is %s-norm here but %s-norm in %s", r->dir, r->name,
-                       r->post ? "post" : "pre", r->post ? "pre" : "post", g->runs[k]->dir);
+                       ng_norm_placement_name(r->placement),
+                       ng_norm_placement_name(g->runs[k]->placement), g->runs[k]->dir);
       if (g->runs[k]->seed == r->seed)
         return ng_fail("%s: arm \"%s\" seed %lld is also in %s", r->dir, r->name, r->seed, g->runs[k]->dir);
     }
@@ -574,7 +579,7 @@ static bool skip_dce(const run *r, size_t block, double *v) {
 }
 
 static bool norms_dce(const run *r, size_t block, double *v) {
-  return r->post && block_dce(r, (long long)block, r->norms_dce, v);
+  return output_norm(r) && block_dce(r, (long long)block, r->norms_dce, v);
 }
 
 static bool class_hidden(const run *r, size_t i, double *v) {
@@ -584,7 +589,7 @@ static bool class_hidden(const run *r, size_t i, double *v) {
 }
 
 static bool class_res2(const run *r, size_t i, double *v) {
-  if (!r->post || i >= r->n_layers * N_CLASSES) return false;
+  if (!output_norm(r) || i >= r->n_layers * N_CLASSES) return false;
   *v = r->class_res2[i];
   return true;
 }
@@ -640,7 +645,7 @@ static size_t ablation_blocks(const report *rep, long long **out) {
 // ---------------------------------------------------------------- report.md
 
 static const char *arm_name(const arm *a) { return a->runs[0]->name; }
-static const char *placement(const arm *a) { return a->runs[0]->post ? "Post-Norm" : "Pre-Norm"; }
+static const char *placement(const arm *a) { return ng_norm_placement_title(a->runs[0]->placement); }
 
 static void put_seeds(FILE *f, const arm *a) {
   for (size_t k = 0; k < a->n; k++)
@@ -846,7 +851,7 @@ static void write_ablation(FILE *f, const report *rep) {
   fputc('\n', f);
   for (size_t i = 0; i < rep->n_arms; i++) {
     const arm *a = &rep->arms[i];
-    for (int norms = 0; norms <= (int)a->runs[0]->post; norms++) {
+    for (int norms = 0; norms <= (int)output_norm(a->runs[0]); norms++) {
       fprintf(f, "| %s | %s | ", arm_name(a),
               norms ? "norms_only (F zeroed, norms kept)" : "skip (block and norms removed)");
       put_mean(f, "%.4f", over_seeds(a, intact_ce, 0));
@@ -961,7 +966,7 @@ static cJSON *by_class_json(const arm *a) {
   cJSON *o = cJSON_CreateObject(), *layers = cJSON_AddArrayToObject(o, "layers");
   for (size_t l = 0; l < n_layers; l++) cJSON_AddItemToArray(layers, cJSON_CreateNumber((double)l));
   cJSON_AddItemToObject(o, "hidden", classes_json(a, class_hidden, n_layers));
-  if (a->runs[0]->post) cJSON_AddItemToObject(o, "res2", classes_json(a, class_res2, n_layers));
+  if (output_norm(a->runs[0])) cJSON_AddItemToObject(o, "res2", classes_json(a, class_res2, n_layers));
   return o;
 }
 
@@ -975,7 +980,7 @@ static cJSON *ablation_json(const arm *a) {
   double *v = ng_xcalloc(r->n_blocks, sizeof(double));
   for (size_t j = 0; j < r->n_blocks; j++)
     cJSON_AddItemToArray(blocks, cJSON_CreateNumber((double)r->block[j]));
-  for (int norms = 0; norms <= (int)r->post; norms++) {
+  for (int norms = 0; norms <= (int)output_norm(r); norms++) {
     for (size_t j = 0; j < r->n_blocks; j++)
       v[j] = over_seeds(a, norms ? norms_dce : skip_dce, (size_t)r->block[j]).mean;
     cJSON_AddItemToObject(o, norms ? "norms_only" : "skip", numbers(v, r->n_blocks));
@@ -988,7 +993,7 @@ static cJSON *arm_json(const arm *a) {
   const run *r = a->runs[0];
   cJSON *o = cJSON_CreateObject(), *seeds = cJSON_AddArrayToObject(o, "seeds");
   cJSON_AddStringToObject(o, "name", r->name);
-  cJSON_AddStringToObject(o, "placement", r->post ? "post" : "pre");
+  cJSON_AddStringToObject(o, "placement", ng_norm_placement_name(r->placement));
   cJSON_AddStringToObject(o, "schedule", r->schedule);
   for (size_t k = 0; k < a->n; k++) cJSON_AddItemToArray(seeds, cJSON_CreateNumber((double)a->runs[k]->seed));
   cJSON_AddItemToObject(o, "val_ce", series_json(a, val_ce_of));
@@ -997,7 +1002,7 @@ static cJSON *arm_json(const arm *a) {
   cJSON_AddItemToObject(growth, "depth", numbers(r->growth.y, r->growth.n));
   cJSON *rms = cJSON_AddObjectToObject(o, "rms_std");
   cJSON_AddItemToObject(rms, "hidden", series_json(a, rms_hidden_of));
-  if (r->post) cJSON_AddItemToObject(rms, "res2", series_json(a, rms_res2_of));
+  if (output_norm(r)) cJSON_AddItemToObject(rms, "res2", series_json(a, rms_res2_of));
   cJSON_AddItemToObject(o, "rms_by_class", by_class_json(a));
   cJSON_AddItemToObject(o, "ablation", ablation_json(a));
   return o;

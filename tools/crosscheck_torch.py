@@ -111,7 +111,7 @@ def layer_param_shapes(m, i):
               p + "self_attn.q_norm.weight": [hd], p + "self_attn.k_norm.weight": [hd],
               p + "mlp.gate_proj.weight": [F, D], p + "mlp.up_proj.weight": [F, D],
               p + "mlp.down_proj.weight": [D, F], p + "post_attention_layernorm.weight": [D]}
-    if m["norm_placement"] == "pre":
+    if m["norm_placement"] in ("pre", "lns"):
         shapes[p + "input_layernorm.weight"] = [D]
     else:
         shapes[p + "post_feedforward_layernorm.weight"] = [D]
@@ -178,9 +178,10 @@ def block(x, p, i, m):
     def norm(y, name):
         return rms_norm(y, p[pre + name + ".weight"], m["rms_norm_eps"])
 
-    if m["norm_placement"] == "pre":
-        a = x + attention(norm(x, "input_layernorm"), p, pre + "self_attn.", m)
-        return a + mlp(norm(a, "post_attention_layernorm"), p, pre + "mlp.")
+    if m["norm_placement"] in ("pre", "lns"):  # lns: norm outputs / sqrt(l), l = i + 1
+        c = 1 / math.sqrt(i + 1) if m["norm_placement"] == "lns" else 1.0
+        a = x + attention(c * norm(x, "input_layernorm"), p, pre + "self_attn.", m)
+        return a + mlp(c * norm(a, "post_attention_layernorm"), p, pre + "mlp.")
     a = norm(x + attention(x, p, pre + "self_attn.", m), "post_attention_layernorm")
     return norm(a + mlp(a, p, pre + "mlp."), "post_feedforward_layernorm")
 
@@ -198,6 +199,29 @@ def forward(p, tokens, m, skip=None):
     return h @ head.T, hiddens
 
 
+def plogp(log_a, log_b):
+    """a (log_a - log_b) per entry, 0 where a = 0 (an empty bucket)."""
+    a = log_a.exp()
+    return a * torch.where(a > 0, log_a - log_b, torch.zeros_like(a))
+
+
+def divergence(log_t, log_s, loss_cfg):
+    """The kd divergence summed over the last dimension (buckets), from the
+    teacher's and the student's log-probabilities: loss.divergence forward_kl
+    (default) KL(t || s), reverse_kl KL(s || t), jsd beta KL(t || m) +
+    (1 - beta) KL(s || m) with m = beta t + (1 - beta) s."""
+    kind = loss_cfg.get("divergence", "forward_kl")
+    if kind == "forward_kl":
+        return plogp(log_t, log_s).sum(-1)
+    if kind == "reverse_kl":
+        return plogp(log_s, log_t).sum(-1)
+    if kind == "jsd":
+        beta = loss_cfg["beta"]
+        log_m = torch.logaddexp(log_t + math.log(beta), log_s + math.log1p(-beta))
+        return (beta * plogp(log_t, log_m) + (1 - beta) * plogp(log_s, log_m)).sum(-1)
+    raise ValueError(f"loss.divergence: {kind!r}")
+
+
 def losses(logits, targets, teacher, loss_cfg):
     """(ce, kd, loss) as 0-dim tensors; means over targets != -1 (0 when none)."""
     keep = targets != -1
@@ -210,13 +234,13 @@ def losses(logits, targets, teacher, loss_cfg):
     tau, alpha = loss_cfg["temperature"], loss_cfg["kd_weight"]
     log_t = (teacher / tau).log_softmax(-1)
     log_s = (logits / tau).log_softmax(-1)
-    kl = (log_t.exp() * (log_t - log_s)).sum(-1)
+    kl = divergence(log_t, log_s, loss_cfg)
     kd = tau * tau * (kl * keep).sum() / count
     return ce, kd, alpha * kd + (1 - alpha) * ce
 
 
-def topk_kd(logits, targets, topk, tau):
-    """tau^2 x mean over targets != -1 of KL(Q || P) between the bucketed teacher
+def topk_kd(logits, targets, topk, loss_cfg):
+    """tau^2 x mean over targets != -1 of D(Q, P) (loss.divergence) between the bucketed teacher
     Q and student P over {the k cached ids, everything else} (0 when no target).
 
     topk = (ids [B, T, k], values [B, T, k], lse [B, T]): Q_j = exp(v_j / tau - lse)
@@ -225,17 +249,19 @@ def topk_kd(logits, targets, topk, tau):
     rest term is 0 when Q_rest = 0, and when k = V: the bucket is then empty
     (P_rest = 0) and Q_rest is only the rounding of lse."""
     ids, values, lse = topk
+    tau = loss_cfg["temperature"]
     keep = targets != -1
     count = max(int(keep.sum()), 1)
     log_p = (logits / tau).log_softmax(-1)
-    log_q_top = values / tau - lse[..., None]
-    q_top = log_q_top.exp()
-    kl = (q_top * (log_q_top - log_p.gather(-1, ids))).sum(-1)
+    log_q = values / tau - lse[..., None]
+    log_pb = log_p.gather(-1, ids)
     if ids.shape[-1] < logits.shape[-1]:
         cached = torch.zeros(logits.shape, dtype=torch.bool).scatter(-1, ids, True)
         p_rest = log_p.exp().masked_fill(cached, 0.0).sum(-1)
-        q_rest = (1 - q_top.sum(-1)).clamp(min=0.0)
-        kl = kl + torch.xlogy(q_rest, q_rest) - torch.xlogy(q_rest, p_rest)
+        q_rest = (1 - log_q.exp().sum(-1)).clamp(min=0.0)
+        log_q = torch.cat([log_q, q_rest.log()[..., None]], -1)
+        log_pb = torch.cat([log_pb, p_rest.log()[..., None]], -1)
+    kl = divergence(log_q, log_pb, loss_cfg)
     return tau * tau * (kl * keep).sum() / count
 
 
@@ -244,7 +270,7 @@ def topk_terms(logits, targets, topk, loss_cfg):
     logits; topk_loss = alpha topk_kd + (1 - alpha) ce."""
     s = logits.detach().clone().requires_grad_(True)
     ce = losses(s, targets, None, loss_cfg)[0]
-    kd = topk_kd(s, targets, topk, loss_cfg["temperature"])
+    kd = topk_kd(s, targets, topk, loss_cfg)
     alpha = loss_cfg["kd_weight"]
     loss = alpha * kd + (1 - alpha) * ce
     (grad,) = torch.autograd.grad(loss, s)
@@ -328,7 +354,8 @@ class Case:
                  f"H{m['num_attention_heads']}/{m['num_key_value_heads']}x{m['head_dim']}",
                  f"B{B}xT{T}", "tied" if m["tie_word_embeddings"] else "untied",
                  "fnorm" if m["final_norm"] else "nofnorm",
-                 "kd" if self.teacher is not None else "ce",
+                 (self.config["loss"].get("divergence", "forward_kl")
+                  if self.teacher is not None else "ce"),
                  f"topk{self.topk[0].shape[-1]}" if self.topk is not None else "notopk",
                  f"ign{int((self.targets == -1).sum())}"]
         return " ".join(parts)
@@ -422,6 +449,11 @@ def random_case(rng, features):
                         "beta2": float(rng.uniform(0.95, 0.999)), "eps": 1e-8,
                         "weight_decay": float(rng.uniform(0.01, 0.2)),
                         "grad_clip": 0.5 if features["clip"] else 0.0}}
+    div = features.get("divergence", "forward_kl")
+    if div != "forward_kl":
+        config["loss"]["divergence"] = div
+    if div == "jsd":
+        config["loss"]["beta"] = float(rng.uniform(0.05, 0.95))
     teacher = f32(2 * rng.normal(size=(B, T, V))) if features["teacher"] else None
     case = Case(config, random_tokens(rng, V, B, T),
                 random_targets(rng, V, B, T, features["ignore_all"]), teacher,
@@ -450,15 +482,20 @@ def balanced(rng, n, values):
 
 
 def random_features(rng, n):
-    """Features of n cases; one case in ten has every target ignored."""
-    columns = {"placement": balanced(rng, n, ["pre", "post"]),
+    """Features of n cases; one case in ten has every target ignored; the cases
+    with a teacher cycle through the divergences."""
+    columns = {"placement": balanced(rng, n, ["pre", "post", "lns"]),
                "tied": balanced(rng, n, [True, False]),
                "final_norm": balanced(rng, n, [True, False]),
                "teacher": balanced(rng, n, [True, False]),
                "clip": balanced(rng, n, [True, False]),
                "kv_ratio": balanced(rng, n, [1, 2, 4])}
-    return [dict({k: v[i] for k, v in columns.items()}, ignore_all=i % 10 == 9)
-            for i in range(n)]
+    features = [dict({k: v[i] for k, v in columns.items()}, ignore_all=i % 10 == 9)
+                for i in range(n)]
+    teachers = [f for f in features if f["teacher"]]  # every divergence among them
+    for f, div in zip(teachers, balanced(rng, len(teachers), ["forward_kl", "reverse_kl", "jsd"])):
+        f["divergence"] = div
+    return features
 
 
 def with_topk(rng, features):
@@ -682,9 +719,18 @@ def functional_loss_error(case):
         keep = case.targets != -1
         ref_ce = F.cross_entropy(logits.flatten(0, 1), case.targets.flatten(), ignore_index=-1)
         tau = case.config["loss"]["temperature"]
-        ref_kd = tau ** 2 * F.kl_div((logits[keep] / tau).log_softmax(-1),
-                                     (case.teacher[keep] / tau).log_softmax(-1),
-                                     log_target=True, reduction="batchmean")
+        log_s = (logits[keep] / tau).log_softmax(-1)
+        log_t = (case.teacher[keep] / tau).log_softmax(-1)
+        kind = case.config["loss"].get("divergence", "forward_kl")
+        if kind == "jsd":  # as TRL's GKD writes it: kl_div against the mixture's log
+            beta = case.config["loss"]["beta"]
+            log_m = (beta * log_t.exp() + (1 - beta) * log_s.exp()).log()
+            ref = (beta * F.kl_div(log_m, log_t, log_target=True, reduction="batchmean") +
+                   (1 - beta) * F.kl_div(log_m, log_s, log_target=True, reduction="batchmean"))
+        else:
+            x, y = (log_s, log_t) if kind == "forward_kl" else (log_t, log_s)
+            ref = F.kl_div(x, y, log_target=True, reduction="batchmean")
+        ref_kd = tau ** 2 * ref
     return max(abs(float(ce - ref_ce)), abs(float(kd - ref_kd)))
 
 
@@ -746,7 +792,7 @@ def topk_errors(case, rng, probes=6, h=1e-6):
         return ids[..., order], values[..., order], lse
 
     def bucketed(logits, topk):
-        return float(topk_kd(logits, case.targets, topk, tau))
+        return float(topk_kd(logits, case.targets, topk, loss_cfg))
 
     full = abs(bucketed(logits, cache(V)) - exact)
     excess = max(bucketed(logits, cache(k)) - exact for k in sorted({1, max(1, V // 2), V - 1}))
@@ -778,15 +824,16 @@ def self_test(seed):
     err = rotary_error(rng)
     ok = err <= 1e-12
     print(f"self-test: rotary vs complex rotation: {err:.2e} {'PASS' if ok else 'FAIL'}")
-    for i, placement in enumerate(("pre", "post", "pre", "post")):
+    for i, placement in enumerate(("pre", "post", "lns", "post", "lns")):
         features = {"placement": placement, "tied": i < 2, "final_norm": i % 3 == 0,
                     "teacher": True, "clip": True, "kv_ratio": 2 ** (i % 3),
-                    "ignore_all": False}
+                    "ignore_all": False,
+                    "divergence": ("forward_kl", "reverse_kl", "jsd", "jsd", "reverse_kl")[i]}
         case = informative_case(rng, features)
         checks = [("finite differences", finite_difference_error(case, rng), 1e-6),
                   ("losses vs torch.nn.functional", functional_loss_error(case), 1e-12),
                   ("AdamW vs torch.optim.AdamW (units of lr)", adamw_error(case), 1e-9)]
-        if placement == "pre":
+        if placement in ("pre", "lns"):
             checks.append(("ablation of an identity block", identity_block_error(case), 1e-12))
         full, excess, fd = topk_errors(case, rng)
         checks += [("top-k KD at k = V vs exact KD", full, 1e-12),

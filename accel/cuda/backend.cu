@@ -118,6 +118,7 @@ static const char *cu_kernels(ng_backend *be) { return ngc(be)->kernels; }
 static const ng_backend cuda_table = {
     .name = "cuda",
     .precision = NG_PREC_FP32,
+    .divergences = 1u << NG_DIV_FORWARD_KL,  // reverse_kl and jsd: not yet on the device
     .ctx = NULL,
     .synchronize = cu_synchronize,
     .destroy = cu_destroy,

@@ -158,6 +158,9 @@ static void ce_kd_run(ng_backend *be, const float *logits, teacher_ref t, const 
                       int64_t N, int64_t V, ng_loss_params lp, float *dlogits, double *ce,
                       double *kd, int64_t *n_valid) {
   int64_t Vu = lp.vocab_used > 0 && lp.vocab_used < V ? lp.vocab_used : V, nv = 0;
+  // reverse_kl and jsd: not on the device; callers refuse them first
+  // (ng_backend_check_divergence, from be->divergences).
+  NG_ASSERT(lp.divergence == NG_DIV_FORWARD_KL);
   *ce = *kd = 0.0;
   *n_valid = 0;
   if (N == 0) return;

@@ -26,6 +26,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "normgrow/config.h"
+
 typedef struct ng_backend ng_backend;
 
 typedef enum { NG_PREC_FP32, NG_PREC_BF16 } ng_precision;
@@ -49,6 +51,10 @@ typedef struct {
   // over chunks of a batch, each given the batch's valid rows, add up to one
   // call over the whole batch (row for row the same dlogits).
   int64_t n_norm;
+  // The kd term's divergence (config.h), beta for jsd: chosen here, in one
+  // place, for both teacher kinds (the top-k cache between bucketed distributions).
+  ng_divergence divergence;
+  double beta;
 } ng_loss_params;
 
 typedef struct {
@@ -60,6 +66,7 @@ typedef struct {
 struct ng_backend {
   const char *name;
   ng_precision precision;
+  unsigned divergences;  // bit 1 << d for every ng_divergence d its loss ops compute
   void *ctx;  // the backend's own state (primitive caches, streams); NULL for the CPU
 
   // Waits until every op issued before has finished.
@@ -136,6 +143,7 @@ struct ng_backend {
 
   // --- fused softmax + CE + KD over the vocabulary ------------------------
   // logits [N, V], teacher [N, V] or NULL, targets [N] (-1 = ignored).
+  // kd is tau^2 lp.divergence(softmax(teacher / tau), softmax(logits / tau)).
   // Returns mean ce and kd over the non-ignored rows (or over lp.n_norm rows)
   // in *ce, *kd (host) and the count of non-ignored rows in *n_valid. When dlogits [N, V] is not NULL it receives
   // d loss / d logits (written, not accumulated).
@@ -145,7 +153,7 @@ struct ng_backend {
 
   // Same with the teacher given by a top-k cache: per row its k largest logits
   // (topk_ids, topk_vals [N, k]) and the log-sum-exp of all its logits at the
-  // temperature (topk_lse [N]). KD is the KL divergence between the bucketed
+  // temperature (topk_lse [N]). KD is lp.divergence between the bucketed
   // distributions {the k cached tokens, everything else}: exact when k = V.
   void (*ce_kd_topk)(ng_backend *be, const float *logits, const int32_t *topk_ids,
                      const float *topk_vals, const float *topk_lse, int64_t k,
@@ -181,6 +189,8 @@ ng_backend *ng_backend_open(const char *name, ng_precision p);
 void ng_backend_close(ng_backend *be);
 // The names of the backends this build has, comma-separated.
 const char *ng_backend_names(void);
+// 0 when be's loss ops compute divergence d; else fails with one line naming both.
+int ng_backend_check_divergence(const ng_backend *be, ng_divergence d);
 // "fp32" / "bf16", and back (-1 with an error message for anything else).
 const char *ng_precision_name(ng_precision p);
 int ng_precision_parse(const char *s, ng_precision *p);

@@ -1,7 +1,7 @@
 // normgrow: model, loss and optimizer configuration, parsed strictly from JSON.
 //
 // Field names are Hugging Face Qwen3 config.json names, plus norm_placement
-// ("pre" | "post") and final_norm. Parsing rejects unknown keys, missing keys,
+// ("pre" | "post" | "lns") and final_norm. Parsing rejects unknown keys, missing keys,
 // values of the wrong JSON type and impossible sizes, with one message that
 // names the field ("<where>.num_key_value_heads: ...").
 #ifndef NORMGROW_CONFIG_H
@@ -12,7 +12,20 @@
 
 #include <cJSON.h>
 
-typedef enum { NG_NORM_PRE = 0, NG_NORM_POST = 1 } ng_norm_placement;
+// Where a block's norms sit (docs/golden-contract.md section 2). A closed type:
+// every use of it is a switch without default, so that the compiler names each
+// place a new placement must be handled.
+// lns is LayerNorm-Scaling: pre with each norm's output divided by sqrt(l), l
+// the block's 1-based position in the current stack.
+typedef enum { NG_NORM_PRE = 0, NG_NORM_POST = 1, NG_NORM_LNS = 2 } ng_norm_placement;
+#define NG_NORM_LAST NG_NORM_LNS  // the last one
+
+// The config name of p: "pre", "post", "lns".
+const char *ng_norm_placement_name(ng_norm_placement p);
+// Its title in reports: "Pre-Norm", "Post-Norm", "LNS".
+const char *ng_norm_placement_title(ng_norm_placement p);
+// The placement named `name` into *out; -1 (no message) when none is.
+int ng_norm_placement_from_name(const char *name, ng_norm_placement *out);
 
 typedef struct {
   int64_t vocab_size, hidden_size, intermediate_size, num_hidden_layers;
@@ -22,8 +35,22 @@ typedef struct {
   ng_norm_placement norm_placement;
 } ng_model_config;
 
+// The divergence of the kd term (docs/golden-contract.md section 6), with
+// p_t, p_s the teacher's and student's softmax at the temperature:
+// forward_kl KL(p_t || p_s), reverse_kl KL(p_s || p_t), jsd beta KL(p_t || m) +
+// (1 - beta) KL(p_s || m) with m = beta p_t + (1 - beta) p_s. A closed type.
+typedef enum { NG_DIV_FORWARD_KL = 0, NG_DIV_REVERSE_KL, NG_DIV_JSD } ng_divergence;
+#define NG_DIV_LAST NG_DIV_JSD
+
+// The config name of d: "forward_kl", "reverse_kl", "jsd".
+const char *ng_divergence_name(ng_divergence d);
+
+// "loss": kd_weight, temperature, and the optional divergence (default
+// forward_kl) with beta in (0, 1) (jsd only, required there).
 typedef struct {
   double kd_weight, temperature;
+  ng_divergence divergence;
+  double beta;  // jsd only, else 0
 } ng_loss_config;
 
 typedef struct {

@@ -15,7 +15,7 @@
 // evaluation to <run_dir>/diag.jsonl, and writes <run_dir>/diag_final.json
 // with the ablation at the end; `normgrow diag` prints the same, with step and
 // tokens null when unknown and a "settings" object; docs/runs.md):
-// {"step": S, "tokens": N, "depth": L, "placement": "pre"|"post",
+// {"step": S, "tokens": N, "depth": L, "placement": "pre"|"post"|"lns",
 //  "points": [{"name": "hidden.3", "kind": "hidden"|"res1"|"res2", "layer": 3,
 //              "rms": {"all": STATS, "separator": STATS, "after_separator": STATS,
 //                      "structural": STATS, "ordinary": STATS},

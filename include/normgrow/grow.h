@@ -10,6 +10,10 @@
 //   gate        random, wrapped in y = (1 - g) x + g Block(x) with g = 0 at
 //               growth (an identity in both placements), ramped up by the trainer
 //   teacher     a copy of a teacher layer (teacher_layers, one per new block)
+// Under LNS (LayerNorm-Scaling) a block's norm outputs are divided by
+// sqrt(position): a new block (zero_out or gate: an identity) below older
+// ones moves them up and shrinks their scale, so growth preserves the function
+// only when every new block goes on top ("position": "top").
 #ifndef NORMGROW_GROW_H
 #define NORMGROW_GROW_H
 

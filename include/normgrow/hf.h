@@ -6,7 +6,7 @@
 // "shard file"}}). As in transformers, `model.safetensors` wins when both exist.
 //
 // normgrow reads every field a Qwen3 config.json carries, plus two keys of its
-// own: `norm_placement` ("pre" | "post", default "pre") and `final_norm`
+// own: `norm_placement` ("pre" | "post" | "lns", default "pre") and `final_norm`
 // (default true). A Pre-Norm model with a final norm is exported without them,
 // so its directory is a plain Qwen3 checkpoint that transformers loads as is.
 // Any other model (Post-Norm, or no final norm) is exported as the custom
@@ -84,5 +84,8 @@ int ng_hf_load(const char *dir, ng_backend *be, bool trainable, ng_model **out);
 // modeling_normgrow.py beside config.json (a plain one: any such files left
 // from an earlier export are removed).
 int ng_hf_export(const ng_model *m, const char *dir, ng_dtype dtype, size_t shard_bytes);
+// Whether a model of config c exports as plain Qwen3 (Pre-Norm with a final
+// norm), else as NormgrowForCausalLM.
+bool ng_hf_plain_qwen3(const ng_model_config *c);
 
 #endif

@@ -5,11 +5,15 @@
 //
 //   pre:  a = x + Attn(N_in(x));  y = a + MLP(N_pa(a))
 //   post: a = N_pa(x + Attn(x));  y = N_pf(a + MLP(a))
+//   lns:  pre with N_in and N_pa's outputs divided by sqrt(l), l = 1..L the
+//         block's position in the current stack (LayerNorm-Scaling)
 //
-// Both are computed by one code path with these saved values:
-//   att_in = pre ? N_in(x) : x;   res1 = x + o_proj(Attn(att_in));
-//   mlp_in = N_pa(res1);          res2 = (pre ? res1 : mlp_in) + MLP(mlp_in);
-//   y = pre ? res2 : N_pf(res2).
+// Both are computed by one code path, driven by the block's layout
+// (ng_block_layout: pre has an input norm, post an output norm), with these
+// saved values:
+//   att_in = input_norm ? N_in(x) c : x;  res1 = x + o_proj(Attn(att_in));
+//   mlp_in = N_pa(res1) c;               res2 = (output_norm ? mlp_in : res1) + MLP(mlp_in);
+//   y = output_norm ? N_pf(res2) : res2;   c = depth_scaled ? 1/sqrt(l) : 1.
 // res1 and res2 are the residual sums x + F(x) before any norm.
 #ifndef NORMGROW_MODEL_H
 #define NORMGROW_MODEL_H
@@ -59,7 +63,7 @@ typedef struct {
 typedef struct {
   ng_model_config cfg;
   ng_backend *be;
-  int n_params;
+  int n_params;         // at most ng_model_n_weights(&cfg), checked as they are added
   ng_param *params;     // embed, layers in order, norm, lm_head
   ng_weights w, g;      // typed views of params[].data and params[].grad
   float *gate;          // host [L]: block l computes y = (1 - g) x + g Block(x); 1 = plain
@@ -71,7 +75,8 @@ typedef struct {
 typedef enum {
   NG_BLOCK_RUN = 0,
   NG_BLOCK_SKIP,    // the identity: the block with its norms skipped
-  NG_BLOCK_NORMS,   // sublayers zeroed, norms kept: pre = identity, post y = N_pf(N_pa(x))
+  NG_BLOCK_NORMS,   // sublayers zeroed, norms kept: y = N_pf(N_pa(x)) with an output
+                    // norm (post), else the identity (pre)
 } ng_block_mode;
 
 // Saved values of one block's forward (see the top of this file).
@@ -133,8 +138,24 @@ struct ng_acts {
   void *on_block_ctx;
 };
 
-// The number of weight tensors of a model of config c: 11 per block, the
-// embeddings, and the final norm and untied head when it has them.
+// What a block of a placement holds and computes, derived from the placement
+// by one switch (ref/model.c): every other part of the block is common.
+typedef struct {
+  bool input_norm;   // input_layernorm in front of attention (pre)
+  bool output_norm;  // post_feedforward_layernorm on the block's output (post); the
+                     // MLP's residual is then its input N_pa(res1), not res1
+  bool depth_scaled; // lns: each norm's output divided by sqrt(l), l = block index + 1
+  int n_weights;     // weight tensors of the block (at most NG_BLOCK_MAX_WEIGHTS)
+} ng_block_layout;
+
+// Fields of ng_layer: no block holds more weight tensors.
+#define NG_BLOCK_MAX_WEIGHTS 12
+
+ng_block_layout ng_block_layout_of(ng_norm_placement p);
+
+// The number of weight tensors of a model of config c: its blocks' (10 or
+// more each, by placement), the embeddings, and the final norm and untied
+// head when it has them.
 int64_t ng_model_n_weights(const ng_model_config *c);
 // Allocate a model with zeroed weights (and zeroed gradients if `trainable`).
 // With be == NULL, a skeleton: parameter names and shapes, no buffers.

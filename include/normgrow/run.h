@@ -15,7 +15,10 @@
 //   "teacher_cache": {"train": "train.topk", "val": "val.topk"},  (optional: KD
 //              from top-k caches of the teacher, topk.h; "teacher" is then
 //              needed only to copy layers or embeddings from it)
-//   "loss": {"kd_weight": 0.5, "temperature": 2.0},              (distill only)
+//   "loss": {"kd_weight": 0.5, "temperature": 2.0,               (distill only)
+//            "divergence": "forward_kl"|"reverse_kl"|"jsd",       (optional, default
+//            "beta": 0.5},                                         forward_kl; beta in
+//                                                                  (0, 1), jsd only)
 //   "optim": {"beta1", "beta2", "eps", "weight_decay", "grad_clip", "state_on_growth": "keep"|"reset"},
 //   "lr": {"peak": 3e-3, "floor": 3e-4, "warmup_tokens": 8192, "shape": "cosine"|"linear"|"constant"},
 //   "init": {"std": 0.02, "layers": "random" | [teacher layer per student block]

@@ -12,8 +12,8 @@ class NormgrowConfig(PretrainedConfig):
                  num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                  head_dim=32, rope_theta=10000.0, rms_norm_eps=1e-6,
                  tie_word_embeddings=False, norm_placement="pre", final_norm=True, **kwargs):
-        if norm_placement not in ("pre", "post"):
-            raise ValueError(f"norm_placement: {norm_placement!r} is neither 'pre' nor 'post'")
+        if norm_placement not in ("pre", "post", "lns"):
+            raise ValueError(f"norm_placement: {norm_placement!r} is none of 'pre', 'post', 'lns'")
         self.vocab_size = vocab_size
         self.hidden_size = hidden_size
         self.intermediate_size = intermediate_size

@@ -1,8 +1,9 @@
 # A normgrow student as a transformers model: the Qwen3 decoder (GQA attention
 # with per-head q/k RMSNorm and rotate-half RoPE, SwiGLU MLP) with the block of
-# normgrow's ref/model.c in either placement:
+# normgrow's ref/model.c in any of its placements:
 #   pre:  a = x + Attn(N_in(x));          y = a + MLP(N_pa(a))
 #   post: a = N_pa(x + Attn(x));          y = N_pf(a + MLP(a))
+#   lns:  pre with N_in's and N_pa's outputs divided by sqrt(l), l = layer index + 1
 # and an optional final norm. Tensor names are normgrow's (Hugging Face
 # Qwen3's, plus post_feedforward_layernorm). Written beside the weights by
 # `normgrow export`; load with
@@ -84,9 +85,10 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, c):
+    def __init__(self, c, layer):
         super().__init__()
-        self.pre = c.norm_placement == "pre"
+        self.pre = c.norm_placement in ("pre", "lns")
+        self.scale = 1 / math.sqrt(layer + 1) if c.norm_placement == "lns" else 1.0
         eps = c.rms_norm_eps
         if self.pre:
             self.input_layernorm = RMSNorm(c.hidden_size, eps)
@@ -98,8 +100,8 @@ class Block(nn.Module):
 
     def forward(self, x, keep):
         if self.pre:
-            a = x + self.self_attn(self.input_layernorm(x), keep)
-            return a + self.mlp(self.post_attention_layernorm(a))
+            a = x + self.self_attn(self.scale * self.input_layernorm(x), keep)
+            return a + self.mlp(self.scale * self.post_attention_layernorm(a))
         a = self.post_attention_layernorm(x + self.self_attn(x, keep))
         return self.post_feedforward_layernorm(a + self.mlp(a))
 
@@ -118,7 +120,7 @@ class NormgrowModel(NormgrowPreTrainedModel):
     def __init__(self, config):
         super().__init__(config)
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.layers = nn.ModuleList(Block(config) for _ in range(config.num_hidden_layers))
+        self.layers = nn.ModuleList(Block(config, i) for i in range(config.num_hidden_layers))
         if config.final_norm:
             self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.post_init()
