@@ -87,6 +87,33 @@ static int open_caches(trainer *t) {
   return 0;
 }
 
+// Before anything is allocated by the run's sizes: each stage's host memory
+// within the machine's. On every backend the host holds a checkpoint's copy of
+// the weights and AdamW moments (plan.h) and the batches (token ids and
+// targets, and top-k cache entries); a backend in host memory holds all of the
+// plan's total. (The teacher is checked by its own loader.)
+static int check_run_memory(const trainer *t) {
+  const ng_run_config *rc = &t->rc;
+  ng_plan_device dev = {.tflops = 1.0, .memory_gib = 1.0, .devices = 1, .bytes_per_param = 4};
+  bool host = strcmp(t->be->name, "cpu") == 0 || strcmp(t->be->name, "onednn") == 0;
+  double N = (double)rc->batch * (double)rc->seq, k = rc->use_cache ? t->cache_train.k : 0.0;
+  for (int s = 0; s < rc->n_stages; s++) {
+    ng_plan_stage p;
+    ng_plan_stage_of(rc, s, NULL, &dev, &p);
+    char what[320];
+    snprintf(what, sizeof what,
+             "%s: stage %d (model.hidden_size %lld, model.intermediate_size %lld, model.vocab_size %lld "
+             "at depth %lld; data.batch %lld x data.seq %lld%s)",
+             rc->name, s + 1, (long long)rc->model.hidden_size,
+             (long long)rc->model.intermediate_size, (long long)rc->model.vocab_size,
+             (long long)rc->stages[s].depth, (long long)rc->batch, (long long)rc->seq,
+             rc->use_cache ? " x the teacher cache's k" : "");
+    double bytes = (double)(host ? p.total : p.checkpoint) + N * (8.0 + (k > 0 ? 8.0 * k + 4.0 : 0.0));
+    if (ng_check_memory(bytes, what)) return -1;
+  }
+  return 0;
+}
+
 static int load_teacher(trainer *t) {
   if (!t->rc.distill || !t->rc.teacher_path[0]) return 0;
   if (ng_model_open(t->rc.teacher_path, t->be, false, &t->teacher)) return ng_fail_prefix("teacher");
@@ -852,7 +879,7 @@ int ng_train(const ng_train_args *args) {
     trainer_free(&t);
     return 0;
   }
-  if (rc == 0) rc = open_data(&t) || open_caches(&t) || load_teacher(&t) ? -1 : 0;
+  if (rc == 0) rc = open_data(&t) || open_caches(&t) || check_run_memory(&t) || load_teacher(&t) ? -1 : 0;
   if (rc == 0 && !resume_dir) rc = init_student(&t) || make_run_dir(&t) ? -1 : 0;
   if (rc == 0) {
     if (t.rc.freeze_embeddings) ng_model_freeze(t.student, -1, true);
