@@ -91,7 +91,7 @@ static int open_caches(trainer *t) {
 // within the machine's. On every backend the host holds a checkpoint's copy of
 // the weights and AdamW moments (plan.h) and the batches (token ids and
 // targets, and top-k cache entries); a backend in host memory holds all of the
-// plan's total. (The teacher is checked by its own loader.)
+// plan's total. (A teacher is as large as the tensors its files hold.)
 static int check_run_memory(const trainer *t) {
   const ng_run_config *rc = &t->rc;
   ng_plan_device dev = {.tflops = 1.0, .memory_gib = 1.0, .devices = 1, .bytes_per_param = 4};
