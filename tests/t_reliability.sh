@@ -3,7 +3,8 @@
 # --resume) on a directory a live trainer holds is refused with one line naming
 # it and the holder's pid; after the holder is killed (SIGKILL) the run
 # resumes. A full disk (a tmpfs mounted for the test: needs root) under a
-# resumed run, an export and a data build: one line naming the file and the
+# resumed run, an export, a data build, a teacher cache and a report: one
+# line naming the file and the
 # error, the previous files intact, no temporary file left; once space is free
 # again the run resumes.
 set -u
@@ -136,4 +137,27 @@ if [ "$rc" -ne 0 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && grep -q "$small/hf/.*N
   echo "ok export on a full disk: $(cat "$tmp/err")"
 else
   echo "FAIL export on a full disk: status $rc: $(cat "$tmp/err")"
+fi
+# A teacher cache replaced (--force) on a full disk: the old one intact. A report into it.
+rm -rf "$small/fill" "$small/data" "$small/hf"
+"$bin" teacher-cache "$tmp/run-10/checkpoint.safetensors" "$tmp/data/val.bin" "$small/val.topk" \
+  --k 8 --seq 16 2>/dev/null || echo "FAIL full disk: teacher-cache with space failed"
+cp "$small/val.topk" "$tmp/val.topk"
+fill 0
+"$bin" teacher-cache "$tmp/run-10/checkpoint.safetensors" "$tmp/data/val.bin" "$small/val.topk" \
+  --k 8 --seq 16 --force 2>"$tmp/err"
+rc=$?
+if [ "$rc" -ne 0 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && grep -q "$small/val.topk.*No space left on device" "$tmp/err" &&
+   cmp -s "$small/val.topk" "$tmp/val.topk" && no_temps; then
+  echo "ok teacher-cache --force on a full disk: $(cat "$tmp/err"); old cache intact"
+else
+  echo "FAIL teacher-cache on a full disk: status $rc: $(cat "$tmp/err")"
+fi
+"$bin" report "$tmp/run-10" --out "$small/report" >/dev/null 2>"$tmp/err"
+rc=$?
+if [ "$rc" -ne 0 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && grep -q "$small/report/.*No space left on device" "$tmp/err" &&
+   no_temps; then
+  echo "ok report on a full disk: $(cat "$tmp/err")"
+else
+  echo "FAIL report on a full disk: status $rc: $(cat "$tmp/err")"
 fi
