@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 #define NG_ERROR_LEN 1024
 static _Thread_local char ng_err_buf[NG_ERROR_LEN];
@@ -111,6 +112,17 @@ int ng_peak_rss_reset(void) {
   if (!f) return -1;
   bool ok = fputs("5", f) >= 0;
   return fclose(f) == 0 && ok ? 0 : -1;
+}
+
+double ng_machine_memory(void) {
+  return (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+}
+
+int ng_check_memory(double bytes, const char *what) {
+  double have = ng_machine_memory(), gib = (double)(1 << 30);
+  if (bytes <= have) return 0;
+  return ng_fail("%s needs %.1f GiB, more than the %.1f GiB of memory of this machine", what,
+                 bytes / gib, have / gib);
 }
 
 int ng_mul_size(size_t a, size_t b, size_t *out) {

@@ -125,12 +125,25 @@ int ng_temp_create(ng_temp_file *t, const char *path) {
   return -1;
 }
 
+// fsync of the directory holding `path`, so that a rename in it is on disk.
+static int sync_dir_of(const char *path) {
+  const char *slash = strrchr(path, '/');
+  char *dir = slash ? ng_xstrdup(path) : ng_xstrdup(".");
+  if (slash) dir[slash == path ? 1 : slash - path] = 0;
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC), err = 0;
+  if (fd < 0 || fsync(fd) != 0) err = errno;
+  if (fd >= 0) close(fd);
+  free(dir);
+  return err ? ng_fail("%s: renamed, but cannot sync its directory: %s", path, strerror(err)) : 0;
+}
+
 int ng_temp_commit(ng_temp_file *t, int rc) {
   if (rc == 0 && (fflush(t->fp) != 0 || fsync(fileno(t->fp)) != 0))
     rc = write_error(t->path, errno);
   if (fclose(t->fp) != 0 && rc == 0) rc = write_error(t->path, errno);
   if (rc == 0 && rename(t->tmp, t->path) != 0) rc = write_error(t->path, errno);
   if (rc != 0) remove(t->tmp);
+  if (rc == 0) rc = sync_dir_of(t->path);
   free(t->tmp);
   memset(t, 0, sizeof *t);
   return rc;

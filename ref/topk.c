@@ -64,7 +64,7 @@ static int pwrite_all(int fd, const void *buf, size_t n, uint64_t off, const cha
   const uint8_t *p = buf;
   while (n > 0) {
     ssize_t w = pwrite(fd, p, n, (off_t)off);
-    if (w < 0) return ng_fail("%s: %s", path, strerror(errno));
+    if (w < 0) return ng_fail("%s: cannot write: %s", path, strerror(errno));
     p += w, n -= (size_t)w, off += (uint64_t)w;
   }
   return 0;
@@ -72,7 +72,7 @@ static int pwrite_all(int fd, const void *buf, size_t n, uint64_t off, const cha
 
 typedef struct {
   int fd;
-  const char *tmp;
+  const char *path;  // the cache file (written through its temp file)
   uint64_t P, k;
   int64_t vocab;  // the shard's ids [0, vocab): a padded teacher's other rows are left out
 } cache_out;
@@ -87,9 +87,9 @@ static int write_rows(const cache_out *o, const float *logits, int64_t V, uint64
     lse[r] = ng_logsumexp(logits + (size_t)r * V, o->vocab, inv_tau);
   }
   uint64_t kb = o->k * 4, base = NG_TOPK_HEADER;
-  return pwrite_all(o->fd, ids, (size_t)rows * kb, base + p0 * kb, o->tmp) ||
-         pwrite_all(o->fd, vals, (size_t)rows * kb, base + o->P * kb + p0 * kb, o->tmp) ||
-         pwrite_all(o->fd, lse, (size_t)rows * 4, base + 2 * o->P * kb + p0 * 4, o->tmp);
+  return pwrite_all(o->fd, ids, (size_t)rows * kb, base + p0 * kb, o->path) ||
+         pwrite_all(o->fd, vals, (size_t)rows * kb, base + o->P * kb + p0 * kb, o->path) ||
+         pwrite_all(o->fd, lse, (size_t)rows * 4, base + 2 * o->P * kb + p0 * 4, o->path);
 }
 
 // Windows [w0, w0 + nb) through the teacher, into the file.
@@ -115,7 +115,7 @@ static int build_batch(ng_model *t, ng_acts *a, const ng_shard *s, const cache_o
 static int build_into(ng_model *t, const ng_shard *s, topk_header *h, int64_t batch,
                       cache_out *o) {
   int64_t seq = h->seq;
-  if (pwrite_all(o->fd, h, sizeof *h, 0, o->tmp)) return -1;
+  if (pwrite_all(o->fd, h, sizeof *h, 0, o->path)) return -1;
   ng_acts *a = ng_acts_create(t, batch, seq, false);
   int32_t *tok = ng_xmalloc((size_t)(batch * seq) * sizeof(int32_t));
   uint32_t *ids = ng_xmalloc((size_t)(batch * seq) * o->k * sizeof(uint32_t));
@@ -144,7 +144,7 @@ int ng_topk_build(ng_model *teacher, const ng_shard *s, int64_t k, int64_t seq,
   memcpy(h.magic, NG_TOPK_MAGIC, 8);
   ng_temp_file out;
   if (ng_temp_create(&out, path) != 0) return -1;
-  cache_out o = {fileno(out.fp), out.tmp, h.windows * (uint64_t)seq, (uint64_t)k, s->vocab_size};
+  cache_out o = {fileno(out.fp), path, h.windows * (uint64_t)seq, (uint64_t)k, s->vocab_size};
   int64_t nb = h.windows < (uint64_t)batch ? (int64_t)h.windows : batch;  // no buffers for windows that do not exist
   return ng_temp_commit(&out, build_into(teacher, s, &h, nb, &o));
 }

@@ -1,12 +1,14 @@
 // normgrow: the training loop of one arm: distillation (or pretraining), the
 // depth-growth curriculum, evaluation, checkpoints, metrics and resume.
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <omp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -46,6 +48,7 @@ typedef struct {
   bool evaluated;
   int64_t steps_total, steps_at_start;
   int64_t stop_after;  // stop (as if killed) after the checkpoint of this step; 0 = never
+  int lock_fd;         // <run_dir>/train.lock, locked for the run's life; -1 before
 } trainer;
 
 static void path_in(const trainer *t, const char *file, char *out, size_t n) {
@@ -84,6 +87,33 @@ static int open_caches(trainer *t) {
   }
   if (t->cache_train.k != t->cache_val.k)
     return ng_fail("%s: k %u differs from %s's %u", rc->cache_val, t->cache_val.k, rc->cache_train, t->cache_train.k);
+  return 0;
+}
+
+// Before anything is allocated by the run's sizes: each stage's host memory
+// within the machine's. On every backend the host holds a checkpoint's copy of
+// the weights and AdamW moments (plan.h) and the batches (token ids and
+// targets, and top-k cache entries); a backend in host memory holds all of the
+// plan's total. (A teacher is as large as the tensors its files hold.)
+static int check_run_memory(const trainer *t) {
+  const ng_run_config *rc = &t->rc;
+  ng_plan_device dev = {.tflops = 1.0, .memory_gib = 1.0, .devices = 1, .bytes_per_param = 4};
+  bool host = strcmp(t->be->name, "cpu") == 0 || strcmp(t->be->name, "onednn") == 0;
+  double N = (double)rc->batch * (double)rc->seq, k = rc->use_cache ? t->cache_train.k : 0.0;
+  for (int s = 0; s < rc->n_stages; s++) {
+    ng_plan_stage p;
+    ng_plan_stage_of(rc, s, NULL, &dev, &p);
+    char what[320];
+    snprintf(what, sizeof what,
+             "%s: stage %d (model.hidden_size %lld, model.intermediate_size %lld, model.vocab_size %lld "
+             "at depth %lld; data.batch %lld x data.seq %lld%s)",
+             rc->name, s + 1, (long long)rc->model.hidden_size,
+             (long long)rc->model.intermediate_size, (long long)rc->model.vocab_size,
+             (long long)rc->stages[s].depth, (long long)rc->batch, (long long)rc->seq,
+             rc->use_cache ? " x the teacher cache's k" : "");
+    double bytes = (double)(host ? p.total : p.checkpoint) + N * (8.0 + (k > 0 ? 8.0 * k + 4.0 : 0.0));
+    if (ng_check_memory(bytes, what)) return -1;
+  }
   return 0;
 }
 
@@ -239,14 +269,19 @@ static void loss_of(trainer *t, ng_acts *a, const micro_batch *mb, ng_loss_param
 
 // ---------------------------------------------------------------- logging
 
+// The error of the first append to a log that failed (0: none yet). A log
+// records what the checkpoints already hold, so a failed append (a full disk)
+// stops the run at the end of its step (check_logs); a resume rewrites the log
+// from the last checkpoint.
+static int log_errno;
+
 static void log_line(FILE *log, cJSON *j) {
   if (!log) {  // a rank other than 0 writes no logs
     cJSON_Delete(j);
     return;
   }
   char *s = ng_json_print(j, false);
-  fprintf(log, "%s\n", s);
-  fflush(log);
+  if ((fprintf(log, "%s\n", s) < 0 || fflush(log) != 0) && log_errno == 0) log_errno = errno ? errno : EIO;
   free(s);
   cJSON_Delete(j);
 }
@@ -475,6 +510,38 @@ static double optimizer_step(trainer *t, double lr) {
   return ng_zero_step(t->student, t->opt, t->zero, &t->rc.optim, lr);
 }
 
+// ---------------------------------------------------------------- non-finite values
+
+// The first parameter of m whose weights (with `grads`: whose gradient, of a
+// trainable parameter) hold a NaN or an Inf; NULL when none does. One sumsq
+// per tensor: a sync point.
+static const ng_param *first_nonfinite(const ng_model *m, bool grads) {
+  for (int i = 0; i < m->n_params; i++) {
+    const ng_param *p = &m->params[i];
+    const float *x = grads ? (p->frozen ? NULL : p->grad) : p->data;
+    if (x && !isfinite(m->be->sumsq(m->be, x, (int64_t)p->numel))) return p;
+  }
+  return NULL;
+}
+
+// After the update of step t->st.step: a non-finite loss, gradient norm or
+// weight stops the run, before anything of the step is logged or written, with
+// one line naming the step, the stage and the first non-finite tensor.
+static int check_finite(const trainer *t, double loss, double gnorm) {
+  bool bad = !isfinite(loss) || !isfinite(gnorm);
+  const ng_param *g = bad ? first_nonfinite(t->student, true) : NULL;
+  const ng_param *w = g ? NULL : first_nonfinite(t->student, false);
+  if (!bad && !w) return 0;
+  char what[160] = "the loss";
+  if (g) snprintf(what, sizeof what, "the gradient of %s", g->name);
+  if (w) snprintf(what, sizeof what, "%s (updated)", w->name);
+  return ng_fail("%s: step %lld (stage %lld): non-finite training (loss %g, grad norm %g), first in "
+                 "%s; stopped with nothing of it written (the last checkpoint in %s stands): lower "
+                 "lr in %s/config.json and `normgrow train --resume %s`",
+                 t->rc.name, (long long)t->st.step, (long long)t->st.stage + 1, loss, gnorm, what,
+                 t->rc.run_dir, t->rc.run_dir, t->rc.run_dir);
+}
+
 static int train_step(trainer *t) {
   const ng_run_config *rc = &t->rc;
   int64_t N = rc->batch * rc->seq;
@@ -503,6 +570,7 @@ static int train_step(trainer *t) {
   t->st.tokens += N;
   t->st.layer_tokens += N * t->student->cfg.num_hidden_layers;
   double loss = rc->distill ? rc->loss.kd_weight * kd + (1.0 - rc->loss.kd_weight) * ce : ce;
+  if (check_finite(t, loss, gnorm)) return -1;
   cJSON *j = record(t, "step");
   cJSON_AddNumberToObject(j, "lr", lr);
   cJSON_AddNumberToObject(j, "loss", loss);
@@ -550,6 +618,19 @@ static void release_signals(const signal_handlers *h) {
 
 // ---------------------------------------------------------------- run
 
+// -1 with one line naming the log and the error when an append to
+// metrics.jsonl or diag.jsonl has failed.
+static int check_logs(const trainer *t) {
+  const char *names[2] = {"metrics.jsonl", "diag.jsonl"};
+  FILE *logs[2] = {t->metrics, t->diag};
+  for (int i = 0; i < 2; i++)  // (ranks other than 0 write no logs)
+    if (logs[i] && ferror(logs[i]))
+      return ng_fail("%s/%s: cannot append: %s; stopped (the last checkpoint stands: `normgrow "
+                     "train --resume %s` rewrites the log from it)",
+                     t->rc.run_dir, names[i], strerror(log_errno ? log_errno : EIO), t->rc.run_dir);
+  return 0;
+}
+
 // Whether a signal asked any rank to stop (all ranks agree, after the same step);
 // its number is this rank's own or SIGTERM.
 static int stop_requested(trainer *t) {
@@ -589,7 +670,8 @@ static int run_stages(trainer *t) {
       for (int64_t l = 0; l < t->student->cfg.num_hidden_layers; l++) ng_model_freeze(t->student, l, false);
     if (t->st.step_in_stage == 0 && grows && grow(t, s)) return -1;
     while (t->st.step_in_stage < ng_stage_steps(rc, s)) {
-      if (train_step(t) || (t->st.step % rc->eval_every == 0 && log_eval(t))) return -1;
+      if (train_step(t) || (t->st.step % rc->eval_every == 0 && log_eval(t)) || check_logs(t))
+        return -1;
       if (t->st.step % rc->checkpoint_every == 0 && save_checkpoint(t, "checkpoint.safetensors", true))
         return -1;
       if (t->st.step == t->stop_after) return 0;  // a stop: no final checkpoint
@@ -598,7 +680,7 @@ static int run_stages(trainer *t) {
   }
   t->st.stage = rc->n_stages - 1;
   t->st.step_in_stage = ng_stage_steps(rc, rc->n_stages - 1);
-  if (t->st.step % rc->eval_every != 0 && log_eval(t)) return -1;
+  if ((t->st.step % rc->eval_every != 0 && log_eval(t)) || check_logs(t)) return -1;
   return save_checkpoint(t, "checkpoint.safetensors", true) || write_final_diag(t) ||
          save_checkpoint(t, "final.safetensors", false);
 }
@@ -623,6 +705,33 @@ static int claim_run_dir(const trainer *t, bool force) {
     return ng_fail("%s holds a run (%s): continue it with `normgrow train --resume %s`, or "
                    "replace it with --force",
                    t->rc.run_dir, found, t->rc.run_dir);
+  return 0;
+}
+
+// The run directory (made if missing) locked for this process's life: flock on
+// <dir>/train.lock, which holds the holder's pid. A directory that a live
+// process holds is refused; the lock of a killed process is gone with it. The
+// file stays (removing it would let two processes lock two files).
+static int lock_run_dir(trainer *t, const char *dir) {
+  if (!is_root(t)) return 0;  // rank 0 holds it for the run; the others write nothing
+  char path[600];
+  snprintf(path, sizeof path, "%s/train.lock", dir);
+  if (ng_make_dir(dir) != 0) return -1;
+  t->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  if (t->lock_fd < 0) return ng_fail("%s: cannot open: %s", path, strerror(errno));
+  if (flock(t->lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    int err = errno;
+    char pid[24] = "";
+    ssize_t n = pread(t->lock_fd, pid, sizeof pid - 1, 0);
+    pid[n > 0 ? strcspn(pid, "\n") : 0] = 0;
+    if (err != EWOULDBLOCK) return ng_fail("%s: cannot lock: %s", path, strerror(err));
+    return ng_fail("%s: in use by process %s, which trains it (%s is locked); wait for it to end "
+                   "or stop it", dir, pid[0] ? pid : "(pid not yet written)", path);
+  }
+  char pid[24];
+  int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+  if (ftruncate(t->lock_fd, 0) != 0 || pwrite(t->lock_fd, pid, (size_t)n, 0) != n)
+    return ng_fail("%s: cannot write: %s", path, strerror(errno));
   return 0;
 }
 
@@ -673,6 +782,7 @@ static int reopen_log(trainer *t, const char *file, bool resume, FILE **log) {
   char path[600];
   if (!is_root(t)) return 0;
   path_in(t, file, path, sizeof path);
+  log_errno = 0;
   if (resume) {
     kept_records k = {fopen(path, "r"), t->st.step};
     int rc = ng_write_atomic(path, copy_kept_records, &k);
@@ -724,7 +834,9 @@ static int log_backend(trainer *t, bool resume) {
   cJSON_AddStringToObject(j, "blas_kernels", ng_blas_corename());
   cJSON_AddNumberToObject(j, "time", wall_clock());
   log_line(f, j);
-  return fclose(f) == 0 ? 0 : ng_fail("%s: %s", path, strerror(errno));
+  bool ok = !ferror(f);
+  if (fclose(f) != 0 && ok) ok = false, log_errno = errno;
+  return ok ? 0 : ng_fail("%s: cannot append: %s", path, strerror(log_errno ? log_errno : EIO));
 }
 
 // The run in `dir` at its checkpoint, on the overrides' backend and precision
@@ -737,6 +849,7 @@ static int resume_from(trainer *t, const char *dir, const ng_run_overrides *ov,
   if (access(config, F_OK) != 0)
     return ng_fail("%s: no config.json, so no run to resume (start one with `normgrow train "
                    "RUN.json --run-dir %s`)", dir, dir);
+  if (lock_run_dir(t, dir)) return -1;
   ng_run_overrides where = {.seed = -1, .backend = ov->backend, .precision = ov->precision};
   if (ng_run_config_load(config, &where, &t->rc) || open_backend(t)) return -1;
   snprintf(path, sizeof path, "%s/checkpoint.safetensors", dir);
@@ -745,6 +858,10 @@ static int resume_from(trainer *t, const char *dir, const ng_run_overrides *ov,
                    "at step %lld); start the run again with `normgrow train %s/config.json --force`",
                    dir, (long long)t->rc.checkpoint_every, dir);
   if (ng_checkpoint_load(path, t->be, true, &t->student, &t->opt, &t->st)) return -1;
+  const ng_param *bad = first_nonfinite(t->student, false);
+  if (bad)
+    return ng_fail("%s: tensor %s holds a NaN or an Inf: this checkpoint cannot be resumed", path,
+                   bad->name);
   if (t->st.stage >= t->rc.n_stages) return ng_fail("%s: stage %lld of %d", path, (long long)t->st.stage, t->rc.n_stages);
   if (extend_tokens > 0 && extend_run(t, config, extend_tokens)) return -1;
   snprintf(t->rc.run_dir, sizeof t->rc.run_dir, "%s", dir);
@@ -809,6 +926,7 @@ static void trainer_free(trainer *t) {
   if (t->diag) fclose(t->diag);
   ng_run_config_free(&t->rc);
   ng_backend_close(t->be);
+  if (t->lock_fd >= 0) close(t->lock_fd);  // releases the run directory
 }
 
 // The ranks of the run: the communicator, and the sharded optimizer when there
@@ -829,12 +947,13 @@ static void fail_ranks(const trainer *t) {
 }
 
 int ng_train(const ng_train_args *args) {
-  trainer t = {.stop_after = args->stop_after};
+  trainer t = {.stop_after = args->stop_after, .lock_fd = -1};
   const char *resume_dir = args->resume_dir;
   if (open_comm(&t)) return -1;
   int rc = resume_dir ? resume_from(&t, resume_dir, &args->overrides, args->extend_tokens)
                       : (ng_run_config_load(args->config_path, &args->overrides, &t.rc) ||
-                         open_backend(&t) || claim_run_dir(&t, args->force)
+                         open_backend(&t) || lock_run_dir(&t, t.rc.run_dir) ||
+                                 claim_run_dir(&t, args->force)
                              ? -1
                              : 0);
   t.steps_total = rc == 0 ? ng_run_steps(&t.rc) : 0;
@@ -846,7 +965,7 @@ int ng_train(const ng_train_args *args) {
     trainer_free(&t);
     return 0;
   }
-  if (rc == 0) rc = open_data(&t) || open_caches(&t) || load_teacher(&t) ? -1 : 0;
+  if (rc == 0) rc = open_data(&t) || open_caches(&t) || check_run_memory(&t) || load_teacher(&t) ? -1 : 0;
   if (rc == 0 && !resume_dir) rc = init_student(&t) || make_run_dir(&t) ? -1 : 0;
   if (rc == 0) {
     if (t.rc.freeze_embeddings) ng_model_freeze(t.student, -1, true);

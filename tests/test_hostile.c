@@ -3,7 +3,9 @@
 // out-of-range cast), files declaring 100,000 layers with a handful of tensors
 // (refused before the names of the layers are allocated: checked under an
 // address-space limit), and tensor names holding a newline or a terminal
-// escape (messages stay one line, the bytes escaped).
+// escape (messages stay one line, the bytes escaped), and a run config whose
+// model would need more memory than the machine has (refused naming its
+// fields before anything is allocated by them, under an address-space limit).
 #include <cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,9 +15,11 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "fixtures.h"
 #include "normgrow/checkpoint.h"
 #include "normgrow/common.h"
 #include "normgrow/hf.h"
+#include "normgrow/run.h"
 #include "normgrow/safetensors.h"
 
 static char dir[64], good_path[128];
@@ -206,6 +210,46 @@ static void test_many_layers(void) {
                        open_checkpoint, hf, "100000 blocks");
 }
 
+// ---------------------------------------------------------------- beyond the machine's memory
+
+static int train_config(const char *path) {
+  ng_train_args a = {.config_path = path, .overrides = {.seed = -1}};
+  return ng_train(&a);
+}
+
+static void test_memory(void) {
+  double have = ng_machine_memory();
+  bool small_ok = ng_check_memory(1 << 20, "a megabyte") == 0;
+  int rc = ng_check_memory(2.0 * have, "twice the machine");
+  CHECK(have > 0 && small_ok && rc == -1 && strstr(ng_error(), "twice the machine needs") &&
+            strstr(ng_error(), "of memory of this machine"),
+        "ng_check_memory: a megabyte fits, twice the machine's memory is refused", "%s", ng_error());
+  ng_data_stats st = {0};
+  if (!test_license_shards(dir, &st)) {
+    printf("FAIL memory: no license texts to build shards from\n");
+    return;
+  }
+  // Hidden 65536, FFN 262144, 2 blocks: 1.4e11 parameters, TiB of weights and
+  // moments (within config.h's 2^40 parameters).
+  char path[128], text[2048];
+  path_of(path, sizeof path, "huge.json");
+  snprintf(text, sizeof text,
+           "{\"name\": \"huge\", \"seed\": 1, \"run_dir\": \"%s/huge\", \"mode\": \"pretrain\","
+           " \"data\": {\"train\": \"%s/train.bin\", \"val\": \"%s/val.bin\", \"batch\": 1, \"seq\": 16},"
+           " \"model\": {\"vocab_size\": 257, \"hidden_size\": 65536, \"intermediate_size\": 262144,"
+           " \"num_hidden_layers\": 2, \"num_attention_heads\": 512, \"num_key_value_heads\": 512,"
+           " \"head_dim\": 128, \"rope_theta\": 10000, \"rms_norm_eps\": 1e-6,"
+           " \"tie_word_embeddings\": true, \"norm_placement\": \"pre\", \"final_norm\": true},"
+           " \"optim\": {\"beta1\": 0.9, \"beta2\": 0.95, \"eps\": 1e-8, \"weight_decay\": 0.1, \"grad_clip\": 1.0},"
+           " \"lr\": {\"peak\": 0.003, \"floor\": 0.0003, \"warmup_tokens\": 0, \"shape\": \"cosine\"},"
+           " \"stages\": [{\"depth\": 2, \"tokens\": 1600}], \"eval\": {\"every_steps\": 10, \"batches\": 2}}",
+           dir, dir, dir);
+  FILE *f = fopen(path, "w");
+  NG_ASSERT(f && fputs(text, f) >= 0 && fclose(f) == 0);
+  expect_refused_small("a run whose model needs TiB is refused naming its fields, before allocating",
+                       train_config, path, "model.hidden_size 65536, model.intermediate_size 262144");
+}
+
 // ---------------------------------------------------------------- names
 
 // A safetensors file whose one tensor has a hostile name and an unknown dtype.
@@ -252,6 +296,7 @@ int main(void) {
   write_good_checkpoint();
   test_state();
   test_many_layers();
+  test_memory();
   test_escaped_names();
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);

@@ -53,4 +53,11 @@ int ng_peak_rss_reset(void);
 // Checked size arithmetic for sizes that come from files: returns -1 on overflow.
 int ng_mul_size(size_t a, size_t b, size_t *out);
 
+// Bytes of memory this machine has (physical pages x page size).
+double ng_machine_memory(void);
+// 0 when `bytes` (what `what`, a phrase naming the fields that set it, would
+// allocate) fit in the machine's memory; else -1 with "<what> needs X GiB, more
+// than the Y GiB of memory of this machine".
+int ng_check_memory(double bytes, const char *what);
+
 #endif

@@ -4,7 +4,8 @@
 // Writing: a file is replaced atomically: its contents go to the temp file
 // "<path>.tmp.<pid>", which is flushed, fsync'ed and renamed over `path`, so a
 // reader sees the old file or the complete new one, never a partial one. On
-// failure the temp file is removed and `path` is left as it was.
+// failure the temp file is removed and `path` is left as it was. After the
+// rename the directory is fsync'ed too, so that the new name is on disk.
 //
 // Like everything in normgrow, these return 0 on success and -1 after one
 // message (ng_error) that names the path.

@@ -52,7 +52,11 @@
 // tokens and its layer-tokens (tokens x depth, summed over the stages) are at
 // most 2^53 - 1, as its checkpoints record them; one step's activations (batch
 // x seq x (depth + 1) x the widest per-token row) at most 2^52 values; the
-// model at most 2^40 parameters (config.h).
+// model at most 2^40 parameters (config.h). Before the run allocates by these
+// sizes, each stage's memory (plan.h) is checked against the machine's
+// (ng_check_memory): a backend in host memory needs the plan's total there,
+// any backend the host copies of a checkpoint and the batches; a stage that
+// needs more is refused with one line naming it and the fields that size it.
 // backend (default "cpu") and precision (default "fp32"): where the run computes,
 // not what it computes (a run may resume on another backend).
 #ifndef NORMGROW_RUN_H

@@ -1,0 +1,232 @@
+// Non-finite training: a run that really diverges (stage 2 at a learning rate
+// of 10 with a weight decay of 1000: the weights grow ~10^4-fold a step) stops
+// at that step with one line naming the step, the stage and the first
+// non-finite tensor, writes no checkpoint or final weights from that state,
+// and resumes from its last checkpoint once config.json has a sane learning
+// rate (the resume re-reads it). A checkpoint with one Inf weight (written by
+// the test into a real checkpoint) is refused on resume with the tensor named,
+// and left as it was.
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "fixtures.h"
+#include "normgrow/checkpoint.h"
+#include "normgrow/common.h"
+#include "normgrow/safetensors.h"
+#include "normgrow/run.h"
+
+static char dir[64];
+static ng_backend *be;
+
+static void write_file(const char *path, const char *text) {
+  FILE *f = fopen(path, "w");
+  NG_ASSERT(f && fputs(text, f) >= 0 && fclose(f) == 0);
+}
+
+static char *slurp(const char *path, size_t *n) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  *n = (size_t)ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *buf = ng_xmalloc(*n + 1);
+  NG_ASSERT(fread(buf, 1, *n, f) == *n);
+  buf[*n] = 0;
+  fclose(f);
+  return buf;
+}
+
+// Replaces the first `from` in the file by `to`.
+static void edit_file(const char *path, const char *from, const char *to) {
+  size_t n;
+  char *text = slurp(path, &n), *at = strstr(text, from);
+  NG_ASSERT(at);
+  *at = 0;
+  char *out = ng_xmalloc(n + strlen(to) + 1);
+  sprintf(out, "%s%s%s", text, to, at + strlen(from));
+  write_file(path, out);
+  free(out);
+  free(text);
+}
+
+// Pretraining, 2 blocks, 10 steps at LR 1e-3, then 20 steps of stage 2 at the
+// LR `peak2` (constant); weight decay `wd`; a checkpoint every 10 steps.
+static void write_config(const char *path, const char *run, const char *peak2, const char *wd) {
+  char text[2048];
+  snprintf(text, sizeof text,
+           "{\"name\": \"nf\", \"seed\": 2, \"run_dir\": \"%s/%s\", \"mode\": \"pretrain\","
+           " \"data\": {\"train\": \"%s/train.bin\", \"val\": \"%s/val.bin\", \"batch\": 4, \"seq\": 16},"
+           " \"model\": {\"vocab_size\": 257, \"hidden_size\": 16, \"intermediate_size\": 32,"
+           " \"num_hidden_layers\": 2, \"num_attention_heads\": 2, \"num_key_value_heads\": 1,"
+           " \"head_dim\": 8, \"rope_theta\": 10000, \"rms_norm_eps\": 1e-6,"
+           " \"tie_word_embeddings\": true, \"norm_placement\": \"pre\", \"final_norm\": true},"
+           " \"optim\": {\"beta1\": 0.9, \"beta2\": 0.95, \"eps\": 1e-8, \"weight_decay\": %s, \"grad_clip\": 1.0},"
+           " \"lr\": {\"peak\": 0.001, \"floor\": 0.001, \"warmup_tokens\": 0, \"shape\": \"constant\"},"
+           " \"stages\": [{\"depth\": 2, \"tokens\": 640},"
+           " {\"depth\": 2, \"tokens\": 1280, \"lr\": {\"peak\": %s, \"floor\": 0.0, \"warmup_tokens\": 0,"
+           " \"shape\": \"constant\"}}],"
+           " \"eval\": {\"every_steps\": 10, \"batches\": 2}, \"checkpoint_every_steps\": 10}",
+           dir, run, dir, dir, wd, peak2);
+  write_file(path, text);
+}
+
+// Whether every weight of the checkpoint is finite; with `step` the file
+// holds a training state, its step into *step.
+static bool finite_checkpoint(const char *path, int64_t *step) {
+  ng_model *m = NULL;
+  ng_adamw *o = NULL;
+  ng_train_state st = {0};
+  if (ng_checkpoint_load(path, be, true, &m, step ? &o : NULL, step ? &st : NULL)) return false;
+  bool ok = true;
+  for (int i = 0; i < m->n_params; i++)
+    for (size_t j = 0; j < m->params[i].numel; j++) ok = ok && isfinite(m->params[i].data[j]);
+  if (step) *step = st.step;
+  free(st.gate_origin);
+  ng_adamw_free(m, o);
+  ng_model_free(m);
+  return ok;
+}
+
+// The steps and learning rates of the "step" records of a metrics log.
+static int read_steps(const char *path, int64_t *steps, double *lrs, int max) {
+  size_t n;
+  char *text = slurp(path, &n), *save = NULL;
+  int k = 0;
+  for (char *line = text ? strtok_r(text, "\n", &save) : NULL; line && k < max;
+       line = strtok_r(NULL, "\n", &save)) {
+    cJSON *j = cJSON_Parse(line);
+    const cJSON *ev = cJSON_GetObjectItemCaseSensitive(j, "event");
+    if (cJSON_IsString(ev) && strcmp(ev->valuestring, "step") == 0) {
+      steps[k] = (int64_t)cJSON_GetObjectItemCaseSensitive(j, "step")->valuedouble;
+      lrs[k++] = cJSON_GetObjectItemCaseSensitive(j, "lr")->valuedouble;
+    }
+    cJSON_Delete(j);
+  }
+  free(text);
+  return k;
+}
+
+// Stage 2 diverges: the run stops at a step of stage 2, names a tensor, keeps
+// the checkpoint of step 10 and writes no final weights; config.json then gets
+// a sane LR and weight decay and the run resumes from step 10 to the end.
+static void check_divergence(void) {
+  char config[160], run[96], ckpt[160], final[160], metrics[160];
+  snprintf(config, sizeof config, "%s/diverge.json", dir);
+  snprintf(run, sizeof run, "%s/diverge", dir);
+  snprintf(ckpt, sizeof ckpt, "%s/checkpoint.safetensors", run);
+  snprintf(final, sizeof final, "%s/final.safetensors", run);
+  snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", run);
+  write_config(config, "diverge", "10", "1000");
+  ng_train_args a = {.config_path = config, .overrides = {.seed = -1}};
+  int rc = ng_train(&a);
+  const char *msg = ng_error();
+  long step = 0;
+  const char *at = strstr(msg, ": step ");
+  if (at) step = strtol(at + 7, NULL, 10);
+  int64_t ckpt_step = -1;
+  bool named = strstr(msg, "(stage 2)") && strstr(msg, "non-finite") && strchr(msg, '\n') == NULL &&
+               (strstr(msg, "first in the gradient of ") || strstr(msg, " (updated)") ||
+                strstr(msg, "first in the loss"));
+  CHECK(rc == -1 && named && step > 10 && step <= 30, "a diverging run stops at its step with one line",
+        "status %d: %s", rc, msg);
+  printf("# %s\n", msg);
+  CHECK(finite_checkpoint(ckpt, &ckpt_step) && ckpt_step == 10 && access(final, F_OK) != 0,
+        "the diverged run leaves its last good checkpoint (step 10) and no final weights",
+        "checkpoint step %lld, final %s", (long long)ckpt_step,
+        access(final, F_OK) == 0 ? "written" : "absent");
+  int64_t steps[64];
+  double lrs[64];
+  int n = read_steps(metrics, steps, lrs, 64);
+  CHECK(n == step - 1 && steps[n - 1] == step - 1, "metrics.jsonl ends with the last finite step",
+        "%d step records, the last %lld, stopped at %ld", n, n ? (long long)steps[n - 1] : -1LL, step);
+
+  // Resume after lowering stage 2's LR (and the decay) in the run's config.json.
+  char run_config[160];
+  snprintf(run_config, sizeof run_config, "%s/config.json", run);
+  edit_file(run_config, "\"peak\":\t10", "\"peak\":\t0.0005");
+  edit_file(run_config, "\"weight_decay\":\t1000", "\"weight_decay\":\t0.1");
+  ng_train_args r = {.resume_dir = run};
+  rc = ng_train(&r);
+  n = read_steps(metrics, steps, lrs, 64);
+  bool order = n == 30;
+  for (int i = 0; order && i < n; i++) order = steps[i] == i + 1 && lrs[i] == (i < 10 ? 0.001 : 0.0005);
+  CHECK(rc == 0 && finite_checkpoint(final, NULL) && order,
+        "resumed from step 10 with the LR of the edited config.json: 30 finite steps",
+        "status %d (%s), %d step records", rc, rc ? ng_error() : "", n);
+}
+
+// A copy of the checkpoint `path` (in place) with element 3 of `name` set to +Inf.
+static void poison(const char *path, const char *name) {
+  ng_st_file f;
+  NG_ASSERT(ng_st_open(&f, path) == 0);
+  ng_st_writer *w = ng_st_writer_new();
+  float *bad = NULL;
+  for (int i = 0; i < f.n_meta; i++) ng_st_writer_meta(w, f.meta_keys[i], f.meta_values[i]);
+  for (int i = 0; i < f.n; i++) {
+    const ng_st_tensor *t = &f.tensors[i];
+    const void *data = t->data;
+    if (strcmp(t->name, name) == 0) {
+      NG_ASSERT(t->dtype == NG_F32 && t->numel >= 4);
+      bad = ng_xmalloc(t->numel * sizeof(float));
+      memcpy(bad, t->data, t->numel * sizeof(float));
+      bad[3] = INFINITY;
+      data = bad;
+    }
+    ng_st_writer_add(w, t->name, t->dtype, t->ndim, t->shape, data);
+  }
+  NG_ASSERT(bad && ng_st_writer_save(w, path) == 0);
+  ng_st_writer_free(w);
+  ng_st_close(&f);
+  free(bad);
+}
+
+// A finished run whose checkpoint has one Inf weight: --resume (to train on)
+// refuses it naming the tensor, and changes no file of the run.
+static void check_poisoned(void) {
+  char config[160], run[96], ckpt[160], final[160], run_config[160];
+  snprintf(config, sizeof config, "%s/poison.json", dir);
+  snprintf(run, sizeof run, "%s/poison", dir);
+  snprintf(ckpt, sizeof ckpt, "%s/checkpoint.safetensors", run);
+  snprintf(final, sizeof final, "%s/final.safetensors", run);
+  snprintf(run_config, sizeof run_config, "%s/config.json", run);
+  write_config(config, "poison", "0.001", "0.1");
+  ng_train_args a = {.config_path = config, .overrides = {.seed = -1}};
+  bool trained = ng_train(&a) == 0;
+  const char *tensor = "model.layers.1.mlp.down_proj.weight";
+  poison(ckpt, tensor);
+  size_t n0, n1, n2, c0, c1;
+  char *before = slurp(ckpt, &n0), *final_before = slurp(final, &n1), *cfg = slurp(run_config, &c0);
+  ng_train_args r = {.resume_dir = run, .extend_tokens = 640};
+  int rc = ng_train(&r);
+  const char *msg = ng_error();
+  char *after = slurp(ckpt, &n2), *final_after = slurp(final, &n1), *cfg_after = slurp(run_config, &c1);
+  bool same = n0 == n2 && memcmp(before, after, n0) == 0 && final_after &&
+              memcmp(final_before, final_after, n1) == 0 && c0 == c1 && memcmp(cfg, cfg_after, c0) == 0;
+  CHECK(trained && rc == -1 && strstr(msg, tensor) && strstr(msg, "checkpoint.safetensors") && same,
+        "a checkpoint with one Inf weight: resume refused naming the tensor, files unchanged",
+        "status %d: %s (files %s)", rc, msg, same ? "unchanged" : "changed");
+  printf("# %s\n", msg);
+  free(before), free(after), free(final_before), free(final_after), free(cfg), free(cfg_after);
+}
+
+int main(void) {
+  snprintf(dir, sizeof dir, "/tmp/ng_nonfinite_XXXXXX");
+  NG_ASSERT(mkdtemp(dir));
+  be = ng_backend_open("cpu", NG_PREC_FP32);
+  ng_data_stats st = {0};
+  if (!test_license_shards(dir, &st)) {
+    printf("FAIL data: no license texts to build shards from\n");
+    return 1;
+  }
+  check_divergence();
+  check_poisoned();
+  ng_backend_close(be);
+  char cmd[96];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  NG_ASSERT(system(cmd) == 0);
+  return TEST_RESULT();
+}
