@@ -34,8 +34,8 @@ for t in "${targets[@]}"; do
   mkdir -p "$out/corpus/$t"
   log=$out/fuzz_$t.log
   rc=0
-  mkdir -p "$out/work/$t"
-  NG_FUZZ_DIR="$root/$out/work/$t" OMP_NUM_THREADS=1 "$out/fuzz_$t" -max_total_time="$seconds" -print_final_stats=1 -rss_limit_mb=4096 -malloc_limit_mb=128 \
+  mkdir -p "$out/scratch/$t"
+  NG_FUZZ_DIR="$root/$out/scratch/$t" OMP_NUM_THREADS=1 "$out/fuzz_$t" -max_total_time="$seconds" -print_final_stats=1 -rss_limit_mb=4096 -malloc_limit_mb=128 \
     -timeout=20 -dict=tests/fuzz/json.dict -artifact_prefix="$out/crashes/$t-" \
     "$out/corpus/$t" "$out/seeds/$t" >"$log" 2>&1 || rc=$?
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
