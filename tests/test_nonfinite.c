@@ -16,6 +16,7 @@
 #include "fixtures.h"
 #include "normgrow/checkpoint.h"
 #include "normgrow/common.h"
+#include "normgrow/fileio.h"
 #include "normgrow/safetensors.h"
 #include "normgrow/run.h"
 
@@ -27,17 +28,10 @@ static void write_file(const char *path, const char *text) {
   NG_ASSERT(f && fputs(text, f) >= 0 && fclose(f) == 0);
 }
 
+// The whole file, or NULL when it cannot be read.
 static char *slurp(const char *path, size_t *n) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  *n = (size_t)ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *buf = ng_xmalloc(*n + 1);
-  NG_ASSERT(fread(buf, 1, *n, f) == *n);
-  buf[*n] = 0;
-  fclose(f);
-  return buf;
+  char *text = NULL;
+  return ng_read_file(path, (size_t)1 << 30, &text, n) == 0 ? text : NULL;
 }
 
 // Replaces the first `from` in the file by `to`.

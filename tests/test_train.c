@@ -13,6 +13,7 @@
 #include "fixtures.h"
 #include "normgrow/checkpoint.h"
 #include "normgrow/common.h"
+#include "normgrow/fileio.h"
 #include "normgrow/data.h"
 #include "normgrow/run.h"
 
@@ -34,17 +35,10 @@ static int train(const char *config_path) {
   return ng_train(&a);
 }
 
+// The whole file, or NULL when it cannot be read.
 static char *read_file(const char *path, size_t *n) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  *n = (size_t)ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *buf = ng_xmalloc(*n + 1);
-  NG_ASSERT(fread(buf, 1, *n, f) == *n);
-  buf[*n] = 0;
-  fclose(f);
-  return buf;
+  char *text = NULL;
+  return ng_read_file(path, (size_t)1 << 30, &text, n) == 0 ? text : NULL;
 }
 
 static const char *model_json(int layers, const char *placement) {
