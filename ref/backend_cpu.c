@@ -779,6 +779,7 @@ static ng_backend cpu_backend = {
     .name = "cpu",
     .precision = NG_PREC_FP32,
     .divergences = 1u << NG_DIV_FORWARD_KL | 1u << NG_DIV_REVERSE_KL | 1u << NG_DIV_JSD,
+    .host_memory = true,
     .synchronize = cpu_nothing,  // every op has finished when it returns
     .destroy = cpu_nothing,      // a static instance
     .kernels = cpu_kernels,

@@ -98,7 +98,6 @@ static int open_caches(trainer *t) {
 static int check_run_memory(const trainer *t) {
   const ng_run_config *rc = &t->rc;
   ng_plan_device dev = {.tflops = 1.0, .memory_gib = 1.0, .devices = 1, .bytes_per_param = 4};
-  bool host = strcmp(t->be->name, "cpu") == 0 || strcmp(t->be->name, "onednn") == 0;
   double N = (double)rc->batch * (double)rc->seq, k = rc->use_cache ? t->cache_train.k : 0.0;
   for (int s = 0; s < rc->n_stages; s++) {
     ng_plan_stage p;
@@ -111,7 +110,7 @@ static int check_run_memory(const trainer *t) {
              (long long)rc->model.intermediate_size, (long long)rc->model.vocab_size,
              (long long)rc->stages[s].depth, (long long)rc->batch, (long long)rc->seq,
              rc->use_cache ? " x the teacher cache's k" : "");
-    double bytes = (double)(host ? p.total : p.checkpoint) + N * (8.0 + (k > 0 ? 8.0 * k + 4.0 : 0.0));
+    double bytes = (double)(t->be->host_memory ? p.total : p.checkpoint) + N * (8.0 + (k > 0 ? 8.0 * k + 4.0 : 0.0));
     if (ng_check_memory(bytes, what)) return -1;
   }
   return 0;

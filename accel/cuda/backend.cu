@@ -119,6 +119,7 @@ static const ng_backend cuda_table = {
     .name = "cuda",
     .precision = NG_PREC_FP32,
     .divergences = 1u << NG_DIV_FORWARD_KL,  // reverse_kl and jsd: not yet on the device
+    .host_memory = false,
     .ctx = NULL,
     .synchronize = cu_synchronize,
     .destroy = cu_destroy,

@@ -67,6 +67,7 @@ struct ng_backend {
   const char *name;
   ng_precision precision;
   unsigned divergences;  // bit 1 << d for every ng_divergence d its loss ops compute
+  bool host_memory;      // its buffers are the machine's memory (a device's otherwise)
   void *ctx;  // the backend's own state (primitive caches, streams); NULL for the CPU
 
   // Waits until every op issued before has finished.
