@@ -3,6 +3,8 @@
 #ifndef NORMGROW_TESTS_CHECK_H
 #define NORMGROW_TESTS_CHECK_H
 
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 
 static int ng_test_failures = 0;
@@ -21,5 +23,17 @@ static int ng_test_failures = 0;
   } while (0)
 
 #define TEST_RESULT() (ng_test_failures ? 1 : 0)
+
+// max|got - want| / max|want| (max|got - want| when want is all zero); a NaN
+// anywhere in got gives infinity.
+static inline double ng_test_max_rel(const float *got, const float *want, int64_t n) {
+  double d = 0.0, s = 0.0;
+  for (int64_t i = 0; i < n; i++) {
+    d = fmax(d, fabs((double)got[i] - want[i]));
+    s = fmax(s, fabs((double)want[i]));
+    if (isnan(got[i])) return INFINITY;
+  }
+  return s > 0.0 ? d / s : d;
+}
 
 #endif

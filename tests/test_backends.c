@@ -68,16 +68,6 @@ static float *randn(int64_t n, double std) {
 
 // ---------------------------------------------------------------- comparison
 
-static double max_rel(const float *got, const float *exp, int64_t n) {
-  double d = 0.0, s = 0.0;
-  for (int64_t i = 0; i < n; i++) {
-    d = fmax(d, fabs((double)got[i] - exp[i]));
-    s = fmax(s, fabs((double)exp[i]));
-  }
-  if (isnan(d)) return INFINITY;
-  return s > 0.0 ? d / s : d;
-}
-
 static double rel_l2(const float *got, const float *exp, int64_t n) {
   double d = 0.0, s = 0.0;
   for (int64_t i = 0; i < n; i++) {
@@ -92,7 +82,7 @@ static double rel_l2(const float *got, const float *exp, int64_t n) {
 static void compare(const target *t, const char *what, kind k, float *got, const float *exp,
                     int64_t n) {
   bool bf16 = t->be->precision == NG_PREC_BF16;
-  double err = bf16 && k == GRAD ? rel_l2(got, exp, n) : max_rel(got, exp, n);
+  double err = bf16 && k == GRAD ? rel_l2(got, exp, n) : ng_test_max_rel(got, exp, n);
   double tol = bf16 ? (k == GRAD ? 0.1 : 3e-2) : (k == GRAD ? 1e-3 : 1e-4);
   char name[256];
   snprintf(name, sizeof name, "%s: %s: %s error %.1e", t->label, what,

@@ -74,15 +74,6 @@ static float *downf(const float *d, int64_t n) {
   return h;
 }
 
-// max|got - want| / max|want| (absolute when want is all zero)
-static double rel_err(const float *got, const float *want, int64_t n) {
-  double e = 0.0, m = 0.0;
-  for (int64_t i = 0; i < n; i++) {
-    e = fmax(e, fabs((double)got[i] - want[i]));
-    m = fmax(m, fabs((double)want[i]));
-  }
-  return m > 0.0 ? e / m : e;
-}
 
 // Tolerances: fp32 from the golden contract; bf16 forward 3e-2 (gradients of
 // bf16 products are compared at 0.1 relative L2 in the contract, here per tensor).
@@ -93,7 +84,7 @@ static double tol_grad(void) { return bf16_mode ? 1e-1 : 1e-3; }
 // Downloads the device result d [n], compares with the CPU's h [n], frees d's copy.
 static void expect(const char *what, const float *d, const float *h, int64_t n, double tol) {
   float *got = downf(d, n);
-  double e = rel_err(got, h, n);
+  double e = ng_test_max_rel(got, h, n);
   char name[200];
   snprintf(name, sizeof name, "%s %s", label, what);
   CHECK(e <= tol, name, "relative error %.3g > %.3g", e, tol);
