@@ -11,6 +11,7 @@
 
 #include "normgrow/common.h"
 #include "normgrow/hf.h"
+#include "normgrow/plan.h"
 #include "normgrow/run.h"
 
 // Host copies of backend buffers, kept until the writer has saved.
@@ -229,7 +230,10 @@ int ng_checkpoint_load(const char *path, ng_backend *be, bool trainable, ng_mode
   ng_st_file f;
   ng_model_config cfg;
   if (ng_st_open(&f, path)) return -1;
-  int rc = read_model_config(&f, &cfg) || ng_model_check_file(&cfg, &f, "") ? -1 : 0;
+  int rc = read_model_config(&f, &cfg) || ng_model_check_file(&cfg, &f, "") ||
+                   ng_plan_check_model_memory(&cfg, trainable, opt != NULL, path)
+               ? -1
+               : 0;
   ng_model *m = rc ? NULL : ng_model_create(be, &cfg, trainable);
   ng_adamw *o = m && opt ? ng_adamw_create(m) : NULL;
   if (rc == 0) rc = ng_model_load(m, &f, "");

@@ -9,6 +9,7 @@
 #include "normgrow/fileio.h"
 #include "normgrow/model.h"
 #include "normgrow/optim.h"
+#include "normgrow/plan.h"
 #include "normgrow/rng.h"
 #include "normgrow/topk.h"
 
@@ -297,10 +298,22 @@ static void emit_ablation(const eval_ctx *e, ng_model *m, const ng_acts_options 
   ng_acts_free(m, a);
 }
 
+// The evaluation's model (weights, gradients), training activations, logits
+// and teacher logits [B*T, V] within the machine's memory.
+static int check_eval_memory(const ng_golden_case *gc, const ng_acts_options *o) {
+  ng_acts_options ao = {.train = true, .recompute = o->recompute, .chunk = o->chunk};
+  double N = (double)gc->B * (double)gc->T, V = (double)gc->model.vocab_size;
+  double bytes = 4.0 * ((double)ng_plan_count_params(&gc->model, 0, false).total +
+                        (double)ng_plan_acts_floats(&gc->model, gc->B, gc->T, &ao) + 2.0 * N * V);
+  char what[1100];
+  snprintf(what, sizeof what, "%s: inputs of B %lld x T %lld", gc->file.path, (long long)gc->B, (long long)gc->T);
+  return ng_plan_check_more_memory(&gc->model, bytes, what);
+}
+
 int ng_golden_eval(const ng_golden_case *gc, ng_backend *be, const ng_acts_options *o,
                    ng_tensor_list *out) {
   int64_t N = gc->B * gc->T, V = gc->model.vocab_size;
-  if (ng_backend_check_divergence(be, gc->loss.divergence)) return -1;
+  if (ng_backend_check_divergence(be, gc->loss.divergence) || check_eval_memory(gc, o)) return -1;
   eval_ctx e = {be, gc, upload(be, gc->tokens, (size_t)N * sizeof(int32_t)),
                 upload(be, gc->targets, (size_t)N * sizeof(int32_t)),
                 gc->teacher ? upload(be, gc->teacher, (size_t)N * V * sizeof(float)) : NULL};

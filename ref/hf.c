@@ -13,6 +13,7 @@
 
 #include "normgrow/common.h"
 #include "normgrow/fileio.h"
+#include "normgrow/plan.h"
 
 #define HF_CONFIG "config.json"
 #define HF_SINGLE "model.safetensors"
@@ -412,7 +413,10 @@ int ng_hf_load(const char *dir, ng_backend *be, bool trainable, ng_model **out) 
     return -1;
   }
   ng_model *skel = ng_model_create(NULL, &cfg, false);
-  int rc = check_weights(&ck, skel) || check_no_extra(&ck, skel) ? -1 : 0;
+  int rc = check_weights(&ck, skel) || check_no_extra(&ck, skel) ||
+                   ng_plan_check_model_memory(&cfg, trainable, false, dir)
+               ? -1
+               : 0;
   ng_model_free(skel);
   ng_model *m = NULL;
   if (rc == 0) {

@@ -114,24 +114,47 @@ static void fit(const ng_plan_device *dev, ng_plan_stage *s) {
     if (device_bytes(s, n, &a, &z) <= limit) s->devices_needed = n;
 }
 
-// Bytes of the diagnostics at an evaluation (ref/diag.c): the residual points
-// (a forward-only set with logits of one row; on the host per point its RMS
-// per eval token and 2^16 counts of 8 bytes for the median, a [n, D] scratch,
-// and per token its id, class and a scratch float), then the ablation
-// (forward-only sets of student and teacher).
-static int64_t diag_bytes(const ng_run_config *rc, const ng_model_config *sc,
-                          const ng_model_config *forward_teacher, int64_t chunk) {
+// Bytes of the diagnostics (ref/diag.c): the residual points (a forward-only
+// set with logits of one row; on the host per point its RMS per eval token and
+// 2^16 counts of 8 bytes for the median, a [n, D] scratch, and per token its id,
+// class and a scratch float), then the ablation (forward-only sets of student
+// and teacher).
+int64_t ng_plan_diag_bytes(const ng_model_config *sc, const ng_model_config *forward_teacher,
+                           int64_t n_eval, int64_t B, int64_t T, int64_t chunk) {
   int64_t f32 = (int64_t)sizeof(float), L = sc->num_hidden_layers, D = sc->hidden_size;
   int64_t points = 1 + (ng_block_layout_of(sc->norm_placement).output_norm ? 3 * L : L);
-  int64_t n_eval = rc->eval_batches * rc->batch * rc->seq;
   ng_acts_options one_row = {.chunk = 1}, fwd = {.chunk = chunk};
-  int64_t n = rc->micro_batch * rc->seq;
-  int64_t collect = f32 * (ng_plan_acts_floats(sc, rc->micro_batch, rc->seq, &one_row) +
-                           points * n_eval + n * D + 3 * n_eval) +
+  int64_t n = B * T;
+  int64_t collect = f32 * (ng_plan_acts_floats(sc, B, T, &one_row) + points * n_eval + n * D + 3 * n_eval) +
                     points * 65536 * (int64_t)sizeof(int64_t);
-  int64_t ablation = f32 * ng_plan_acts_floats(sc, rc->micro_batch, rc->seq, &fwd);
-  if (forward_teacher) ablation += f32 * ng_plan_acts_floats(forward_teacher, rc->micro_batch, rc->seq, &fwd);
+  int64_t ablation = f32 * ng_plan_acts_floats(sc, B, T, &fwd);
+  if (forward_teacher) ablation += f32 * ng_plan_acts_floats(forward_teacher, B, T, &fwd);
   return collect > ablation ? collect : ablation;
+}
+
+// "(hidden_size H, intermediate_size F, vocab_size V, num_hidden_layers L)"
+static void size_fields(const ng_model_config *c, char *out, size_t n) {
+  snprintf(out, n, "(hidden_size %lld, intermediate_size %lld, vocab_size %lld, num_hidden_layers %lld)",
+           (long long)c->hidden_size, (long long)c->intermediate_size, (long long)c->vocab_size,
+           (long long)c->num_hidden_layers);
+}
+
+int ng_plan_check_model_memory(const ng_model_config *c, bool trainable, bool optimizer,
+                               const char *source) {
+  double P = (double)ng_plan_count_params(c, 0, false).total;
+  double copies = 1.0 + (trainable ? 1.0 : 0.0) + (optimizer ? 2.0 : 0.0);
+  char fields[200], what[1400];
+  size_fields(c, fields, sizeof fields);
+  snprintf(what, sizeof what, "%s: a model of %.0f parameters %s", source, P, fields);
+  return ng_check_memory(copies * P * (double)sizeof(float) + (double)NG_PLAN_RUNTIME_BYTES, what);
+}
+
+int ng_plan_check_more_memory(const ng_model_config *c, double extra, const char *what) {
+  double P = (double)ng_plan_count_params(c, 0, false).total;
+  char fields[200], line[1400];
+  size_fields(c, fields, sizeof fields);
+  snprintf(line, sizeof line, "%s with a model %s", what, fields);
+  return ng_check_memory(P * (double)sizeof(float) + extra + (double)NG_PLAN_RUNTIME_BYTES, line);
 }
 
 // Bytes of the teacher's weights: bpp each, or its blocks at 2 bytes and
@@ -172,7 +195,7 @@ void ng_plan_stage_of(const ng_run_config *rc, int stage, const ng_model_config 
     out->teacher_weights = teacher_bytes(teacher, &out->teacher, bpp, rc->teacher_bf16 && dev->teacher_bf16);
   }
   if (forward_teacher) out->teacher_acts = f32 * ng_plan_acts_floats(teacher, mb, T, &fwd);
-  out->diag = diag_bytes(rc, &sc, forward_teacher, chunk);
+  out->diag = ng_plan_diag_bytes(&sc, forward_teacher, rc->eval_batches * B * T, mb, T, chunk);
   out->checkpoint = 3 * out->student.total * f32;
   int64_t transient = out->diag > out->checkpoint ? out->diag : out->checkpoint;
   out->total = out->weights + out->grads + out->adamw + out->acts + out->eval_acts +

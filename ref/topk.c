@@ -10,6 +10,7 @@
 
 #include "normgrow/common.h"
 #include "normgrow/fileio.h"
+#include "normgrow/plan.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "normgrow's file formats are little-endian; this host is not"
@@ -131,6 +132,20 @@ static int build_into(ng_model *t, const ng_shard *s, topk_header *h, int64_t ba
   return rc;
 }
 
+// build_into's buffers within the machine's memory: the teacher's forward
+// with logits of every row [N, V], their host copy, and per row its token,
+// k ids and values and the log-sum-exp.
+static int check_build_memory(const ng_model *t, int64_t batch, int64_t seq, int64_t k) {
+  ng_acts_options all_rows = {0};
+  double N = (double)batch * (double)seq, V = (double)t->cfg.vocab_size;
+  double bytes = 4.0 * (double)ng_plan_acts_floats(&t->cfg, batch, seq, &all_rows) + 4.0 * N * V +
+                 N * (8.0 + 8.0 * (double)k);
+  char what[160];
+  snprintf(what, sizeof what, "teacher-cache: --batch %lld x --seq %lld (k %lld)", (long long)batch,
+           (long long)seq, (long long)k);
+  return ng_plan_check_more_memory(&t->cfg, bytes, what);
+}
+
 int ng_topk_build(ng_model *teacher, const ng_shard *s, int64_t k, int64_t seq,
                   double temperature, int64_t batch, const char *path) {
   if (k < 1 || k > (int64_t)s->vocab_size) return ng_fail("--k: %lld is outside [1, %u]", (long long)k, s->vocab_size);
@@ -142,10 +157,11 @@ int ng_topk_build(ng_model *teacher, const ng_shard *s, int64_t k, int64_t seq,
                    .windows = (s->n_tokens - 1) / (uint64_t)seq, .shard_tokens = s->n_tokens,
                    .shard_checksum = ng_shard_checksum(s)};
   memcpy(h.magic, NG_TOPK_MAGIC, 8);
+  int64_t nb = h.windows < (uint64_t)batch ? (int64_t)h.windows : batch;  // no buffers for windows that do not exist
+  if (check_build_memory(teacher, nb, seq, k)) return -1;
   ng_temp_file out;
   if (ng_temp_create(&out, path) != 0) return -1;
   cache_out o = {fileno(out.fp), path, h.windows * (uint64_t)seq, (uint64_t)k, s->vocab_size};
-  int64_t nb = h.windows < (uint64_t)batch ? (int64_t)h.windows : batch;  // no buffers for windows that do not exist
   return ng_temp_commit(&out, build_into(teacher, s, &h, nb, &o));
 }
 

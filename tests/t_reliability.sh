@@ -2,11 +2,11 @@
 # A run directory has one writer: a second `train` (new with --force, or
 # --resume) on a directory a live trainer holds is refused with one line naming
 # it and the holder's pid; after the holder is killed (SIGKILL) the run
-# resumes. A full disk (a tmpfs mounted for the test: needs root) under a
-# resumed run, an export, a data build, a teacher cache and a report: one
-# line naming the file and the
-# error, the previous files intact, no temporary file left; once space is free
-# again the run resumes.
+# resumes. diag asked for more memory than the machine has: one line naming
+# its options. A full disk (a tmpfs mounted for the test: needs root) under a
+# resumed run, an export, a data build, a teacher cache and a report: one line
+# naming the file and the error, the previous files intact, no temporary file
+# left; once space is free again the run resumes.
 set -u
 root=${NG_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
 bin=${NG_BIN:-$root/build/normgrow}
@@ -65,6 +65,19 @@ if [ "$rc3" -eq 0 ] && grep -q "\"step\":$((ckpt + 15))," "$tmp/busy/metrics.jso
   echo "ok the lock of a killed trainer does not block: resumed and trained on"
 else
   echo "FAIL resume after SIGKILL of the holder: status $rc3: $(tail -1 "$tmp/err3")"
+fi
+
+# ---------------------------------------------------------------- hostile sizes
+# diag's batches would need ~TiB (2^30 tokens): refused with one line naming the
+# options, before allocating by them (under a 2 GiB address-space limit).
+(ulimit -v $((2 << 20)); "$bin" diag "$tmp/busy/checkpoint.safetensors" --data "$tmp/data/val.bin" \
+  --batches 1 --batch 1048576 --seq 1024 >/dev/null 2>"$tmp/err")
+rc=$?
+if [ "$rc" -eq 1 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] &&
+   grep -q "diag: --batches 1 x --batch 1048576 x --seq 1024 with a model (hidden_size 16.*needs .* GiB, more than" "$tmp/err"; then
+  echo "ok diag whose batches exceed the machine's memory is refused: $(cat "$tmp/err")"
+else
+  echo "FAIL diag beyond the machine's memory: status $rc: $(cat "$tmp/err")"
 fi
 
 # ---------------------------------------------------------------- full disk

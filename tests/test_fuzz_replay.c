@@ -10,11 +10,13 @@
 #include "check.h"
 #include "fuzz/fuzz_checkpoint.c"
 #include "fuzz/fuzz_hf.c"
+#include "fuzz/fuzz_manifest.c"
 #include "fuzz/fuzz_model_config.c"
 #include "fuzz/fuzz_run_config.c"
 #include "fuzz/fuzz_safetensors.c"
 #include "fuzz/fuzz_safetensors_sized.c"
 #include "fuzz/fuzz_shard.c"
+#include "fuzz/fuzz_tokenizer.c"
 #include "fuzz/fuzz_topk.c"
 #include "normgrow/fileio.h"
 
@@ -24,7 +26,8 @@ static const struct {
 } targets[] = {
     {"checkpoint", fuzz_checkpoint}, {"hf", fuzz_hf}, {"model_config", fuzz_model_config},
     {"run_config", fuzz_run_config}, {"safetensors", fuzz_safetensors},
-    {"safetensors_sized", fuzz_safetensors_sized}, {"shard", fuzz_shard}, {"topk", fuzz_topk},
+    {"safetensors_sized", fuzz_safetensors_sized}, {"shard", fuzz_shard}, {"manifest", fuzz_manifest},
+    {"tokenizer", fuzz_tokenizer}, {"topk", fuzz_topk},
 };
 
 static int replay_dir(const char *dir, int (*run)(const uint8_t *, size_t)) {

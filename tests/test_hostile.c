@@ -4,8 +4,10 @@
 // (refused before the names of the layers are allocated: checked under an
 // address-space limit), and tensor names holding a newline or a terminal
 // escape (messages stay one line, the bytes escaped), and a run config whose
-// model would need more memory than the machine has (refused naming its
-// fields before anything is allocated by them, under an address-space limit).
+// model would need more memory than the machine has, and a checkpoint and a
+// Hugging Face directory whose weights (a sparse file: present as far as any
+// reader can tell) would (each refused naming its fields before anything is
+// allocated by them, under an address-space limit).
 #include <cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -140,16 +142,17 @@ static size_t address_space(void) {
   return (size_t)pages * (size_t)sysconf(_SC_PAGESIZE);
 }
 
-// Runs open(path) in a child whose address space may grow by 64 MB (the names
-// of 100,000 layers take about 200 MB): it must fail with a message holding
-// `want`, not die.
+// Runs open(path) in a child whose address space may grow by `mapped` bytes
+// (a file's mapping) and 64 MB (the names of 100,000 layers take about
+// 200 MB): it must fail with a message holding `want`, not die, allocating
+// nothing by the sizes the file declares.
 static void expect_refused_small(const char *name, int (*open)(const char *), const char *path,
-                                 const char *want) {
+                                 double mapped, const char *want) {
   fflush(stdout);
   pid_t pid = fork();
   NG_ASSERT(pid >= 0);
   if (pid == 0) {
-    size_t limit = address_space() + ((size_t)64 << 20);
+    size_t limit = address_space() + (size_t)mapped + ((size_t)64 << 20);
     struct rlimit r = {limit, limit};
     setrlimit(RLIMIT_AS, &r);
     int rc = open(path);
@@ -160,7 +163,7 @@ static void expect_refused_small(const char *name, int (*open)(const char *), co
   int status;
   waitpid(pid, &status, 0);
   CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, name, "status %d%s", status,
-        WIFSIGNALED(status) ? " (killed: it allocated for every declared layer)" : "");
+        WIFSIGNALED(status) ? " (killed: it allocated by the declared sizes)" : "");
 }
 
 static int open_checkpoint(const char *path) {
@@ -168,6 +171,24 @@ static int open_checkpoint(const char *path) {
   int rc = ng_model_open(path, be, false, &m);
   ng_model_free(m);
   return rc;
+}
+
+// Replaces n numeric keys of the Hugging Face directory's config.json.
+static void patch_hf_config(const char *hf, const char *const *keys, const double *values, int n) {
+  char path[160], buf[8192];
+  snprintf(path, sizeof path, "%s/config.json", hf);
+  FILE *f = fopen(path, "rb");
+  NG_ASSERT(f);
+  size_t len = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[len] = 0;
+  cJSON *cfg = cJSON_Parse(buf);
+  for (int i = 0; i < n; i++) cJSON_ReplaceItemInObjectCaseSensitive(cfg, keys[i], cJSON_CreateNumber(values[i]));
+  char *text = cJSON_Print(cfg);
+  cJSON_Delete(cfg);
+  f = fopen(path, "wb");
+  NG_ASSERT(f && fputs(text, f) >= 0 && fclose(f) == 0);
+  free(text);
 }
 
 static void test_many_layers(void) {
@@ -182,32 +203,20 @@ static void test_many_layers(void) {
   write_with_meta(good_path, path, "model", text);
   free(text);
   expect_refused_small("a checkpoint declaring 100,000 layers is refused before allocating for them",
-                       open_checkpoint, path, "100000 blocks");
+                       open_checkpoint, path, 0, "100000 blocks");
 
   // A Hugging Face directory whose config.json says 100,000 layers.
   ng_model *m = NULL;
   NG_ASSERT(ng_checkpoint_load(good_path, be, false, &m, NULL, NULL) == 0);
-  char hf[128], cfg_path[160];
+  char hf[128];
   path_of(hf, sizeof hf, "hf");
   NG_ASSERT(ng_hf_export(m, hf, NG_F32, 0) == 0);
   ng_model_free(m);
-  snprintf(cfg_path, sizeof cfg_path, "%s/config.json", hf);
-  FILE *cf = fopen(cfg_path, "rb");
-  char buf[8192];
-  size_t n = fread(buf, 1, sizeof buf - 1, cf);
-  fclose(cf);
-  buf[n] = 0;
-  cJSON *cfg = cJSON_Parse(buf);
-  cJSON_ReplaceItemInObjectCaseSensitive(cfg, "num_hidden_layers", cJSON_CreateNumber(100000));
-  cJSON_ReplaceItemInObjectCaseSensitive(cfg, "max_window_layers", cJSON_CreateNumber(100000));
-  text = cJSON_Print(cfg);
-  cJSON_Delete(cfg);
-  cf = fopen(cfg_path, "wb");
-  fputs(text, cf);
-  fclose(cf);
-  free(text);
+  const char *keys[] = {"num_hidden_layers", "max_window_layers"};
+  double values[] = {100000, 100000};
+  patch_hf_config(hf, keys, values, 2);
   expect_refused_small("a config.json declaring 100,000 layers is refused before allocating for them",
-                       open_checkpoint, hf, "100000 blocks");
+                       open_checkpoint, hf, 0, "100000 blocks");
 }
 
 // ---------------------------------------------------------------- beyond the machine's memory
@@ -247,7 +256,78 @@ static void test_memory(void) {
   FILE *f = fopen(path, "w");
   NG_ASSERT(f && fputs(text, f) >= 0 && fclose(f) == 0);
   expect_refused_small("a run whose model needs TiB is refused naming its fields, before allocating",
-                       train_config, path, "model.hidden_size 65536, model.intermediate_size 262144");
+                       train_config, path, 0, "model.hidden_size 65536, model.intermediate_size 262144");
+}
+
+// A safetensors file with the tensors of model c in bf16 (the normgrow
+// checkpoint's metadata when `checkpoint`), its data a hole: as large as the
+// model says, no disk used. Returns its size.
+static double write_sparse_model(const char *path, const ng_model_config *c, bool checkpoint) {
+  ng_model *skel = ng_model_create(NULL, c, false);
+  cJSON *h = cJSON_CreateObject();
+  size_t at = 0;
+  for (int i = 0; i < skel->n_params; i++) {
+    const ng_param *p = &skel->params[i];
+    cJSON *t = cJSON_AddObjectToObject(h, p->name), *shape = cJSON_AddArrayToObject(t, "shape");
+    cJSON *off = cJSON_AddArrayToObject(t, "data_offsets");
+    cJSON_AddStringToObject(t, "dtype", "BF16");
+    for (int d = 0; d < p->ndim; d++) cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)p->shape[d]));
+    cJSON_AddItemToArray(off, cJSON_CreateNumber((double)at));
+    at += 2 * p->numel;
+    cJSON_AddItemToArray(off, cJSON_CreateNumber((double)at));
+  }
+  ng_model_free(skel);
+  if (checkpoint) {
+    cJSON *meta = cJSON_AddObjectToObject(h, "__metadata__"), *model = ng_model_config_to_json(c);
+    char *text = cJSON_PrintUnformatted(model);
+    cJSON_AddStringToObject(meta, "format", NG_CKPT_FORMAT);
+    cJSON_AddStringToObject(meta, "model", text);
+    free(text);
+    cJSON_Delete(model);
+  }
+  char *header = cJSON_PrintUnformatted(h);
+  cJSON_Delete(h);
+  uint64_t len = strlen(header);
+  FILE *f = fopen(path, "wb");
+  NG_ASSERT(f && fwrite(&len, 8, 1, f) == 1 && fwrite(header, 1, len, f) == len && fflush(f) == 0 &&
+            ftruncate(fileno(f), (off_t)(8 + len + at)) == 0 && fclose(f) == 0);
+  free(header);
+  return (double)(8 + len + at);
+}
+
+// Weights that the files really hold (a sparse file: their bytes exist as far
+// as any reader can tell), but that in fp32 would take more than twice the
+// machine's memory: the loaders refuse before allocating, naming the fields.
+static void test_model_memory(void) {
+  ng_model_config c = {.vocab_size = 1 << 17, .hidden_size = 4096, .intermediate_size = 64, .num_hidden_layers = 1,
+                       .num_attention_heads = 2, .num_key_value_heads = 1, .head_dim = 4, .rope_theta = 1e4,
+                       .rms_norm_eps = 1e-6, .tie_word_embeddings = true, .final_norm = true};
+  while ((double)c.vocab_size * (double)c.hidden_size * 4.0 < 2.0 * ng_machine_memory()) c.vocab_size *= 2;
+  char path[128], want[200];
+  path_of(path, sizeof path, "wide.safetensors");
+  double bytes = write_sparse_model(path, &c, true);
+  snprintf(want, sizeof want, "(hidden_size 4096, intermediate_size 64, vocab_size %lld, num_hidden_layers 1)",
+           (long long)c.vocab_size);
+  expect_refused_small("a checkpoint whose weights need more than the machine's memory is refused naming its fields",
+                        open_checkpoint, path, bytes, want);
+
+  // The same weights as a Hugging Face directory (the tiny model's export, widened).
+  char hf[128], st[160];
+  path_of(hf, sizeof hf, "hf-wide");
+  ng_model *m = NULL;
+  NG_ASSERT(ng_checkpoint_load(good_path, be, false, &m, NULL, NULL) == 0);
+  NG_ASSERT(ng_hf_export(m, hf, NG_F32, 0) == 0);
+  ng_model_free(m);
+  const char *keys[] = {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "max_window_layers",
+                        "num_attention_heads", "num_key_value_heads", "head_dim"};
+  double values[] = {(double)c.vocab_size, 4096, 64, 1, 1, 2, 1, 4};
+  patch_hf_config(hf, keys, values, 8);
+  ng_model_config hc;
+  NG_ASSERT(ng_hf_read_config(hf, &hc) == 0 && hc.vocab_size == c.vocab_size);
+  snprintf(st, sizeof st, "%s/model.safetensors", hf);
+  bytes = write_sparse_model(st, &hc, false);
+  expect_refused_small("a Hugging Face directory whose weights need more than the machine's memory is refused",
+                        open_checkpoint, hf, bytes, want);
 }
 
 // ---------------------------------------------------------------- names
@@ -297,6 +377,7 @@ int main(void) {
   test_state();
   test_many_layers();
   test_memory();
+  test_model_memory();
   test_escaped_names();
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);

@@ -3,6 +3,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "normgrow/checkpoint.h"
@@ -12,10 +13,14 @@
 static char dir[64];
 static ng_backend *be;
 
+static ng_model_config teacher_config(void) {
+  return (ng_model_config){.vocab_size = 40, .hidden_size = 16, .intermediate_size = 24, .num_hidden_layers = 2,
+                           .num_attention_heads = 4, .num_key_value_heads = 2, .head_dim = 4, .rope_theta = 1e4,
+                           .rms_norm_eps = 1e-6, .tie_word_embeddings = true, .final_norm = true};
+}
+
 static ng_model *teacher(void) {
-  ng_model_config c = {.vocab_size = 40, .hidden_size = 16, .intermediate_size = 24, .num_hidden_layers = 2,
-                       .num_attention_heads = 4, .num_key_value_heads = 2, .head_dim = 4, .rope_theta = 1e4,
-                       .rms_norm_eps = 1e-6, .tie_word_embeddings = true, .final_norm = true};
+  ng_model_config c = teacher_config();
   ng_model *m = ng_model_create(be, &c, false);
   ng_rng r;
   ng_rng_seed(&r, 3);
@@ -147,6 +152,23 @@ static void test_nonfinite(const ng_topk_cache *c, const ng_shard *s) {
                      "log-sum-exp inf at position 35");
 }
 
+// A teacher whose logits of one batch need more than twice the machine's
+// memory (a skeleton: nothing of it is allocated): refused naming the
+// settings, before any buffer or file.
+static void test_memory(const ng_shard *s) {
+  ng_model_config c = teacher_config();
+  while (4.0 * 12 * 16 * (double)c.vocab_size < 2.0 * ng_machine_memory()) c.vocab_size *= 2;
+  ng_model *skel = ng_model_create(NULL, &c, false);
+  char path[128];
+  path_of(path, sizeof path, "huge.topk");
+  int rc = ng_topk_build(skel, s, 5, 16, 2.0, 100, path);
+  CHECK(rc != 0 && strstr(ng_error(), "teacher-cache: --batch 12 x --seq 16 (k 5)") &&
+            strstr(ng_error(), "of memory of this machine") && access(path, F_OK) != 0,
+        "a teacher whose batch of logits exceeds the machine's memory is refused, no file made", "rc %d: %s", rc,
+        ng_error());
+  ng_model_free(skel);
+}
+
 int main(void) {
   be = ng_backend_cpu();
   snprintf(dir, sizeof dir, "/tmp/ng_topk_XXXXXX");
@@ -194,6 +216,7 @@ int main(void) {
   test_entries(t, &small, &c, "padded teacher vocabulary: cache over the shard's ids only");
   ng_topk_close(&c);
   ng_shard_close(&small);
+  test_memory(&s);
   ng_model_free(t);
   ng_shard_close(&s);
   ng_shard_close(&other);

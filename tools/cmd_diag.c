@@ -27,6 +27,7 @@
 #include "normgrow/common.h"
 #include "normgrow/diag.h"
 #include "normgrow/fileio.h"
+#include "normgrow/plan.h"
 #include "normgrow/run.h"
 #include "rundir.h"
 
@@ -239,6 +240,18 @@ static void say_settings(const diag_args *a, const diag_inputs *in) {
           a->run_dir ? "/config.json (options replace them)" : " and options");
 }
 
+// The diagnostics' buffers (plan.h's rule) beside the models already held.
+static int check_diag_memory(const diag_args *a, const diag_inputs *in) {
+  const ng_model_config *sc = &in->student->cfg, *tc = in->teacher ? &in->teacher->cfg : NULL;
+  int64_t chunk = ng_loss_chunk_default(sc, a->B * a->T);
+  double bytes = (double)ng_plan_diag_bytes(sc, tc, a->batches * a->B * a->T, a->B, a->T, chunk);
+  if (tc) bytes += 4.0 * (double)ng_plan_count_params(tc, 0, false).total;
+  char what[160];
+  snprintf(what, sizeof what, "diag: --batches %lld x --batch %lld x --seq %lld%s", (long long)a->batches,
+           (long long)a->B, (long long)a->T, tc ? " and the teacher" : "");
+  return ng_plan_check_more_memory(sc, bytes, what);
+}
+
 static int run_diag(const diag_args *a, diag_inputs *in) {
   ng_diag_input di = {&in->shard, a->batches, a->B, a->T, in->teacher,
                       {a->kd_weight, a->temperature, in->shard.vocab_size, 0, a->divergence, a->beta}, 0};
@@ -267,7 +280,8 @@ int cmd_diag(const ng_cli *c) {
   diag_args a = {0};
   diag_inputs in = {0};
   char *structural = NULL;
-  int rc = parse_args(c, &a, &structural) || load_inputs(c, &a, &in) || run_diag(&a, &in);
+  int rc = parse_args(c, &a, &structural) || load_inputs(c, &a, &in) || check_diag_memory(&a, &in) ||
+           run_diag(&a, &in);
   free_inputs(&in);
   free(structural);
   free(a.model);

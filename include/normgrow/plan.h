@@ -113,6 +113,24 @@ typedef struct {
 void ng_plan_stage_of(const ng_run_config *rc, int stage, const ng_model_config *teacher,
                       const ng_plan_device *dev, ng_plan_stage *out);
 
+// Bytes of the diagnostics of `student` over n_eval tokens in batches of
+// [B, T] (the "diagnostics at each evaluation" part above; forward_teacher
+// NULL without a teacher forward in the ablation); loss chunks of `chunk` rows.
+int64_t ng_plan_diag_bytes(const ng_model_config *student, const ng_model_config *forward_teacher,
+                           int64_t n_eval, int64_t B, int64_t T, int64_t chunk);
+
+// Checks against this machine's memory (common.h's ng_check_memory), before
+// anything is allocated by sizes read from a file or a config; on failure one
+// line names `source` and the size fields, and -1 is returned.
+//   a model as a loader holds it: fp32 weights, gradients when `trainable`,
+//   AdamW moments with `optimizer`, and NG_PLAN_RUNTIME_BYTES. (After the
+//   file's tensors were checked against the config: a skeleton is made.)
+int ng_plan_check_model_memory(const ng_model_config *c, bool trainable, bool optimizer,
+                               const char *source);
+//   `extra` bytes on top of a model already held: `what` says by which
+//   settings (the fields of c, the model's, are named too).
+int ng_plan_check_more_memory(const ng_model_config *c, double extra, const char *what);
+
 // A model config from a JSON file holding one object in config.h's keys.
 int ng_plan_read_model_config(const char *path, ng_model_config *out);
 

@@ -5,6 +5,7 @@
 
 #include "fuzz.h"
 #include "normgrow/checkpoint.h"
+#include "normgrow/data.h"
 #include "normgrow/golden.h"
 #include "normgrow/safetensors.h"
 
@@ -66,6 +67,28 @@ static inline void ng_fuzz_checkpoint_file(const char *path) {
     ng_model_free(m);
   else
     ng_fuzz_refused();
+}
+
+// A token shard (a file or a manifest), read as training and evaluation read
+// it: every token of a batch below the vocabulary.
+static inline void ng_fuzz_shard_file(const char *path) {
+  ng_shard s;
+  if (ng_shard_open(&s, path) != 0) {
+    ng_fuzz_refused();
+    return;
+  }
+  enum { B = 2, T = 8 };
+  int32_t tok[B * T], tgt[B * T];
+  ng_rng r;
+  ng_rng_seed(&r, 1);
+  if (ng_batch_sample(&s, &r, B, T, tok, tgt) == 0) {
+    for (int i = 0; i < B * T; i++) NG_FUZZ_REQUIRE((uint32_t)tok[i] < s.vocab_size && (uint32_t)tgt[i] < s.vocab_size);
+    ng_batch_fixed(&s, 3, B, T, tok, tgt);
+    for (int i = 0; i < B * T; i++) NG_FUZZ_REQUIRE((uint32_t)tok[i] < s.vocab_size && (uint32_t)tgt[i] < s.vocab_size);
+  } else {
+    ng_fuzz_refused();
+  }
+  ng_shard_close(&s);
 }
 
 #endif

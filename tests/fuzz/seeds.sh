@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Seed corpora for the fuzz targets, made from real files: the golden cases,
 # the repository's configs, and a tiny run made here with the normgrow binary
-# (shards, a trained checkpoint with its state, a top-k cache, a Hugging Face
-# export, single and sharded). Multi-file inputs are joined with the
+# (shards, single and in two files with a manifest, a trained checkpoint with
+# its state, a top-k cache, a Hugging Face export, single and sharded), and the
+# inputs kept in tests/fuzz/regress (the tokenizer's seed is kept there: the
+# first 600 ids of Qwen3's tokenizer.json with their merges and added tokens). Multi-file inputs are joined with the
 # separator line of tests/fuzz/fuzz.h.
 #   tests/fuzz/seeds.sh NORMGROW_BIN OUT_DIR
 set -euo pipefail
@@ -11,7 +13,7 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 rm -rf "$out"
-mkdir -p "$out"/{safetensors,safetensors_sized,hf,model_config,run_config,shard,topk,checkpoint}
+mkdir -p "$out"/{safetensors,safetensors_sized,hf,model_config,run_config,shard,manifest,tokenizer,topk,checkpoint}
 sep=$'\n--normgrow-fuzz-part--\n'
 join() {  # OUT FILE...: the files joined by the separator
   local first=1 f
@@ -27,6 +29,7 @@ for i in 1 2 3 4 5 6; do
   printf 'record %d: normgrow grows a student in depth while a teacher distils into it.\n' "$i" >"$tmp/text$i.txt"
 done
 "$bin" data "$tmp"/text*.txt --out "$tmp/data" --val-fraction 0.34 >/dev/null
+"$bin" data "$tmp"/text*.txt --out "$tmp/parts" --val-fraction 0.34 --file-tokens 200 >/dev/null
 cat >"$tmp/run.json" <<JSON
 {"name": "seed", "seed": 1, "run_dir": "$tmp/run", "mode": "pretrain",
  "data": {"train": "$tmp/data/train.bin", "val": "$tmp/data/val.bin", "batch": 2, "seq": 8},
@@ -51,6 +54,8 @@ for f in "$root"/configs/*/*.json; do cp "$f" "$out/run_config/$(basename "$(dir
 cp "$tmp/run/config.json" "$out/run_config/resolved.json"
 cp "$root"/configs/paper/qwen3-8b-base.json "$out/model_config/"
 join "$out/topk/val" "$tmp/data/val.bin" "$tmp/val.topk"
+join "$out/manifest/two-files" "$tmp/parts/train.manifest.json" "$tmp/parts/train-00000.bin" "$tmp/parts/train-00001.bin"
+for d in "$root"/tests/fuzz/regress/*/; do cp "$d"* "$out/$(basename "$d")/"; done
 join "$out/hf/single" "$tmp/hf/config.json" "$tmp/hf/model.safetensors"
 
 # The rest is cut from the files with python3: headers, metadata, an index.
