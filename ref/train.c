@@ -419,6 +419,19 @@ static int write_final_diag(trainer *t) {
 
 // ---------------------------------------------------------------- growth
 
+// diag.jsonl's record of a growth (diag.h): the grown model's diagnostics with
+// "event": "growth" and the new blocks (numbered from 1; block b receives
+// hidden.<b-1>); from_old [depth] as ng_model_grow fills it.
+static void log_growth_diag(trainer *t, const int64_t *from_old) {
+  if (!is_root(t)) return;
+  cJSON *j = diagnose(t, false), *fresh = cJSON_CreateArray();
+  for (int64_t b = 0; b < t->student->cfg.num_hidden_layers; b++)
+    if (from_old[b] < 0) cJSON_AddItemToArray(fresh, cJSON_CreateNumber((double)b + 1));
+  cJSON_AddStringToObject(j, "event", "growth");
+  cJSON_AddItemToObject(j, "new_blocks", fresh);
+  log_line(t->diag, j);
+}
+
 static int grow(trainer *t, int stage) {
   const ng_run_config *rc = &t->rc;
   int64_t d = t->student->cfg.num_hidden_layers, nd = rc->stages[stage].depth;
@@ -451,8 +464,9 @@ static int grow(trainer *t, int stage) {
   if (t->zero) ng_zero_shard_moments(t->student, t->opt, t->zero);
   t->st.gate_origin = origin;
   for (int64_t j = 0; j < nd; j++) ng_model_freeze(t->student, j, rc->stages[stage].freeze_existing && from_old[j] >= 0);
-  free(from_old);
   student_acts(t);
+  log_growth_diag(t, from_old);
+  free(from_old);
   if (is_root(t) && evaluate(t, &after)) return -1;
   cJSON *j = record(t, "growth");
   cJSON_AddNumberToObject(j, "depth_before", (double)d);

@@ -60,6 +60,22 @@ else
   echo "FAIL resumed logs differ from the uninterrupted run's"
 fi
 
+# diag.jsonl holds one record per growth (the grown model's, naming its new
+# blocks) at the steps and depths of metrics.jsonl's growth records.
+if python3 - "$tmp/whole" <<'PY'; then
+import json, sys
+def records(name):
+    with open(f"{sys.argv[1]}/{name}") as f:
+        return [json.loads(line) for line in f if '"event":"growth"' in line]
+got = [(r["step"], r["depth"], len(r["new_blocks"])) for r in records("diag.jsonl")]
+want = [(r["step"], r["depth"], r["depth"] - r["depth_before"]) for r in records("metrics.jsonl")]
+sys.exit(0 if got == want and len(want) == 2 else 1)
+PY
+  echo "ok diag.jsonl has a record of each growth with its new blocks"
+else
+  echo "FAIL diag.jsonl's growth records do not match metrics.jsonl's growths"
+fi
+
 # The teacher exported as a Hugging Face directory (F32: exact) teaches the same:
 # a run distilled from it ends with the same weights as one from the checkpoint.
 "$bin" export "$tmp/teacher/final.safetensors" "$tmp/teacher-hf" --dtype f32 >/dev/null
