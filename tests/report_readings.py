@@ -86,17 +86,18 @@ def growth_rows(arms):
             continue
         entries = [[(g, b) for g in r["growths"] for b in g["new_blocks"]] for r in runs]
         for i, (g, b) in enumerate(entries[runs.index(first)]):
-            hidden, res2 = [], []
+            hidden, res2, mean = [], [], []
             for r, e in zip(runs, entries):
                 if i >= len(e):
                     continue
                 rec, blk = e[i]
                 hidden.append(num(point(rec, f"hidden.{blk - 1}")["rms"]["all"]["std"]))
+                mean.append(num(point(rec, f"hidden.{blk - 1}")["rms"]["all"]["mean"]))
                 if r["post"] and blk > 1:
                     res2.append(num(point(rec, f"res2.{blk - 1}")["rms"]["all"]["std"]))
             rows.append([first["name"], TITLE[first["placement"]], str(g["step"]), "%.0f" % g["tokens"],
                          str(g["depth"]), str(b), fmt("%.4g", mean_over_seeds(hidden)),
-                         fmt("%.4g", mean_over_seeds(res2))])
+                         fmt("%.4g", mean_over_seeds(res2)), fmt("%.4g", mean_over_seeds(mean))])
     return rows
 
 

@@ -61,10 +61,11 @@ typedef struct {
 
 // The std over tokens of the per-token RMS of the stream a new block receives
 // at a growth (diag.jsonl's growth records): hidden.<block-1> and, Post-Norm,
-// res2.<block-1> (NaN for block 1, whose input is the embedding).
+// res2.<block-1> (NaN for block 1, whose input is the embedding); and the
+// mean of hidden.<block-1>'s per-token RMS (the scale the std is relative to).
 typedef struct {
   long long step, depth, block;
-  double tokens, hidden, res2;
+  double tokens, hidden, res2, hidden_mean;
 } growth_input;
 
 // Per token class at one point of one diag record: count, mean, std (population)
@@ -379,11 +380,13 @@ static int growth_diag_record(const cJSON *rec, const char *where, run *r) {
       check(cJSON_IsArray(fresh) ? NULL : "expected an array", "%s: new_blocks", where))
     return -1;
   cJSON_ArrayForEach(b, fresh) {
-    growth_input g = {step, depth, 0, (double)tokens, NAN, NAN};
+    growth_input g = {step, depth, 0, (double)tokens, NAN, NAN, NAN};
     if (check(as_int(b, &g.block), "%s: new_blocks", where)) return -1;
     if (g.block < 1 || g.block > depth)
       return ng_fail("%s: new_blocks: block %lld is not in 1..%lld", where, g.block, depth);
     if (point_std(rec, "hidden", g.block - 1, where, &g.hidden) ||
+        check(as_num(dig(find_point(rec, "hidden", g.block - 1), "rms", "all", "mean", NULL), &g.hidden_mean),
+              "%s: hidden.%lld: rms.all.mean", where, g.block - 1) ||
         (output_norm(r) && g.block > 1 && point_std(rec, "res2", g.block - 1, where, &g.res2)))
       return -1;
     r->growth_in = ng_xrealloc(r->growth_in, (r->n_growth_in + 1) * sizeof *r->growth_in);
@@ -744,13 +747,14 @@ static bool class_res2(const run *r, size_t i, double *v) {
   return true;
 }
 
-// i: 2 g the spread at hidden.<b-1>, 2 g + 1 at res2.<b-1>, b the new block
-// of the g-th entry of growth_in.
+// i: 3 g the spread at hidden.<b-1>, 3 g + 1 at res2.<b-1>, 3 g + 2 the mean
+// RMS at hidden.<b-1>, b the new block of the g-th entry of growth_in.
 static bool growth_input_std(const run *r, size_t i, double *v) {
-  if (i / 2 >= r->n_growth_in) return false;
-  const growth_input *g = &r->growth_in[i / 2];
-  *v = i % 2 ? g->res2 : g->hidden;
-  return i % 2 == 0 || (output_norm(r) && g->block > 1);
+  if (i / 3 >= r->n_growth_in) return false;
+  const growth_input *g = &r->growth_in[i / 3];
+  const double at[3] = {g->hidden, g->res2, g->hidden_mean};
+  *v = at[i % 3];
+  return i % 3 != 1 || (output_norm(r) && g->block > 1);
 }
 
 // i: 2 l the spread at hidden.l of diag_final.json, 2 l + 1 at res2.l.
@@ -1030,10 +1034,11 @@ static void write_growth_inputs(FILE *f, const report *rep) {
       "deviation over tokens of the per-token RMS of the stream a new block b starts from: "
       "hidden.(b−1) of the grown model before any step at its new depth (the growth records of "
       "diag.jsonl); for Post-Norm arms also res2.(b−1), the same stream before the norm that ends "
-      "block b−1 (none for b = 1, whose input is the embedding). Mean over seeds. The same spread "
-      "at the last block's output over training is the table above and rms_std.png.\n\n"
-      "| arm | placement | step | tokens | depth | new block | hidden std | res2 std |\n"
-      "|---|---|---:|---:|---:|---:|---:|---:|\n",
+      "block b−1 (none for b = 1, whose input is the embedding); and the mean per-token RMS of "
+      "hidden.(b−1), the scale the spread is relative to. Mean over seeds. The same spread at the "
+      "last block's output over training is the table above and rms_std.png.\n\n"
+      "| arm | placement | step | tokens | depth | new block | hidden std | res2 std | hidden mean |\n"
+      "|---|---|---:|---:|---:|---:|---:|---:|---:|\n",
       f);
   for (size_t i = 0; i < rep->n_arms; i++) {
     const arm *a = &rep->arms[i];
@@ -1042,10 +1047,10 @@ static void write_growth_inputs(FILE *f, const report *rep) {
       const growth_input *in = &r->growth_in[g];
       fprintf(f, "| %s | %s | %lld | %.0f | %lld | %lld | ", arm_name(a), placement(a), in->step, in->tokens,
               in->depth, in->block);
-      put_mean(f, "%.4g", over_seeds(a, growth_input_std, 2 * g));
-      fputs(" | ", f);
-      put_mean(f, "%.4g", over_seeds(a, growth_input_std, 2 * g + 1));
-      fputs(" |\n", f);
+      for (size_t k = 0; k < 3; k++) {
+        put_mean(f, "%.4g", over_seeds(a, growth_input_std, 3 * g + k));
+        fputs(k < 2 ? " | " : " |\n", f);
+      }
     }
   }
   fputs("\nArms that do not grow, or whose diag.jsonl has no growth record, have no row.\n", f);
@@ -1324,7 +1329,7 @@ static cJSON *growth_inputs_json(const arm *a) {
   }
   for (int res2 = 0; res2 <= (int)output_norm(r); res2++) {
     for (size_t g = 0; g < r->n_growth_in; g++) {
-      summary s = over_seeds(a, growth_input_std, 2 * g + (size_t)res2);
+      summary s = over_seeds(a, growth_input_std, 3 * g + (size_t)res2);
       v[g] = s.n ? s.mean : NAN;
     }
     cJSON_AddItemToObject(o, res2 ? "res2" : "hidden", numbers(v, r->n_growth_in));
