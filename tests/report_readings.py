@@ -181,7 +181,7 @@ def ablation_min(arms):
             for blk in blocks:
                 vs = [num(b[kind]["dce"]) for r in runs for b in r["final"]["ablation"]["blocks"] if b["block"] == blk]
                 m = mean_over_seeds(vs)
-                if m is not None and (best is None or m < best[0]):
+                if m is not None and not math.isnan(m) and (best is None or m < best[0]):
                     best = (m, blk)
             out[(runs[0]["name"], kind)] = "n/a" if best is None else "%+.4f (block %d)" % best
     return out

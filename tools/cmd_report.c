@@ -1132,13 +1132,13 @@ static void write_rms_readings(FILE *f, const report *rep) {
   write_class_spreads(f, rep);
 }
 
-// The smallest mean ΔCE over the blocks and its block, "n/a" when none.
+// The smallest finite mean ΔCE over the blocks and its block, "n/a" when none.
 static void put_min_over_blocks(FILE *f, const arm *a, run_value dce, const long long *blocks, size_t nb) {
   double best = NAN;
   long long at = 0;
   for (size_t j = 0; j < nb; j++) {
     summary s = over_seeds(a, dce, (size_t)blocks[j]);
-    if (s.n && !(s.mean >= best)) {  // the first NaN-free minimum; a NaN best is replaced
+    if (s.n && isfinite(s.mean) && (at == 0 || s.mean < best)) {  // the first minimum, NaN left out
       best = s.mean;
       at = blocks[j];
     }
