@@ -1035,7 +1035,10 @@ static void write_growth_inputs(FILE *f, const report *rep) {
       "hidden.(b−1) of the grown model before any step at its new depth (the growth records of "
       "diag.jsonl); for Post-Norm arms also res2.(b−1), the same stream before the norm that ends "
       "block b−1 (none for b = 1, whose input is the embedding); and the mean per-token RMS of "
-      "hidden.(b−1), the scale the spread is relative to. Mean over seeds. The same spread at the "
+      "hidden.(b−1), the scale the spread is relative to. Where new blocks are stacked, the higher "
+      "one's input is the lower one's output (the same stream while the lower one's growth gate is "
+      "0; its res2 is then that block's own sum, which the gate leaves out). Mean over seeds. The "
+      "same spread at the "
       "last block's output over training is the table above and rms_std.png.\n\n"
       "| arm | placement | step | tokens | depth | new block | hidden std | res2 std | hidden mean |\n"
       "|---|---|---:|---:|---:|---:|---:|---:|---:|\n",
