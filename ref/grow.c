@@ -1,6 +1,8 @@
 // normgrow: depth growth of a student and the matching optimizer state.
 #include "normgrow/grow.h"
 
+#include <math.h>
+
 #include "normgrow/common.h"
 
 // o_proj and down_proj of block j set to zero: the block's sublayers output 0.
@@ -10,6 +12,15 @@ static void zero_outputs(ng_model *m, int64_t j) {
   size_t down = (size_t)c->hidden_size * (size_t)c->intermediate_size;
   m->be->zero(m->be, m->w.layers[j].o_proj, o * sizeof(float));
   m->be->zero(m->be, m->w.layers[j].down_proj, down * sizeof(float));
+}
+
+// o_proj and down_proj of block j times s.
+static void scale_outputs(ng_model *m, int64_t j, double s) {
+  const ng_model_config *c = &m->cfg;
+  int64_t o = c->hidden_size * c->num_attention_heads * c->head_dim;
+  int64_t down = c->hidden_size * c->intermediate_size;
+  m->be->scale(m->be, m->w.layers[j].o_proj, (float)s, o, m->w.layers[j].o_proj);
+  m->be->scale(m->be, m->w.layers[j].down_proj, (float)s, down, m->w.layers[j].down_proj);
 }
 
 // New block j of the grown model m; nth: how many new blocks precede it.
@@ -53,6 +64,7 @@ int ng_model_grow(const ng_model *old, int64_t new_depth, const ng_grow_rule *ru
       m->gate[j] = old->gate[from_old[j]];
     } else {
       rc = init_new_block(m, j, nth++, rule);
+      if (rc == 0 && rule->depth_scaled) scale_outputs(m, j, 1.0 / sqrt(2.0 * (double)(j + 1)));
     }
   }
   if (rc) {
@@ -79,4 +91,52 @@ ng_adamw *ng_adamw_regrow(const ng_model *old, const ng_adamw *oo, const ng_mode
     o->steps[i] = oo->steps[k];
   }
   return o;
+}
+
+// ---------------------------------------------------------------- the stream's scale
+
+double ng_stream_rms(ng_model *m, const int32_t *tokens, int64_t B, int64_t T) {
+  ng_acts_options ao = {.chunk = 1};  // no logits are made here
+  ng_acts *a = ng_acts_create_with(m, B, T, &ao);
+  ng_model_forward(m, a, tokens, NULL);
+  int64_t n = a->N * m->cfg.hidden_size;
+  double ms = m->be->sumsq(m->be, ng_acts_hidden(a, m->cfg.num_hidden_layers), n) / (double)n;
+  ng_acts_free(m, a);
+  return sqrt(ms);
+}
+
+int ng_stream_rescalable(const ng_model_config *c, const char *where) {
+  if (ng_block_layout_of(c->norm_placement).output_norm)
+    return ng_fail("%s: the stream of a %s model cannot be rescaled (every block's output is "
+                   "already normed)", where, ng_norm_placement_title(c->norm_placement));
+  if (!c->final_norm)
+    return ng_fail("%s: needs model.final_norm (without it the head reads the stream and "
+                   "the logits would scale)", where);
+  return 0;
+}
+
+// By how much parameter p is scaled when the stream is scaled by c (1: not).
+static double stream_factor(const ng_model *m, const ng_param *p, double c) {
+  if (p->layer >= 0) {
+    const ng_layer *w = &m->w.layers[p->layer];
+    return p->data_view == &w->o_proj || p->data_view == &w->down_proj ? c : 1.0;
+  }
+  if (p->data_view == &m->w.embed_tokens) return c;
+  if (p->data_view == &m->w.norm && m->cfg.tie_word_embeddings) return 1.0 / c;
+  return 1.0;
+}
+
+void ng_rescale_stream(ng_model *m, ng_adamw *opt, double c) {
+  NG_ASSERT(c > 0.0 && isfinite(c) && ng_stream_rescalable(&m->cfg, "rescale") == 0);
+  ng_backend *be = m->be;
+  for (int i = 0; i < m->n_params; i++) {
+    ng_param *p = &m->params[i];
+    double s = stream_factor(m, p, c);
+    if (s == 1.0) continue;
+    int64_t n = (int64_t)p->numel;
+    be->scale(be, p->data, (float)s, n, p->data);
+    if (!opt) continue;
+    be->scale(be, opt->m[i], (float)(1.0 / s), n, opt->m[i]);
+    be->scale(be, opt->v[i], (float)(1.0 / (s * s)), n, opt->v[i]);
+  }
 }

@@ -8,6 +8,7 @@
 
 #include "normgrow/common.h"
 #include "normgrow/fileio.h"
+#include "normgrow/grow.h"
 #include "normgrow/run.h"
 
 #define MAX_CONFIG_BYTES (1 << 20)  // a run config is a few KB
@@ -165,8 +166,23 @@ static int parse_init(cJSON *o, ng_run_config *rc) {
   return 0;
 }
 
+// The interventions on the stream's scale (grow.h): each refused where it
+// cannot act.
+static int parse_growth_scale(cJSON *o, ng_run_config *rc) {
+  default_item(o, "rescale_stream", cJSON_CreateFalse());
+  default_item(o, "depth_scaled_init", cJSON_CreateFalse());
+  if (ng_json_bool(o, "growth", "rescale_stream", &rc->rescale_stream) ||
+      ng_json_bool(o, "growth", "depth_scaled_init", &rc->depth_scaled_init) ||
+      (rc->rescale_stream && ng_stream_rescalable(&rc->model, "growth.rescale_stream")))
+    return -1;
+  if (rc->depth_scaled_init && rc->grow_init != NG_INIT_RANDOM && rc->grow_init != NG_INIT_GATE)
+    return ng_fail("growth.depth_scaled_init: scales a random init; growth.init must be \"random\" or \"gate\"");
+  return 0;
+}
+
 static int parse_growth(cJSON *o, ng_run_config *rc) {
-  static const char *const keys[] = {"position", "init", "gate_steps", "teacher_layers", NULL};
+  static const char *const keys[] = {"position",       "init",          "gate_steps", "teacher_layers",
+                                     "rescale_stream", "depth_scaled_init", NULL};
   int pos, init;
   default_item(o, "gate_steps", cJSON_CreateNumber(0));
   default_item(o, "teacher_layers", cJSON_CreateArray());
@@ -179,6 +195,7 @@ static int parse_growth(cJSON *o, ng_run_config *rc) {
     return -1;
   rc->grow_position = (ng_grow_position)pos;
   rc->grow_init = (ng_grow_init)init;
+  if (parse_growth_scale(o, rc)) return -1;
   if (rc->grow_init == NG_INIT_GATE && rc->gate_steps < 1)
     return ng_fail("growth.gate_steps: the gate init needs at least 1 ramp step");
   int64_t added = rc->stages[rc->n_stages - 1].depth - rc->stages[0].depth;

@@ -419,16 +419,49 @@ static int write_final_diag(trainer *t) {
 
 // ---------------------------------------------------------------- growth
 
+// diag.jsonl's record of a growth (diag.h): the grown model's diagnostics with
+// "event": "growth" and the new blocks (numbered from 1; block b receives
+// hidden.<b-1>); from_old [depth] as ng_model_grow fills it.
+static void log_growth_diag(trainer *t, const int64_t *from_old) {
+  if (!is_root(t)) return;
+  cJSON *j = diagnose(t, false), *fresh = cJSON_CreateArray();
+  for (int64_t b = 0; b < t->student->cfg.num_hidden_layers; b++)
+    if (from_old[b] < 0) cJSON_AddItemToArray(fresh, cJSON_CreateNumber((double)b + 1));
+  cJSON_AddStringToObject(j, "event", "growth");
+  cJSON_AddItemToObject(j, "new_blocks", fresh);
+  log_line(t->diag, j);
+}
+
+// growth.rescale_stream: the student's stream (and its moments) multiplied by
+// c = 1 / its RMS over the first fixed batch of the training shard, which
+// every rank draws alike; returns c.
+static double rescale_stream(trainer *t) {
+  const ng_run_config *rc = &t->rc;
+  int64_t N = rc->micro_batch * rc->seq;
+  size_t bytes = (size_t)N * sizeof(int32_t);
+  int32_t *tokens = ng_xmalloc(bytes), *targets = ng_xmalloc(bytes);
+  ng_batch_fixed(&t->train, 0, rc->micro_batch, rc->seq, tokens, targets);
+  int32_t *dev = t->be->alloc(t->be, bytes);
+  t->be->upload(t->be, dev, tokens, bytes);
+  double c = 1.0 / ng_stream_rms(t->student, dev, rc->micro_batch, rc->seq);
+  ng_rescale_stream(t->student, t->opt, c);
+  t->be->free(t->be, dev);
+  free(tokens);
+  free(targets);
+  return c;
+}
+
 static int grow(trainer *t, int stage) {
   const ng_run_config *rc = &t->rc;
   int64_t d = t->student->cfg.num_hidden_layers, nd = rc->stages[stage].depth;
   eval_result before = {0}, after = {0};
   if (is_root(t) && evaluate(t, &before)) return -1;
   if (t->zero) ng_zero_whole_moments(t->student, t->opt, t->zero);  // every rank regrows
+  double stream_scale = rc->rescale_stream ? rescale_stream(t) : 1.0;
   ng_rng init;
   ng_rng_seed(&init, rc->seed ^ (0x67726f77ULL + (uint64_t)stage));  // "grow" + stage
   ng_grow_rule rule = {rc->grow_position, rc->grow_init, rc->init_std, &init, t->teacher,
-                       rc->grow_teacher_layers + (d - rc->stages[0].depth)};
+                       rc->grow_teacher_layers + (d - rc->stages[0].depth), rc->depth_scaled_init};
   ng_model *grown;
   int64_t *from_old = ng_xmalloc((size_t)nd * sizeof(int64_t));
   if (ng_model_grow(t->student, nd, &rule, &grown, from_old)) {
@@ -451,13 +484,15 @@ static int grow(trainer *t, int stage) {
   if (t->zero) ng_zero_shard_moments(t->student, t->opt, t->zero);
   t->st.gate_origin = origin;
   for (int64_t j = 0; j < nd; j++) ng_model_freeze(t->student, j, rc->stages[stage].freeze_existing && from_old[j] >= 0);
-  free(from_old);
   student_acts(t);
+  log_growth_diag(t, from_old);
+  free(from_old);
   if (is_root(t) && evaluate(t, &after)) return -1;
   cJSON *j = record(t, "growth");
   cJSON_AddNumberToObject(j, "depth_before", (double)d);
   cJSON_AddNumberToObject(j, "val_ce_before", before.ce);
   cJSON_AddNumberToObject(j, "val_ce_after", after.ce);
+  if (rc->rescale_stream) cJSON_AddNumberToObject(j, "stream_scale", stream_scale);
   if (rc->distill) {
     cJSON_AddNumberToObject(j, "val_kd_before", before.kd);
     cJSON_AddNumberToObject(j, "val_kd_after", after.kd);

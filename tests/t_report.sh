@@ -60,6 +60,15 @@ want=$(awk -v a="$ce1" -v b="$ce2" -v c="$ce3" 'BEGIN { printf "%+.4f", c - (a +
 got=$(cell "Differences in final validation CE" fixed-pre grow-post)
 check "pairwise fixed-pre minus grow-post is $want: $got" test "${got%% *}" = "$want"
 
+# The other readings of the RMS spread (each new block's input, per layer, by
+# token class) and the ablation's minimum over blocks, recomputed from the
+# fixture files by an independent script (python3 with its json module only).
+if command -v python3 >/dev/null; then
+  python3 "$root/tests/report_readings.py" "$md" "${runs[@]}"
+else
+  echo "skip report readings: python3 not installed"
+fi
+
 ablation_rows() {  # arm: the removal column of its ablation rows
   awk -F'|' -v arm="$1" '/^## / { inside = ($0 == "## Block-removal ablation") }
     inside && $2 ~ "^ " arm " $" { print $3 }' "$md"
@@ -70,7 +79,7 @@ check "ablation lists only skip for fixed-pre" \
   bash -c '[[ $(echo "$1" | grep -c .) = 1 && $1 == " skip"* ]]' _ "$(ablation_rows fixed-pre)"
 
 if /usr/bin/python3 -c 'import matplotlib' 2>/dev/null; then
-  for png in val_ce rms_std rms_by_class ablation; do
+  for png in val_ce rms_std rms_by_class rms_readings ablation; do
     f=$tmp/runs/report/$png.png
     check "$png.png is a PNG embedded in report.md" \
       bash -c '[ "$(head -c 8 "$1" | od -An -tx1 | tr -d " \n")" = 89504e470d0a1a0a ] && grep -qF "]($2)" "$3"' \

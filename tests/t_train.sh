@@ -60,6 +60,42 @@ else
   echo "FAIL resumed logs differ from the uninterrupted run's"
 fi
 
+# diag.jsonl holds one record per growth (the grown model's, naming its new
+# blocks) at the steps and depths of metrics.jsonl's growth records.
+if python3 - "$tmp/whole" <<'PY'; then
+import json, sys
+def records(name):
+    with open(f"{sys.argv[1]}/{name}") as f:
+        return [json.loads(line) for line in f if '"event":"growth"' in line]
+got = [(r["step"], r["depth"], len(r["new_blocks"])) for r in records("diag.jsonl")]
+want = [(r["step"], r["depth"], r["depth"] - r["depth_before"]) for r in records("metrics.jsonl")]
+sys.exit(0 if got == want and len(want) == 2 else 1)
+PY
+  echo "ok diag.jsonl has a record of each growth with its new blocks"
+else
+  echo "FAIL diag.jsonl's growth records do not match metrics.jsonl's growths"
+fi
+
+# The interventions on the stream's scale in a run: a Pre-Norm arm grown with
+# gated, depth-scaled blocks and its stream rescaled at each growth keeps its
+# function across the growth (val CE before = after, up to the norms' eps) and
+# logs the scale it applied.
+sed 's|"run_dir": "[^"]*"|"run_dir": "'"$tmp"'/rescaled"|; s|"tokens": 30720|"tokens": 2560|g;
+     s|"init": "copy_below"}|"init": "gate", "gate_steps": 4, "rescale_stream": true, "depth_scaled_init": true}|' \
+  "$tmp/whole.json" >"$tmp/rescaled.json"
+if "$bin" train "$tmp/rescaled.json" 2>/dev/null && python3 - "$tmp/rescaled/metrics.jsonl" <<'PY'; then
+import json, sys
+growths = [json.loads(l) for l in open(sys.argv[1]) if '"event":"growth"' in l]
+ok = len(growths) == 2 and all(abs(g["val_ce_after"] - g["val_ce_before"]) < 1e-4 * g["val_ce_before"] and
+                               0 < g["stream_scale"] != 1 for g in growths)
+print("#", [(g["val_ce_before"], g["val_ce_after"], g["stream_scale"]) for g in growths])
+sys.exit(0 if ok else 1)
+PY
+  echo "ok rescale_stream + depth_scaled_init + gate: growth keeps val CE, logs stream_scale"
+else
+  echo "FAIL rescale_stream run: failed, or its growths changed val CE or logged no stream_scale"
+fi
+
 # The teacher exported as a Hugging Face directory (F32: exact) teaches the same:
 # a run distilled from it ends with the same weights as one from the checkpoint.
 "$bin" export "$tmp/teacher/final.safetensors" "$tmp/teacher-hf" --dtype f32 >/dev/null

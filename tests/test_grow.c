@@ -55,7 +55,7 @@ static double grow_change(ng_norm_placement np, ng_grow_init init, ng_grow_posit
   ng_model *m = small_model(np, 2, 7), *g;
   ng_rng r;
   ng_rng_seed(&r, 8);
-  ng_grow_rule rule = {pos, init, 0.3, &r, NULL, NULL};
+  ng_grow_rule rule = {pos, init, 0.3, &r, NULL, NULL, false};
   int64_t from_old[4];
   float *before = logits_of(m);
   NG_ASSERT(ng_model_grow(m, 4, &rule, &g, from_old) == 0);
@@ -114,13 +114,13 @@ static void test_copies(void) {
   ng_rng r;
   ng_rng_seed(&r, 1);
   int64_t from_old[4], tl[2] = {4, 1};
-  ng_grow_rule copy = {NG_GROW_INTERLEAVE, NG_INIT_COPY_BELOW, 0.3, &r, NULL, NULL};
+  ng_grow_rule copy = {NG_GROW_INTERLEAVE, NG_INIT_COPY_BELOW, 0.3, &r, NULL, NULL, false};
   NG_ASSERT(ng_model_grow(m, 4, &copy, &g, from_old) == 0);
   CHECK(same_block(g, 1, g, 0) && same_block(g, 3, g, 2) && same_block(g, 0, m, 0) && same_block(g, 2, m, 1),
         "copy_below duplicates the block below exactly; old blocks kept", "tensors differ");
   CHECK(g->gate[1] == 1.0f && g->gate[3] == 1.0f, "copy_below blocks are plain (gate 1)", "gates %g %g", g->gate[1], g->gate[3]);
   ng_model_free(g);
-  ng_grow_rule from_teacher = {NG_GROW_TOP, NG_INIT_TEACHER, 0.3, &r, teacher, tl};
+  ng_grow_rule from_teacher = {NG_GROW_TOP, NG_INIT_TEACHER, 0.3, &r, teacher, tl, false};
   NG_ASSERT(ng_model_grow(m, 4, &from_teacher, &g, from_old) == 0);
   // A Post-Norm block from a Pre-Norm teacher: every shared tensor copied;
   // post_feedforward_layernorm keeps its init (gains 1).
@@ -146,7 +146,7 @@ static void test_optimizer_follows(void) {
   }
   ng_rng r;
   ng_rng_seed(&r, 1);
-  ng_grow_rule rule = {NG_GROW_MIDDLE, NG_INIT_RANDOM, 0.3, &r, NULL, NULL};
+  ng_grow_rule rule = {NG_GROW_MIDDLE, NG_INIT_RANDOM, 0.3, &r, NULL, NULL, false};
   int64_t from_old[3];
   NG_ASSERT(ng_model_grow(m, 3, &rule, &g, from_old) == 0);  // blocks: old 0, new, old 1
   ng_adamw *keep = ng_adamw_regrow(m, o, g, from_old, false), *reset = ng_adamw_regrow(m, o, g, from_old, true);
@@ -166,11 +166,119 @@ static void test_optimizer_follows(void) {
   ng_model_free(m);
 }
 
+// A small model of placement np with tied or untied embeddings; its stream
+// grows large (embeddings of std 3) so that a rescale has work to do.
+static ng_model *stream_model(ng_norm_placement np, bool tied) {
+  ng_model *base = small_model(np, 3, 11);
+  ng_model_config c = base->cfg;
+  c.tie_word_embeddings = tied;
+  ng_model *m = ng_model_create(be, &c, true);
+  NG_ASSERT(ng_model_copy_block(m, 0, base, 0) == 0 && ng_model_copy_block(m, 1, base, 1) == 0 &&
+            ng_model_copy_block(m, 2, base, 2) == 0 && ng_model_copy_io(m, base) == 0);
+  ng_rng r;
+  ng_rng_seed(&r, 12);
+  ng_rng_fill_normal(&r, m->w.embed_tokens, (size_t)(c.vocab_size * c.hidden_size), 0.0, 3.0);
+  m->gate[1] = 0.5f;  // a gated block scales with the rest
+  ng_model_free(base);
+  return m;
+}
+
+static double stream_rms_of(ng_model *m) {
+  int32_t tokens[2 * 6] = {1, 5, 7, 2, 9, 22, 0, 3, 3, 14, 8, 11};
+  return ng_stream_rms(m, tokens, 2, 6);
+}
+
+// The stream rescaled to unit RMS: the logits stay (up to the norms' eps), for
+// Pre-Norm and LNS, tied and untied; the moments follow the gradients' scale.
+static void test_rescale_stream(void) {
+  for (int np = 0; np < 3; np += 2)  // pre, lns
+    for (int tied = 0; tied < 2; tied++) {
+      ng_model *m = stream_model((ng_norm_placement)np, tied);
+      float *before = logits_of(m);
+      double r0 = stream_rms_of(m);
+      ng_rescale_stream(m, NULL, 1.0 / r0);
+      double r1 = stream_rms_of(m);
+      float *after = logits_of(m);
+      double d = ng_test_max_rel(after, before, 12 * 23);
+      char name[128];
+      snprintf(name, sizeof name, "rescale_stream (%s, %s): unit RMS at the head's input, same logits",
+               np ? "lns" : "pre", tied ? "tied" : "untied");
+      CHECK(r0 > 3.0 && fabs(r1 - 1.0) < 1e-5 && d < 1e-5, name, "RMS %.4g -> %.7g, logits max rel change %.3e", r0,
+            r1, d);
+      free(before);
+      free(after);
+      ng_model_free(m);
+    }
+  ng_model *m = stream_model(NG_NORM_PRE, true);
+  ng_adamw *o = ng_adamw_create(m);
+  for (int i = 0; i < m->n_params; i++)
+    for (size_t j = 0; j < m->params[i].numel; j++) o->m[i][j] = 1.0f, o->v[i][j] = 1.0f;
+  ng_rescale_stream(m, o, 0.5);
+  bool ok = true;
+  for (int i = 0; i < m->n_params; i++) {
+    const ng_param *p = &m->params[i];
+    bool writer = p->layer >= 0 ? strstr(p->name, "o_proj") || strstr(p->name, "down_proj")
+                                : strcmp(p->name, "model.embed_tokens.weight") == 0;
+    float s = writer ? 0.5f : strcmp(p->name, "model.norm.weight") == 0 ? 2.0f : 1.0f;
+    ok &= o->m[i][0] == 1.0f / s && o->v[i][p->numel - 1] == 1.0f / (s * s);
+  }
+  CHECK(ok, "rescale_stream: moments of a tensor scaled by s become m / s, v / s^2", "mismatch");
+  ng_adamw_free(m, o);
+  ng_model_free(m);
+  ng_model_config c = {0};
+  c.norm_placement = NG_NORM_POST;
+  c.final_norm = true;
+  int post = ng_stream_rescalable(&c, "x");
+  CHECK(post != 0 && strstr(ng_error(), "Post-Norm"), "rescale_stream refused for Post-Norm", "%s", ng_error());
+  c.norm_placement = NG_NORM_PRE;
+  c.final_norm = false;
+  int no_final = ng_stream_rescalable(&c, "x");
+  CHECK(no_final != 0 && strstr(ng_error(), "final_norm"), "rescale_stream refused without a final norm", "%s", ng_error());
+}
+
+// depth_scaled: new block l's o_proj and down_proj are those of the same
+// random init times 1/sqrt(2 l); a gated new block still keeps the function.
+static void test_depth_scaled(void) {
+  ng_model *m = small_model(NG_NORM_PRE, 2, 9), *plain, *scaled;
+  int64_t from_old[4];
+  for (int gate = 0; gate < 2; gate++) {
+    ng_rng r1, r2;
+    ng_rng_seed(&r1, 4);
+    ng_rng_seed(&r2, 4);
+    ng_grow_init init = gate ? NG_INIT_GATE : NG_INIT_RANDOM;
+    ng_grow_rule a = {NG_GROW_TOP, init, 0.3, &r1, NULL, NULL, false}, b = {NG_GROW_TOP, init, 0.3, &r2, NULL, NULL, true};
+    NG_ASSERT(ng_model_grow(m, 4, &a, &plain, from_old) == 0 && ng_model_grow(m, 4, &b, &scaled, from_old) == 0);
+    bool ok = true;
+    for (int i = 0; i < plain->n_params; i++) {
+      const ng_param *p = &plain->params[i], *q = &scaled->params[i];
+      bool writer = strstr(p->name, "o_proj") || strstr(p->name, "down_proj");
+      float s = p->layer >= 2 && writer ? (float)(1.0 / sqrt(2.0 * (double)(p->layer + 1))) : 1.0f;
+      for (size_t j = 0; j < p->numel; j++) ok &= q->data[j] == s * p->data[j];
+    }
+    char name[96];
+    snprintf(name, sizeof name, "depth_scaled (%s): new block l's o_proj, down_proj times 1/sqrt(2 l)",
+             gate ? "gate" : "random");
+    CHECK(ok, name, "tensors differ");
+    if (gate) {
+      float *before = logits_of(m), *after = logits_of(scaled);
+      double d = max_diff(before, after, 12 * 23);
+      CHECK(d == 0.0, "depth_scaled gate init keeps the logits exactly", "max change %.3e", d);
+      free(before);
+      free(after);
+    }
+    ng_model_free(plain);
+    ng_model_free(scaled);
+  }
+  ng_model_free(m);
+}
+
 int main(void) {
   be = ng_backend_cpu();
   test_layouts();
   test_function_preservation();
   test_copies();
   test_optimizer_follows();
+  test_rescale_stream();
+  test_depth_scaled();
   return TEST_RESULT();
 }

@@ -370,6 +370,10 @@ static void check_bad_configs(void) {
   expect_bad("teacher of another vocabulary", NULL, "teacher/final.safetensors", "wide.safetensors", "vocabulary");
   expect_bad("micro_batch not dividing the batch", NULL, "\"batch\": 8,", "\"batch\": 8, \"micro_batch\": 3,", "data.micro_batch");
   expect_bad("unknown train key", ", \"train\": {\"chunk\": 3}", NULL, NULL, "unknown key \"chunk\"");
+  expect_bad("rescale_stream on Post-Norm", NULL, "\"gate_steps\": 5}", "\"gate_steps\": 5, \"rescale_stream\": true}",
+             "growth.rescale_stream: the stream of a Post-Norm model cannot be rescaled");
+  expect_bad("depth_scaled_init with a copied block", NULL, "\"init\": \"gate\", \"gate_steps\": 5}",
+             "\"init\": \"copy_below\", \"depth_scaled_init\": true}", "growth.depth_scaled_init");
   expect_bad("last depth differs from the model", NULL, "{\"depth\": 3, \"tokens\": 5120}", "{\"depth\": 4, \"tokens\": 5120}", "num_hidden_layers");
 }
 

@@ -10,7 +10,7 @@
 // Writes DIR/report.md, DIR/report-data.json
 // (the series the plots need) and, by running tools/plot_report.py (found in
 // $NG_TOOLS, else in the first directory above the executable that holds
-// tools/plot_report.py), DIR/{val_ce,rms_std,rms_by_class,ablation}.png.
+// tools/plot_report.py), DIR/{val_ce,rms_std,rms_by_class,rms_readings,ablation}.png.
 // DIR defaults to dirname(RUN_DIR[0])/report.
 //
 // Final values come from the last "eval" record of metrics.jsonl; residual
@@ -59,6 +59,22 @@ typedef struct {
   bool has_kd;  // val_kd and teacher_ce (distill)
 } final_eval;
 
+// The std over tokens of the per-token RMS of the stream a new block receives
+// at a growth (diag.jsonl's growth records): hidden.<block-1> and, Post-Norm,
+// res2.<block-1> (NaN for block 1, whose input is the embedding); and the
+// mean of hidden.<block-1>'s per-token RMS (the scale the std is relative to).
+typedef struct {
+  long long step, depth, block;
+  double tokens, hidden, res2, hidden_mean;
+} growth_input;
+
+// Per token class at one point of one diag record: count, mean, std (population)
+// of the per-token RMS; count 0 for a class without tokens.
+typedef struct {
+  bool has;
+  double count[N_CLASSES], mean[N_CLASSES], std[N_CLASSES];
+} class_spread;
+
 typedef struct {
   char *dir, *name, *mode, *schedule;
   ng_norm_placement placement;
@@ -78,6 +94,11 @@ typedef struct {
   bool has_final;
   size_t n_layers;
   double *class_hidden, *class_res2;
+  // The other readings of the spread (rms_readings below).
+  size_t n_growth_in;
+  growth_input *growth_in;  // diag.jsonl's growth records: each new block's input
+  class_spread classes[2][2];  // [hidden.L, res2.L][first, last evaluation]
+  double *layer_hidden, *layer_res2;  // diag_final.json: std at hidden.<l>, res2.<l> [n_layers]
   bool has_ablation;
   double intact_ce;
   size_t n_blocks;
@@ -324,19 +345,145 @@ static int point_std(const cJSON *diag, const char *kind, long long layer, const
                layer);
 }
 
+static int growth_diag_record(const cJSON *rec, const char *where, run *r);
+static int class_spread_record(const cJSON *rec, const char *where, long long depth, run *r);
+
 static int diag_record(const cJSON *rec, const char *where, run *r) {
   long long depth = 0, tokens = 0;
   double hidden, res2;
+  if (dig(rec, "event", NULL)) return growth_diag_record(rec, where, r);
   if (check(as_int(dig(rec, "depth", NULL), &depth), "%s: depth", where) ||
       check(as_int(dig(rec, "tokens", NULL), &tokens), "%s: tokens", where) ||
       point_std(rec, "hidden", depth, where, &hidden) ||
-      (output_norm(r) && point_std(rec, "res2", depth, where, &res2)))
+      (output_norm(r) && point_std(rec, "res2", depth, where, &res2)) ||
+      class_spread_record(rec, where, depth, r))
     return -1;
   if (r->rms_hidden.n == 0) r->depth_first = depth;
   r->depth_last = depth;
   series_push(&r->rms_hidden, (double)tokens, hidden);
   if (output_norm(r)) series_push(&r->rms_res2, (double)tokens, res2);
   return 0;
+}
+
+// ---------------------------------------------------------------- more readings of the spread
+
+// A growth record of diag.jsonl (diag.h): the spread at the input of each new block.
+static int growth_diag_record(const cJSON *rec, const char *where, run *r) {
+  const char *event = NULL;
+  long long depth = 0, step = 0, tokens = 0;
+  const cJSON *fresh = dig(rec, "new_blocks", NULL), *b;
+  if (check(as_str(dig(rec, "event", NULL), &event), "%s: event", where) ||
+      check(strcmp(event, "growth") != 0 ? "expected \"growth\"" : NULL, "%s: event", where) ||
+      check(as_int(dig(rec, "depth", NULL), &depth), "%s: depth", where) ||
+      check(as_int(dig(rec, "step", NULL), &step), "%s: step", where) ||
+      check(as_int(dig(rec, "tokens", NULL), &tokens), "%s: tokens", where) ||
+      check(cJSON_IsArray(fresh) ? NULL : "expected an array", "%s: new_blocks", where))
+    return -1;
+  cJSON_ArrayForEach(b, fresh) {
+    growth_input g = {step, depth, 0, (double)tokens, NAN, NAN, NAN};
+    if (check(as_int(b, &g.block), "%s: new_blocks", where)) return -1;
+    if (g.block < 1 || g.block > depth)
+      return ng_fail("%s: new_blocks: block %lld is not in 1..%lld", where, g.block, depth);
+    if (point_std(rec, "hidden", g.block - 1, where, &g.hidden) ||
+        check(as_num(dig(find_point(rec, "hidden", g.block - 1), "rms", "all", "mean", NULL), &g.hidden_mean),
+              "%s: hidden.%lld: rms.all.mean", where, g.block - 1) ||
+        (output_norm(r) && g.block > 1 && point_std(rec, "res2", g.block - 1, where, &g.res2)))
+      return -1;
+    r->growth_in = ng_xrealloc(r->growth_in, (r->n_growth_in + 1) * sizeof *r->growth_in);
+    r->growth_in[r->n_growth_in++] = g;
+  }
+  return 0;
+}
+
+// count, mean and std of every token class at point <kind>.<layer> of a diag record.
+static int class_spread_of(const cJSON *rec, const char *kind, long long layer, const char *where,
+                           class_spread *c) {
+  const cJSON *p = find_point(rec, kind, layer);
+  if (!p) return ng_fail("%s: no point \"%s.%lld\"", where, kind, layer);
+  static const char *const stat[3] = {"count", "mean", "std"};
+  for (int k = 0; k < N_CLASSES; k++) {
+    double *to[3] = {&c->count[k], &c->mean[k], &c->std[k]};
+    for (int q = 0; q < 3; q++)
+      if (check(as_num(dig(p, "rms", class_names[k], stat[q], NULL), to[q]), "%s: %s.%lld: rms.%s.%s", where,
+                kind, layer, class_names[k], stat[q]))
+        return -1;
+  }
+  c->has = true;
+  return 0;
+}
+
+// The classes at hidden.L (and Post-Norm res2.L) of an evaluation record: kept
+// for the first evaluation and the latest.
+static int class_spread_record(const cJSON *rec, const char *where, long long depth, run *r) {
+  for (int pt = 0; pt <= (int)output_norm(r); pt++) {
+    class_spread *c = r->classes[pt];
+    if (class_spread_of(rec, pt ? "res2" : "hidden", depth, where, &c[1])) return -1;
+    if (r->rms_hidden.n == 0) c[0] = c[1];
+  }
+  return 0;
+}
+
+// The std over tokens at each layer of diag_final.json (after class_means).
+static int layer_spreads(const cJSON *d, const char *path, run *r) {
+  r->layer_hidden = ng_xmalloc(r->n_layers * sizeof(double));
+  r->layer_res2 = ng_xmalloc(r->n_layers * sizeof(double));
+  for (size_t l = 0; l < r->n_layers; l++) {
+    r->layer_res2[l] = NAN;
+    if (point_std(d, "hidden", (long long)l, path, &r->layer_hidden[l]) ||
+        (output_norm(r) && l > 0 && point_std(d, "res2", (long long)l, path, &r->layer_res2[l])))
+      return -1;
+  }
+  return 0;
+}
+
+// Over the token classes with tokens, but `without` (-1: none): the mean and
+// the population variance of the per-token RMS of their tokens, from each
+// class's count, mean and std (sum over classes of n_k (std_k^2 + (mean_k -
+// mean)^2), over n); *n: their tokens.
+static void pooled(const class_spread *c, int without, double *n, double *mean, double *var) {
+  double count = 0.0, sum = 0.0, sq = 0.0;
+  for (int k = 0; k < N_CLASSES; k++)
+    if (k != without && c->count[k] > 0) {
+      count += c->count[k];
+      sum += c->count[k] * c->mean[k];
+    }
+  *n = count;
+  *mean = count > 0 ? sum / count : NAN;
+  for (int k = 0; k < N_CLASSES; k++)
+    if (k != without && c->count[k] > 0) {
+      double d = c->mean[k] - *mean;
+      sq += c->count[k] * (c->std[k] * c->std[k] + d * d);
+    }
+  *var = count > 0 ? sq / count : NAN;
+}
+
+// What the class table shows of class k (N_CLASSES: all tokens) at one record.
+typedef enum { CLASS_STD, CLASS_SHARE, CLASS_WITHOUT, CLASS_QUANTITIES } class_quantity;
+
+// k's std; its share of the variance over all tokens (the variance of the
+// classes pooled, its term n_k (std_k^2 + (mean_k - mean)^2) over n var); the
+// std over the tokens of the other classes. NaN when there is none.
+static double class_value(const class_spread *c, int k, class_quantity q) {
+  double n, mean, var;
+  bool all = k == N_CLASSES;
+  if (!all && !(c->count[k] > 0)) return NAN;
+  switch (q) {
+    case CLASS_STD:
+      if (!all) return c->std[k];
+      pooled(c, -1, &n, &mean, &var);
+      return sqrt(var);
+    case CLASS_SHARE:
+      pooled(c, -1, &n, &mean, &var);
+      if (all) return 1.0;
+      return c->count[k] * (c->std[k] * c->std[k] + (c->mean[k] - mean) * (c->mean[k] - mean)) / (n * var);
+    case CLASS_WITHOUT:
+      if (all) return NAN;
+      pooled(c, k, &n, &mean, &var);
+      return sqrt(var);
+    case CLASS_QUANTITIES:
+      break;
+  }
+  return NAN;
 }
 
 // ---------------------------------------------------------------- diag_final.json
@@ -388,7 +535,10 @@ static int load_diag_final(const char *path, run *r) {
   cJSON *d;
   if (parse_json_file(path, &d)) return -1;
   const cJSON *ablation = dig(d, "ablation", NULL);
-  int rc = class_means(d, path, r) || (ablation && load_ablation(ablation, path, r)) ? -1 : 0;
+  int rc = class_means(d, path, r) || layer_spreads(d, path, r) ||
+                   (ablation && load_ablation(ablation, path, r))
+               ? -1
+               : 0;
   r->has_final = true;
   cJSON_Delete(d);
   return rc;
@@ -429,6 +579,9 @@ static void run_free(run *r) {
   series_free(&r->rms_res2);
   free(r->class_hidden);
   free(r->class_res2);
+  free(r->growth_in);
+  free(r->layer_hidden);
+  free(r->layer_res2);
   free(r->block);
   free(r->skip_dce);
   free(r->norms_dce);
@@ -592,6 +745,40 @@ static bool class_res2(const run *r, size_t i, double *v) {
   if (!output_norm(r) || i >= r->n_layers * N_CLASSES) return false;
   *v = r->class_res2[i];
   return true;
+}
+
+// i: 3 g the spread at hidden.<b-1>, 3 g + 1 at res2.<b-1>, 3 g + 2 the mean
+// RMS at hidden.<b-1>, b the new block of the g-th entry of growth_in.
+static bool growth_input_std(const run *r, size_t i, double *v) {
+  if (i / 3 >= r->n_growth_in) return false;
+  const growth_input *g = &r->growth_in[i / 3];
+  const double at[3] = {g->hidden, g->res2, g->hidden_mean};
+  *v = at[i % 3];
+  return i % 3 != 1 || (output_norm(r) && g->block > 1);
+}
+
+// i: 2 l the spread at hidden.l of diag_final.json, 2 l + 1 at res2.l.
+static bool layer_std(const run *r, size_t i, double *v) {
+  size_t l = i / 2;
+  if (!r->layer_hidden || l >= r->n_layers || (i % 2 && (!output_norm(r) || l == 0))) return false;
+  *v = i % 2 ? r->layer_res2[l] : r->layer_hidden[l];
+  return true;
+}
+
+// The index of class_cell: point pt (0 hidden.L, 1 res2.L), evaluation when (0
+// first, 1 last), class k (N_CLASSES: all tokens), quantity q.
+static size_t class_index(int pt, int when, int k, class_quantity q) {
+  return ((size_t)(pt * 2 + when) * (N_CLASSES + 1) + (size_t)k) * CLASS_QUANTITIES + q;
+}
+
+static bool class_cell(const run *r, size_t i, double *v) {
+  size_t rest = i / CLASS_QUANTITIES, k = rest % (N_CLASSES + 1);
+  rest /= N_CLASSES + 1;
+  if (rest >= 4) return false;
+  const class_spread *c = &r->classes[rest / 2][rest % 2];
+  if (!c->has) return false;
+  *v = class_value(c, (int)k, (class_quantity)(i % CLASS_QUANTITIES));
+  return isfinite(*v);
 }
 
 // Mean over the arm's runs that have the series (n > 0), at the x values of
@@ -834,6 +1021,138 @@ static void write_rms_spread(FILE *f, const report *rep) {
   put_missing(f, rep, lacks_diag, "No diag.jsonl (left out of the means above) in");
 }
 
+// The first run of the arm that has growth inputs, or NULL.
+static const run *with_growth_inputs(const arm *a) {
+  for (size_t k = 0; k < a->n; k++)
+    if (a->runs[k]->n_growth_in) return a->runs[k];
+  return NULL;
+}
+
+static void write_growth_inputs(FILE *f, const report *rep) {
+  fputs(
+      "\n## RMS spread of the stream each new block receives\n\nAt each growth, the standard "
+      "deviation over tokens of the per-token RMS of the stream a new block b starts from: "
+      "hidden.(b−1) of the grown model before any step at its new depth (the growth records of "
+      "diag.jsonl); for Post-Norm arms also res2.(b−1), the same stream before the norm that ends "
+      "block b−1 (none for b = 1, whose input is the embedding); and the mean per-token RMS of "
+      "hidden.(b−1), the scale the spread is relative to. Where new blocks are stacked, the higher "
+      "one's input is the lower one's output (the same stream while the lower one's growth gate is "
+      "0; its res2 is then that block's own sum, which the gate leaves out). Mean over seeds. The "
+      "same spread at the "
+      "last block's output over training is the table above and rms_std.png.\n\n"
+      "| arm | placement | step | tokens | depth | new block | hidden std | res2 std | hidden mean |\n"
+      "|---|---|---:|---:|---:|---:|---:|---:|---:|\n",
+      f);
+  for (size_t i = 0; i < rep->n_arms; i++) {
+    const arm *a = &rep->arms[i];
+    const run *r = with_growth_inputs(a);
+    for (size_t g = 0; r && g < r->n_growth_in; g++) {
+      const growth_input *in = &r->growth_in[g];
+      fprintf(f, "| %s | %s | %lld | %.0f | %lld | %lld | ", arm_name(a), placement(a), in->step, in->tokens,
+              in->depth, in->block);
+      for (size_t k = 0; k < 3; k++) {
+        put_mean(f, "%.4g", over_seeds(a, growth_input_std, 3 * g + k));
+        fputs(k < 2 ? " | " : " |\n", f);
+      }
+    }
+  }
+  fputs("\nArms that do not grow, or whose diag.jsonl has no growth record, have no row.\n", f);
+}
+
+static void write_layer_spreads(FILE *f, const report *rep) {
+  size_t n_layers = 0;
+  for (size_t i = 0; i < rep->n_runs; i++)
+    if (rep->runs[i].layer_hidden && rep->runs[i].n_layers > n_layers) n_layers = rep->runs[i].n_layers;
+  fputs(
+      "\n## RMS spread per layer at the end\n\nStandard deviation over tokens of the per-token "
+      "RMS at each layer's output (hidden.l; l = 0: the embeddings) of the final model "
+      "(diag_final.json), and for Post-Norm arms at res2.l, the sum before the norm that ends "
+      "block l. Mean over seeds.\n\n| arm | point |",
+      f);
+  for (size_t l = 0; l < n_layers; l++) fprintf(f, " layer %zu |", l);
+  fputs("\n|---|---|", f);
+  for (size_t l = 0; l < n_layers; l++) fputs("---:|", f);
+  fputc('\n', f);
+  for (size_t i = 0; i < rep->n_arms; i++) {
+    const arm *a = &rep->arms[i];
+    for (int res2 = 0; res2 <= (int)output_norm(a->runs[0]); res2++) {
+      fprintf(f, "| %s | %s |", arm_name(a), res2 ? "res2.l" : "hidden.l");
+      for (size_t l = 0; l < n_layers; l++) {
+        fputc(' ', f);
+        put_mean(f, "%.4g", over_seeds(a, layer_std, 2 * l + (size_t)res2));
+        fputs(" |", f);
+      }
+      fputc('\n', f);
+    }
+  }
+  put_missing(f, rep, lacks_final, "No diag_final.json in");
+}
+
+static void write_class_spreads(FILE *f, const report *rep) {
+  fputs(
+      "\n## RMS spread by token class\n\nWhere the spread at the last block's output sits, at the "
+      "first and the last evaluation of diag.jsonl (hidden.L; Post-Norm also res2.L). Per token "
+      "class: the std over its tokens of the per-token RMS; its share of the variance over all "
+      "tokens (n_k (std_k² + (mean_k − mean)²) / (n var), the shares sum to 1); and the std over "
+      "the tokens of the other classes, the spread without it. The all-tokens row is pooled from "
+      "the classes' counts, means and stds. The last column, the spread without the class over "
+      "the spread with it at the last evaluation, is one number for how much of the spread the "
+      "class carries (near 0: nearly all of it; 1: none). Mean over seeds.\n\n"
+      "| arm | point | class | std first | std last | share first | share last | std without first | "
+      "std without last | without / all, last |\n|---|---|---|---:|---:|---:|---:|---:|---:|---:|\n",
+      f);
+  for (size_t i = 0; i < rep->n_arms; i++) {
+    const arm *a = &rep->arms[i];
+    for (int pt = 0; pt <= (int)output_norm(a->runs[0]); pt++)
+      for (int j = 0; j <= N_CLASSES; j++) {
+        int k = j == 0 ? N_CLASSES : j - 1;  // all tokens first
+        fprintf(f, "| %s | %s | %s |", arm_name(a), pt ? "res2.L" : "hidden.L",
+                k == N_CLASSES ? "all tokens" : class_names[k]);
+        static const struct {
+          class_quantity q;
+          const char *fmt;
+        } cols[3] = {{CLASS_STD, "%.4g"}, {CLASS_SHARE, "%.3f"}, {CLASS_WITHOUT, "%.4g"}};
+        for (int c = 0; c < 3; c++)
+          for (int when = 0; when < 2; when++) {
+            fputc(' ', f);
+            put_mean(f, cols[c].fmt, over_seeds(a, class_cell, class_index(pt, when, k, cols[c].q)));
+            fputs(" |", f);
+          }
+        summary without = over_seeds(a, class_cell, class_index(pt, 1, k, CLASS_WITHOUT));
+        summary all = over_seeds(a, class_cell, class_index(pt, 1, N_CLASSES, CLASS_STD));
+        fputc(' ', f);
+        put_mean(f, "%.3f", (summary){without.mean / all.mean, NAN, without.n && all.n});
+        fputs(" |\n", f);
+      }
+  }
+  put_missing(f, rep, lacks_diag, "No diag.jsonl in");
+}
+
+// Every reading of the spread besides the last block's output over training.
+static void write_rms_readings(FILE *f, const report *rep) {
+  write_growth_inputs(f, rep);
+  write_layer_spreads(f, rep);
+  write_class_spreads(f, rep);
+}
+
+// The smallest finite mean ΔCE over the blocks and its block, "n/a" when none.
+static void put_min_over_blocks(FILE *f, const arm *a, run_value dce, const long long *blocks, size_t nb) {
+  double best = NAN;
+  long long at = 0;
+  for (size_t j = 0; j < nb; j++) {
+    summary s = over_seeds(a, dce, (size_t)blocks[j]);
+    if (s.n && isfinite(s.mean) && (at == 0 || s.mean < best)) {  // the first minimum, NaN left out
+      best = s.mean;
+      at = blocks[j];
+    }
+  }
+  if (at == 0) {
+    fputs("n/a", f);
+  } else {
+    fprintf(f, "%+.4f (block %lld)", best, at);
+  }
+}
+
 static void write_ablation(FILE *f, const report *rep) {
   fputs(
       "\n## Block-removal ablation\n\nΔCE: validation CE with one block removed minus the intact "
@@ -841,13 +1160,15 @@ static void write_ablation(FILE *f, const report *rep) {
       "where a block's norms act on the residual stream itself:\n\n"
       "- **skip**: the block is skipped together with its norms (the block becomes the identity).\n"
       "- **norms_only** (Post-Norm only): the block's attention and MLP are zeroed and its norms "
-      "kept, so the block still returns Norm(Norm(x)).\n\n| arm | removal | intact CE |",
+      "kept, so the block still returns Norm(Norm(x)).\n\nmin over blocks: the smallest ΔCE of the "
+      "row (mean over seeds) and its block: the least any one block's removal costs.\n\n"
+      "| arm | removal | intact CE |",
       f);
   long long *blocks;
   size_t nb = ablation_blocks(rep, &blocks);
   for (size_t j = 0; j < nb; j++) fprintf(f, " block %lld |", blocks[j]);
-  fputs("\n|---|---|---:|", f);
-  for (size_t j = 0; j < nb; j++) fputs("---:|", f);
+  fputs(" min over blocks |\n|---|---|---:|", f);
+  for (size_t j = 0; j <= nb; j++) fputs("---:|", f);
   fputc('\n', f);
   for (size_t i = 0; i < rep->n_arms; i++) {
     const arm *a = &rep->arms[i];
@@ -859,6 +1180,8 @@ static void write_ablation(FILE *f, const report *rep) {
         fputs(" | ", f);
         put_mean(f, "%+.4f", over_seeds(a, norms ? norms_dce : skip_dce, (size_t)blocks[j]));
       }
+      fputs(" | ", f);
+      put_min_over_blocks(f, a, norms ? norms_dce : skip_dce, blocks, nb);
       fputs(" |\n", f);
     }
   }
@@ -884,6 +1207,11 @@ static const figure figures[] = {
      "Mean per-token RMS at hidden.l for each layer l (0: the embeddings) by token class "
      "(separator, first token after a separator, structural, ordinary), from diag_final.json, one "
      "panel per arm (mean over seeds); Post-Norm panels also show res2.l (dashed). Log scale."},
+    {"rms_readings.png", "Std of per-token RMS at each new block's input and per layer",
+     "Left: the standard deviation over tokens of the per-token RMS of the stream each new block "
+     "starts from, at each growth (the growth records of diag.jsonl), per arm (mean over seeds). "
+     "Right: the same at each layer of the final model (diag_final.json). Solid: hidden; dashed "
+     "(Post-Norm): res2, before the norm. Log scale."},
     {"ablation.png", "ΔCE per removed block",
      "ΔCE when one block is removed, per block and arm (mean over seeds): skip (plain bars) and, for "
      "Post-Norm arms, norms_only (hatched bars)."},
@@ -911,6 +1239,7 @@ static bool write_report_md(FILE *f, void *ctx) {
   write_arms(f, rep);
   write_pairwise(f, rep);
   write_rms_spread(f, rep);
+  write_rms_readings(f, rep);
   write_ablation(f, rep);
   write_plots(f, rep);
   return !ferror(f);
@@ -989,6 +1318,50 @@ static cJSON *ablation_json(const arm *a) {
   return o;
 }
 
+// {"step": [...], "block": [...], "hidden": [std], "res2": [std] (Post-Norm)}:
+// the spread at each new block's input (mean over seeds), or null.
+static cJSON *growth_inputs_json(const arm *a) {
+  const run *r = with_growth_inputs(a);
+  if (!r) return cJSON_CreateNull();
+  cJSON *o = cJSON_CreateObject(), *step = cJSON_AddArrayToObject(o, "step"),
+        *block = cJSON_AddArrayToObject(o, "block");
+  double *v = ng_xcalloc(r->n_growth_in, sizeof(double));
+  for (size_t g = 0; g < r->n_growth_in; g++) {
+    cJSON_AddItemToArray(step, cJSON_CreateNumber((double)r->growth_in[g].step));
+    cJSON_AddItemToArray(block, cJSON_CreateNumber((double)r->growth_in[g].block));
+  }
+  for (int res2 = 0; res2 <= (int)output_norm(r); res2++) {
+    for (size_t g = 0; g < r->n_growth_in; g++) {
+      summary s = over_seeds(a, growth_input_std, 3 * g + (size_t)res2);
+      v[g] = s.n ? s.mean : NAN;
+    }
+    cJSON_AddItemToObject(o, res2 ? "res2" : "hidden", numbers(v, r->n_growth_in));
+  }
+  free(v);
+  return o;
+}
+
+// {"layers": [0..L], "hidden": [std], "res2": [std] (Post-Norm)}: the spread at
+// each layer of diag_final.json (mean over seeds), or null.
+static cJSON *layer_spreads_json(const arm *a) {
+  size_t n_layers = 0;
+  for (size_t k = 0; k < a->n; k++)
+    if (a->runs[k]->layer_hidden && a->runs[k]->n_layers > n_layers) n_layers = a->runs[k]->n_layers;
+  if (n_layers == 0) return cJSON_CreateNull();
+  cJSON *o = cJSON_CreateObject(), *layers = cJSON_AddArrayToObject(o, "layers");
+  double *v = ng_xcalloc(n_layers, sizeof(double));
+  for (size_t l = 0; l < n_layers; l++) cJSON_AddItemToArray(layers, cJSON_CreateNumber((double)l));
+  for (int res2 = 0; res2 <= (int)output_norm(a->runs[0]); res2++) {
+    for (size_t l = 0; l < n_layers; l++) {
+      summary s = over_seeds(a, layer_std, 2 * l + (size_t)res2);
+      v[l] = s.n ? s.mean : NAN;
+    }
+    cJSON_AddItemToObject(o, res2 ? "res2" : "hidden", numbers(v, n_layers));
+  }
+  free(v);
+  return o;
+}
+
 static cJSON *arm_json(const arm *a) {
   const run *r = a->runs[0];
   cJSON *o = cJSON_CreateObject(), *seeds = cJSON_AddArrayToObject(o, "seeds");
@@ -1005,6 +1378,8 @@ static cJSON *arm_json(const arm *a) {
   if (output_norm(r)) cJSON_AddItemToObject(rms, "res2", series_json(a, rms_res2_of));
   cJSON_AddItemToObject(o, "rms_by_class", by_class_json(a));
   cJSON_AddItemToObject(o, "ablation", ablation_json(a));
+  cJSON_AddItemToObject(o, "rms_growth_inputs", growth_inputs_json(a));
+  cJSON_AddItemToObject(o, "rms_layers", layer_spreads_json(a));
   return o;
 }
 

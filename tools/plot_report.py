@@ -4,8 +4,8 @@
     plot_report.py DIR/report-data.json DIR
 
 reads the series that `normgrow report` wrote (one object per arm, means over
-seeds) and writes DIR/val_ce.png, DIR/rms_std.png, DIR/rms_by_class.png and
-DIR/ablation.png. Exits with status 3 (printing why) when matplotlib is not
+seeds) and writes DIR/val_ce.png, DIR/rms_std.png, DIR/rms_by_class.png,
+DIR/rms_readings.png and DIR/ablation.png. Exits with status 3 (printing why) when matplotlib is not
 installed, so that the report is written without plots; any other failure is
 an error.
 """
@@ -54,11 +54,11 @@ def no_data(ax, what):
     ax.text(0.5, 0.5, what, transform=ax.transAxes, ha="center", va="center", color="gray")
 
 
-def legend_below(ax, handles=None, labels=None):
+def legend_below(ax, handles=None, labels=None, ncol=2):
     """The legend under the axes, clear of the lines and the growth labels."""
     if handles is None:
         handles, labels = ax.get_legend_handles_labels()
-    ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2,
+    ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=ncol,
               fontsize="small", frameon=False)
 
 
@@ -153,6 +153,35 @@ def plot_rms_by_class(arms, out_dir):
     save(fig, out_dir, "rms_by_class.png")
 
 
+def plot_rms_readings(arms, out_dir):
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 5))
+    color = colors(arms)
+    for ax, key, x_key, what in ((left, "rms_growth_inputs", "step", "growth records of diag.jsonl"),
+                                 (right, "rms_layers", "layers", "diag_final.json")):
+        drawn = False
+        for a in arms:
+            s = a.get(key)
+            if not s:
+                continue
+            for kind, style in (("hidden", "-"), ("res2", "--")):
+                if kind in s:
+                    ax.plot(s[x_key], values(s[kind]), linestyle=style, marker="o", color=color[a["name"]],
+                            label=f"{label(a)}: {kind}")
+                    drawn = True
+        if drawn:
+            log_y(ax)
+            legend_below(ax, ncol=1)
+        else:
+            no_data(ax, f"no {what} in any run")
+        ax.grid(alpha=0.3, which="both")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    left.set(title="At each new block's input, at its growth", xlabel="training step of the growth",
+             ylabel="std over tokens of per-token RMS")
+    right.set(title="Per layer at the end", xlabel="layer l (0: embeddings)",
+              ylabel="std over tokens of per-token RMS")
+    save(fig, out_dir, "rms_readings.png")
+
+
 def plot_ablation(arms, out_dir):
     bars = []  # (label, color, hatch, {block: dce})
     color = colors(arms)
@@ -189,7 +218,7 @@ def main(argv):
         return 2
     with open(argv[1], encoding="utf-8") as f:
         arms = json.load(f)["arms"]
-    for plot in (plot_val_ce, plot_rms_std, plot_rms_by_class, plot_ablation):
+    for plot in (plot_val_ce, plot_rms_std, plot_rms_by_class, plot_rms_readings, plot_ablation):
         plot(arms, argv[2])
     return 0
 

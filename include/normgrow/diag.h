@@ -14,7 +14,11 @@
 // JSON written by ng_diag_json (one object; the training loop appends one per
 // evaluation to <run_dir>/diag.jsonl, and writes <run_dir>/diag_final.json
 // with the ablation at the end; `normgrow diag` prints the same, with step and
-// tokens null when unknown and a "settings" object; docs/runs.md):
+// tokens null when unknown and a "settings" object; docs/runs.md). At each
+// growth the training loop also appends to diag.jsonl the grown model's object
+// (before any step at its new depth) with two more keys: "event": "growth" and
+// "new_blocks": [b, ...], the new blocks numbered from 1 (block b receives the
+// stream hidden.<b-1>); evaluation records have no "event".
 // {"step": S, "tokens": N, "depth": L, "placement": "pre"|"post"|"lns",
 //  "points": [{"name": "hidden.3", "kind": "hidden"|"res1"|"res2", "layer": 3,
 //              "rms": {"all": STATS, "separator": STATS, "after_separator": STATS,

@@ -14,6 +14,14 @@
 // sqrt(position): a new block (zero_out or gate: an identity) below older
 // ones moves them up and shrinks their scale, so growth preserves the function
 // only when every new block goes on top ("position": "top").
+//
+// Interventions on the scale of the residual stream at a growth (docs/design.md):
+//   depth_scaled   a new block's o_proj and down_proj (the writers to the
+//                  stream) are multiplied by 1/sqrt(2 l), l its 1-based position
+//                  in the grown model, after its random init (random or gate
+//                  only; a gated block still starts as an identity)
+//   ng_rescale_stream  the whole stream of the model before growth multiplied by
+//                  c (1 / its RMS: unit RMS at the new blocks' input)
 #ifndef NORMGROW_GROW_H
 #define NORMGROW_GROW_H
 
@@ -28,6 +36,7 @@ typedef struct {
   ng_rng *rng;                   // random init draws
   const ng_model *teacher;       // init teacher
   const int64_t *teacher_layers; // init teacher: one per new block
+  bool depth_scaled;             // new blocks' o_proj, down_proj times 1/sqrt(2 l)
 } ng_grow_rule;
 
 // Grows `old` to new_depth into *out (same backend, trainable). from_old gets
@@ -35,6 +44,29 @@ typedef struct {
 // new blocks get gate 0 under the gate rule, else 1.
 int ng_model_grow(const ng_model *old, int64_t new_depth, const ng_grow_rule *rule,
                   ng_model **out, int64_t *from_old);
+
+// The RMS of the residual stream a model hands its head: sqrt(mean over tokens
+// and channels of h^2) at hidden.L, over a forward of tokens [B*T] (backend).
+double ng_stream_rms(ng_model *m, const int32_t *tokens, int64_t B, int64_t T);
+
+// Whether the stream of a model of config c can be rescaled without changing
+// its function: every block reads the stream through a scale-invariant norm
+// (pre, lns) and the head reads it through the final norm. Post-Norm (each
+// block's output is already normed: no stream to rescale) and a model without
+// final norm (the logits would scale) are refused: -1 with a message naming
+// `where`.
+int ng_stream_rescalable(const ng_model_config *c, const char *where);
+
+// Multiplies the residual stream by c > 0 for every input: the embeddings and
+// every block's o_proj and down_proj are multiplied by c (the stream is their
+// sum; a gated block's y = (1 - g) x + g Block(x) scales with them), and with
+// tied embeddings the final norm's gain by 1/c (the head then sees c E and
+// N(h) w / c: the same logits). Every norm that reads the stream is
+// scale-invariant, so the function is kept up to the norms' eps (RMSNorm(c x)
+// = RMSNorm(x) when eps << mean(x^2)). With opt, the AdamW moments of each
+// scaled tensor follow its gradient, which scales by the inverse: m / s, v / s^2
+// for a tensor scaled by s. Asserts ng_stream_rescalable.
+void ng_rescale_stream(ng_model *m, ng_adamw *opt, double c);
 
 // AdamW state for the grown model: moments and step counts of old parameters
 // follow them to their new place (unless reset); new parameters start at zero.

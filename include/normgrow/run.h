@@ -26,7 +26,14 @@
 //            "embeddings": "random" | "teacher", "freeze_embeddings": false},
 //   "growth": {"position": "top"|"interleave"|"middle",
 //              "init": "random"|"copy_below"|"zero_out"|"gate"|"teacher",
-//              "gate_steps": 50, "teacher_layers": [..one per new block, in order..]},
+//              "gate_steps": 50, "teacher_layers": [..one per new block, in order..],
+//              "rescale_stream": false,  (at each growth, the stream of the model
+//                                        before it multiplied by 1 / its RMS over
+//                                        the first fixed training batch: unit RMS at
+//                                        the new blocks' input; Pre-Norm and LNS with
+//                                        a final norm; grow.h, docs/design.md)
+//              "depth_scaled_init": false},  (new blocks' o_proj and down_proj times
+//                                        1/sqrt(2 l), l their position; random or gate)
 //   "stages": [{"depth": 3, "tokens": 65536, "restart_lr": false, "lr": {...},
 //               "freeze_existing": false}, ...],
 //   "eval": {"every_steps": 50, "batches": 4},
@@ -115,6 +122,7 @@ typedef struct {
   ng_grow_position grow_position;
   ng_grow_init grow_init;
   int64_t gate_steps;
+  bool rescale_stream, depth_scaled_init;  // interventions on the stream's scale (grow.h)
   int64_t n_grow_teacher_layers;
   int64_t grow_teacher_layers[NG_MAX_LAYERS];
   int n_stages;
