@@ -443,6 +443,42 @@ static void cpu_scale(ng_backend *be, const float *x, float s, int64_t n, float 
   for (int64_t i = 0; i < n; i++) y[i] = s * x[i];
 }
 
+// y [R, C] = x * gamma [C]
+static void cpu_channel_scale_forward(ng_backend *be, const float *x, const float *gamma,
+                                      int64_t R, int64_t C, float *y) {
+  (void)be;
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < R; r++)
+    for (int64_t c = 0; c < C; c++) y[(size_t)r * C + c] = x[(size_t)r * C + c] * gamma[c];
+}
+
+// dx = dy * gamma, dgamma += sum over rows of dy * x: reduced over fixed row
+// blocks, then the block partials in order (as rmsnorm's dw).
+static void cpu_channel_scale_backward(ng_backend *be, const float *x, const float *gamma,
+                                       const float *dy, int64_t R, int64_t C, float *dx,
+                                       float *dgamma) {
+  (void)be;
+  int64_t nblk = (R + ROW_BLOCK - 1) / ROW_BLOCK;
+  float *part = dgamma ? ng_xcalloc((size_t)nblk * (size_t)C, sizeof(float)) : NULL;  // [nblk, C]
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < nblk; b++) {
+    float *pg = part ? part + (size_t)b * C : NULL;
+    int64_t r1 = (b + 1) * ROW_BLOCK < R ? (b + 1) * ROW_BLOCK : R;
+    for (int64_t r = b * ROW_BLOCK; r < r1; r++) {
+      const float *xr = x + (size_t)r * C, *dyr = dy + (size_t)r * C;
+      float *dxr = dx + (size_t)r * C;
+      for (int64_t c = 0; c < C; c++) {
+        float d = dyr[c];  // read before dx, which may alias dy, is written
+        if (pg) pg[c] += d * xr[c];
+        dxr[c] = d * gamma[c];
+      }
+    }
+  }
+  for (int64_t b = 0; b < nblk && dgamma; b++)
+    for (int64_t c = 0; c < C; c++) dgamma[c] += part[(size_t)b * C + c];
+  free(part);
+}
+
 static float row_max(const float *x, int64_t V) {
   float mx = x[0];
   for (int64_t j = 1; j < V; j++) mx = x[j] > mx ? x[j] : mx;
@@ -803,6 +839,8 @@ static ng_backend cpu_backend = {
     .add = cpu_add,
     .lerp = cpu_lerp,
     .scale = cpu_scale,
+    .channel_scale_forward = cpu_channel_scale_forward,
+    .channel_scale_backward = cpu_channel_scale_backward,
     .ce_kd = cpu_ce_kd,
     .ce_kd_topk = cpu_ce_kd_topk,
     .sumsq = cpu_sumsq,

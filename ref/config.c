@@ -173,7 +173,8 @@ int ng_model_config_parse(const cJSON *obj, const char *where, ng_model_config *
   static const char *const keys[] = {
       "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
       "num_attention_heads", "num_key_value_heads", "head_dim", "rope_theta",
-      "rms_norm_eps", "tie_word_embeddings", "norm_placement", "final_norm", NULL};
+      "rms_norm_eps", "tie_word_embeddings", "norm_placement", "final_norm",
+      "layer_scale_init", NULL};
   const char *placement;
   memset(c, 0, sizeof *c);
   if (ng_json_expect_object(obj, where) || ng_json_only_keys(obj, where, keys) ||
@@ -193,6 +194,10 @@ int ng_model_config_parse(const cJSON *obj, const char *where, ng_model_config *
   if (ng_norm_placement_from_name(placement, &c->norm_placement) != 0)
     return ng_fail("%s.norm_placement: \"%s\" is none of \"pre\", \"post\", \"lns\"", where,
                    placement);
+  c->layer_scale = cJSON_HasObjectItem(obj, "layer_scale_init");
+  if (c->layer_scale &&
+      ng_json_num(obj, where, "layer_scale_init", -1e3, 1e3, &c->layer_scale_init))
+    return -1;
   return ng_model_config_validate(c, where);
 }
 
@@ -273,6 +278,7 @@ cJSON *ng_model_config_to_json(const ng_model_config *c) {
   cJSON_AddBoolToObject(o, "tie_word_embeddings", c->tie_word_embeddings);
   cJSON_AddStringToObject(o, "norm_placement", ng_norm_placement_name(c->norm_placement));
   cJSON_AddBoolToObject(o, "final_norm", c->final_norm);
+  if (c->layer_scale) cJSON_AddNumberToObject(o, "layer_scale_init", c->layer_scale_init);
   return o;
 }
 

@@ -46,6 +46,11 @@ static void add_param(ng_model *m, bool trainable, float **w, float **g, int ndi
   *g = p->grad;
 }
 
+// Weight tensors of one block: its placement's, and the two layer scales.
+static int block_weights(const ng_model_config *c) {
+  return ng_block_layout_of(c->norm_placement).n_weights + (c->layer_scale ? 2 : 0);
+}
+
 // Block i's weights, as its placement's layout has them.
 static void add_layer_params(ng_model *m, bool trainable, int64_t i) {
   const ng_model_config *c = &m->cfg;
@@ -61,6 +66,9 @@ static void add_layer_params(ng_model *m, bool trainable, int64_t i) {
   add_param(m, trainable, &w->k_proj, &g->k_proj, 2, KVd, D, "self_attn.k_proj.weight", i);
   add_param(m, trainable, &w->v_proj, &g->v_proj, 2, KVd, D, "self_attn.v_proj.weight", i);
   add_param(m, trainable, &w->o_proj, &g->o_proj, 2, D, Hd, "self_attn.o_proj.weight", i);
+  if (c->layer_scale)
+    add_param(m, trainable, &w->attn_layer_scale, &g->attn_layer_scale, 1, D, 0,
+              "self_attn.layer_scale", i);
   add_param(m, trainable, &w->q_norm, &g->q_norm, 1, hd, 0, "self_attn.q_norm.weight", i);
   add_param(m, trainable, &w->k_norm, &g->k_norm, 1, hd, 0, "self_attn.k_norm.weight", i);
   add_param(m, trainable, &w->post_attention_layernorm, &g->post_attention_layernorm, 1, D, 0,
@@ -71,11 +79,14 @@ static void add_layer_params(ng_model *m, bool trainable, int64_t i) {
   add_param(m, trainable, &w->gate_proj, &g->gate_proj, 2, F, D, "mlp.gate_proj.weight", i);
   add_param(m, trainable, &w->up_proj, &g->up_proj, 2, F, D, "mlp.up_proj.weight", i);
   add_param(m, trainable, &w->down_proj, &g->down_proj, 2, D, F, "mlp.down_proj.weight", i);
-  NG_ASSERT(m->n_params - first == lay.n_weights && lay.n_weights <= NG_BLOCK_MAX_WEIGHTS);
+  if (c->layer_scale)
+    add_param(m, trainable, &w->mlp_layer_scale, &g->mlp_layer_scale, 1, D, 0, "mlp.layer_scale",
+              i);
+  NG_ASSERT(m->n_params - first == block_weights(c) && block_weights(c) <= NG_BLOCK_MAX_WEIGHTS);
 }
 
 int64_t ng_model_n_weights(const ng_model_config *c) {
-  int64_t block = ng_block_layout_of(c->norm_placement).n_weights;
+  int64_t block = block_weights(c);
   return block * c->num_hidden_layers + 1 + c->final_norm + !c->tie_word_embeddings;
 }
 
@@ -153,11 +164,19 @@ int ng_model_load(ng_model *m, const ng_st_file *f, const char *prefix) {
   return rc;
 }
 
-// Matrices N(0, std^2), norm gains 1.
+// Whether p is one of its block's layer scales.
+static bool is_layer_scale(const ng_model *m, const ng_param *p) {
+  if (p->layer < 0) return false;
+  const ng_layer *w = &m->w.layers[p->layer];
+  return p->data_view == &w->attn_layer_scale || p->data_view == &w->mlp_layer_scale;
+}
+
+// Matrices N(0, std^2), norm gains 1, layer scales cfg.layer_scale_init.
 static void init_param(ng_model *m, const ng_param *p, ng_rng *r, double std) {
   float *host = ng_xmalloc(p->numel * sizeof(float));
   if (p->ndim == 1) {
-    for (size_t j = 0; j < p->numel; j++) host[j] = 1.0f;
+    float v = is_layer_scale(m, p) ? (float)m->cfg.layer_scale_init : 1.0f;
+    for (size_t j = 0; j < p->numel; j++) host[j] = v;
   } else {
     ng_rng_fill_normal(r, host, p->numel, 0.0, std);
   }
@@ -351,12 +370,17 @@ static void block_acts_alloc(const ng_model *m, int64_t B, int64_t T, ng_block_a
     s->res2 = buf(be, N * D);
     s->rstd_pf = buf(be, N);
   }
+  if (c->layer_scale) {
+    s->attn_out = buf(be, N * D);
+    s->mlp_out = buf(be, N * D);
+  }
 }
 
 static void block_acts_free(ng_backend *be, ng_block_acts *s) {
   float *all[] = {s->att_in, s->rstd_in, s->q,    s->k,    s->v,      s->rstd_q,
                   s->rstd_k, s->qr,      s->kr,   s->att,  s->lse,    s->res1,
-                  s->mlp_in, s->rstd_pa, s->gate, s->up,   s->act,    s->res2, s->rstd_pf};
+                  s->mlp_in, s->rstd_pa, s->gate, s->up,   s->act,    s->res2, s->rstd_pf,
+                  s->attn_out, s->mlp_out};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) be->free(be, all[i]);
 }
 
@@ -383,12 +407,13 @@ static void grad_ws_alloc(const ng_model *m, int64_t N, int64_t chunk, ng_grad_w
   w->dfinal = buf(be, N * D);
   w->dgated = buf(be, N * D);
   w->dlogits = buf(be, chunk * c->vocab_size);
+  if (c->layer_scale) w->dbranch = buf(be, N * D);
 }
 
 static void grad_ws_free(ng_backend *be, ng_grad_ws *w) {
   float *all[] = {w->dh[0], w->dh[1], w->dres2, w->dres1, w->dmlp_in, w->datt_in,
                   w->dgate, w->dup,   w->dact,  w->datt,  w->dq,      w->dk,
-                  w->dv,    w->dq_raw, w->dk_raw, w->dfinal, w->dgated, w->dlogits};
+                  w->dv,    w->dq_raw, w->dk_raw, w->dfinal, w->dgated, w->dlogits, w->dbranch};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) be->free(be, all[i]);
 }
 
@@ -492,6 +517,27 @@ static float norm_scale(ng_block_layout lay, int64_t l) {
   return lay.depth_scaled ? (float)(1.0 / sqrt((double)(l + 1))) : 1.0f;
 }
 
+// With layer_scale: y [N, D] = gamma [D] * y, the sublayer's output y saved
+// into saved [N, D] first; without, nothing.
+static void layer_scale_forward(ng_model *m, const ng_acts *a, const float *gamma, float *y,
+                                float *saved) {
+  if (!m->cfg.layer_scale) return;
+  int64_t N = a->N, D = m->cfg.hidden_size;
+  m->be->copy(m->be, saved, y, (size_t)N * D * sizeof(float));
+  m->be->channel_scale_forward(m->be, saved, gamma, N, D, y);
+}
+
+// With layer_scale: d of the sublayer's output [N, D] into ws->dbranch, given dy
+// [N, D] of the scaled output, and dgamma [D] += sum over rows of dy * saved;
+// returns ws->dbranch. Without: dy itself.
+static const float *layer_scale_backward(ng_model *m, const ng_acts *a, const float *gamma,
+                                         const float *saved, const float *dy, float *dgamma) {
+  if (!m->cfg.layer_scale) return dy;
+  m->be->channel_scale_backward(m->be, saved, gamma, dy, a->N, m->cfg.hidden_size,
+                                a->ws.dbranch, dgamma);
+  return a->ws.dbranch;
+}
+
 // x [N, D] -> out [N, D], saving into s (see model.h for the placements).
 static void block_forward(ng_model *m, const ng_acts *a, int64_t l, const float *x, float *out,
                           ng_block_acts *s) {
@@ -509,6 +555,7 @@ static void block_forward(ng_model *m, const ng_acts *a, int64_t l, const float 
   }
   attention_forward(m, a, w, lay.input_norm ? s->att_in : x, s);
   linear_forward(be, s->att, w->o_proj, N, Hd, D, s->res1);       // o [N, D]
+  layer_scale_forward(m, a, w->attn_layer_scale, s->res1, s->attn_out);  // o = gamma_attn o
   be->add(be, x, s->res1, N * D, s->res1);                         // res1 = x + o
   be->rmsnorm_forward(be, s->res1, w->post_attention_layernorm, N, D, eps, s->mlp_in, s->rstd_pa);
   if (c_l != 1.0f) be->scale(be, s->mlp_in, c_l, N * D, s->mlp_in);  // lns
@@ -516,6 +563,7 @@ static void block_forward(ng_model *m, const ng_acts *a, int64_t l, const float 
   linear_forward(be, s->mlp_in, w->up_proj, N, D, F, s->up);      // up [N, F]
   be->swiglu_forward(be, s->gate, s->up, N * F, s->act);          // act [N, F]
   linear_forward(be, s->act, w->down_proj, N, F, D, out);         // mlp [N, D]
+  layer_scale_forward(m, a, w->mlp_layer_scale, out, s->mlp_out);  // mlp = gamma_mlp mlp
   if (lay.output_norm) {
     be->add(be, s->mlp_in, out, N * D, s->res2);                   // res2 = mlp_in + mlp
     be->rmsnorm_forward(be, s->res2, w->post_feedforward_layernorm, N, D, eps, out, s->rstd_pf);
@@ -648,8 +696,10 @@ static void block_backward(ng_model *m, const ng_acts *a, int64_t l, const float
                          ws->dres2, g->post_feedforward_layernorm);
     dres2 = ws->dres2;
   }
-  // res2 = (output_norm ? mlp_in : res1) + down(act)
-  linear_backward(be, s->act, w->down_proj, dres2, N, F, D, 0.0f, ws->dact, g->down_proj);
+  // res2 = (output_norm ? mlp_in : res1) + gamma_mlp down(act)
+  const float *dmlp_out = layer_scale_backward(m, a, w->mlp_layer_scale, s->mlp_out, dres2,
+                                           g->mlp_layer_scale);
+  linear_backward(be, s->act, w->down_proj, dmlp_out, N, F, D, 0.0f, ws->dact, g->down_proj);
   be->swiglu_backward(be, s->gate, s->up, ws->dact, N * F, ws->dgate, ws->dup);
   linear_backward(be, s->mlp_in, w->gate_proj, ws->dgate, N, D, F, 0.0f, ws->dmlp_in, g->gate_proj);
   linear_backward(be, s->mlp_in, w->up_proj, ws->dup, N, D, F, 1.0f, ws->dmlp_in, g->up_proj);
@@ -659,12 +709,14 @@ static void block_backward(ng_model *m, const ng_acts *a, int64_t l, const float
   } else {
     be->copy(be, ws->dres1, dres2, nd);
   }
-  // mlp_in = N_pa(res1) c; res1 = x + o_proj(att)
+  // mlp_in = N_pa(res1) c; res1 = x + gamma_attn o_proj(att)
   float c_l = norm_scale(lay, l);
   if (c_l != 1.0f) be->scale(be, ws->dmlp_in, c_l, N * D, ws->dmlp_in);  // lns
   be->rmsnorm_backward(be, s->res1, w->post_attention_layernorm, s->rstd_pa, ws->dmlp_in, N, D,
                        ws->dres1, g->post_attention_layernorm);
-  linear_backward(be, s->att, w->o_proj, ws->dres1, N, Hd, D, 0.0f, ws->datt, g->o_proj);
+  const float *dattn_out = layer_scale_backward(m, a, w->attn_layer_scale, s->attn_out, ws->dres1,
+                                          g->attn_layer_scale);
+  linear_backward(be, s->att, w->o_proj, dattn_out, N, Hd, D, 0.0f, ws->datt, g->o_proj);
   attention_backward(m, a, l, lay.input_norm ? s->att_in : x, s, ws);
   be->copy(be, dx, ws->dres1, nd);
   if (lay.input_norm) {

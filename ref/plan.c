@@ -43,10 +43,12 @@ ng_plan_params ng_plan_count_params(const ng_model_config *c, int64_t frozen_blo
 //   2 H + KV         rstd_q, lse; rstd_k
 //   2 D + 1          res1, mlp_in, rstd_pa
 //   3 F              gate, up, act
+//   2 D              attn_out, mlp_out (layer_scale)
 int64_t ng_plan_block_floats(const ng_model_config *c, int64_t N) {
   int64_t D = c->hidden_size, F = c->intermediate_size, hd = c->head_dim;
   int64_t H = c->num_attention_heads, KV = c->num_key_value_heads;
   int64_t per_token = (D + 1) + 3 * H * hd + 3 * KV * hd + 2 * H + KV + (2 * D + 1) + 3 * F;
+  if (c->layer_scale) per_token += 2 * D;
   return N * per_token;
 }
 
@@ -54,11 +56,12 @@ int64_t ng_plan_block_floats(const ng_model_config *c, int64_t N) {
 //   8 D    dh[0], dh[1], dres2, dres1, dmlp_in, datt_in, dfinal, dgated
 //   3 F    dgate, dup, dact
 //   3 H hd datt, dq, dq_raw;   3 KV hd  dk, dv, dk_raw
+//   D      dbranch (layer_scale)
 // and dlogits [chunk, V].
 int64_t ng_plan_grad_ws_floats(const ng_model_config *c, int64_t N, int64_t chunk) {
   int64_t D = c->hidden_size, F = c->intermediate_size, hd = c->head_dim;
   int64_t H = c->num_attention_heads, KV = c->num_key_value_heads, V = c->vocab_size;
-  return N * (8 * D + 3 * F + 3 * H * hd + 3 * KV * hd) + chunk * V;
+  return N * (8 * D + (c->layer_scale ? D : 0) + 3 * F + 3 * H * hd + 3 * KV * hd) + chunk * V;
 }
 
 // hidden x N D + blocks x block(N) + chunk V (logits) + N (D + 1) [final_norm] + grad_ws [train]

@@ -220,6 +220,69 @@ static void test_rmsnorm(const target *t, int64_t R, int64_t C, bool with_dw) {
   free(dw0);
 }
 
+static float *copyf(const float *x, int64_t n) {
+  float *y = ng_xmalloc((size_t)n * sizeof(float));
+  memcpy(y, x, (size_t)n * sizeof(float));
+  return y;
+}
+
+// channel_scale forward (in place) and backward (dx aliasing dy; dgamma
+// accumulated onto dgamma0, or NULL), against the reference and, for the
+// reference itself, against the formula in double.
+static void test_channel_scale(const target *t, int64_t R, int64_t C, bool with_dgamma) {
+  float *x = randn(R * C, 2.0), *gamma = randn(C, 1.0), *dy = randn(R * C, 1.0);
+  float *dg0 = randn(C, 1.0), *y[2], *dx[2], *dg[2] = {0};
+  for (int i = 0; i < 2; i++) {
+    bufs b = {.be = run_be(t, i)};
+    float *d_x = upf(&b, x, R * C), *d_y = upf(&b, x, R * C), *d_g = upf(&b, gamma, C);
+    float *d_dy = upf(&b, dy, R * C), *d_dg = with_dgamma ? upf(&b, dg0, C) : NULL;
+    b.be->channel_scale_forward(b.be, d_y, d_g, R, C, d_y);
+    b.be->channel_scale_backward(b.be, d_x, d_g, d_dy, R, C, d_dy, d_dg);
+    y[i] = down(&b, d_y, R * C);
+    dx[i] = down(&b, d_dy, R * C);
+    if (with_dgamma) dg[i] = down(&b, d_dg, C);
+    release(&b);
+  }
+  float *fy = ng_xmalloc((size_t)(R * C) * sizeof(float)), *fdx = ng_xmalloc((size_t)(R * C) * sizeof(float));
+  float *fdg = ng_xmalloc((size_t)C * sizeof(float));
+  for (int64_t c = 0; c < C; c++) {
+    double acc = dg0[c];
+    for (int64_t r = 0; r < R; r++) {
+      fy[r * C + c] = (float)((double)x[r * C + c] * gamma[c]);
+      fdx[r * C + c] = (float)((double)dy[r * C + c] * gamma[c]);
+      acc += (double)dy[r * C + c] * x[r * C + c];
+    }
+    fdg[c] = (float)acc;
+  }
+  target formula = {t->ref, t->ref, ""};
+  snprintf(formula.label, sizeof formula.label, "%s reference", t->ref->name);
+  char what[96];
+  snprintf(what, sizeof what, "channel_scale R=%lld C=%lld against the formula: y", (long long)R,
+           (long long)C);
+  compare(&formula, what, FWD, copyf(y[0], R * C), fy, R * C);
+  snprintf(what, sizeof what, "channel_scale R=%lld C=%lld against the formula: dx", (long long)R,
+           (long long)C);
+  compare(&formula, what, GRAD, copyf(dx[0], R * C), fdx, R * C);
+  if (with_dgamma) {
+    snprintf(what, sizeof what, "channel_scale R=%lld C=%lld against the formula: dgamma",
+             (long long)R, (long long)C);
+    compare(&formula, what, GRAD, copyf(dg[0], C), fdg, C);
+    compare_runs(t, GRAD, dg, C, "channel_scale R=%lld C=%lld backward dgamma", (long long)R,
+                 (long long)C);
+  }
+  compare_runs(t, FWD, y, R * C, "channel_scale R=%lld C=%lld forward (in place)", (long long)R,
+               (long long)C);
+  compare_runs(t, GRAD, dx, R * C, "channel_scale R=%lld C=%lld backward dx (aliasing dy, dgamma %s)",
+               (long long)R, (long long)C, with_dgamma ? "too" : "NULL");
+  free(x);
+  free(gamma);
+  free(dy);
+  free(dg0);
+  free(fy);
+  free(fdx);
+  free(fdg);
+}
+
 static void test_rope(const target *t, int64_t B, int64_t T, int64_t nh, int64_t hd) {
   int64_t n = B * T * nh * hd;
   float *x = randn(n, 1.0), *fwd[2], *bwd[2];
@@ -503,6 +566,9 @@ static void test_backend(const target *t) {
   test_loss_chunks(t, 11, 23, 4);
   test_widen_bf16(t, 7);
   test_widen_bf16(t, 1000);
+  test_channel_scale(t, 1, 1, true);
+  test_channel_scale(t, 130, 67, true);  // three row blocks of the dgamma reduction
+  test_channel_scale(t, 7, 19, false);
   draw = &rng;
   const char *k = t->be->kernels(t->be);
   char name[256];

@@ -138,6 +138,27 @@ static void test_rmsnorm(void) {
   free(c.x); free(c.w); free(c.y); free(c.rstd); free(c.r); free(dx); free(dx0); free(dw);
 }
 
+// ---------------------------------------------------------------- channel scale
+
+typedef struct {
+  float *x, *gamma, *y, *r;
+} cs_ctx;
+
+static double cs_probe(void *p) {
+  cs_ctx *c = p;
+  be->channel_scale_forward(be, c->x, c->gamma, 5, 6, c->y);
+  return dot(c->y, c->r, 30);
+}
+
+static void test_channel_scale(void) {
+  cs_ctx c = {randn(30, 0, 1), randn(6, 0, 1), ng_xcalloc(30, 4), randn(30, 0, 1)};
+  float *dx = ng_xcalloc(30, 4), *dgamma = ng_xcalloc(6, 4);
+  be->channel_scale_backward(be, c.x, c.gamma, c.r, 5, 6, dx, dgamma);
+  CHECK_GRAD(fd_error(c.x, 30, dx, cs_probe, &c, 100), "channel_scale dx");
+  CHECK_GRAD(fd_error(c.gamma, 6, dgamma, cs_probe, &c, 100), "channel_scale dgamma");
+  free(c.x); free(c.gamma); free(c.y); free(c.r); free(dx); free(dgamma);
+}
+
 // ---------------------------------------------------------------- rotary
 
 typedef struct {
@@ -416,6 +437,9 @@ static double model_loss(model_ctx *c, bool grad) {
 
 static double model_probe(void *p) { return model_loss(p, false); }
 
+// With model.layer_scale_init in the models of test_model (their scales drawn N(1, 0.2^2)).
+static bool layer_scale;
+
 // gate: every block's growth gate; frozen: block 0 frozen (its gradients must stay 0);
 // chunk: rows of a loss chunk (0: all); recompute: block values recomputed in the backward.
 static void test_model(ng_norm_placement np, bool tied, bool final_norm, int64_t H, int64_t KV,
@@ -423,7 +447,8 @@ static void test_model(ng_norm_placement np, bool tied, bool final_norm, int64_t
   ng_model_config mc = {.vocab_size = 11, .hidden_size = 12, .intermediate_size = 10,
                         .num_hidden_layers = 2, .num_attention_heads = H, .num_key_value_heads = KV,
                         .head_dim = 4, .rope_theta = 1e4, .rms_norm_eps = 1e-6,
-                        .tie_word_embeddings = tied, .final_norm = final_norm, .norm_placement = np};
+                        .tie_word_embeddings = tied, .final_norm = final_norm, .norm_placement = np,
+                        .layer_scale = layer_scale};
   int64_t B = 2, T = 4, N = B * T;
   model_ctx c = {ng_model_create(be, &mc, true), NULL, ng_xmalloc(N * 4), ng_xmalloc(N * 4),
                  randn((size_t)(N * mc.vocab_size), 0, 2), {0.6, 1.5, 0, 0, NG_DIV_FORWARD_KL, 0.0}};
@@ -458,9 +483,9 @@ static void test_model(ng_norm_placement np, bool tied, bool final_norm, int64_t
   }
   char name[256];
   snprintf(name, sizeof name,
-           "model %s tied=%d final_norm=%d H=%lld KV=%lld gate=%g frozen=%d chunk=%lld recompute=%d: "
-           "every parameter (worst %s)",
-           ng_norm_placement_name(np), tied, final_norm, (long long)H, (long long)KV, gate,
+           "model %s%s tied=%d final_norm=%d H=%lld KV=%lld gate=%g frozen=%d chunk=%lld "
+           "recompute=%d: every parameter (worst %s)",
+           ng_norm_placement_name(np), layer_scale ? " layer_scale" : "", tied, final_norm, (long long)H, (long long)KV, gate,
            frozen, (long long)chunk, recompute, worst_name);
   check_grad(worst, TOL_MODEL, name);
   ng_acts_free(c.m, c.a);
@@ -505,5 +530,11 @@ int main(void) {
     test_loss_stable((ng_divergence)dv, beta);
     test_loss_topk((ng_divergence)dv, beta);
   }
+  test_channel_scale();
+  layer_scale = true;  // LayerScale in every placement, with the gate, freezing, chunks, recompute
+  test_model(NG_NORM_PRE, false, true, 4, 2, 1.0f, false, 0, false);
+  test_model(NG_NORM_POST, true, true, 4, 1, 1.0f, false, 0, false);
+  test_model(NG_NORM_LNS, false, true, 4, 2, 0.3f, true, 0, false);
+  test_model(NG_NORM_PRE, true, false, 4, 2, 0.3f, true, 3, true);
   return TEST_RESULT();
 }

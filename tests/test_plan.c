@@ -182,6 +182,9 @@ static void test_allocations(void) {
   check_allocations("pre, untied, final norm, GQA", &a);
   check_allocations("post, tied, no final norm, MQA", &b);
   check_allocations("post, untied, final norm, MHA", &c);
+  ng_model_config d = toy(NG_NORM_PRE, true, true, 2);
+  d.layer_scale = true;
+  check_allocations("pre, layer scale, tied, final norm, GQA", &d);
 }
 
 // ---------------------------------------------------------------- one stage by hand

@@ -1,5 +1,5 @@
-// normgrow CUDA backend: embedding, RMSNorm, RoPE, SwiGLU, elementwise ops,
-// sumsq, AdamW, widen_bf16 and row_rms. Formulas are those of ref/backend_cpu.c; every
+// normgrow CUDA backend: embedding, RMSNorm, RoPE, SwiGLU, elementwise ops, the
+// per-channel scale, sumsq, AdamW, widen_bf16 and row_rms. Formulas are those of ref/backend_cpu.c; every
 // reduction runs in a fixed order (no atomics), so results are deterministic.
 #include <cub/cub.cuh>
 #include <stdlib.h>
@@ -110,19 +110,21 @@ __global__ void rmsnorm_bwd_dx_k(const float *x, const float *w, const float *rs
     dx[r * C + c] += rs * (dyr[c] * w[c] - xr[c] * rs * mean);
 }
 
-// part [nblk, C]: sum over the rows of block b (NORM_ROW_BLOCK rows, in order) of dy xh.
-__global__ void rmsnorm_bwd_part_k(const float *x, const float *rstd, const float *dy, int64_t R,
-                                   int64_t C, float *part) {
+// part [nblk, C]: sum over the rows of block b (NORM_ROW_BLOCK rows, in order) of
+// dy x rstd (rstd NULL: dy x).
+__global__ void column_part_k(const float *x, const float *rstd, const float *dy, int64_t R,
+                              int64_t C, float *part) {
   int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, b = blockIdx.y;
   if (c >= C) return;
   int64_t r1 = (b + 1) * NORM_ROW_BLOCK < R ? (b + 1) * NORM_ROW_BLOCK : R;
   float acc = 0.0f;
-  for (int64_t r = b * NORM_ROW_BLOCK; r < r1; r++) acc += dy[r * C + c] * (x[r * C + c] * rstd[r]);
+  for (int64_t r = b * NORM_ROW_BLOCK; r < r1; r++)
+    acc += dy[r * C + c] * (rstd ? x[r * C + c] * rstd[r] : x[r * C + c]);
   part[b * C + c] = acc;
 }
 
 // dw [C] += the block partials, in block order.
-__global__ void rmsnorm_bwd_dw_k(const float *part, int64_t nblk, int64_t C, float *dw) {
+__global__ void column_sum_k(const float *part, int64_t nblk, int64_t C, float *dw) {
   FOR_EACH(c, C) {
     float acc = dw[c];
     for (int64_t b = 0; b < nblk; b++) acc += part[b * C + c];
@@ -130,19 +132,49 @@ __global__ void rmsnorm_bwd_dw_k(const float *part, int64_t nblk, int64_t C, flo
   }
 }
 
+// dw [C] += sum over the R rows of dy x rstd (rstd NULL: dy x), over fixed row
+// blocks and then the blocks in order: rmsnorm's dw and channel_scale's dgamma.
+static void column_sum(ng_backend *be, const float *x, const float *rstd, const float *dy,
+                       int64_t R, int64_t C, float *dw) {
+  int64_t nblk = ngc_tiles(R, NORM_ROW_BLOCK);
+  NG_ASSERT(nblk <= NGC_GRID_Y_MAX);
+  float *part = (float *)ngc_scratch(ngc(be), (size_t)nblk * C * sizeof(float));  // [nblk, C]
+  column_part_k<<<dim3((unsigned)ngc_tiles(C, EW_THREADS), (unsigned)nblk), EW_THREADS>>>(
+      x, rstd, dy, R, C, part);
+  CK_LAUNCH();
+  column_sum_k<<<ngc_blocks(C, EW_THREADS), EW_THREADS>>>(part, nblk, C, dw);
+  CK_LAUNCH();
+}
+
 void ngc_rmsnorm_backward(ng_backend *be, const float *x, const float *w, const float *rstd,
                           const float *dy, int64_t R, int64_t C, float *dx, float *dw) {
   if (R == 0) return;
   rmsnorm_bwd_dx_k<<<(unsigned)R, ROW_THREADS>>>(x, w, rstd, dy, C, dx);
   CK_LAUNCH();
-  if (!dw) return;
-  int64_t nblk = ngc_tiles(R, NORM_ROW_BLOCK);
-  NG_ASSERT(nblk <= NGC_GRID_Y_MAX);
-  float *part = (float *)ngc_scratch(ngc(be), (size_t)nblk * C * sizeof(float));  // [nblk, C]
-  rmsnorm_bwd_part_k<<<dim3((unsigned)ngc_tiles(C, EW_THREADS), (unsigned)nblk), EW_THREADS>>>(
-      x, rstd, dy, R, C, part);
+  if (dw) column_sum(be, x, rstd, dy, R, C, dw);
+}
+
+// y [R, C] = x * gamma [C] (y may alias x)
+__global__ void channel_scale_k(const float *x, const float *gamma, int64_t R, int64_t C,
+                                float *y) {
+  FOR_EACH(e, R * C) y[e] = x[e] * gamma[e % C];
+}
+
+void ngc_channel_scale_forward(ng_backend *be, const float *x, const float *gamma, int64_t R,
+                               int64_t C, float *y) {
+  (void)be;
+  if (R * C == 0) return;
+  channel_scale_k<<<ngc_blocks(R * C, EW_THREADS), EW_THREADS>>>(x, gamma, R, C, y);
   CK_LAUNCH();
-  rmsnorm_bwd_dw_k<<<ngc_blocks(C, EW_THREADS), EW_THREADS>>>(part, nblk, C, dw);
+}
+
+// dgamma before dx: dx may alias dy.
+void ngc_channel_scale_backward(ng_backend *be, const float *x, const float *gamma,
+                                const float *dy, int64_t R, int64_t C, float *dx,
+                                float *dgamma) {
+  if (R * C == 0) return;
+  if (dgamma) column_sum(be, x, NULL, dy, R, C, dgamma);
+  channel_scale_k<<<ngc_blocks(R * C, EW_THREADS), EW_THREADS>>>(dy, gamma, R, C, dx);
   CK_LAUNCH();
 }
 

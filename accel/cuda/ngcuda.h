@@ -94,6 +94,10 @@ void ngc_swiglu_backward(ng_backend *be, const float *gate, const float *up, con
 void ngc_add(ng_backend *be, const float *a, const float *b, int64_t n, float *y);
 void ngc_lerp(ng_backend *be, const float *a, const float *b, float g, int64_t n, float *y);
 void ngc_scale(ng_backend *be, const float *x, float s, int64_t n, float *y);
+void ngc_channel_scale_forward(ng_backend *be, const float *x, const float *gamma, int64_t R,
+                               int64_t C, float *y);
+void ngc_channel_scale_backward(ng_backend *be, const float *x, const float *gamma,
+                                const float *dy, int64_t R, int64_t C, float *dx, float *dgamma);
 void ngc_ce_kd(ng_backend *be, const float *logits, const float *teacher, const int32_t *targets,
                int64_t N, int64_t V, ng_loss_params lp, float *dlogits, double *ce, double *kd,
                int64_t *n_valid);

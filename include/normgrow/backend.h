@@ -141,6 +141,13 @@ struct ng_backend {
   void (*lerp)(ng_backend *be, const float *a, const float *b, float g, int64_t n, float *y);
   // y [n] = s * x  (y may alias x)
   void (*scale)(ng_backend *be, const float *x, float s, int64_t n, float *y);
+  // y [R, C] = x * gamma, gamma [C] one factor per channel (LayerScale; y may alias x)
+  void (*channel_scale_forward)(ng_backend *be, const float *x, const float *gamma, int64_t R,
+                                int64_t C, float *y);
+  // dx [R, C] = dy * gamma (written; dx may alias dy) and dgamma [C] += sum over the R
+  // rows of dy * x (dgamma may be NULL: a frozen scale), x the forward's input.
+  void (*channel_scale_backward)(ng_backend *be, const float *x, const float *gamma,
+                                 const float *dy, int64_t R, int64_t C, float *dx, float *dgamma);
 
   // --- fused softmax + CE + KD over the vocabulary ------------------------
   // logits [N, V], teacher [N, V] or NULL, targets [N] (-1 = ignored).

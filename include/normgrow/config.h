@@ -33,6 +33,12 @@ typedef struct {
   double rope_theta, rms_norm_eps;
   bool tie_word_embeddings, final_norm;
   ng_norm_placement norm_placement;
+  // The optional "layer_scale_init" (LayerScale): when present, every block has
+  // two learnable per-channel scales [D] on its sublayers' outputs before the
+  // residual adds (model.h), and a freshly initialised block starts them at
+  // this value (0 keeps a new block the identity in Pre-Norm and LNS).
+  bool layer_scale;
+  double layer_scale_init;
 } ng_model_config;
 
 // The divergence of the kd term (docs/golden-contract.md section 6), with

@@ -15,6 +15,15 @@
 //   mlp_in = N_pa(res1) c;               res2 = (output_norm ? mlp_in : res1) + MLP(mlp_in);
 //   y = output_norm ? N_pf(res2) : res2;   c = depth_scaled ? 1/sqrt(l) : 1.
 // res1 and res2 are the residual sums x + F(x) before any norm.
+//
+// With model.layer_scale_init (LayerScale) each sublayer's output is scaled per
+// channel before its residual add, by the block's learnable gamma_attn [D]
+// (self_attn.layer_scale) and gamma_mlp [D] (mlp.layer_scale):
+//   res1 = x + gamma_attn o_proj(Attn(att_in));  res2 = (...) + gamma_mlp MLP(mlp_in)
+// saving attn_out = o_proj(Attn(att_in)) and mlp_out = MLP(mlp_in). For Pre-Norm
+// and LNS: a = x + gamma_attn Attn(N_in(x)); y = a + gamma_mlp MLP(N_pa(a)). For
+// Post-Norm the scaled branch is added before the norm: a = N_pa(x + gamma_attn
+// Attn(x)); y = N_pf(a + gamma_mlp MLP(a)).
 #ifndef NORMGROW_MODEL_H
 #define NORMGROW_MODEL_H
 
@@ -36,6 +45,8 @@ typedef struct {
   float *post_feedforward_layernorm;  // [D]        post only
   float *gate_proj, *up_proj;         // [F, D]
   float *down_proj;                   // [D, F]
+  float *attn_layer_scale;            // [D]        self_attn.layer_scale, with layer_scale
+  float *mlp_layer_scale;             // [D]        mlp.layer_scale, with layer_scale
 } ng_layer;
 
 typedef struct {
@@ -89,6 +100,7 @@ typedef struct {
   float *res1, *mlp_in, *rstd_pa;  // [N, D], [N, D], [N]
   float *gate, *up, *act;        // [N, F] x 3: act = silu(gate) * up
   float *res2, *rstd_pf;         // [N, D], [N]      post only (pre: res2 is the output)
+  float *attn_out, *mlp_out;     // [N, D] x 2       layer_scale only: the sublayers' outputs
 } ng_block_acts;
 
 // Backward scratch, shared by all blocks.
@@ -100,6 +112,7 @@ typedef struct {
   float *dq_raw, *dk_raw;        // [N, H*hd], [N, KV*hd]
   float *dfinal, *dgated;        // [N, D]: dfinal = d loss / d head input
   float *dlogits;                // [chunk, V]
+  float *dbranch;                // [N, D] layer_scale only: d of a sublayer's output
 } ng_grad_ws;
 
 typedef struct ng_acts ng_acts;
@@ -149,12 +162,12 @@ typedef struct {
 } ng_block_layout;
 
 // Fields of ng_layer: no block holds more weight tensors.
-#define NG_BLOCK_MAX_WEIGHTS 12
+#define NG_BLOCK_MAX_WEIGHTS 14
 
 ng_block_layout ng_block_layout_of(ng_norm_placement p);
 
 // The number of weight tensors of a model of config c: its blocks' (10 or
-// more each, by placement), the embeddings, and the final norm and untied
+// more each, by placement, and 2 more with layer_scale), the embeddings, and the final norm and untied
 // head when it has them.
 int64_t ng_model_n_weights(const ng_model_config *c);
 // Allocate a model with zeroed weights (and zeroed gradients if `trainable`).
@@ -168,7 +181,8 @@ void ng_model_free(ng_model *m);
 const ng_param *ng_model_find(const ng_model *m, const char *name);
 // Load every weight from `f` as "<prefix><HF name>"; shapes checked, F32/BF16/F16 accepted.
 int ng_model_load(ng_model *m, const ng_st_file *f, const char *prefix);
-// Matrices N(0, std^2), norm gains 1, drawn in parameter order.
+// Matrices N(0, std^2), norm gains 1, layer scales cfg.layer_scale_init, drawn in
+// parameter order.
 void ng_model_init_random(ng_model *m, ng_rng *r, double std);
 void ng_model_zero_grad(ng_model *m);
 // Random init of one block only (as ng_model_init_random).
