@@ -115,6 +115,9 @@ def layer_param_shapes(m, i):
         shapes[p + "input_layernorm.weight"] = [D]
     else:
         shapes[p + "post_feedforward_layernorm.weight"] = [D]
+    if "layer_scale_init" in m:  # LayerScale: per-channel scales of the sublayers' outputs
+        shapes[p + "self_attn.layer_scale"] = [D]
+        shapes[p + "mlp.layer_scale"] = [D]
     return shapes
 
 
@@ -178,12 +181,18 @@ def block(x, p, i, m):
     def norm(y, name):
         return rms_norm(y, p[pre + name + ".weight"], m["rms_norm_eps"])
 
+    def attn(y):  # gamma_attn Attn(y) with LayerScale
+        return attention(y, p, pre + "self_attn.", m) * p.get(pre + "self_attn.layer_scale", 1.0)
+
+    def ffn(y):  # gamma_mlp MLP(y) with LayerScale
+        return mlp(y, p, pre + "mlp.") * p.get(pre + "mlp.layer_scale", 1.0)
+
     if m["norm_placement"] in ("pre", "lns"):  # lns: norm outputs / sqrt(l), l = i + 1
         c = 1 / math.sqrt(i + 1) if m["norm_placement"] == "lns" else 1.0
-        a = x + attention(c * norm(x, "input_layernorm"), p, pre + "self_attn.", m)
-        return a + mlp(c * norm(a, "post_attention_layernorm"), p, pre + "mlp.")
-    a = norm(x + attention(x, p, pre + "self_attn.", m), "post_attention_layernorm")
-    return norm(a + mlp(a, p, pre + "mlp."), "post_feedforward_layernorm")
+        a = x + attn(c * norm(x, "input_layernorm"))
+        return a + ffn(c * norm(a, "post_attention_layernorm"))
+    a = norm(x + attn(x), "post_attention_layernorm")
+    return norm(a + ffn(a), "post_feedforward_layernorm")
 
 
 def forward(p, tokens, m, skip=None):
@@ -358,6 +367,8 @@ class Case:
                   if self.teacher is not None else "ce"),
                  f"topk{self.topk[0].shape[-1]}" if self.topk is not None else "notopk",
                  f"ign{int((self.targets == -1).sum())}"]
+        if "layer_scale_init" in m:
+            parts.insert(1, "layerscale")
         return " ".join(parts)
 
 
@@ -391,7 +402,7 @@ def f32(array):
     return torch.from_numpy(np.asarray(array, dtype=np.float32).astype(np.float64))
 
 
-def random_model(rng, kv_ratio, placement, tied, final_norm):
+def random_model(rng, kv_ratio, placement, tied, final_norm, layer_scale=False):
     kv = int(rng.integers(1, 4))
     heads, head_dim = kv * kv_ratio, 2 * int(rng.integers(1, 9))
     hidden = int(rng.integers(8, 49))
@@ -403,12 +414,13 @@ def random_model(rng, kv_ratio, placement, tied, final_norm):
             "num_key_value_heads": kv, "head_dim": head_dim,
             "rope_theta": float(10 ** rng.uniform(2, 6)),
             "rms_norm_eps": float(rng.choice([1e-6, 1e-5])),
-            "tie_word_embeddings": tied, "norm_placement": placement, "final_norm": final_norm}
+            "tie_word_embeddings": tied, "norm_placement": placement, "final_norm": final_norm,
+            **({"layer_scale_init": 0.01} if layer_scale else {})}
 
 
 def random_params(rng, m):
     """Embeddings ~ N(0, 1); lm_head ~ N(0, 1/D) (logits of the order of the hidden
-    RMS); other matrices ~ N(0, 0.3^2); norm gains 1 + 0.2 N(0, 1)."""
+    RMS); other matrices ~ N(0, 0.3^2); norm gains and layer scales 1 + 0.2 N(0, 1)."""
     params = {}
     for name, shape in param_shapes(m).items():
         if name == "model.embed_tokens.weight":
@@ -437,9 +449,9 @@ def random_targets(rng, V, B, T, ignore_all):
 
 def random_case(rng, features):
     """features: placement, tied, final_norm, teacher, clip, kv_ratio, ignore_all and
-    optionally topk (see with_topk; it draws nothing from rng)."""
+    optionally topk (see with_topk; it draws nothing from rng) and layer_scale."""
     m = random_model(rng, features["kv_ratio"], features["placement"], features["tied"],
-                     features["final_norm"])
+                     features["final_norm"], features.get("layer_scale", False))
     B, T, V = int(rng.integers(1, 4)), int(rng.integers(1, 10)), m["vocab_size"]
     config = {"model": m,
               "loss": {"kd_weight": float(rng.uniform(0.1, 0.9)),
@@ -483,7 +495,8 @@ def balanced(rng, n, values):
 
 def random_features(rng, n):
     """Features of n cases; one case in ten has every target ignored; the cases
-    with a teacher cycle through the divergences."""
+    with a teacher cycle through the divergences; the first case of each placement
+    has LayerScale (drawing nothing, so the other cases stay as they were)."""
     columns = {"placement": balanced(rng, n, ["pre", "post", "lns"]),
                "tied": balanced(rng, n, [True, False]),
                "final_norm": balanced(rng, n, [True, False]),
@@ -495,6 +508,10 @@ def random_features(rng, n):
     teachers = [f for f in features if f["teacher"]]  # every divergence among them
     for f, div in zip(teachers, balanced(rng, len(teachers), ["forward_kl", "reverse_kl", "jsd"])):
         f["divergence"] = div
+    for placement in ("pre", "post", "lns"):
+        first = next((f for f in features if f["placement"] == placement), None)
+        if first is not None:
+            first["layer_scale"] = True
     return features
 
 
@@ -824,11 +841,12 @@ def self_test(seed):
     err = rotary_error(rng)
     ok = err <= 1e-12
     print(f"self-test: rotary vs complex rotation: {err:.2e} {'PASS' if ok else 'FAIL'}")
-    for i, placement in enumerate(("pre", "post", "lns", "post", "lns")):
+    for i, placement in enumerate(("pre", "post", "lns", "post", "lns", "pre")):
         features = {"placement": placement, "tied": i < 2, "final_norm": i % 3 == 0,
                     "teacher": True, "clip": True, "kv_ratio": 2 ** (i % 3),
-                    "ignore_all": False,
-                    "divergence": ("forward_kl", "reverse_kl", "jsd", "jsd", "reverse_kl")[i]}
+                    "ignore_all": False, "layer_scale": i == 5,
+                    "divergence": ("forward_kl", "reverse_kl", "jsd", "jsd", "reverse_kl",
+                                   "forward_kl")[i]}
         case = informative_case(rng, features)
         checks = [("finite differences", finite_difference_error(case, rng), 1e-6),
                   ("losses vs torch.nn.functional", functional_loss_error(case), 1e-12),
