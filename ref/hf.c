@@ -491,10 +491,33 @@ static cJSON *export_config(const ng_model_config *c, ng_dtype dtype) {
   return o;
 }
 
-// Host copy of p's weights in `dtype` (F32 or BF16), malloc'd.
+// LayerScale is folded into the export: gamma [D] scales the output rows of
+// o_proj [D, H hd] and down_proj [D, F] (gamma (W x) = (diag(gamma) W) x), so
+// the layer scales themselves are not written and the export is the same
+// function as plain Qwen3 (or NormgrowForCausalLM) tensors.
+
+// The layer scale folded into p's rows (o_proj, down_proj with layer_scale), else NULL.
+static const float *folded_scale(const ng_model *m, const ng_param *p) {
+  if (!m->cfg.layer_scale || p->layer < 0) return NULL;
+  const ng_layer *w = &m->w.layers[p->layer];
+  if (p->data_view == &w->o_proj) return w->attn_layer_scale;
+  if (p->data_view == &w->down_proj) return w->mlp_layer_scale;
+  return NULL;
+}
+
+// Host copy of p's weights in `dtype` (F32 or BF16), malloc'd; a layer scale folded in.
 static void *param_host(const ng_model *m, const ng_param *p, ng_dtype dtype) {
   float *f = ng_xmalloc(p->numel * sizeof *f);
   m->be->download(m->be, f, p->data, p->numel * sizeof *f);
+  const float *gamma = folded_scale(m, p);
+  if (gamma) {
+    size_t rows = (size_t)p->shape[0], cols = (size_t)p->shape[1];
+    float *g = ng_xmalloc(rows * sizeof *g);
+    m->be->download(m->be, g, gamma, rows * sizeof *g);
+    for (size_t r = 0; r < rows; r++)
+      for (size_t c = 0; c < cols; c++) f[r * cols + c] *= g[r];
+    free(g);
+  }
   if (dtype == NG_F32) return f;
   uint16_t *h = ng_xmalloc(p->numel * sizeof *h);
   for (size_t i = 0; i < p->numel; i++) h[i] = ng_f32_to_bf16(f[i]);
@@ -502,12 +525,15 @@ static void *param_host(const ng_model *m, const ng_param *p, ng_dtype dtype) {
   return h;
 }
 
-// Assigns each parameter, in order, to a shard of at most `limit` bytes (one
-// larger than the limit gets a shard of its own); returns the number of shards.
+// Assigns each exported parameter, in order, to a shard of at most `limit`
+// bytes (one larger than the limit gets a shard of its own; a layer scale -1:
+// none); returns the number of shards.
 static int plan_shards(const ng_model *m, size_t elem, size_t limit, int *shard_of) {
   int n = 0;
   size_t used = 0;
   for (int i = 0; i < m->n_params; i++) {
+    shard_of[i] = -1;
+    if (ng_param_is_layer_scale(m, &m->params[i])) continue;
     size_t bytes = m->params[i].numel * elem;
     if (n == 0 || (used > 0 && used + bytes > limit)) {
       n++;
@@ -560,6 +586,7 @@ static cJSON *index_json(const ng_model *m, const int *shard_of, int n_shards, s
   cJSON *map = cJSON_AddObjectToObject(o, "weight_map");
   size_t total = 0;
   for (int i = 0; i < m->n_params; i++) {
+    if (shard_of[i] < 0) continue;
     char name[64];
     shard_name(name, sizeof name, shard_of[i], n_shards);
     cJSON_AddStringToObject(map, m->params[i].name, name);

@@ -164,8 +164,7 @@ int ng_model_load(ng_model *m, const ng_st_file *f, const char *prefix) {
   return rc;
 }
 
-// Whether p is one of its block's layer scales.
-static bool is_layer_scale(const ng_model *m, const ng_param *p) {
+bool ng_param_is_layer_scale(const ng_model *m, const ng_param *p) {
   if (p->layer < 0) return false;
   const ng_layer *w = &m->w.layers[p->layer];
   return p->data_view == &w->attn_layer_scale || p->data_view == &w->mlp_layer_scale;
@@ -175,7 +174,7 @@ static bool is_layer_scale(const ng_model *m, const ng_param *p) {
 static void init_param(ng_model *m, const ng_param *p, ng_rng *r, double std) {
   float *host = ng_xmalloc(p->numel * sizeof(float));
   if (p->ndim == 1) {
-    float v = is_layer_scale(m, p) ? (float)m->cfg.layer_scale_init : 1.0f;
+    float v = ng_param_is_layer_scale(m, p) ? (float)m->cfg.layer_scale_init : 1.0f;
     for (size_t j = 0; j < p->numel; j++) host[j] = v;
   } else {
     ng_rng_fill_normal(r, host, p->numel, 0.0, std);

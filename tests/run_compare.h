@@ -19,7 +19,8 @@ static inline bool ng_same_model(const ng_model_config *a, const ng_model_config
   return SAME(vocab_size) && SAME(hidden_size) && SAME(intermediate_size) && SAME(num_hidden_layers) &&
          SAME(num_attention_heads) && SAME(num_key_value_heads) && SAME(head_dim) &&
          ng_same_bits(a->rope_theta, b->rope_theta) && ng_same_bits(a->rms_norm_eps, b->rms_norm_eps) &&
-         SAME(tie_word_embeddings) && SAME(final_norm) && SAME(norm_placement);
+         SAME(tie_word_embeddings) && SAME(final_norm) && SAME(norm_placement) &&
+         SAME(layer_scale) && ng_same_bits(a->layer_scale_init, b->layer_scale_init);
 }
 
 static inline bool ng_same_stage(const ng_stage *a, const ng_stage *b) {

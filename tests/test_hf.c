@@ -419,6 +419,38 @@ static void test_export_post(void) {
   ng_model_free(m);
 }
 
+// LayerScale folds into o_proj and down_proj rows: the export has no layer
+// scale tensors (a plain Qwen3 for pre with a final norm, NormgrowForCausalLM
+// for post), loads back as a model without them, and gives the same logits.
+static void test_export_layer_scale(ng_norm_placement placement, const char *name) {
+  ng_model_config c = toy_config(placement, true, false);
+  c.layer_scale = true;
+  c.layer_scale_init = 0.01;
+  ng_model *m = random_model(&c, 6);  // scales 1 + N(0, 0.1^2): every channel its own
+  const char *dir = under_root(name);
+  int rc = ng_hf_export(m, dir, NG_F32, (size_t)1 << 30);
+  ng_model *got = NULL;
+  rc = rc ? rc : ng_hf_load(dir, ng_backend_cpu(), false, &got);
+  char check[160];
+  snprintf(check, sizeof check, "%s layer_scale export loads back without layer scales", name);
+  CHECK(rc == 0 && !got->cfg.layer_scale &&
+            got->n_params == m->n_params - 2 * (int)c.num_hidden_layers &&
+            !ng_model_find(got, "model.layers.0.mlp.layer_scale"),
+        check, "%s", rc ? ng_error() : "layer scales present");
+  if (rc == 0) {
+    size_t n = 10 * (size_t)c.vocab_size;
+    float *want = logits_of(m), *have = logits_of(got);
+    double err = ng_test_max_rel(have, want, (int64_t)n);
+    snprintf(check, sizeof check, "%s layer_scale export: the same logits (relative error %.1e)",
+             name, err);
+    CHECK(err <= 1e-5, check, "above 1e-5");
+    free(want);
+    free(have);
+  }
+  ng_model_free(got);
+  ng_model_free(m);
+}
+
 static void test_export_bf16(void) {
   ng_model_config c = toy_config(NG_NORM_PRE, true, false);
   ng_model *m = random_model(&c, 5);
@@ -629,6 +661,8 @@ int main(void) {
   test_export_pre_plain();
   test_export_post();
   test_export_bf16();
+  test_export_layer_scale(NG_NORM_PRE, "export_pre_layer_scale");
+  test_export_layer_scale(NG_NORM_POST, "export_post_layer_scale");
   test_export_sharded();
   test_export_refusals();
   test_config_defaults();

@@ -19,6 +19,7 @@
 #include "normgrow/config.h"
 #include "normgrow/fileio.h"
 #include "normgrow/model.h"
+#include "normgrow/rng.h"
 #include "normgrow/run.h"
 
 static char dir[64];
@@ -294,6 +295,68 @@ static void test_placements(void) {
   cJSON_Delete(j);
 }
 
+// ---------------------------------------------------------------- layer scale
+
+// model.layer_scale_init: absent means no layer scales and is not written back
+// (configs and cases without it read and print as before); present, it reads
+// back bit for bit, each block holds self_attn.layer_scale and mlp.layer_scale
+// [D] initialised to it, and a checkpoint keeps both; a wrong type is refused.
+static void test_layer_scale(void) {
+  ng_model_config c = {.vocab_size = 7, .hidden_size = 4, .intermediate_size = 6,
+                       .num_hidden_layers = 2, .num_attention_heads = 2,
+                       .num_key_value_heads = 1, .head_dim = 2, .rope_theta = 1e4,
+                       .rms_norm_eps = 1e-6, .final_norm = true, .norm_placement = NG_NORM_PRE};
+  cJSON *j = ng_model_config_to_json(&c);
+  ng_model_config back;
+  CHECK(!cJSON_HasObjectItem(j, "layer_scale_init") && ng_model_config_parse(j, "model", &back) == 0 &&
+            !back.layer_scale,
+        "a model config without layer_scale_init has no layer scales and writes none", "read back");
+  cJSON_AddNumberToObject(j, "layer_scale_init", 0.1 * 3 * 0.01);
+  int rc = ng_model_config_parse(j, "model", &back);
+  CHECK(rc == 0 && back.layer_scale && ng_same_bits(back.layer_scale_init, 0.1 * 3 * 0.01),
+        "layer_scale_init reads (0.1 x 3 x 0.01, bit for bit)", "%s", rc ? ng_error() : "value");
+  cJSON *again = ng_model_config_to_json(&back);
+  ng_model_config back2;
+  CHECK(ng_model_config_parse(again, "model", &back2) == 0 && ng_same_model(&back, &back2),
+        "layer_scale_init writes back exactly", "differs");
+  cJSON_Delete(again);
+  cJSON_ReplaceItemInObject(j, "layer_scale_init", cJSON_CreateString("small"));
+  rc = ng_model_config_parse(j, "model", &back2);
+  CHECK(rc != 0 && strstr(ng_error(), "model.layer_scale_init"),
+        "a layer_scale_init that is not a number is refused naming it", "%s", rc ? ng_error() : "accepted");
+  cJSON_Delete(j);
+
+  ng_backend *be = ng_backend_cpu();
+  ng_model *m = ng_model_create(be, &back, true);
+  ng_rng r;
+  ng_rng_seed(&r, 5);
+  ng_model_init_random(m, &r, 0.5);
+  const ng_param *ga = ng_model_find(m, "model.layers.1.self_attn.layer_scale");
+  const ng_param *gm = ng_model_find(m, "model.layers.1.mlp.layer_scale");
+  bool init = ga && gm && ga->numel == 4 && gm->numel == 4 && ga->ndim == 1;
+  for (size_t i = 0; init && i < 4; i++)
+    init = ga->data[i] == (float)back.layer_scale_init && gm->data[i] == (float)back.layer_scale_init;
+  CHECK(init && m->n_params == ng_model_n_weights(&back) &&
+            ng_model_n_weights(&back) == ng_model_n_weights(&c) + 2 * c.num_hidden_layers,
+        "each block holds self_attn.layer_scale and mlp.layer_scale [D] at layer_scale_init",
+        "%d params", m->n_params);
+  for (int i = 0; i < m->n_params; i++)  // distinct values, so that a load must place each
+    for (size_t k = 0; k < m->params[i].numel; k++) m->params[i].data[k] += (float)(i + k) * 1e-3f;
+  char path[128];
+  snprintf(path, sizeof path, "%s/layer_scale.safetensors", dir);
+  NG_ASSERT(ng_checkpoint_save(path, m, NULL, NULL) == 0);
+  ng_model *m2 = NULL;
+  rc = ng_checkpoint_load(path, be, false, &m2, NULL, NULL);
+  bool same = rc == 0 && ng_same_model(&m2->cfg, &m->cfg) && m2->n_params == m->n_params;
+  for (int i = 0; same && i < m->n_params; i++)
+    same = strcmp(m2->params[i].name, m->params[i].name) == 0 &&
+           memcmp(m2->params[i].data, m->params[i].data, m->params[i].numel * sizeof(float)) == 0;
+  CHECK(same, "a checkpoint keeps layer_scale_init and the layer scales", "%s",
+        rc ? ng_error() : "differs");
+  ng_model_free(m2);
+  ng_model_free(m);
+}
+
 int main(void) {
   snprintf(dir, sizeof dir, "/tmp/ng_json_XXXXXX");
   NG_ASSERT(mkdtemp(dir));
@@ -304,6 +367,7 @@ int main(void) {
   test_run_bounds();
   test_checkpoint_round_trip();
   test_placements();
+  test_layer_scale();
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   NG_ASSERT(system(cmd) == 0);

@@ -181,6 +181,8 @@ void ng_model_free(ng_model *m);
 const ng_param *ng_model_find(const ng_model *m, const char *name);
 // Load every weight from `f` as "<prefix><HF name>"; shapes checked, F32/BF16/F16 accepted.
 int ng_model_load(ng_model *m, const ng_st_file *f, const char *prefix);
+// Whether p is one of its block's layer scales (self_attn.layer_scale, mlp.layer_scale).
+bool ng_param_is_layer_scale(const ng_model *m, const ng_param *p);
 // Matrices N(0, std^2), norm gains 1, layer scales cfg.layer_scale_init, drawn in
 // parameter order.
 void ng_model_init_random(ng_model *m, ng_rng *r, double std);
