@@ -2,6 +2,7 @@
 #include "normgrow/grow.h"
 
 #include <math.h>
+#include <stdlib.h>
 
 #include "normgrow/common.h"
 
@@ -21,6 +22,19 @@ static void scale_outputs(ng_model *m, int64_t j, double s) {
   int64_t down = c->hidden_size * c->intermediate_size;
   m->be->scale(m->be, m->w.layers[j].o_proj, (float)s, o, m->w.layers[j].o_proj);
   m->be->scale(m->be, m->w.layers[j].down_proj, (float)s, down, m->w.layers[j].down_proj);
+}
+
+// Block j's layer scales set to model.layer_scale_init, whatever its init
+// copied into them (copy_below copies the trained scales of the block below).
+static void reset_layer_scales(ng_model *m, int64_t j) {
+  for (int i = 0; i < m->n_params; i++) {
+    const ng_param *p = &m->params[i];
+    if (p->layer != j || !ng_param_is_layer_scale(m, p)) continue;
+    float *host = ng_xmalloc(p->numel * sizeof(float));
+    for (size_t k = 0; k < p->numel; k++) host[k] = (float)m->cfg.layer_scale_init;
+    m->be->upload(m->be, p->data, host, p->numel * sizeof(float));
+    free(host);
+  }
 }
 
 // New block j of the grown model m; nth: how many new blocks precede it.
@@ -64,6 +78,7 @@ int ng_model_grow(const ng_model *old, int64_t new_depth, const ng_grow_rule *ru
       m->gate[j] = old->gate[from_old[j]];
     } else {
       rc = init_new_block(m, j, nth++, rule);
+      reset_layer_scales(m, j);
       if (rc == 0 && rule->depth_scaled) scale_outputs(m, j, 1.0 / sqrt(2.0 * (double)(j + 1)));
     }
   }

@@ -96,6 +96,32 @@ else
   echo "FAIL rescale_stream run: failed, or its growths changed val CE or logged no stream_scale"
 fi
 
+# LayerScale in a run: with model.layer_scale_init 0, blocks copied below at
+# each growth start with zero scales (the copies' trained scales are not
+# taken), so each growth keeps val CE exactly; AdamW trains the scales off 0.
+sed 's|"run_dir": "[^"]*"|"run_dir": "'"$tmp"'/layer-scale"|; s|"tokens": 30720|"tokens": 2560|g;
+     s|"final_norm": true}|"final_norm": true, "layer_scale_init": 0}|' \
+  "$tmp/whole.json" >"$tmp/layer-scale.json"
+if "$bin" train "$tmp/layer-scale.json" 2>/dev/null && python3 - "$tmp/layer-scale" <<'PY'; then
+import json, struct, sys
+growths = [json.loads(l) for l in open(sys.argv[1] + "/metrics.jsonl") if '"event":"growth"' in l]
+with open(sys.argv[1] + "/final.safetensors", "rb") as f:
+    n = struct.unpack("<Q", f.read(8))[0]
+    header, data = json.loads(f.read(n)), f.read()
+def tensor(name):
+    a, b = header[name]["data_offsets"]
+    return struct.unpack("<%df" % ((b - a) // 4), data[a:b])
+scales = [tensor("model.layers.%d.%s.layer_scale" % (l, s)) for l in range(3) for s in ("self_attn", "mlp")]
+print("#", [(g["val_ce_before"], g["val_ce_after"]) for g in growths],
+      "mean |scale| per tensor", [round(sum(map(abs, v)) / len(v), 4) for v in scales])
+ok = len(growths) == 2 and all(g["val_ce_after"] == g["val_ce_before"] for g in growths)
+sys.exit(0 if ok and all(any(x != 0 for x in v) for v in scales) else 1)
+PY
+  echo "ok layer_scale_init 0 + copy_below: growth keeps val CE exactly, the scales train off 0"
+else
+  echo "FAIL layer_scale run: failed, or its growths changed val CE, or a scale stayed 0"
+fi
+
 # The teacher exported as a Hugging Face directory (F32: exact) teaches the same:
 # a run distilled from it ends with the same weights as one from the checkpoint.
 "$bin" export "$tmp/teacher/final.safetensors" "$tmp/teacher-hf" --dtype f32 >/dev/null

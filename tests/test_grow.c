@@ -272,6 +272,90 @@ static void test_depth_scaled(void) {
   ng_model_free(m);
 }
 
+// A 2-block model with layer scales: its scales drawn like its gains (as trained
+// ones would be), new blocks' scales at `init`.
+static ng_model *layer_scale_model(ng_norm_placement np, double init) {
+  ng_model *base = small_model(np, 2, 7);
+  ng_model_config c = base->cfg;
+  c.layer_scale = true;
+  c.layer_scale_init = init;
+  ng_model_free(base);
+  ng_model *m = ng_model_create(be, &c, true);
+  ng_rng r;
+  ng_rng_seed(&r, 7);
+  ng_model_init_random(m, &r, 0.3);
+  for (int i = 0; i < m->n_params; i++)
+    if (m->params[i].ndim == 1) ng_rng_fill_normal(&r, m->params[i].data, m->params[i].numel, 1.0, 0.3);
+  return m;
+}
+
+// Grows a layer-scale model to 4 blocks; the max logit change, and whether
+// every new block's scales equal `init` and every old block's are kept.
+static double layer_scale_change(ng_norm_placement np, double init, ng_grow_init how,
+                                 ng_grow_position pos, bool *scales_ok) {
+  ng_model *m = layer_scale_model(np, init), *g;
+  ng_rng r;
+  ng_rng_seed(&r, 8);
+  ng_grow_rule rule = {pos, how, 0.3, &r, NULL, NULL, false};
+  int64_t from_old[4];
+  float *before = logits_of(m);
+  NG_ASSERT(ng_model_grow(m, 4, &rule, &g, from_old) == 0);
+  float *after = logits_of(g);
+  double d = max_diff(before, after, 12 * 23);
+  *scales_ok = true;
+  for (int i = 0; i < g->n_params; i++) {
+    const ng_param *p = &g->params[i];
+    if (!ng_param_is_layer_scale(g, p)) continue;
+    int64_t src = from_old[p->layer];
+    const ng_param *q = src >= 0 ? ng_model_find_in_layer(m, p, src) : NULL;
+    for (size_t k = 0; k < p->numel; k++)
+      *scales_ok &= p->data[k] == (q ? q->data[k] : (float)init);
+  }
+  free(before);
+  free(after);
+  ng_model_free(m);
+  ng_model_free(g);
+  return d;
+}
+
+// LayerScale at a growth: new blocks' scales start at layer_scale_init under
+// every init (copy_below too) and old blocks keep theirs; with init 0 a new
+// block is the identity in Pre-Norm and LNS (on top): the logits stay exactly.
+static void test_layer_scale_growth(void) {
+  static const struct {
+    ng_norm_placement np;
+    ng_grow_init how;
+    ng_grow_position pos;
+    const char *what;
+  } exact[] = {{NG_NORM_PRE, NG_INIT_RANDOM, NG_GROW_TOP, "pre, random, top"},
+               {NG_NORM_PRE, NG_INIT_COPY_BELOW, NG_GROW_INTERLEAVE, "pre, copy_below, interleave"},
+               {NG_NORM_LNS, NG_INIT_RANDOM, NG_GROW_TOP, "lns, random, top"}};
+  char name[160];
+  for (size_t i = 0; i < sizeof exact / sizeof exact[0]; i++) {
+    bool scales;
+    double d = layer_scale_change(exact[i].np, 0.0, exact[i].how, exact[i].pos, &scales);
+    snprintf(name, sizeof name, "layer scales at init 0 keep the logits exactly (%s)", exact[i].what);
+    CHECK(d == 0.0, name, "max change %.3e", d);
+    snprintf(name, sizeof name, "new blocks' scales at layer_scale_init, old ones kept (%s)",
+             exact[i].what);
+    CHECK(scales, name, "scales differ");
+  }
+  bool scales;
+  double post = layer_scale_change(NG_NORM_POST, 0.0, NG_INIT_RANDOM, NG_GROW_INTERLEAVE, &scales);
+  // A Post-Norm block with zero scales still computes y = N_pf(N_pa(x)): below
+  // an old block it hands that block a renormed input (on top, with the final
+  // norm after it and fresh gains 1, only eps would show).
+  CHECK(post > 1e-3 && scales,
+        "layer scales at init 0 do NOT keep the function under Post-Norm (interleave)",
+        "max change %.3e", post);
+  double small = layer_scale_change(NG_NORM_PRE, 0.01, NG_INIT_RANDOM, NG_GROW_TOP, &scales);
+  double unit = layer_scale_change(NG_NORM_PRE, 1.0, NG_INIT_RANDOM, NG_GROW_TOP, &scales);
+  snprintf(name, sizeof name,
+           "layer scales at init 0.01 change the logits less than at 1 (pre, random: %.2e vs %.2e)",
+           small, unit);
+  CHECK(small > 0.0 && small < 0.1 * unit && scales, name, "not smaller");
+}
+
 int main(void) {
   be = ng_backend_cpu();
   test_layouts();
@@ -280,5 +364,6 @@ int main(void) {
   test_optimizer_follows();
   test_rescale_stream();
   test_depth_scaled();
+  test_layer_scale_growth();
   return TEST_RESULT();
 }

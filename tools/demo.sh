@@ -29,7 +29,7 @@ case $study in
   main) ;;
   interventions)
     out=runs/demo-interventions
-    arms=(grow-pre grow-post grow-pre-rescale-stream grow-pre-depth-scaled-init) ;;
+    arms=(grow-pre grow-post grow-pre-rescale-stream grow-pre-depth-scaled-init grow-pre-layer-scale) ;;
   *) echo "demo: --study: \"$study\" is not one of main, interventions" >&2; exit 2 ;;
 esac
 say() { printf '[demo %4ds] %s\n' $(($(date +%s) - start)) "$*"; }

@@ -41,7 +41,9 @@ typedef struct {
 
 // Grows `old` to new_depth into *out (same backend, trainable). from_old gets
 // [new_depth] old block indices (-1 = new). Gates of old blocks carry over;
-// new blocks get gate 0 under the gate rule, else 1.
+// new blocks get gate 0 under the gate rule, else 1. With model.layer_scale_init
+// a new block's layer scales start at it under every rule (0: the block adds
+// nothing to the stream until they are trained).
 int ng_model_grow(const ng_model *old, int64_t new_depth, const ng_grow_rule *rule,
                   ng_model **out, int64_t *from_old);
 
