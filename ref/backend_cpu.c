@@ -88,37 +88,45 @@ static void cpu_rmsnorm_forward(ng_backend *be, const float *x, const float *w, 
   }
 }
 
+// dw [C] += sum over the R rows of dy * (x * rstd) (rstd NULL: dy * x): reduced
+// over fixed blocks of rows, then the block partials in order (the same bits
+// for every thread count). rmsnorm's dw and channel_scale's dgamma.
+static void column_sums(const float *x, const float *rstd, const float *dy, int64_t R,
+                        int64_t C, float *dw) {
+  int64_t nblk = (R + ROW_BLOCK - 1) / ROW_BLOCK;
+  float *part = ng_xcalloc((size_t)nblk * (size_t)C, sizeof(float));  // [nblk, C]
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < nblk; b++) {
+    float *pw = part + (size_t)b * C;
+    int64_t r1 = (b + 1) * ROW_BLOCK < R ? (b + 1) * ROW_BLOCK : R;
+    for (int64_t r = b * ROW_BLOCK; r < r1; r++) {
+      const float *xr = x + (size_t)r * C, *dyr = dy + (size_t)r * C;
+      for (int64_t c = 0; c < C; c++) pw[c] += dyr[c] * (rstd ? xr[c] * rstd[r] : xr[c]);
+    }
+  }
+  for (int64_t b = 0; b < nblk; b++)
+    for (int64_t c = 0; c < C; c++) dw[c] += part[(size_t)b * C + c];
+  free(part);
+}
+
 // With xh = x * rstd and g = dy * w:
-//   dx += rstd * (g - xh * mean(g * xh)),  dw += sum over rows of dy * xh.
-// dw is reduced over fixed row blocks, then the block partials in order;
-// dw == NULL (a frozen gain) skips it.
+//   dx += rstd * (g - xh * mean(g * xh)),  dw += sum over rows of dy * xh
+// (column_sums); dw == NULL (a frozen gain) skips it.
 static void cpu_rmsnorm_backward(ng_backend *be, const float *x, const float *w,
                                  const float *rstd, const float *dy, int64_t R, int64_t C,
                                  float *dx, float *dw) {
   (void)be;
-  int64_t nblk = (R + ROW_BLOCK - 1) / ROW_BLOCK;
-  float *part = dw ? ng_xcalloc((size_t)nblk * (size_t)C, sizeof(float)) : NULL;  // [nblk, C]
 #pragma omp parallel for schedule(static)
-  for (int64_t b = 0; b < nblk; b++) {
-    float *pw = part ? part + (size_t)b * C : NULL;
-    int64_t r1 = (b + 1) * ROW_BLOCK < R ? (b + 1) * ROW_BLOCK : R;
-    for (int64_t r = b * ROW_BLOCK; r < r1; r++) {
-      const float *xr = x + (size_t)r * C, *dyr = dy + (size_t)r * C;
-      float *dxr = dx + (size_t)r * C;
-      float rs = rstd[r];
-      double dot = 0.0;
-      for (int64_t c = 0; c < C; c++) dot += (double)(dyr[c] * w[c]) * (xr[c] * rs);
-      float mean = (float)(dot / (double)C);
-      for (int64_t c = 0; c < C; c++) {
-        float xh = xr[c] * rs;
-        dxr[c] += rs * (dyr[c] * w[c] - xh * mean);
-        if (pw) pw[c] += dyr[c] * xh;
-      }
-    }
+  for (int64_t r = 0; r < R; r++) {
+    const float *xr = x + (size_t)r * C, *dyr = dy + (size_t)r * C;
+    float *dxr = dx + (size_t)r * C;
+    float rs = rstd[r];
+    double dot = 0.0;
+    for (int64_t c = 0; c < C; c++) dot += (double)(dyr[c] * w[c]) * (xr[c] * rs);
+    float mean = (float)(dot / (double)C);
+    for (int64_t c = 0; c < C; c++) dxr[c] += rs * (dyr[c] * w[c] - xr[c] * rs * mean);
   }
-  for (int64_t b = 0; b < nblk && dw; b++)
-    for (int64_t c = 0; c < C; c++) dw[c] += part[(size_t)b * C + c];
-  free(part);
+  if (dw) column_sums(x, rstd, dy, R, C, dw);
 }
 
 // cos/sin table [T, hd/2]: angle = t * theta^(-2j/hd), computed in double.
@@ -452,31 +460,16 @@ static void cpu_channel_scale_forward(ng_backend *be, const float *x, const floa
     for (int64_t c = 0; c < C; c++) y[(size_t)r * C + c] = x[(size_t)r * C + c] * gamma[c];
 }
 
-// dx = dy * gamma, dgamma += sum over rows of dy * x: reduced over fixed row
-// blocks, then the block partials in order (as rmsnorm's dw).
+// dx = dy * gamma; dgamma += sum over rows of dy * x (column_sums), first, as dx
+// may alias dy.
 static void cpu_channel_scale_backward(ng_backend *be, const float *x, const float *gamma,
                                        const float *dy, int64_t R, int64_t C, float *dx,
                                        float *dgamma) {
   (void)be;
-  int64_t nblk = (R + ROW_BLOCK - 1) / ROW_BLOCK;
-  float *part = dgamma ? ng_xcalloc((size_t)nblk * (size_t)C, sizeof(float)) : NULL;  // [nblk, C]
+  if (dgamma) column_sums(x, NULL, dy, R, C, dgamma);
 #pragma omp parallel for schedule(static)
-  for (int64_t b = 0; b < nblk; b++) {
-    float *pg = part ? part + (size_t)b * C : NULL;
-    int64_t r1 = (b + 1) * ROW_BLOCK < R ? (b + 1) * ROW_BLOCK : R;
-    for (int64_t r = b * ROW_BLOCK; r < r1; r++) {
-      const float *xr = x + (size_t)r * C, *dyr = dy + (size_t)r * C;
-      float *dxr = dx + (size_t)r * C;
-      for (int64_t c = 0; c < C; c++) {
-        float d = dyr[c];  // read before dx, which may alias dy, is written
-        if (pg) pg[c] += d * xr[c];
-        dxr[c] = d * gamma[c];
-      }
-    }
-  }
-  for (int64_t b = 0; b < nblk && dgamma; b++)
-    for (int64_t c = 0; c < C; c++) dgamma[c] += part[(size_t)b * C + c];
-  free(part);
+  for (int64_t r = 0; r < R; r++)
+    for (int64_t c = 0; c < C; c++) dx[(size_t)r * C + c] = dy[(size_t)r * C + c] * gamma[c];
 }
 
 static float row_max(const float *x, int64_t V) {

@@ -156,6 +156,30 @@ static void test_rmsnorm(void) {
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dev->free(dev, all[i]);
 }
 
+// channel_scale: y = x gamma in place; dx = dy gamma aliasing dy, dgamma
+// accumulated over 3 row blocks (and NULL).
+static void test_channel_scale(void) {
+  const int64_t R = 131, C = 70;
+  float *x = rnd(R * C, 2.0), *g = rnd(C, 1.0), *y = ng_xmalloc((size_t)(R * C) * sizeof(float));
+  float *dy = rnd(R * C, 1.0), *dg = rnd(C, 1.0);
+  memcpy(y, x, (size_t)(R * C) * sizeof(float));
+  float *dxd = upf(x, R * C), *dyd = upf(y, R * C), *dgd = upf(g, C), *ddy = upf(dy, R * C);
+  float *ddg = upf(dg, C);
+  cpu->channel_scale_forward(cpu, y, g, R, C, y);
+  dev->channel_scale_forward(dev, dyd, dgd, R, C, dyd);
+  expect("channel_scale_forward (in place)", dyd, y, R * C, tol_fwd());
+  cpu->channel_scale_backward(cpu, x, g, dy, R, C, dy, dg);
+  dev->channel_scale_backward(dev, dxd, dgd, ddy, R, C, ddy, ddg);
+  expect("channel_scale_backward dx (aliasing dy)", ddy, dy, R * C, tol_grad());
+  expect("channel_scale_backward dgamma (accumulates, 3 row blocks)", ddg, dg, C, tol_grad());
+  cpu->channel_scale_backward(cpu, x, g, dy, R, C, dy, NULL);
+  dev->channel_scale_backward(dev, dxd, dgd, ddy, R, C, ddy, NULL);
+  expect("channel_scale_backward without dgamma", ddy, dy, R * C, tol_grad());
+  free(x), free(g), free(y), free(dy), free(dg);
+  float *all[] = {dxd, dyd, dgd, ddy, ddg};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dev->free(dev, all[i]);
+}
+
 static void test_rope(void) {
   const int64_t B = 2, T = 11, nh = 3, hd = 10, n = B * T * nh * hd;
   float *x = rnd(n, 1.0), *dx = upf(x, n);
@@ -349,6 +373,7 @@ static void run_all(void) {
   test_loss(7, 11);
   test_loss(290, 0);  // k = vocab_used: the exact divergence
   test_optimizer();
+  test_channel_scale();
   dev->synchronize(dev);
   const char *k = dev->kernels(dev);
   char name[300];

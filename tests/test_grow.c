@@ -50,19 +50,26 @@ static void test_layouts(void) {
         "layout interleave 6+3", "got %lld %lld", (long long)f[2], (long long)f[5]);
 }
 
-// Grows a 2-block model to 4 blocks by `init`; returns the max logit change.
-static double grow_change(ng_norm_placement np, ng_grow_init init, ng_grow_position pos) {
-  ng_model *m = small_model(np, 2, 7), *g;
+// Grows m to 4 blocks by `init` at `pos` into *g; returns the max logit change.
+static double grow_into(ng_model *m, ng_grow_init init, ng_grow_position pos, ng_model **g,
+                        int64_t *from_old) {
   ng_rng r;
   ng_rng_seed(&r, 8);
   ng_grow_rule rule = {pos, init, 0.3, &r, NULL, NULL, false};
-  int64_t from_old[4];
   float *before = logits_of(m);
-  NG_ASSERT(ng_model_grow(m, 4, &rule, &g, from_old) == 0);
-  float *after = logits_of(g);
+  NG_ASSERT(ng_model_grow(m, 4, &rule, g, from_old) == 0);
+  float *after = logits_of(*g);
   double d = max_diff(before, after, 12 * 23);
   free(before);
   free(after);
+  return d;
+}
+
+// Grows a 2-block model to 4 blocks by `init`; returns the max logit change.
+static double grow_change(ng_norm_placement np, ng_grow_init init, ng_grow_position pos) {
+  ng_model *m = small_model(np, 2, 7), *g;
+  int64_t from_old[4];
+  double d = grow_into(m, init, pos, &g, from_old);
   ng_model_free(m);
   ng_model_free(g);
   return d;
@@ -294,14 +301,8 @@ static ng_model *layer_scale_model(ng_norm_placement np, double init) {
 static double layer_scale_change(ng_norm_placement np, double init, ng_grow_init how,
                                  ng_grow_position pos, bool *scales_ok) {
   ng_model *m = layer_scale_model(np, init), *g;
-  ng_rng r;
-  ng_rng_seed(&r, 8);
-  ng_grow_rule rule = {pos, how, 0.3, &r, NULL, NULL, false};
   int64_t from_old[4];
-  float *before = logits_of(m);
-  NG_ASSERT(ng_model_grow(m, 4, &rule, &g, from_old) == 0);
-  float *after = logits_of(g);
-  double d = max_diff(before, after, 12 * 23);
+  double d = grow_into(m, how, pos, &g, from_old);
   *scales_ok = true;
   for (int i = 0; i < g->n_params; i++) {
     const ng_param *p = &g->params[i];
@@ -311,8 +312,6 @@ static double layer_scale_change(ng_norm_placement np, double init, ng_grow_init
     for (size_t k = 0; k < p->numel; k++)
       *scales_ok &= p->data[k] == (q ? q->data[k] : (float)init);
   }
-  free(before);
-  free(after);
   ng_model_free(m);
   ng_model_free(g);
   return d;
