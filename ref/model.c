@@ -697,7 +697,7 @@ static void block_backward(ng_model *m, const ng_acts *a, int64_t l, const float
   }
   // res2 = (output_norm ? mlp_in : res1) + gamma_mlp down(act)
   const float *dmlp_out = layer_scale_backward(m, a, w->mlp_layer_scale, s->mlp_out, dres2,
-                                           g->mlp_layer_scale);
+                                               g->mlp_layer_scale);
   linear_backward(be, s->act, w->down_proj, dmlp_out, N, F, D, 0.0f, ws->dact, g->down_proj);
   be->swiglu_backward(be, s->gate, s->up, ws->dact, N * F, ws->dgate, ws->dup);
   linear_backward(be, s->mlp_in, w->gate_proj, ws->dgate, N, D, F, 0.0f, ws->dmlp_in, g->gate_proj);
@@ -713,8 +713,8 @@ static void block_backward(ng_model *m, const ng_acts *a, int64_t l, const float
   if (c_l != 1.0f) be->scale(be, ws->dmlp_in, c_l, N * D, ws->dmlp_in);  // lns
   be->rmsnorm_backward(be, s->res1, w->post_attention_layernorm, s->rstd_pa, ws->dmlp_in, N, D,
                        ws->dres1, g->post_attention_layernorm);
-  const float *dattn_out = layer_scale_backward(m, a, w->attn_layer_scale, s->attn_out, ws->dres1,
-                                          g->attn_layer_scale);
+  const float *dattn_out = layer_scale_backward(m, a, w->attn_layer_scale, s->attn_out,
+                                                ws->dres1, g->attn_layer_scale);
   linear_backward(be, s->att, w->o_proj, dattn_out, N, Hd, D, 0.0f, ws->datt, g->o_proj);
   attention_backward(m, a, l, lay.input_norm ? s->att_in : x, s, ws);
   be->copy(be, dx, ws->dres1, nd);

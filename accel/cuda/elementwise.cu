@@ -1,6 +1,7 @@
 // normgrow CUDA backend: embedding, RMSNorm, RoPE, SwiGLU, elementwise ops, the
-// per-channel scale, sumsq, AdamW, widen_bf16 and row_rms. Formulas are those of ref/backend_cpu.c; every
-// reduction runs in a fixed order (no atomics), so results are deterministic.
+// per-channel scale, sumsq, AdamW, widen_bf16 and row_rms. Formulas are those of
+// ref/backend_cpu.c; every reduction runs in a fixed order (no atomics), so results
+// are deterministic.
 #include <cub/cub.cuh>
 #include <stdlib.h>
 
