@@ -113,17 +113,17 @@ static void nccl_close(ng_comm *c) {
 
 // NCCL on the current device for the ranks of c, MPI's; c made "nccl".
 static int start(ng_comm *c) {
-  // Rank 0's id, and whether it could make one, to every rank over MPI.
+  // Rank 0's id, and the result of making it, to every rank over MPI.
   struct {
-    int ok;
+    ncclResult_t made;
     ncclUniqueId id;
-  } msg = {0};
-  ncclResult_t r = ncclSuccess;
-  if (c->rank == 0) msg.ok = (r = ncclGetUniqueId(&msg.id)) == ncclSuccess;
+  } msg = {ncclSuccess, {{0}}};
+  if (c->rank == 0) msg.made = ncclGetUniqueId(&msg.id);
   c->broadcast(c, &msg, sizeof msg, 0);
-  if (!msg.ok) return ng_fail("NCCL: no unique id on rank 0 (%s)", ncclGetErrorString(r));
+  if (msg.made != ncclSuccess)
+    return ng_fail("NCCL: no unique id on rank 0 (%s)", ncclGetErrorString(msg.made));
   ncclComm_t nc;
-  r = ncclCommInitRank(&nc, c->size, msg.id, c->rank);
+  ncclResult_t r = ncclCommInitRank(&nc, c->size, msg.id, c->rank);
   double failed = r != ncclSuccess;  // every rank learns whether any failed
   c->allreduce_f64(c, &failed, 1);
   if (failed != 0.0) {
