@@ -5,8 +5,8 @@
 // for cuda once ng_comm_bind has run) or the host's (the scalars of a step, a
 // check's copies): "mpi" and "single" take host memory, "nccl" either (both
 // buffers of one call in the same memory). Sums are element-wise over the
-// ranks, in an order fixed by the world size, so a run is deterministic for a
-// given number of ranks.
+// ranks, in an order fixed by the world size (NCCL's: by its algorithm on the
+// machine's topology), so a run is deterministic for a given number of ranks.
 //
 //   allreduce_f32/_f64  buf[n] <- sum over ranks of buf[n]               (in place)
 //   reduce_scatter_f32  recv[n] <- sum over ranks of send[rank n .. rank n + n)
