@@ -203,6 +203,9 @@ void ng_plan_stage_of(const ng_run_config *rc, int stage, const ng_model_config 
   fit(dev, out);
   out->flops = ng_plan_step_flops(&sc, &out->student, forward_teacher, &out->teacher, B, T) * (double)out->steps;
   out->seconds = out->flops / ((double)dev->devices * dev->tflops * 1e12);
+  double n = (double)dev->devices;
+  out->comm_bytes = 2.0 * (n - 1.0) / n * (double)f32 * (double)out->student.trainable;
+  out->comm_seconds = dev->bus_gbps > 0.0 ? (double)out->steps * out->comm_bytes / (dev->bus_gbps * 1e9) : 0.0;
 }
 
 // ---------------------------------------------------------------- teacher config file

@@ -845,7 +845,7 @@ static int extend_run(trainer *t, const char *config_path, int64_t tokens) {
 // The backend and precision of the run's configuration (the command line's if given).
 static int open_backend(trainer *t) {
   t->be = ng_backend_open(t->rc.backend, t->rc.precision);
-  if (!t->be) return -1;
+  if (!t->be || ng_comm_bind(t->comm, t->be)) return -1;
   return t->rc.distill ? ng_backend_check_divergence(t->be, t->rc.loss.divergence) : 0;
 }
 
@@ -865,6 +865,7 @@ static int log_backend(trainer *t, bool resume) {
   cJSON_AddStringToObject(j, "normgrow", NG_VERSION);
   cJSON_AddNumberToObject(j, "threads", omp_get_max_threads());
   if (t->comm->size > 1) cJSON_AddNumberToObject(j, "ranks", t->comm->size);  // data-parallel
+  if (t->comm->kind != NG_COMM_SINGLE) cJSON_AddStringToObject(j, "comm", t->comm->name);  // mpirun's
   cJSON_AddStringToObject(j, "blas_kernels", ng_blas_corename());
   cJSON_AddNumberToObject(j, "time", wall_clock());
   log_line(f, j);

@@ -224,7 +224,7 @@ static void test_stage(void) {
     return;
   }
   ng_model_config t = qwen3_8b();
-  ng_plan_device dev = {400.0, 80.0, 1, 4, false};
+  ng_plan_device dev = {400.0, 80.0, 1, 4, false, 0.0};
   ng_plan_stage s;
   ng_plan_stage_of(&rc, 2, &t, &dev, &s);
   // One step at 256 x 2048 = 524,288 tokens: student 6 P N + 3 A_s, teacher 2 P_t N + A_t,
@@ -256,7 +256,7 @@ static void test_stage(void) {
   // Data parallel on 64 devices, micro-batches of 8 rows, recompute: the moments
   // sharded, the ZeRO buffers (one parameter's staging: the largest is the
   // embedding, and the reduced gradients of the device's slices).
-  ng_plan_device many = {400.0, 80.0, 64, 2, false};
+  ng_plan_device many = {400.0, 80.0, 64, 2, false, 0.0};
   ng_plan_stage r;
   rc.recompute = true;
   rc.micro_batch = 8;
@@ -272,8 +272,21 @@ static void test_stage(void) {
             fabs(r.seconds * 64 - s.seconds) <= 1e-9 * s.seconds,
         "64 devices, 2 bytes per parameter, recompute: per device by hand (ZeRO-1)",
         "%.1f GiB per device", r.per_device_gib);
+  // The ZeRO-1 step's communication: every parameter trains here, so each device
+  // sends 2 x 63/64 x 4 bytes of each per step; its time at a bus bandwidth of 100
+  // GB/s; nothing on one device, no time without a bandwidth.
+  ng_plan_device bus = many;
+  bus.bus_gbps = 100.0;
+  ng_plan_stage q;
+  ng_plan_stage_of(&rc, 2, &t, &bus, &q);
+  double sent = 2.0 * 63.0 / 64.0 * 4.0 * (double)P9;
+  CHECK(r.student.trainable == P9 && fabs(r.comm_bytes - sent) <= 1e-9 * sent && r.comm_seconds == 0.0 &&
+            fabs(q.comm_seconds - 1977.0 * sent / 100e9) <= 1e-9 * q.comm_seconds && s.comm_bytes == 0.0 &&
+            s.comm_seconds == 0.0,
+        "64 devices: the ZeRO-1 step's bytes per device and step by hand, their time at 100 GB/s",
+        "%.6e bytes (want %.6e), %.3f s", r.comm_bytes, sent, q.comm_seconds);
   // The fewest devices of 90 GiB: the stage fits on devices_needed and not on one fewer.
-  ng_plan_device big = {400.0, 90.0, 1, 2, false};
+  ng_plan_device big = {400.0, 90.0, 1, 2, false, 0.0};
   ng_plan_stage one_big;
   ng_plan_stage_of(&rc, 2, &t, &big, &one_big);
   ng_plan_device need = big, fewer = big;
@@ -312,7 +325,7 @@ static void test_freezing(void) {
   cJSON_AddTrueToObject(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "stages"), 1), "freeze_existing");
   cJSON_ReplaceItemInObject(cJSON_GetObjectItem(j, "init"), "freeze_embeddings", cJSON_CreateTrue());
   ng_run_config rc;
-  ng_plan_device dev = {400.0, 80.0, 1, 4, false};
+  ng_plan_device dev = {400.0, 80.0, 1, 4, false, 0.0};
   ng_plan_stage s[3] = {{0}};
   int r = parse_run(j, &rc);
   if (r == 0) {
@@ -496,6 +509,14 @@ static void test_every_arm_plans(void) {
              arms[i], rc.n_stages);
     CHECK(r.status == 0 && strstr(r.out, "blocks held in bf16") && listed == rc.n_stages && found == listed,
           label, "%d stages listed, %d with a setting", listed, found);
+    bool one_device_comm = strstr(r.out, "communication of the ZeRO-1 step") != NULL;
+    snprintf(args, sizeof args, "configs/paper/%s.json --teacher-config configs/paper/qwen3-8b-base.json "
+             "--devices 8 --bus-gbps 200", arms[i]);
+    r = run_plan(args);
+    snprintf(label, sizeof label, "plan %s on 8 devices: the ZeRO-1 communication at 200 GB/s (none on one)", arms[i]);
+    CHECK(r.status == 0 && !one_device_comm && strstr(r.out, "communication of the ZeRO-1 step on each of 8 devices") &&
+              strstr(r.out, "bus bandwidth of 200 GB/s") && strstr(r.out, "hours with compute"),
+          label, "status %d, stderr: %s", r.status, r.err);
     ng_run_config_free(&rc);
   }
 }
@@ -567,6 +588,7 @@ static void test_bad_input(void) {
       {"--device-memory-gib negative", "--device-memory-gib -1", "--device-memory-gib"},
       {"--device-tflops inf", "--device-tflops inf", "--device-tflops"},
       {"--bytes-per-param 0", "--bytes-per-param 0", "--bytes-per-param"},
+      {"--bus-gbps 0", "--bus-gbps 0", "--bus-gbps"},
       {"--recompute yes", "--recompute yes", "--recompute"},
       {"--micro-batch not dividing the batch", "--micro-batch 3", "--micro-batch"},
       {"--micro-batch over the batch", "--micro-batch 512", "--micro-batch"},

@@ -38,6 +38,14 @@
 // ng_attention_flops:
 //   student (4 P_all + 2 P_trainable) N + 3 A_student;   teacher 2 P_teacher N + A_teacher
 // (no teacher term with top-k caches). Evaluations are not counted.
+//
+// Communication of the ZeRO-1 step on n > 1 devices, bytes each device sends
+// (and receives) per step: the trainable parameters' gradients reduce-scattered
+// and their weights all-gathered, fp32, each over a ring: 2 (n - 1)/n x 4 x
+// P_trainable (each tensor's padding to n slices, under n values, left out).
+// Its time at a bus bandwidth of b GB/s (NCCL's "busBw": for these two
+// collectives, (n - 1)/n x bytes / seconds) is bytes / (b 1e9) per step, not
+// overlapped with compute (the step issues them after the backward).
 #ifndef NORMGROW_PLAN_H
 #define NORMGROW_PLAN_H
 
@@ -86,6 +94,7 @@ typedef struct {
   bool teacher_bf16;        // the teacher's checkpoint stores its blocks in bf16: with
                             // train.teacher_bf16 they are held so (2 bytes each, plus
                             // one fp32 block to widen into)
+  double bus_gbps;          // collective bus bandwidth between devices, GB/s (0: none given)
 } ng_plan_device;
 
 // One stage of a run.
@@ -105,6 +114,9 @@ typedef struct {
   int64_t devices_needed;            // the fewest devices on which it fits; 0: none
                                      // (the parts every device holds exceed one)
   double flops, seconds;             // flops / (devices x tflops x 1e12)
+  double comm_bytes;                 // per device and step (ZeRO-1, above; 0 on one device)
+  double comm_seconds;               // of the stage: steps x comm_bytes / (bus_gbps 1e9); 0
+                                     // on one device or without bus_gbps
 } ng_plan_stage;
 
 // Plan stage `stage` of rc with its settings (data.micro_batch,
