@@ -326,6 +326,35 @@ static void check_recompute(void) {
         "block's values", "%s", rc ? ng_error() : "weights differ");
 }
 
+// data.sampling "epoch" on the first 2000 tokens of the shard (62 windows, the
+// 60 steps of 8 windows about 7.7 epochs): stopped after step 30 (inside the
+// fourth epoch) and resumed, the final weights are bit-identical to an
+// uninterrupted run's, and differ from uniform sampling's.
+static void check_epochs(void) {
+  char from[160], small[160];
+  snprintf(from, sizeof from, "%s/train.bin", dir);
+  snprintf(small, sizeof small, "%s/small.bin", dir);
+  ng_shard s;
+  NG_ASSERT(ng_shard_open(&s, from) == 0 && s.n_tokens >= 2000);
+  uint32_t *ids = ng_xmalloc(2000 * sizeof *ids);
+  for (int i = 0; i < 2000; i++) ids[i] = s.parts[0].tokens[i];
+  NG_ASSERT(ng_shard_write(small, s.vocab_size, s.separator, ids, 2000) == 0);
+  free(ids);
+  ng_shard_close(&s);
+  char path[160];
+  snprintf(path, sizeof path, "%s/epoch30", dir);
+  const char *train = "/train.bin\"", *uniform = "/small.bin\"", *epoch = "/small.bin\", \"sampling\": \"epoch\"";
+  int rc = train_variant("uniform_small", "", train, uniform, 0) || train_variant("epoch30", "", train, epoch, 30);
+  ng_train_args resume = {.resume_dir = path};
+  rc = rc || ng_train(&resume) || train_variant("epoch", "", train, epoch, 0);
+  double w = weights_diff("epoch30", "epoch", "final.safetensors");
+  double u = weights_diff("epoch", "uniform_small", "final.safetensors");
+  printf("# epoch sampling vs uniform on the same shard: weights %.3g relative apart\n", u);
+  CHECK(rc == 0 && w == 0.0 && u > 0.0, "data.sampling epoch: stopped after step 30 (epoch 4 of 8) and "
+        "resumed, final weights bit-identical; they differ from uniform sampling's", "%s",
+        rc ? ng_error() : "weights differ, or sampling had no effect");
+}
+
 // The runs the settings are compared with: the arm at its lower learning rate, 30 steps.
 static void check_settings(void) {
   int rc = train_variant("whole30", "", NULL, NULL, 30);
@@ -333,6 +362,7 @@ static void check_settings(void) {
   check_chunks();
   check_micro_batches();
   check_recompute();
+  check_epochs();
 }
 
 // ---------------------------------------------------------------- bad configs
@@ -368,6 +398,7 @@ static void check_bad_configs(void) {
   expect_bad("freezing on a stage that does not grow", NULL, "{\"depth\": 1, \"tokens\": 5120}", "{\"depth\": 1, \"tokens\": 5120, \"freeze_existing\": true}", "freeze_existing");
   expect_bad("missing teacher file", NULL, "teacher/final.safetensors", "teacher/none.safetensors", "none.safetensors");
   expect_bad("teacher of another vocabulary", NULL, "teacher/final.safetensors", "wide.safetensors", "vocabulary");
+  expect_bad("unknown data.sampling", NULL, "\"batch\": 8,", "\"batch\": 8, \"sampling\": \"shuffle\",", "data.sampling: unknown value \"shuffle\"");
   expect_bad("micro_batch not dividing the batch", NULL, "\"batch\": 8,", "\"batch\": 8, \"micro_batch\": 3,", "data.micro_batch");
   expect_bad("unknown train key", ", \"train\": {\"chunk\": 3}", NULL, NULL, "unknown key \"chunk\"");
   expect_bad("last depth differs from the model", NULL, "{\"depth\": 3, \"tokens\": 5120}", "{\"depth\": 4, \"tokens\": 5120}", "num_hidden_layers");
