@@ -37,14 +37,14 @@
 #include "cli.h"
 #include "normgrow/common.h"
 #include "normgrow/config.h"
+#include "normgrow/diag.h"
 #include "normgrow/fileio.h"
 #include "normgrow/model.h"
 #include "rundir.h"
 
 extern char **environ;
 
-#define N_CLASSES 4
-static const char *const class_names[N_CLASSES] = {"separator", "after_separator", "structural", "ordinary"};
+#define N_CLASSES NG_TOK_CLASSES  // ng_token_class_name gives their keys
 #define PLOT_SKIPPED 3  // plot_report.py's status when matplotlib is missing
 
 // ---------------------------------------------------------------- data
@@ -341,6 +341,13 @@ static int diag_record(const cJSON *rec, const char *where, run *r) {
 
 // ---------------------------------------------------------------- diag_final.json
 
+// rms.<class>.mean of point p into *v: NaN when the class is absent (a file
+// written before the class existed); -1 when it is not a number.
+static int class_mean(const cJSON *p, ng_token_class k, double *v) {
+  const cJSON *c = dig(p, "rms", ng_token_class_name(k), NULL);
+  return c && as_num(dig(c, "mean", NULL), v) ? -1 : 0;
+}
+
 // Mean RMS per token class of the hidden and res2 points, by layer.
 static int class_means(const cJSON *d, const char *path, run *r) {
   long long depth = 0;
@@ -356,9 +363,9 @@ static int class_means(const cJSON *d, const char *path, run *r) {
       const cJSON *p = find_point(d, kind ? "res2" : "hidden", l);
       double *to = (kind ? r->class_res2 : r->class_hidden) + (size_t)l * N_CLASSES;
       for (int k = 0; p && k < N_CLASSES; k++)
-        if (check(as_num(dig(p, "rms", class_names[k], "mean", NULL), &to[k]), "%s: %s.%lld: rms.%s.mean",
-                  path, kind ? "res2" : "hidden", l, class_names[k]))
-          return -1;
+        if (class_mean(p, (ng_token_class)k, &to[k]))
+          return check("expected a number", "%s: %s.%lld: rms.%s.mean", path, kind ? "res2" : "hidden", l,
+                       ng_token_class_name((ng_token_class)k));
     }
   return 0;
 }
@@ -882,7 +889,7 @@ static const figure figures[] = {
      "seeds); Post-Norm arms also at res2.L (dashed), the sum before the last norm. Log scale."},
     {"rms_by_class.png", "Mean RMS per layer by token class",
      "Mean per-token RMS at hidden.l for each layer l (0: the embeddings) by token class "
-     "(separator, first token after a separator, structural, ordinary), from diag_final.json, one "
+     "(first position of a window, separator, first token after a separator, structural, ordinary), from diag_final.json, one "
      "panel per arm (mean over seeds); Post-Norm panels also show res2.l (dashed). Log scale."},
     {"ablation.png", "ΔCE per removed block",
      "ΔCE when one block is removed, per block and arm (mean over seeds): skip (plain bars) and, for "
@@ -951,7 +958,7 @@ static cJSON *classes_json(const arm *a, run_value get, size_t n_layers) {
       summary s = over_seeds(a, get, l * N_CLASSES + k);
       v[l] = s.n ? s.mean : NAN;
     }
-    cJSON_AddItemToObject(o, class_names[k], numbers(v, n_layers));
+    cJSON_AddItemToObject(o, ng_token_class_name((ng_token_class)k), numbers(v, n_layers));
   }
   free(v);
   return o;
