@@ -266,8 +266,8 @@ static int parse_eval(cJSON *o, ng_run_config *rc) {
 }
 
 static int parse_structural(const cJSON *arr, ng_run_config *rc) {
-  int64_t v[16], n;
-  if (json_int_list(arr, "structural_tokens", 0, rc->model.vocab_size, 16, v, &n)) return -1;
+  int64_t v[NG_MAX_STRUCTURAL], n;
+  if (json_int_list(arr, "structural_tokens", 0, rc->model.vocab_size, NG_MAX_STRUCTURAL, v, &n)) return -1;
   rc->n_structural = (int)n;
   for (int64_t i = 0; i < n; i++) rc->structural_tokens[i] = (int32_t)v[i];
   return 0;

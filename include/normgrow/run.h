@@ -51,8 +51,9 @@
 // restarts with its own schedule), restart_lr (default false: the stage
 // continues the schedule of the stage before), freeze_existing (default false),
 // growth (when every stage has the same depth), init.layers/embeddings
-// (default random), structural_tokens (diagnostics), checkpoint_every_steps,
-// data.micro_batch, train (and each of its keys). Evaluation and diagnostics
+// (default random), structural_tokens (diagnostics; at most NG_MAX_STRUCTURAL
+// ids), checkpoint_every_steps, data.micro_batch, data.sampling, train (and
+// each of its keys). Evaluation and diagnostics
 // run in micro-batches too (the diagnostics' ablation CE is then the mean over
 // micro-batches). Integers are exact JSON integers (at most 2^53 - 1). A run's
 // tokens and its layer-tokens (tokens x depth, summed over the stages) are at
@@ -76,6 +77,7 @@
 
 #define NG_MAX_STAGES 16
 #define NG_MAX_LAYERS 1024
+#define NG_MAX_STRUCTURAL 32  // structural_tokens ids
 
 typedef enum { NG_SAMPLE_UNIFORM, NG_SAMPLE_EPOCH } ng_sampling;
 typedef enum { NG_LR_COSINE, NG_LR_LINEAR, NG_LR_CONSTANT } ng_lr_shape;
@@ -130,7 +132,7 @@ typedef struct {
   int64_t eval_every, eval_batches;
   int64_t checkpoint_every;
   int n_structural;
-  int32_t structural_tokens[16];  // extra structural token ids for diagnostics
+  int32_t structural_tokens[NG_MAX_STRUCTURAL];  // extra structural token ids for diagnostics
   char backend[32];          // the backend the run computes on
   ng_precision precision;
   char *json;                // the resolved configuration (written to the run dir)
