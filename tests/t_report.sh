@@ -60,6 +60,21 @@ want=$(awk -v a="$ce1" -v b="$ce2" -v c="$ce3" 'BEGIN { printf "%+.4f", c - (a +
 got=$(cell "Differences in final validation CE" fixed-pre grow-post)
 check "pairwise fixed-pre minus grow-post is $want: $got" test "${got%% *}" = "$want"
 
+# Token accounting: each arm's totals of its last eval record, as multiples of
+# the fixed-depth arm's (fixed-pre).
+last_eval() {  # run key
+  grep '"event":"eval"' "$1/metrics.jsonl" | tail -n 1 | sed "s/.*\"$2\":\([-0-9.eE+]*\).*/\1/"
+}
+for key in tokens layer_tokens flops; do
+  col=${key/_/-}; [ "$key" = flops ] && col=FLOPs
+  want=$(awk -v a="$(last_eval "${runs[0]}" $key)" -v b="$(last_eval "${runs[1]}" $key)" \
+    -v c="$(last_eval "${runs[2]}" $key)" 'BEGIN { printf "%.2f", (a + b) / 2 / c }')
+  got=$(cell "Token accounting" grow-post "$col / ref")
+  check "token accounting: grow-post's $col over fixed-pre's is $want: $got" test "$got" = "$want"
+done
+check "token accounting: fixed-pre is the reference (1.00) and named" \
+  bash -c '[ "$1" = 1.00 ] && grep -q "reference arm.s, .fixed-pre." "$2"' _ "$(cell "Token accounting" fixed-pre "layer-tokens / ref")" "$md"
+
 ablation_rows() {  # arm: the removal column of its ablation rows
   awk -F'|' -v arm="$1" '/^## / { inside = ($0 == "## Block-removal ablation") }
     inside && $2 ~ "^ " arm " $" { print $3 }' "$md"

@@ -783,6 +783,74 @@ static void write_arms(FILE *f, const report *rep) {
       f);
 }
 
+static bool final_tokens(const run *r, size_t i, double *v) {
+  (void)i;
+  *v = r->final.tokens;
+  return true;
+}
+
+static bool final_layer_tokens(const run *r, size_t i, double *v) {
+  (void)i;
+  *v = r->final.layer_tokens;
+  return true;
+}
+
+static bool final_flops(const run *r, size_t i, double *v) {
+  (void)i;
+  *v = r->final.flops;
+  return true;
+}
+
+// The arm the accounting is measured against: of the fixed-depth arms
+// (schedule_of's "fixed D"), the first with the fewest tokens (the joint arm
+// among the study's, in either reading); without one, the first arm.
+static const arm *accounting_reference(const report *rep) {
+  const arm *ref = NULL;
+  for (size_t i = 0; i < rep->n_arms; i++) {
+    const arm *a = &rep->arms[i];
+    if (strncmp(a->runs[0]->schedule, "fixed", 5) == 0 &&
+        (!ref || over_seeds(a, final_tokens, 0).mean < over_seeds(ref, final_tokens, 0).mean))
+      ref = a;
+  }
+  return ref ? ref : &rep->arms[0];
+}
+
+// One accounting cell: the mean over seeds, then its ratio to the reference's.
+static void put_count_ratio(FILE *f, const arm *a, const arm *ref, run_value get, bool sci) {
+  summary s = over_seeds(a, get, 0), r = over_seeds(ref, get, 0);
+  if (sci)
+    put_sci(f, s.mean);
+  else
+    fprintf(f, "%.0f", s.mean);
+  fprintf(f, " | %.2f | ", s.mean / r.mean);
+}
+
+// Tokens, layer-tokens and FLOPs per arm against a fixed-depth arm: which
+// token accounting the runs follow (docs/assumptions.md, "tokens per arm").
+static void write_accounting(FILE *f, const report *rep) {
+  const arm *ref = accounting_reference(rep);
+  fprintf(f,
+          "\n## Token accounting\n\nTraining totals at each arm's final evaluation (mean over seeds), "
+          "and each as a multiple of the reference arm's, `%s` (%s): the first fixed-depth arm with the fewest tokens. Layer-tokens: tokens times the blocks they pass "
+          "through, summed over steps. FLOPs: forward and backward of the student plus the teacher's "
+          "forward where the teacher runs (not from a top-k cache), by the rule of `normgrow plan` "
+          "(plan.h); evaluation and diagnostics are not counted. Reading A: every arm has the same "
+          "tokens, so growth has fewer layer-tokens and FLOPs than joint training; reading B: each "
+          "growth stage has the joint arm's tokens, so growth has more, and the controls are sized "
+          "to it.\n\n| arm | schedule | tokens | tokens / ref | layer-tokens | layer-tokens / ref | FLOPs | "
+          "FLOPs / ref | FLOPs per token |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n",
+          arm_name(ref), ref->runs[0]->schedule);
+  for (size_t i = 0; i < rep->n_arms; i++) {
+    const arm *a = &rep->arms[i];
+    fprintf(f, "| %s | %s | ", arm_name(a), a->runs[0]->schedule);
+    put_count_ratio(f, a, ref, final_tokens, false);
+    put_count_ratio(f, a, ref, final_layer_tokens, false);
+    put_count_ratio(f, a, ref, final_flops, true);
+    put_sci(f, over_seeds(a, final_flops, 0).mean / over_seeds(a, final_tokens, 0).mean);
+    fputs(" |\n", f);
+  }
+}
+
 static void write_pairwise(FILE *f, const report *rep) {
   fputs(
       "\n## Differences in final validation CE\n\nRow arm minus column arm, of the mean final "
@@ -916,6 +984,7 @@ static bool write_report_md(FILE *f, void *ctx) {
   const report *rep = ctx;
   write_intro(f, rep);
   write_arms(f, rep);
+  write_accounting(f, rep);
   write_pairwise(f, rep);
   write_rms_spread(f, rep);
   write_ablation(f, rep);
