@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "run_counts.h"
 #include "normgrow/common.h"
 #include "normgrow/fileio.h"
 #include "normgrow/run.h"
@@ -22,26 +23,7 @@
 
 static const char *root;
 
-// configs/<rel>.json, resolved; prints why not.
-static int load(const char *rel, ng_run_config *rc) {
-  char path[1024];
-  snprintf(path, sizeof path, "%s/configs/%s.json", root, rel);
-  int r = ng_run_config_load(path, NULL, rc);
-  if (r) printf("# %s: %s\n", path, ng_error());
-  return r;
-}
-
-static int64_t run_tokens(const ng_run_config *rc) {
-  int64_t n = 0;
-  for (int i = 0; i < rc->n_stages; i++) n += rc->stages[i].tokens;
-  return n;
-}
-
-static int64_t layer_tokens(const ng_run_config *rc) {
-  int64_t n = 0;
-  for (int i = 0; i < rc->n_stages; i++) n += rc->stages[i].depth * rc->stages[i].tokens;
-  return n;
-}
+static int load(const char *rel, ng_run_config *rc) { return load_config(root, rel, rc); }
 
 // ---------------------------------------------------------------- every config
 
