@@ -909,6 +909,49 @@ static void write_rms_spread(FILE *f, const report *rep) {
   put_missing(f, rep, lacks_diag, "No diag.jsonl (left out of the means above) in");
 }
 
+// The deepest layer any run of the arm has in diag_final.json (0: none).
+static size_t final_depth(const arm *a) {
+  size_t n = 0;
+  for (size_t k = 0; k < a->n; k++)
+    if (a->runs[k]->n_layers > n) n = a->runs[k]->n_layers;
+  return n ? n - 1 : 0;
+}
+
+// Mean per-token RMS by token class at the last block's output (and, Post-Norm,
+// before its last norm), from diag_final.json: where the largest states sit.
+static void write_class_means(FILE *f, const report *rep) {
+  fputs("\n## Residual RMS by token class\n\nMean per-token RMS at hidden.L, the last block's output "
+        "(diag_final.json, L the final depth), by token class, mean over seeds; Post-Norm arms also at "
+        "res2.L, before the last norm. Classes: window_start, the first position of each window (where "
+        "attention sinks sit); the document separator; the first token after one; structural (the "
+        "config's structural_tokens); ordinary. n/a: no token of the class, or a file without it.\n\n"
+        "| arm | point |",
+        f);
+  for (int k = 0; k < N_CLASSES; k++) fprintf(f, " %s |", ng_token_class_name((ng_token_class)k));
+  fputs("\n|---|---|", f);
+  for (int k = 0; k < N_CLASSES; k++) fputs("---:|", f);
+  fputc('\n', f);
+  for (size_t i = 0; i < rep->n_arms; i++) {
+    const arm *a = &rep->arms[i];
+    size_t L = final_depth(a);
+    if (L == 0) continue;
+    for (int res2 = 0; res2 <= (int)output_norm(a->runs[0]); res2++) {
+      fprintf(f, "| %s | %s.%zu |", arm_name(a), res2 ? "res2" : "hidden", L);
+      for (int k = 0; k < N_CLASSES; k++) {
+        summary s = over_seeds(a, res2 ? class_res2 : class_hidden, L * N_CLASSES + (size_t)k);
+        fputc(' ', f);
+        if (s.n && isfinite(s.mean))
+          fprintf(f, "%.4g", s.mean);
+        else
+          fputs("n/a", f);
+        fputs(" |", f);
+      }
+      fputc('\n', f);
+    }
+  }
+  put_missing(f, rep, lacks_final, "No diag_final.json in");
+}
+
 static void write_ablation(FILE *f, const report *rep) {
   fputs(
       "\n## Block-removal ablation\n\nΔCE: validation CE with one block removed minus the intact "
@@ -987,6 +1030,7 @@ static bool write_report_md(FILE *f, void *ctx) {
   write_accounting(f, rep);
   write_pairwise(f, rep);
   write_rms_spread(f, rep);
+  write_class_means(f, rep);
   write_ablation(f, rep);
   write_plots(f, rep);
   return !ferror(f);
