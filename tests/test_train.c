@@ -16,6 +16,7 @@
 #include "normgrow/fileio.h"
 #include "normgrow/data.h"
 #include "normgrow/run.h"
+#include "normgrow/topk.h"
 
 static char dir[64];
 enum { B = 8, T = 32, D = 32, F = 64, H = 4, KV = 2, HD = 8, V = 257 };
@@ -355,6 +356,38 @@ static void check_epochs(void) {
         rc ? ng_error() : "weights differ, or sampling had no effect");
 }
 
+// The same from top-k caches of the teacher (k 8) on the small shard and the
+// validation shard: the cache's windows in epoch order, resumed bit for bit.
+static void check_epochs_cached(void) {
+  const char *splits[2][2] = {{"small.bin", "small.topk"}, {"val.bin", "val.topk"}};
+  char path[160], cache[160];
+  ng_model *teacher = NULL;
+  snprintf(path, sizeof path, "%s/teacher/final.safetensors", dir);
+  bool built = ng_model_open(path, ng_backend_cpu(), false, &teacher) == 0;
+  for (int i = 0; built && i < 2; i++) {
+    ng_shard s;
+    snprintf(path, sizeof path, "%s/%s", dir, splits[i][0]);
+    snprintf(cache, sizeof cache, "%s/%s", dir, splits[i][1]);
+    built = ng_shard_open(&s, path) == 0 && ng_topk_build(teacher, &s, 8, T, 2.0, 16, cache) == 0;
+    ng_shard_close(&s);
+  }
+  ng_model_free(teacher);
+  char extra[400];
+  snprintf(extra, sizeof extra, ", \"teacher_cache\": {\"train\": \"%s/small.topk\", \"val\": \"%s/val.topk\"}",
+           dir, dir);
+  const char *train = "/train.bin\"", *epoch = "/small.bin\", \"sampling\": \"epoch\"";
+  int rc = !built || train_variant("cache_epoch30", extra, train, epoch, 30);
+  snprintf(path, sizeof path, "%s/cache_epoch30", dir);
+  ng_train_args resume = {.resume_dir = path};
+  rc = rc || ng_train(&resume) || train_variant("cache_epoch", extra, train, epoch, 0) ||
+       train_variant("cache_uniform", extra, train, "/small.bin\"", 0);
+  double w = weights_diff("cache_epoch30", "cache_epoch", "final.safetensors");
+  double u = weights_diff("cache_epoch", "cache_uniform", "final.safetensors");
+  CHECK(rc == 0 && w == 0.0 && u > 0.0, "data.sampling epoch from top-k caches: stopped after step 30 and "
+        "resumed, final weights bit-identical; they differ from uniform sampling's", "%s",
+        rc ? ng_error() : "weights differ, or sampling had no effect");
+}
+
 // The runs the settings are compared with: the arm at its lower learning rate, 30 steps.
 static void check_settings(void) {
   int rc = train_variant("whole30", "", NULL, NULL, 30);
@@ -363,6 +396,7 @@ static void check_settings(void) {
   check_micro_batches();
   check_recompute();
   check_epochs();
+  check_epochs_cached();
 }
 
 // ---------------------------------------------------------------- bad configs
