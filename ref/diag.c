@@ -31,10 +31,23 @@ static bool is_structural(int32_t token, const ng_diag_options *o) {
 // A separator of -1 matches no token (ids are >= 0).
 ng_token_class ng_token_class_of(const int32_t *tokens, int64_t T, int64_t i,
                                  const ng_diag_options *o) {
+  if (i % T == 0) return NG_TOK_WINDOW_START;
   if (tokens[i] == o->separator) return NG_TOK_SEPARATOR;
-  if (i % T > 0 && tokens[i - 1] == o->separator) return NG_TOK_AFTER_SEPARATOR;
+  if (tokens[i - 1] == o->separator) return NG_TOK_AFTER_SEPARATOR;
   if (is_structural(tokens[i], o)) return NG_TOK_STRUCTURAL;
   return NG_TOK_ORDINARY;
+}
+
+const char *ng_token_class_name(ng_token_class c) {
+  switch (c) {
+    case NG_TOK_WINDOW_START: return "window_start";
+    case NG_TOK_SEPARATOR: return "separator";
+    case NG_TOK_AFTER_SEPARATOR: return "after_separator";
+    case NG_TOK_STRUCTURAL: return "structural";
+    case NG_TOK_ORDINARY: return "ordinary";
+    case NG_TOK_CLASSES: break;
+  }
+  return "?";
 }
 
 // ---------------------------------------------------------------- statistics
@@ -147,8 +160,6 @@ static void batch_free(ng_backend *be, batch *b) {
 
 typedef enum { POINT_HIDDEN, POINT_RES1, POINT_RES2 } point_kind;
 static const char *const kind_names[] = {"hidden", "res1", "res2"};
-static const char *const class_names[NG_TOK_CLASSES] = {"separator", "after_separator",
-                                                        "structural", "ordinary"};
 
 // What is gathered of one residual point over all batches (host memory).
 typedef struct {
@@ -324,7 +335,7 @@ static cJSON *rms_json(const points_ctx *c, const float *rms, double *mean_all) 
     int64_t n = 0;
     for (int64_t i = 0; i < c->n_tok; i++)
       if (c->cls[i] == (ng_token_class)k) c->scratch[n++] = rms[i];
-    cJSON_AddItemToObject(o, class_names[k], stats_json(ng_rms_stats_of(c->scratch, n)));
+    cJSON_AddItemToObject(o, ng_token_class_name((ng_token_class)k), stats_json(ng_rms_stats_of(c->scratch, n)));
   }
   return o;
 }

@@ -62,6 +62,16 @@ for n in 2 3; do
   else echo "FAIL mpi $n ranks, 10 steps: weights differ from one process by $d"; fi
 done
 
+# data.sampling "epoch": every rank takes its micro-batches of the same windows as one process.
+sed 's|"micro_batch": 2}|"micro_batch": 2, "sampling": "epoch"}|' "$tmp/arm.json" >"$tmp/epoch.json"
+"$bin" train "$tmp/epoch.json" --run-dir "$tmp/epoch1" --stop-after 10 2>/dev/null
+mpi 2 "$bin" train "$tmp/epoch.json" --run-dir "$tmp/epoch2" --stop-after 10 2>/dev/null
+d=$(diff_of "$tmp/epoch1/checkpoint.safetensors" "$tmp/epoch2/checkpoint.safetensors")
+u=$(diff_of "$tmp/one10/checkpoint.safetensors" "$tmp/epoch1/checkpoint.safetensors")
+if below "$d" 1e-6 && ! below "$u" 0; then
+  echo "ok mpi 2 ranks, epoch sampling, 10 steps: weights within $d of one process ($u from uniform sampling)"
+else echo "FAIL mpi 2 ranks, epoch sampling: weights differ from one process by $d (from uniform by $u)"; fi
+
 # The whole growing run (1 -> 2 -> 3 blocks, 30 steps). Past a growth, fresh Adam
 # moments amplify rounding: the tolerance is three times the spread that fp32 summation
 # order alone gives one process (micro-batches of 4 rows instead of 2).

@@ -74,27 +74,30 @@ static void test_rms_stats(void) {
 }
 
 static void test_token_classes(void) {
-  enum { S = NG_TOK_SEPARATOR, A = NG_TOK_AFTER_SEPARATOR, X = NG_TOK_STRUCTURAL, O = NG_TOK_ORDINARY };
+  enum { W = NG_TOK_WINDOW_START, S = NG_TOK_SEPARATOR, A = NG_TOK_AFTER_SEPARATOR, X = NG_TOK_STRUCTURAL,
+         O = NG_TOK_ORDINARY };
   int32_t structural[] = {10};
   ng_diag_options o = {SEP, 1, structural, 0};
   // [3, 6]: separators, a token after one, a structural id (also right after a
-  // separator), a separator ending a row and one starting the next
+  // separator), a separator ending a row and one starting the next (the first
+  // position of every row is its window's start, whatever its token)
   const int32_t tokens[18] = {5,   SEP, 7,  10, SEP, SEP,   //
                               9,   10,  3,  3,  3,   SEP,   //
                               SEP, 10,  4,  4,  10,  4};
-  const int want[18] = {O, S, A, X, S, S,  //
-                        O, X, O, O, O, S,  //
-                        S, A, O, O, X, O};
+  const int want[18] = {W, S, A, X, S, S,  //
+                        W, X, O, O, O, S,  //
+                        W, A, O, O, X, O};
   int bad = -1;
   for (int i = 0; i < 18 && bad < 0; i++)
     if ((int)ng_token_class_of(tokens, 6, i, &o) != want[i]) bad = i;
   CHECK(bad < 0, "token classes of a hand-made batch", "position %d is class %d, want %d", bad,
         bad < 0 ? 0 : (int)ng_token_class_of(tokens, 6, bad, &o), bad < 0 ? 0 : want[bad]);
   ng_diag_options none = {-1, 0, NULL, 0};
-  CHECK(ng_token_class_of(tokens, 6, 1, &none) == NG_TOK_ORDINARY &&
+  CHECK(ng_token_class_of(tokens, 6, 0, &none) == NG_TOK_WINDOW_START &&
+            ng_token_class_of(tokens, 6, 1, &none) == NG_TOK_ORDINARY &&
             ng_token_class_of(tokens, 6, 2, &none) == NG_TOK_ORDINARY &&
             ng_token_class_of(tokens, 6, 3, &none) == NG_TOK_ORDINARY,
-        "no separator, no structural ids: all ordinary", "a separator or structural class");
+        "no separator, no structural ids: window starts, the rest ordinary", "a separator or structural class");
 }
 
 // ---------------------------------------------------------------- small models
@@ -139,7 +142,7 @@ static void all_batches(int32_t *tokens, int32_t *targets) {
 
 // ---------------------------------------------------------------- hidden.0 by classes
 
-static const char *const class_keys[NG_TOK_CLASSES] = {"separator", "after_separator",
+static const char *const class_keys[NG_TOK_CLASSES] = {"window_start", "separator", "after_separator",
                                                        "structural", "ordinary"};
 
 // hidden.0 is the embedding: per-class mean RMS from the embedding rows themselves.

@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 
 #include "check.h"
+#include "run_counts.h"
 #include "normgrow/checkpoint.h"
 #include "normgrow/common.h"
 #include "normgrow/optim.h"
@@ -187,11 +188,9 @@ static void test_allocations(void) {
 // ---------------------------------------------------------------- one stage by hand
 
 static int load_arm(const char *name, ng_run_config *rc) {
-  char path[600];
-  snprintf(path, sizeof path, "%s/configs/paper/%s.json", root, name);
-  int r = ng_run_config_load(path, NULL, rc);
-  if (r) printf("# %s: %s\n", path, ng_error());
-  return r;
+  char rel[256];
+  snprintf(rel, sizeof rel, "paper/%s", name);
+  return load_config(root, rel, rc);
 }
 
 // The JSON of the file "<root>/<name>".
@@ -348,19 +347,6 @@ static const char *const arms[] = {"joint-pre", "joint-post", "grow-pre", "grow-
                                    "control-extra-tokens", "control-layer-tokens",
                                    "control-lr-restarts"};
 #define N_ARMS (int)(sizeof arms / sizeof arms[0])
-
-static int64_t run_tokens(const ng_run_config *rc) {
-  int64_t n = 0;
-  for (int i = 0; i < rc->n_stages; i++) n += rc->stages[i].tokens;
-  return n;
-}
-
-// Sum over stages of depth x tokens: the active-layer-token count.
-static int64_t layer_tokens(const ng_run_config *rc) {
-  int64_t n = 0;
-  for (int i = 0; i < rc->n_stages; i++) n += rc->stages[i].depth * rc->stages[i].tokens;
-  return n;
-}
 
 static void test_every_config_parses(void) {
   char pattern[600];

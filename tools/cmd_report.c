@@ -37,14 +37,14 @@
 #include "cli.h"
 #include "normgrow/common.h"
 #include "normgrow/config.h"
+#include "normgrow/diag.h"
 #include "normgrow/fileio.h"
 #include "normgrow/model.h"
 #include "rundir.h"
 
 extern char **environ;
 
-#define N_CLASSES 4
-static const char *const class_names[N_CLASSES] = {"separator", "after_separator", "structural", "ordinary"};
+#define N_CLASSES NG_TOK_CLASSES  // ng_token_class_name gives their keys
 #define PLOT_SKIPPED 3  // plot_report.py's status when matplotlib is missing
 
 // ---------------------------------------------------------------- data
@@ -395,17 +395,24 @@ static int growth_diag_record(const cJSON *rec, const char *where, run *r) {
   return 0;
 }
 
-// count, mean and std of every token class at point <kind>.<layer> of a diag record.
+// count, mean and std of every token class at point <kind>.<layer> of a diag
+// record; a class the file does not have (written before it existed) has no
+// tokens.
 static int class_spread_of(const cJSON *rec, const char *kind, long long layer, const char *where,
                            class_spread *c) {
   const cJSON *p = find_point(rec, kind, layer);
   if (!p) return ng_fail("%s: no point \"%s.%lld\"", where, kind, layer);
   static const char *const stat[3] = {"count", "mean", "std"};
   for (int k = 0; k < N_CLASSES; k++) {
+    const char *name = ng_token_class_name((ng_token_class)k);
     double *to[3] = {&c->count[k], &c->mean[k], &c->std[k]};
+    if (!dig(p, "rms", name, NULL)) {
+      *to[0] = 0.0, *to[1] = *to[2] = NAN;
+      continue;
+    }
     for (int q = 0; q < 3; q++)
-      if (check(as_num(dig(p, "rms", class_names[k], stat[q], NULL), to[q]), "%s: %s.%lld: rms.%s.%s", where,
-                kind, layer, class_names[k], stat[q]))
+      if (check(as_num(dig(p, "rms", name, stat[q], NULL), to[q]), "%s: %s.%lld: rms.%s.%s", where, kind,
+                layer, name, stat[q]))
         return -1;
   }
   c->has = true;
@@ -488,6 +495,13 @@ static double class_value(const class_spread *c, int k, class_quantity q) {
 
 // ---------------------------------------------------------------- diag_final.json
 
+// rms.<class>.mean of point p into *v: NaN when the class is absent (a file
+// written before the class existed); -1 when it is not a number.
+static int class_mean(const cJSON *p, ng_token_class k, double *v) {
+  const cJSON *c = dig(p, "rms", ng_token_class_name(k), NULL);
+  return c && as_num(dig(c, "mean", NULL), v) ? -1 : 0;
+}
+
 // Mean RMS per token class of the hidden and res2 points, by layer.
 static int class_means(const cJSON *d, const char *path, run *r) {
   long long depth = 0;
@@ -503,9 +517,9 @@ static int class_means(const cJSON *d, const char *path, run *r) {
       const cJSON *p = find_point(d, kind ? "res2" : "hidden", l);
       double *to = (kind ? r->class_res2 : r->class_hidden) + (size_t)l * N_CLASSES;
       for (int k = 0; p && k < N_CLASSES; k++)
-        if (check(as_num(dig(p, "rms", class_names[k], "mean", NULL), &to[k]), "%s: %s.%lld: rms.%s.mean",
-                  path, kind ? "res2" : "hidden", l, class_names[k]))
-          return -1;
+        if (class_mean(p, (ng_token_class)k, &to[k]))
+          return check("expected a number", "%s: %s.%lld: rms.%s.mean", path, kind ? "res2" : "hidden", l,
+                       ng_token_class_name((ng_token_class)k));
     }
   return 0;
 }
@@ -963,6 +977,74 @@ static void write_arms(FILE *f, const report *rep) {
       f);
 }
 
+static bool final_tokens(const run *r, size_t i, double *v) {
+  (void)i;
+  *v = r->final.tokens;
+  return true;
+}
+
+static bool final_layer_tokens(const run *r, size_t i, double *v) {
+  (void)i;
+  *v = r->final.layer_tokens;
+  return true;
+}
+
+static bool final_flops(const run *r, size_t i, double *v) {
+  (void)i;
+  *v = r->final.flops;
+  return true;
+}
+
+// The arm the accounting is measured against: of the fixed-depth arms
+// (schedule_of's "fixed D"), the first with the fewest tokens (the joint arm
+// among the study's, in either reading); without one, the first arm.
+static const arm *accounting_reference(const report *rep) {
+  const arm *ref = NULL;
+  for (size_t i = 0; i < rep->n_arms; i++) {
+    const arm *a = &rep->arms[i];
+    if (strncmp(a->runs[0]->schedule, "fixed", 5) == 0 &&
+        (!ref || over_seeds(a, final_tokens, 0).mean < over_seeds(ref, final_tokens, 0).mean))
+      ref = a;
+  }
+  return ref ? ref : &rep->arms[0];
+}
+
+// One accounting cell: the mean over seeds, then its ratio to the reference's.
+static void put_count_ratio(FILE *f, const arm *a, const arm *ref, run_value get, bool sci) {
+  summary s = over_seeds(a, get, 0), r = over_seeds(ref, get, 0);
+  if (sci)
+    put_sci(f, s.mean);
+  else
+    fprintf(f, "%.0f", s.mean);
+  fprintf(f, " | %.2f | ", s.mean / r.mean);
+}
+
+// Tokens, layer-tokens and FLOPs per arm against a fixed-depth arm: which
+// token accounting the runs follow (docs/assumptions.md, "tokens per arm").
+static void write_accounting(FILE *f, const report *rep) {
+  const arm *ref = accounting_reference(rep);
+  fprintf(f,
+          "\n## Token accounting\n\nTraining totals at each arm's final evaluation (mean over seeds), "
+          "and each as a multiple of the reference arm's, `%s` (%s): the first fixed-depth arm with the fewest tokens. Layer-tokens: tokens times the blocks they pass "
+          "through, summed over steps. FLOPs: forward and backward of the student plus the teacher's "
+          "forward where the teacher runs (not from a top-k cache), by the rule of `normgrow plan` "
+          "(plan.h); evaluation and diagnostics are not counted. Reading A: every arm has the same "
+          "tokens, so growth has fewer layer-tokens and FLOPs than joint training; reading B: each "
+          "growth stage has the joint arm's tokens, so growth has more, and the controls are sized "
+          "to it.\n\n| arm | schedule | tokens | tokens / ref | layer-tokens | layer-tokens / ref | FLOPs | "
+          "FLOPs / ref | FLOPs per token |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n",
+          arm_name(ref), ref->runs[0]->schedule);
+  for (size_t i = 0; i < rep->n_arms; i++) {
+    const arm *a = &rep->arms[i];
+    fprintf(f, "| %s | %s | ", arm_name(a), a->runs[0]->schedule);
+    put_count_ratio(f, a, ref, final_tokens, false);
+    put_count_ratio(f, a, ref, final_layer_tokens, false);
+    put_count_ratio(f, a, ref, final_flops, true);
+    put_sci(f, over_seeds(a, final_flops, 0).mean / over_seeds(a, final_tokens, 0).mean);
+    fputs(" |\n", f);
+  }
+}
+
 static void write_pairwise(FILE *f, const report *rep) {
   fputs(
       "\n## Differences in final validation CE\n\nRow arm minus column arm, of the mean final "
@@ -1107,7 +1189,7 @@ static void write_class_spreads(FILE *f, const report *rep) {
       for (int j = 0; j <= N_CLASSES; j++) {
         int k = j == 0 ? N_CLASSES : j - 1;  // all tokens first
         fprintf(f, "| %s | %s | %s |", arm_name(a), pt ? "res2.L" : "hidden.L",
-                k == N_CLASSES ? "all tokens" : class_names[k]);
+                k == N_CLASSES ? "all tokens" : ng_token_class_name((ng_token_class)k));
         static const struct {
           class_quantity q;
           const char *fmt;
@@ -1151,6 +1233,49 @@ static void put_min_over_blocks(FILE *f, const arm *a, run_value dce, const long
   } else {
     fprintf(f, "%+.4f (block %lld)", best, at);
   }
+}
+
+// The deepest layer any run of the arm has in diag_final.json (0: none).
+static size_t final_depth(const arm *a) {
+  size_t n = 0;
+  for (size_t k = 0; k < a->n; k++)
+    if (a->runs[k]->n_layers > n) n = a->runs[k]->n_layers;
+  return n ? n - 1 : 0;
+}
+
+// Mean per-token RMS by token class at the last block's output (and, Post-Norm,
+// before its last norm), from diag_final.json: where the largest states sit.
+static void write_class_means(FILE *f, const report *rep) {
+  fputs("\n## Residual RMS by token class\n\nMean per-token RMS at hidden.L, the last block's output "
+        "(diag_final.json, L the final depth), by token class, mean over seeds; Post-Norm arms also at "
+        "res2.L, before the last norm. Classes: window_start, the first position of each window (where "
+        "attention sinks sit); the document separator; the first token after one; structural (the "
+        "config's structural_tokens); ordinary. n/a: no token of the class, or a file without it.\n\n"
+        "| arm | point |",
+        f);
+  for (int k = 0; k < N_CLASSES; k++) fprintf(f, " %s |", ng_token_class_name((ng_token_class)k));
+  fputs("\n|---|---|", f);
+  for (int k = 0; k < N_CLASSES; k++) fputs("---:|", f);
+  fputc('\n', f);
+  for (size_t i = 0; i < rep->n_arms; i++) {
+    const arm *a = &rep->arms[i];
+    size_t L = final_depth(a);
+    if (L == 0) continue;
+    for (int res2 = 0; res2 <= (int)output_norm(a->runs[0]); res2++) {
+      fprintf(f, "| %s | %s.%zu |", arm_name(a), res2 ? "res2" : "hidden", L);
+      for (int k = 0; k < N_CLASSES; k++) {
+        summary s = over_seeds(a, res2 ? class_res2 : class_hidden, L * N_CLASSES + (size_t)k);
+        fputc(' ', f);
+        if (s.n && isfinite(s.mean))
+          fprintf(f, "%.4g", s.mean);
+        else
+          fputs("n/a", f);
+        fputs(" |", f);
+      }
+      fputc('\n', f);
+    }
+  }
+  put_missing(f, rep, lacks_final, "No diag_final.json in");
 }
 
 static void write_ablation(FILE *f, const report *rep) {
@@ -1205,7 +1330,7 @@ static const figure figures[] = {
      "seeds); Post-Norm arms also at res2.L (dashed), the sum before the last norm. Log scale."},
     {"rms_by_class.png", "Mean RMS per layer by token class",
      "Mean per-token RMS at hidden.l for each layer l (0: the embeddings) by token class "
-     "(separator, first token after a separator, structural, ordinary), from diag_final.json, one "
+     "(first position of a window, separator, first token after a separator, structural, ordinary), from diag_final.json, one "
      "panel per arm (mean over seeds); Post-Norm panels also show res2.l (dashed). Log scale."},
     {"rms_readings.png", "Std of per-token RMS at each new block's input and per layer",
      "Left: the standard deviation over tokens of the per-token RMS of the stream each new block "
@@ -1237,8 +1362,10 @@ static bool write_report_md(FILE *f, void *ctx) {
   const report *rep = ctx;
   write_intro(f, rep);
   write_arms(f, rep);
+  write_accounting(f, rep);
   write_pairwise(f, rep);
   write_rms_spread(f, rep);
+  write_class_means(f, rep);
   write_rms_readings(f, rep);
   write_ablation(f, rep);
   write_plots(f, rep);
@@ -1280,7 +1407,7 @@ static cJSON *classes_json(const arm *a, run_value get, size_t n_layers) {
       summary s = over_seeds(a, get, l * N_CLASSES + k);
       v[l] = s.n ? s.mean : NAN;
     }
-    cJSON_AddItemToObject(o, class_names[k], numbers(v, n_layers));
+    cJSON_AddItemToObject(o, ng_token_class_name((ng_token_class)k), numbers(v, n_layers));
   }
   free(v);
   return o;

@@ -28,6 +28,7 @@ except ImportError as e:
     sys.exit(SKIPPED)
 
 CLASSES = {
+    "window_start": "window start",
     "separator": "separator",
     "after_separator": "after separator",
     "structural": "structural",
