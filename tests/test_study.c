@@ -54,8 +54,9 @@ static void test_every_config_parses(void) {
     }
     globfree(&g);
   }
-  // toy: teacher + 7 arms + 2 continued + 5 reading B; paper the same without the teacher
-  CHECK(bad == 0 && n == 29, "every run config under configs/ parses (29)", "%d of %d fail", bad, n);
+  // toy: teacher + 7 arms + 2 interventions + 2 continued + 5 reading B; paper the same
+  // without the teacher and the interventions
+  CHECK(bad == 0 && n == 31, "every run config under configs/ parses (31)", "%d of %d fail", bad, n);
 }
 
 // ---------------------------------------------------------------- schedules
