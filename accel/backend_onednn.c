@@ -48,6 +48,8 @@ typedef struct {
 typedef struct {
   ng_attn_shape s;
   mm_exec scores, values, grads;
+  dnnl_primitive_t exp;  // x = exp(x) over the scores [s.B*s.H*s.T, s.T], in place
+  dnnl_memory_t exp_x;
 } att_prims;
 
 // A growable host buffer.
@@ -260,7 +262,25 @@ static att_prims make_att(onednn *o, ng_attn_shape s) {
   dnnl_memory_desc_t mat = md_of(4, at, ats, dnnl_bf16), mxg = dense_md(4, xg, dnnl_bf16),
                      mg = dense_md(4, g, dnnl_f32);
   p.grads = make_exec(o, &mat, &mxg, &mg, 0.0f);
+  dnnl_dims_t rows = {B * KV * G * T, T};
+  dnnl_memory_desc_t mr = dense_md(2, rows, dnnl_f32);
+  dnnl_eltwise_desc_t ed;
+  DNNL_OK(dnnl_eltwise_forward_desc_init(&ed, dnnl_forward_inference, dnnl_eltwise_exp, &mr, 0.0f,
+                                         0.0f));
+  dnnl_primitive_desc_t pd;
+  DNNL_OK(dnnl_primitive_desc_create(&pd, &ed, NULL, o->engine, NULL));
+  DNNL_OK(dnnl_primitive_create(&p.exp, pd));
+  DNNL_OK(dnnl_primitive_desc_destroy(pd));
+  DNNL_OK(dnnl_memory_create(&p.exp_x, &mr, o->engine, DNNL_MEMORY_NONE));
   return p;
+}
+
+// S = exp(S) elementwise (oneDNN's vectorized exp), S the scores of p's shape.
+static void run_exp(onednn *o, const att_prims *p, float *S) {
+  DNNL_OK(dnnl_memory_set_data_handle(p->exp_x, S));
+  dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, p->exp_x}, {DNNL_ARG_DST, p->exp_x}};
+  DNNL_OK(dnnl_primitive_execute(p->exp, o->stream, 2, args));
+  DNNL_OK(dnnl_stream_wait(o->stream));
 }
 
 static const att_prims *find_att(onednn *o, ng_attn_shape s) {
@@ -300,44 +320,64 @@ static void from_heads(const float *y, float scale, int64_t B, int64_t T, int64_
 
 static float att_scale(ng_attn_shape s) { return (float)(1.0 / sqrt((double)s.hd)); }
 
-// Forward softmax of the score rows S [B*H*T, T] (row r: query r % T), in
-// place: P = exp(scale S - lse) for key j <= query, else 0; lse [B*H*T]; Pb = P in bf16.
-static void att_softmax(ng_attn_shape s, float *S, float *lse, uint16_t *Pb) {
+// The causal softmax of the score rows S [B*H*T, T] (row r: query i = r % T),
+// in place: P = exp(scale S - lse) for key j <= i, else 0; lse [B*H*T]; Pb =
+// P in bf16. The exponentials run as one oneDNN pass between two row loops.
+static void att_softmax(onednn *o, const att_prims *p, ng_attn_shape s, float *S, float *lse,
+                        uint16_t *Pb) {
   float scale = att_scale(s);
+  int64_t R = s.B * s.H * s.T;
 #pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < s.B * s.H * s.T; r++) {
+  for (int64_t r = 0; r < R; r++) {  // row <- scale S - max (masked: 0), lse <- max
     int64_t i = r % s.T;
     float *row = S + r * s.T;
     for (int64_t j = 0; j <= i; j++) row[j] *= scale;
     float mx = row[0];
     for (int64_t j = 1; j <= i; j++) mx = row[j] > mx ? row[j] : mx;
+    for (int64_t j = 0; j <= i; j++) row[j] -= mx;
+    for (int64_t j = i + 1; j < s.T; j++) row[j] = 0.0f;
+    lse[r] = mx;
+  }
+  run_exp(o, p, S);
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < R; r++) {  // P = exp(scale S - max) / sum
+    int64_t i = r % s.T;
+    float *row = S + r * s.T;
     double sum = 0.0;
-    for (int64_t j = 0; j <= i; j++) sum += exp((double)(row[j] - mx));
-    float l = mx + (float)log(sum);
-    lse[r] = l;
-    for (int64_t j = 0; j <= i; j++) row[j] = expf(row[j] - l);
+    for (int64_t j = 0; j <= i; j++) sum += row[j];
+    lse[r] += (float)log(sum);
+    float inv = (float)(1.0 / sum);
+    for (int64_t j = 0; j <= i; j++) row[j] *= inv;
     for (int64_t j = i + 1; j < s.T; j++) row[j] = 0.0f;
     ng_to_bf16(row, s.T, Pb + r * s.T);
   }
 }
 
-// The backward's row step, in place: S [B*H*T, T] -> P (from lse), then
-// dP [B*H*T, T] -> dS = P * (dP - rowsum(dO * O)); Pb, dSb = P, dS in bf16.
-// out, dout [B, T, H, hd].
-static void att_softmax_backward(ng_attn_shape s, float *S, const float *lse, const float *out,
-                                 const float *dout, float *dP, uint16_t *Pb, uint16_t *dSb) {
+// The backward's row steps, in place: S [B*H*T, T] -> P = exp(scale S - lse)
+// (causal), then dP [B*H*T, T] -> dS = P * (dP - rowsum(dO * O)); Pb, dSb =
+// P, dS in bf16. out, dout [B, T, H, hd].
+static void att_softmax_backward(onednn *o, const att_prims *p, ng_attn_shape s, float *S,
+                                 const float *lse, const float *out, const float *dout,
+                                 float *dP, uint16_t *Pb, uint16_t *dSb) {
   float scale = att_scale(s);
+  int64_t R = s.B * s.H * s.T;
 #pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < s.B * s.H * s.T; r++) {
+  for (int64_t r = 0; r < R; r++) {
+    int64_t i = r % s.T;
+    float *row = S + r * s.T;
+    for (int64_t j = 0; j <= i; j++) row[j] = scale * row[j] - lse[r];
+  }
+  run_exp(o, p, S);
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < R; r++) {
     int64_t b = r / (s.H * s.T), h = r / s.T % s.H, i = r % s.T;
     size_t off = (size_t)((b * s.T + i) * s.H + h) * s.hd;
     double di = 0.0;
     for (int64_t c = 0; c < s.hd; c++) di += (double)out[off + c] * dout[off + c];
-    float *p = S + r * s.T, *dp = dP + r * s.T;
-    for (int64_t j = 0; j <= i; j++) p[j] = expf(scale * p[j] - lse[r]);
-    for (int64_t j = i + 1; j < s.T; j++) p[j] = 0.0f;
-    for (int64_t j = 0; j < s.T; j++) dp[j] = p[j] * (dp[j] - (float)di);
-    ng_to_bf16(p, s.T, Pb + r * s.T);
+    float *pr = S + r * s.T, *dp = dP + r * s.T;
+    for (int64_t j = i + 1; j < s.T; j++) pr[j] = 0.0f;
+    for (int64_t j = 0; j < s.T; j++) dp[j] = pr[j] * (dp[j] - (float)di);
+    ng_to_bf16(pr, s.T, Pb + r * s.T);
     ng_to_bf16(dp, s.T, dSb + r * s.T);
   }
 }
@@ -359,7 +399,7 @@ static void att_forward_slice(onednn *o, ng_attn_shape s, const float *q, const 
   to_heads_bf16(k, s.B, s.T, s.KV, s.hd, K);
   to_heads_bf16(v, s.B, s.T, s.KV, s.hd, V);
   run_exec(o, &p->scores, Q, K, S);  // S [bs, H, T, T] = Q K^T
-  att_softmax(s, S, lse, Pb);
+  att_softmax(o, p, s, S, lse, Pb);
   run_exec(o, &p->values, Pb, V, O);  // O [bs, H, T, hd] = P V
   from_heads(O, 1.0f, s.B, s.T, s.H, s.hd, out);
 }
@@ -382,7 +422,7 @@ static void att_backward_slice(onednn *o, ng_attn_shape s, const float *q, const
   to_heads_bf16(dout, s.B, s.T, s.H, s.hd, dO);
   run_exec(o, &p->scores, Q, K, S);    // S = Q K^T
   run_exec(o, &p->scores, dO, V, dP);  // dP = dO V^T
-  att_softmax_backward(s, S, lse, out, dout, dP, Pb, dSb);
+  att_softmax_backward(o, p, s, S, lse, out, dout, dP, Pb, dSb);
   run_exec(o, &p->grads, Pb, dO, OV);   // dV [bs, KV, T, hd] = P^T dO
   run_exec(o, &p->grads, dSb, Q, OK);   // dK^T / scale = dS^T Q
   run_exec(o, &p->values, dSb, K, OQ);  // dQ / scale = dS K
@@ -437,6 +477,8 @@ static void onednn_destroy(ng_backend *be) {
     free_exec(&o->att[i].scores);
     free_exec(&o->att[i].values);
     free_exec(&o->att[i].grads);
+    dnnl_primitive_destroy(o->att[i].exp);
+    dnnl_memory_destroy(o->att[i].exp_x);
   }
   free(o->prims);
   free(o->att);

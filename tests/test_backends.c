@@ -242,9 +242,10 @@ static void test_rope(const target *t, int64_t B, int64_t T, int64_t nh, int64_t
 
 // A host backend's bf16 attention against the CPU's bf16 kernel on the same
 // inputs (got[p][1]: out, lse, dq, dk, dv): the same bf16 rounding of q, k,
-// v, dout, P and dS, so they differ by fp32 summation order only (and the
-// rare bf16 rounding it flips): relative L2 <= 1e-5 each (measured: 2e-7 at
-// most), where a missing or extra rounding gives 1e-3 and more.
+// v, dout, P and dS, so they differ only by fp32 summation order and the
+// exponential's implementation, and by the rare bf16 roundings those flip:
+// relative L2 <= 2e-4 each (measured: 8e-5 at most), where P off by 0.1% or
+// a missing scale gives 1.6e-3 and more.
 static void attention_as_cpu_bf16(const target *t, ng_attn_shape s, const float *q,
                                   const float *k, const float *v, const float *dout,
                                   float **got[5], const int64_t sizes[5],
@@ -261,7 +262,7 @@ static void attention_as_cpu_bf16(const target *t, ng_attn_shape s, const float 
              "relative L2 error %.1e",
              t->label, (long long)s.B, (long long)s.T, (long long)s.H, (long long)s.KV,
              (long long)s.hd, parts[p], err);
-    CHECK(err <= 1e-5, name, "above 1e-5");
+    CHECK(err <= 2e-4, name, "above 2e-4");
     free(want[p]);
   }
 }
