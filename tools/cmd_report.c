@@ -62,6 +62,7 @@ typedef struct {
 typedef struct {
   char *dir, *name, *mode, *schedule;
   ng_norm_placement placement;
+  ng_model_config model;    // at its final depth
   long long seed;
   ng_rundir state;          // how far it got (finished, steps)
   ng_flat_config settings;  // config.json as key=value
@@ -247,25 +248,29 @@ static int schedule_of(const cJSON *stages, const char *file, char **out) {
   return rc;
 }
 
-// Whether r's blocks end in a norm (Post-Norm): the residual points res1/res2
-// and the norms-only ablation exist.
-static bool output_norm(const run *r) { return ng_block_layout_of(r->placement).output_norm; }
+// Whether some block of r ends in a norm (post, deepnorm, mixln's post blocks):
+// the residual points res1/res2 and the norms-only ablation exist for those.
+static bool output_norm(const run *r) { return ng_model_has_output_norms(&r->model); }
+// Whether block `block` (1-based) of r ends in a norm.
+static bool block_output_norm(const run *r, long long block) {
+  return block >= 1 && ng_block_layout_of(&r->model, block - 1).output_norm;
+}
 
 static int load_config(const char *path, run *r) {
   cJSON *c;
   if (parse_json_file(path, &c)) return -1;
-  const char *name = NULL, *mode = NULL, *placement = NULL;
+  const char *name = NULL, *mode = NULL;
+  char where[4200];
+  snprintf(where, sizeof where, "%s: model", path);
   int rc = check(as_str(dig(c, "name", NULL), &name), "%s: name", path) ||
                    check(as_int(dig(c, "seed", NULL), &r->seed), "%s: seed", path) ||
                    check(as_str(dig(c, "mode", NULL), &mode), "%s: mode", path) ||
-                   check(as_str(dig(c, "model", "norm_placement", NULL), &placement),
-                         "%s: model.norm_placement", path) ||
+                   ng_model_config_parse(dig(c, "model", NULL), where, &r->model) ||
                    schedule_of(dig(c, "stages", NULL), path, &r->schedule)
                ? -1
                : 0;
-  if (rc == 0 && ng_norm_placement_from_name(placement, &r->placement) != 0)
-    rc = ng_fail("%s: model.norm_placement: \"%s\" is none of \"pre\", \"post\", \"lns\"", path, placement);
   if (rc == 0) {
+    r->placement = r->model.norm_placement;
     r->name = ng_xstrdup(name);
     r->mode = ng_xstrdup(mode);
   }
@@ -330,12 +335,12 @@ static int diag_record(const cJSON *rec, const char *where, run *r) {
   if (check(as_int(dig(rec, "depth", NULL), &depth), "%s: depth", where) ||
       check(as_int(dig(rec, "tokens", NULL), &tokens), "%s: tokens", where) ||
       point_std(rec, "hidden", depth, where, &hidden) ||
-      (output_norm(r) && point_std(rec, "res2", depth, where, &res2)))
+      (block_output_norm(r, depth) && point_std(rec, "res2", depth, where, &res2)))
     return -1;
   if (r->rms_hidden.n == 0) r->depth_first = depth;
   r->depth_last = depth;
   series_push(&r->rms_hidden, (double)tokens, hidden);
-  if (output_norm(r)) series_push(&r->rms_res2, (double)tokens, res2);
+  if (block_output_norm(r, depth)) series_push(&r->rms_res2, (double)tokens, res2);
   return 0;
 }
 
@@ -376,7 +381,7 @@ static int load_ablation(const cJSON *a, const char *path, run *r) {
     const char *at = "%s: ablation.blocks[%zu].%s";
     if (check(as_int(dig(b, "block", NULL), &r->block[i]), at, path, i, "block") ||
         check(as_num(dig(b, "skip", "dce", NULL), &r->skip_dce[i]), at, path, i, "skip.dce") ||
-        (output_norm(r) &&
+        (block_output_norm(r, r->block[i]) &&
          check(as_num(dig(b, "norms_only", "dce", NULL), &r->norms_dce[i]), at, path, i, "norms_only.dce")))
       return -1;
     r->n_blocks = ++i;
@@ -579,7 +584,7 @@ static bool skip_dce(const run *r, size_t block, double *v) {
 }
 
 static bool norms_dce(const run *r, size_t block, double *v) {
-  return output_norm(r) && block_dce(r, (long long)block, r->norms_dce, v);
+  return block_output_norm(r, (long long)block) && block_dce(r, (long long)block, r->norms_dce, v);
 }
 
 static bool class_hidden(const run *r, size_t i, double *v) {
