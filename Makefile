@@ -132,9 +132,10 @@ fuzz:
 	tests/fuzz/run.sh $(FUZZ_SECONDS)
 
 # The whole toy study (about 15 minutes on 2 cores); SEEDS=N repeats every arm;
-# BACKEND=onednn PRECISION=bf16 runs it there.
+# BACKEND=onednn PRECISION=bf16 runs it there; STUDY=placements|divergences runs
+# that study instead (tools/demo.sh).
 demo: $(BUILD)/normgrow
-	tools/demo.sh --seeds $(SEEDS) $(if $(BACKEND),--backend $(BACKEND)) $(if $(PRECISION),--precision $(PRECISION))
+	tools/demo.sh --seeds $(SEEDS) $(if $(BACKEND),--backend $(BACKEND)) $(if $(PRECISION),--precision $(PRECISION)) $(if $(STUDY),--study $(STUDY))
 
 bench: $(BUILD)/normgrow
 	$(BUILD)/normgrow bench

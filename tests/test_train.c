@@ -371,6 +371,10 @@ static void check_bad_configs(void) {
   expect_bad("micro_batch not dividing the batch", NULL, "\"batch\": 8,", "\"batch\": 8, \"micro_batch\": 3,", "data.micro_batch");
   expect_bad("unknown train key", ", \"train\": {\"chunk\": 3}", NULL, NULL, "unknown key \"chunk\"");
   expect_bad("last depth differs from the model", NULL, "{\"depth\": 3, \"tokens\": 5120}", "{\"depth\": 4, \"tokens\": 5120}", "num_hidden_layers");
+  expect_bad("mixln with more post blocks than the first stage's depth", NULL, "\"norm_placement\": \"post\"",
+             "\"norm_placement\": \"mixln\", \"mixln_post_layers\": 2", "model.mixln_post_layers");
+  expect_bad("deepnorm without its alpha", NULL, "\"norm_placement\": \"post\"", "\"norm_placement\": \"deepnorm\"",
+             "model.deepnorm_alpha");
 }
 
 // A student started from teacher layers {"every": 1} and its embeddings, trained

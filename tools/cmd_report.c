@@ -69,8 +69,8 @@ typedef struct {
   final_eval final;  // the last eval record of metrics.jsonl
   series val_ce;     // over tokens
   series growth;     // tokens of each growth record -> depth after it
-  // diag.jsonl: std over tokens of the per-token RMS at hidden.L and (Post-Norm)
-  // res2.L, L the depth at that evaluation, over tokens.
+  // diag.jsonl: std over tokens of the per-token RMS at hidden.L and (when the
+  // last block has an output norm) res2.L, L the depth at that evaluation, over tokens.
   bool has_diag;
   series rms_hidden, rms_res2;
   long long depth_first, depth_last;
@@ -83,7 +83,7 @@ typedef struct {
   double intact_ce;
   size_t n_blocks;
   long long *block;
-  double *skip_dce, *norms_dce;  // norms_dce: Post-Norm only
+  double *skip_dce, *norms_dce;  // norms_dce: blocks with an output norm only
 } run;
 
 typedef struct {
@@ -815,8 +815,9 @@ static void write_rms_spread(FILE *f, const report *rep) {
   fputs(
       "\n## Residual RMS spread\n\nStandard deviation over tokens of the per-token RMS (all tokens) "
       "at hidden.L, the output of the last block (L: the depth at that evaluation), at the first "
-      "and the last evaluation of diag.jsonl; for Post-Norm arms also at res2.L, the sum a + MLP(a) "
-      "before the last norm (hidden.L of Post-Norm is pinned by that norm, res2.L is not). Mean over "
+      "and the last evaluation of diag.jsonl; for arms whose last block ends in a norm (post, deepnorm, "
+      "mixln while L <= P) also at res2.L, the sum before that norm (hidden.L is pinned by the norm, "
+      "res2.L is not). Mean over "
       "seeds.\n\n| arm | placement | L first → last | hidden.L first | hidden.L last | res2.L first | "
       "res2.L last |\n|---|---|---|---:|---:|---:|---:|\n",
       f);
@@ -842,11 +843,11 @@ static void write_rms_spread(FILE *f, const report *rep) {
 static void write_ablation(FILE *f, const report *rep) {
   fputs(
       "\n## Block-removal ablation\n\nΔCE: validation CE with one block removed minus the intact "
-      "model's (diag_final.json), mean over seeds. The two removals differ under Post-Norm, "
-      "where a block's norms act on the residual stream itself:\n\n"
+      "model's (diag_final.json), mean over seeds. The two removals differ for blocks with an output "
+      "norm (post, deepnorm, mixln's post blocks), whose norms act on the residual stream itself:\n\n"
       "- **skip**: the block is skipped together with its norms (the block becomes the identity).\n"
-      "- **norms_only** (Post-Norm only): the block's attention and MLP are zeroed and its norms "
-      "kept, so the block still returns Norm(Norm(x)).\n\n| arm | removal | intact CE |",
+      "- **norms_only** (blocks with an output norm only): the block's attention and MLP are zeroed "
+      "and its norms kept, so the block still returns Norm(alpha Norm(alpha x)) (alpha 1 but for deepnorm).\n\n| arm | removal | intact CE |",
       f);
   long long *blocks;
   size_t nb = ablation_blocks(rep, &blocks);
@@ -884,14 +885,16 @@ static const figure figures[] = {
     {"rms_std.png", "Std of per-token RMS at hidden.L over training",
      "Standard deviation over tokens of the per-token residual RMS at hidden.L (solid; the last "
      "block's output, L the depth at that evaluation) over training tokens, per arm (mean over "
-     "seeds); Post-Norm arms also at res2.L (dashed), the sum before the last norm. Log scale."},
+     "seeds); arms whose last block ends in a norm also at res2.L (dashed), the sum before that "
+     "norm. Log scale."},
     {"rms_by_class.png", "Mean RMS per layer by token class",
      "Mean per-token RMS at hidden.l for each layer l (0: the embeddings) by token class "
      "(separator, first token after a separator, structural, ordinary), from diag_final.json, one "
-     "panel per arm (mean over seeds); Post-Norm panels also show res2.l (dashed). Log scale."},
+     "panel per arm (mean over seeds); blocks with an output norm also show res2.l (dashed). Log "
+     "scale."},
     {"ablation.png", "ΔCE per removed block",
      "ΔCE when one block is removed, per block and arm (mean over seeds): skip (plain bars) and, for "
-     "Post-Norm arms, norms_only (hatched bars)."},
+     "blocks with an output norm, norms_only (hatched bars)."},
 };
 #define N_FIGURES (sizeof figures / sizeof figures[0])
 
@@ -962,7 +965,7 @@ static cJSON *classes_json(const arm *a, run_value get, size_t n_layers) {
   return o;
 }
 
-// {"layers": [0..L], "hidden": classes, "res2": classes (Post-Norm)}, or null.
+// {"layers": [0..L], "hidden": classes, "res2": classes (with output norms)}, or null.
 static cJSON *by_class_json(const arm *a) {
   size_t n_layers = 0;
   for (size_t k = 0; k < a->n; k++)
@@ -975,7 +978,7 @@ static cJSON *by_class_json(const arm *a) {
   return o;
 }
 
-// {"blocks": [...], "skip": [ΔCE], "norms_only": [ΔCE] (Post-Norm)}, or null.
+// {"blocks": [...], "skip": [ΔCE], "norms_only": [ΔCE] (with output norms)}, or null.
 static cJSON *ablation_json(const arm *a) {
   const run *r = NULL;
   for (size_t k = 0; k < a->n && !r; k++)

@@ -1,46 +1,94 @@
 #!/usr/bin/env bash
 # The whole toy study on a laptop: fortune-cookie English, a byte-level
 # teacher (pretrained once, reused), the seven student arms, diagnostics and
-# the report. Usage: tools/demo.sh [--seeds N] [--backend NAME] [--precision P]
-#   (make demo [SEEDS=N] [BACKEND=onednn] [PRECISION=bf16]; the teacher and every arm run there)
+# the report. Usage: tools/demo.sh [--seeds N] [--backend NAME] [--precision P] [--study S]
+#   (make demo [SEEDS=N] [BACKEND=onednn] [PRECISION=bf16] [STUDY=S]; the teacher and every arm run there)
+# --study placements: joint and grown students of every norm placement (pre, post,
+#   lns, sandwich, deepnorm, mixln); --study divergences: grown pre and post
+#   students under forward_kl, reverse_kl and jsd. A study's arms are variants of
+#   configs/toy/{joint,grow}-{pre,post}.json written into runs/demo-<study>/configs,
+#   its runs and report into runs/demo-<study>/; data and teacher are the demo's.
 # What an earlier demo made is reused: the data, the teacher, and each arm (a
 # finished one kept, an interrupted one resumed); `rm -r runs/demo` starts anew.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-seeds=1 where=()
+seeds=1 where=() study=
+usage="usage: tools/demo.sh [--seeds N] [--backend NAME] [--precision fp32|bf16] [--study placements|divergences]"
 while [ $# -gt 0 ]; do
   case $1 in
     --seeds) seeds=$2; shift 2 ;;
     --backend | --precision) where+=("$1" "$2"); shift 2 ;;
-    *) echo "usage: tools/demo.sh [--seeds N] [--backend NAME] [--precision fp32|bf16]" >&2; exit 2 ;;
+    --study) study=$2; shift 2 ;;
+    *) echo "$usage" >&2; exit 2 ;;
   esac
 done
 [[ $seeds =~ ^[1-9][0-9]*$ ]] || { echo "demo: --seeds: expected a count >= 1" >&2; exit 2; }
 
-bin=build/normgrow out=runs/demo start=$(date +%s)
+bin=build/normgrow demo=runs/demo out=runs/demo start=$(date +%s)
 arms=(joint-pre joint-post grow-pre grow-post control-extra-tokens control-layer-tokens control-lr-restarts)
+configs=configs/toy
+# variant BASE ARM EDIT...: configs/toy/BASE.json as arm ARM (name, run_dir) with
+# each EDIT "text|replacement" made (the text must be there), into $configs/ARM.json.
+variant() {
+  local to=$configs/$2.json e
+  sed "s|\"name\": \"[^\"]*\"|\"name\": \"$2\"|; s|\"run_dir\": \"[^\"]*\"|\"run_dir\": \"$out/$2\"|" \
+    "configs/toy/$1.json" >"$to.tmp"
+  for e in "${@:3}"; do
+    grep -qF "${e%%|*}" "$to.tmp" || { echo "demo: configs/toy/$1.json has no ${e%%|*}" >&2; exit 1; }
+    sed -i "s|$e|" "$to.tmp"
+  done
+  mv "$to.tmp" "$to"
+}
+case $study in
+  "") ;;
+  placements | divergences)
+    out=runs/demo-$study configs=runs/demo-$study/configs arms=()
+    mkdir -p "$configs"
+    if [ "$study" = placements ]; then
+      for kind in joint grow; do
+        for p in pre post lns sandwich deepnorm mixln; do
+          case $p in  # deepnorm: DeepNet's alpha (2 L_final)^(1/4) at the final depth 6;
+            deepnorm) x=' "deepnorm_alpha": 1.8612097182041991,' ;;  # mixln: Mix-LN's quarter
+            mixln) x=' "mixln_post_layers": 1,' ;;                      # of 6 blocks, rounded down
+            *) x= ;;
+          esac
+          variant "$kind-pre" "$kind-$p" "\"norm_placement\": \"pre\",|\"norm_placement\": \"$p\",$x"
+          arms+=("$kind-$p")
+        done
+      done
+    else
+      for p in pre post; do
+        for d in forward_kl reverse_kl jsd; do
+          x=; [ "$d" = jsd ] && x=', "beta": 0.5'  # TRL's default
+          variant "grow-$p" "grow-$p-$d" "\"temperature\": 2.0|\"temperature\": 2.0, \"divergence\": \"$d\"$x"
+          arms+=("grow-$p-$d")
+        done
+      done
+    fi ;;
+  *) echo "$usage" >&2; exit 2 ;;
+esac
 say() { printf '[demo %4ds] %s\n' $(($(date +%s) - start)) "$*"; }
 
 tools/bootstrap.sh demo
 mkdir -p "$out"
-if [ ! -f "$out/data/val.bin" ]; then
+if [ ! -f "$demo/data/val.bin" ]; then
   fortunes=/usr/share/games/fortunes
   # Every English text collection of the Debian fortunes (one fortune per document);
   # the pictures (art, ascii-art) and the non-English one are left out.
   files=$(find "$fortunes" -maxdepth 1 -type f ! -name '*.*' ! -name art ! -name ascii-art ! -name translate-me | sort)
-  say "data: $(echo "$files" | wc -l) fortune collections -> $out/data"
+  say "data: $(echo "$files" | wc -l) fortune collections -> $demo/data"
   # shellcheck disable=SC2086
-  "$bin" data $files --records-split % --out "$out/data"
+  "$bin" data $files --records-split % --out "$demo/data"
 fi
-if [ -f "$out/teacher/checkpoint.safetensors" ] && [ ! -f "$out/teacher/final.safetensors" ]; then
-  say "teacher: continuing the interrupted pretraining in $out/teacher"
-  "$bin" train --resume "$out/teacher" "${where[@]}"
-elif [ ! -f "$out/teacher/final.safetensors" ]; then
+if [ -f "$demo/teacher/checkpoint.safetensors" ] && [ ! -f "$demo/teacher/final.safetensors" ]; then
+  say "teacher: continuing the interrupted pretraining in $demo/teacher"
+  "$bin" train --resume "$demo/teacher" "${where[@]}"
+elif [ ! -f "$demo/teacher/final.safetensors" ]; then
   say "teacher: pretraining (once; later demos reuse it)"
-  "$bin" train configs/toy/teacher.json --run-dir "$out/teacher" --force "${where[@]}"
+  "$bin" train configs/toy/teacher.json --run-dir "$demo/teacher" --force "${where[@]}"
 else
-  say "teacher: reusing $out/teacher/final.safetensors"
+  say "teacher: reusing $demo/teacher/final.safetensors"
 fi
 dirs=()
 for seed in $(seq 1 "$seeds"); do
@@ -52,7 +100,7 @@ for seed in $(seq 1 "$seeds"); do
       "$bin" train --resume "$dir" "${where[@]}"
     else
       say "arm $arm, seed $seed -> $dir"
-      "$bin" train "configs/toy/$arm.json" --seed "$seed" --run-dir "$dir" --force "${where[@]}"
+      "$bin" train "$configs/$arm.json" --seed "$seed" --run-dir "$dir" --force "${where[@]}"
     fi
     dirs+=("$dir")
   done

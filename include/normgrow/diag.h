@@ -15,7 +15,7 @@
 // evaluation to <run_dir>/diag.jsonl, and writes <run_dir>/diag_final.json
 // with the ablation at the end; `normgrow diag` prints the same, with step and
 // tokens null when unknown and a "settings" object; docs/runs.md):
-// {"step": S, "tokens": N, "depth": L, "placement": "pre"|"post"|"lns",
+// {"step": S, "tokens": N, "depth": L, "placement": "pre"|"post"|"lns"|"sandwich"|...,
 //  "points": [{"name": "hidden.3", "kind": "hidden"|"res1"|"res2", "layer": 3,
 //              "rms": {"all": STATS, "separator": STATS, "after_separator": STATS,
 //                      "structural": STATS, "ordinary": STATS},
@@ -24,7 +24,10 @@
 //              "top": [{"token", "position", "rms"}, ...]}, ...],
 //  "ablation": {"intact": {"ce", "kd"},
 //               "blocks": [{"block": l, "skip": {"ce", "kd", "dce", "dkd"},
-//                           "norms_only": {...same...}  (Post-Norm only)}, ...]}}
+//                           "norms_only": {...same...}  (blocks with an output
+//                                                        norm only)}, ...]}}
+// res1.l and res2.l exist for the blocks with an output norm (post, deepnorm,
+// mixln's post blocks): the residual sums before those norms.
 // STATS = {"count", "mean", "std", "max", "p99_over_median"} over tokens of
 // the per-token RMS sqrt(mean over D of h^2) (no eps); a class with no token
 // has count 0 and null values. "position" is the flat index b*T + t in the
