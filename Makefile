@@ -136,8 +136,8 @@ fuzz:
 	tests/fuzz/run.sh $(FUZZ_SECONDS)
 
 # The whole toy study (about 15 minutes on 2 cores); SEEDS=N repeats every arm;
-# BACKEND=onednn PRECISION=bf16 runs it there; STUDY=interventions runs grow-pre with each
-# intervention on the stream's scale beside its baselines (runs/demo-interventions).
+# BACKEND=onednn PRECISION=bf16 runs it there; STUDY=placements|divergences|interventions
+# runs that study instead (tools/demo.sh; runs/demo-<study>).
 demo: $(BUILD)/normgrow
 	tools/demo.sh --seeds $(SEEDS) $(if $(BACKEND),--backend $(BACKEND)) $(if $(PRECISION),--precision $(PRECISION)) $(if $(STUDY),--study $(STUDY))
 

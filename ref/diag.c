@@ -176,15 +176,15 @@ typedef struct {
 
 #define HALF_BUCKETS 65536
 
-// hidden.0, then for each block l: (Post-Norm) res1.l, res2.l, then hidden.l.
+// hidden.0, then for each block l: (with an output norm: post, deepnorm, mixln's
+// post blocks) res1.l, res2.l, then hidden.l.
 static point_acc *points_create(const ng_model *m, int64_t n_tok, int *n_points) {
   int64_t L = m->cfg.num_hidden_layers, D = m->cfg.hidden_size;
-  bool post = ng_block_layout_of(m->cfg.norm_placement).output_norm;
   point_acc *p = ng_xcalloc(1 + 3 * (size_t)L, sizeof *p);
   int n = 0;
   p[n++] = (point_acc){.kind = POINT_HIDDEN, .layer = 0};
   for (int64_t l = 1; l <= L; l++) {
-    if (post) {
+    if (ng_block_layout_of(&m->cfg, l - 1).output_norm) {
       p[n++] = (point_acc){.kind = POINT_RES1, .layer = l};
       p[n++] = (point_acc){.kind = POINT_RES2, .layer = l};
     }
@@ -438,7 +438,7 @@ void ng_diag_ablation_batch(ng_model *m, ng_acts *a, const int32_t *tokens,
   for (int64_t l = 0; l < L; l++) {
     modes[l] = NG_BLOCK_SKIP;
     loss_with(m, a, tokens, targets, t, lp, modes, &ce[1 + l], &kd[1 + l]);
-    if (ng_block_layout_of(m->cfg.norm_placement).output_norm) {
+    if (ng_block_layout_of(&m->cfg, l).output_norm) {
       modes[l] = NG_BLOCK_NORMS;
       loss_with(m, a, tokens, targets, t, lp, modes, &ce[1 + L + l], &kd[1 + L + l]);
     }
@@ -471,7 +471,7 @@ static cJSON *ablation_to_json(const ng_model *m, const double *ce, const double
     cJSON *b = cJSON_CreateObject();
     cJSON_AddNumberToObject(b, "block", (double)l);
     cJSON_AddItemToObject(b, "skip", loss_json(ce[l], kd[l], with_kd, intact));
-    if (ng_block_layout_of(m->cfg.norm_placement).output_norm)
+    if (ng_block_layout_of(&m->cfg, l - 1).output_norm)
       cJSON_AddItemToObject(b, "norms_only", loss_json(ce[L + l], kd[L + l], with_kd, intact));
     cJSON_AddItemToArray(blocks, b);
   }

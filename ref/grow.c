@@ -106,9 +106,20 @@ double ng_stream_rms(ng_model *m, const int32_t *tokens, int64_t B, int64_t T) {
 }
 
 int ng_stream_rescalable(const ng_model_config *c, const char *where) {
-  if (ng_block_layout_of(c->norm_placement).output_norm)
-    return ng_fail("%s: the stream of a %s model cannot be rescaled (every block's output is "
-                   "already normed)", where, ng_norm_placement_title(c->norm_placement));
+  switch (c->norm_placement) {
+    case NG_NORM_PRE:
+    case NG_NORM_LNS:
+      break;
+    case NG_NORM_POST:
+    case NG_NORM_DEEPNORM:
+    case NG_NORM_MIXLN:
+      return ng_fail("%s: the stream of a %s model cannot be rescaled (its blocks' outputs are "
+                     "normed)", where, ng_norm_placement_title(c->norm_placement));
+    case NG_NORM_SANDWICH:
+      return ng_fail("%s: the stream of a %s model cannot be rescaled by its output projections "
+                     "(each sublayer's output is normed before it is added)", where,
+                     ng_norm_placement_title(c->norm_placement));
+  }
   if (!c->final_norm)
     return ng_fail("%s: needs model.final_norm (without it the head reads the stream and "
                    "the logits would scale)", where);

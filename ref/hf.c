@@ -77,7 +77,7 @@ static const char *const read_keys[] = {
     "use_sliding_window", "layer_types", "vocab_size", "hidden_size", "intermediate_size",
     "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
     "rope_theta", "rms_norm_eps", "tie_word_embeddings", "norm_placement", "final_norm",
-    NULL};
+    "deepnorm_alpha", "mixln_post_layers", NULL};
 
 static int check_no_duplicates(const cJSON *cfg, const char *where) {
   for (const char *const *k = read_keys; *k; k++) {
@@ -192,6 +192,8 @@ static cJSON *to_normgrow(const cJSON *cfg) {
   copy_or(ng, cfg, "tie_word_embeddings", cJSON_CreateFalse());
   copy_or(ng, cfg, "norm_placement", cJSON_CreateString("pre"));
   copy_or(ng, cfg, "final_norm", cJSON_CreateTrue());
+  copy_or(ng, cfg, "deepnorm_alpha", NULL);  // a placement's own keys: where it has them
+  copy_or(ng, cfg, "mixln_post_layers", NULL);
   return ng;
 }
 
@@ -438,7 +440,10 @@ bool ng_hf_plain_qwen3(const ng_model_config *c) {
   switch (c->norm_placement) {
     case NG_NORM_PRE: return c->final_norm;
     case NG_NORM_POST:
-    case NG_NORM_LNS: return false;
+    case NG_NORM_LNS:
+    case NG_NORM_SANDWICH:
+    case NG_NORM_DEEPNORM:
+    case NG_NORM_MIXLN: return false;
   }
   NG_ASSERT(!"ng_norm_placement out of range");
   return false;
@@ -465,6 +470,8 @@ static cJSON *export_config(const ng_model_config *c, ng_dtype dtype) {
     cJSON_AddNumberToObject(o, "bos_token_id", QWEN_ENDOFTEXT);
     cJSON_AddNumberToObject(o, "eos_token_id", QWEN_ENDOFTEXT);
   }
+  if (c->norm_placement == NG_NORM_DEEPNORM)
+    cJSON_AddNumberToObject(o, "deepnorm_alpha", c->deepnorm_alpha);
   if (!plain) cJSON_AddBoolToObject(o, "final_norm", c->final_norm);
   cJSON_AddNumberToObject(o, "head_dim", (double)c->head_dim);
   cJSON_AddStringToObject(o, "hidden_act", "silu");
@@ -473,6 +480,8 @@ static cJSON *export_config(const ng_model_config *c, ng_dtype dtype) {
   cJSON_AddNumberToObject(o, "intermediate_size", (double)c->intermediate_size);
   cJSON_AddNumberToObject(o, "max_position_embeddings", 32768);
   cJSON_AddNumberToObject(o, "max_window_layers", (double)c->num_hidden_layers);
+  if (c->norm_placement == NG_NORM_MIXLN)
+    cJSON_AddNumberToObject(o, "mixln_post_layers", (double)c->mixln_post_layers);
   cJSON_AddStringToObject(o, "model_type", plain ? "qwen3" : OWN_MODEL_TYPE);
   if (!plain)
     cJSON_AddStringToObject(o, "norm_placement", ng_norm_placement_name(c->norm_placement));

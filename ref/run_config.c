@@ -272,6 +272,9 @@ static int parse_stages(cJSON *arr, const ng_lr_schedule *lr, ng_run_config *rc)
     return ng_fail("stages: the last depth %lld differs from model.num_hidden_layers %lld",
                    (long long)rc->stages[rc->n_stages - 1].depth,
                    (long long)rc->model.num_hidden_layers);
+  if (rc->model.mixln_post_layers > rc->stages[0].depth)  // every stage's model is valid
+    return ng_fail("model.mixln_post_layers: %lld post blocks, but stages[0] has depth %lld",
+                   (long long)rc->model.mixln_post_layers, (long long)rc->stages[0].depth);
   return 0;
 }
 

@@ -423,7 +423,9 @@ static void test_model(ng_norm_placement np, bool tied, bool final_norm, int64_t
   ng_model_config mc = {.vocab_size = 11, .hidden_size = 12, .intermediate_size = 10,
                         .num_hidden_layers = 2, .num_attention_heads = H, .num_key_value_heads = KV,
                         .head_dim = 4, .rope_theta = 1e4, .rms_norm_eps = 1e-6,
-                        .tie_word_embeddings = tied, .final_norm = final_norm, .norm_placement = np};
+                        .tie_word_embeddings = tied, .final_norm = final_norm, .norm_placement = np,
+                        .deepnorm_alpha = np == NG_NORM_DEEPNORM ? 1.7 : 0.0,
+                        .mixln_post_layers = np == NG_NORM_MIXLN ? 1 : 0};  // block 1 post, 2 pre
   int64_t B = 2, T = 4, N = B * T;
   model_ctx c = {ng_model_create(be, &mc, true), NULL, ng_xmalloc(N * 4), ng_xmalloc(N * 4),
                  randn((size_t)(N * mc.vocab_size), 0, 2), {0.6, 1.5, 0, 0, NG_DIV_FORWARD_KL, 0.0}};
@@ -498,6 +500,12 @@ int main(void) {
   test_model(NG_NORM_POST, false, false, 4, 2, 1.0f, false, 1, true);  // recomputed blocks
   test_model(NG_NORM_LNS, false, true, 4, 2, 1.0f, false, 0, false);   // LayerNorm-Scaling
   test_model(NG_NORM_LNS, true, false, 4, 1, 0.3f, true, 3, true);
+  test_model(NG_NORM_SANDWICH, false, true, 4, 2, 1.0f, false, 0, false);  // Peri-LN
+  test_model(NG_NORM_SANDWICH, true, false, 4, 1, 0.3f, true, 3, true);
+  test_model(NG_NORM_DEEPNORM, false, true, 4, 2, 1.0f, false, 0, false);  // alpha 1.7
+  test_model(NG_NORM_DEEPNORM, true, false, 4, 1, 0.3f, true, 3, true);
+  test_model(NG_NORM_MIXLN, false, true, 4, 2, 1.0f, false, 0, false);     // a post and a pre block
+  test_model(NG_NORM_MIXLN, true, false, 4, 1, 0.3f, false, 3, true);      // sharing recomputed values
   for (int dv = NG_DIV_REVERSE_KL; dv <= NG_DIV_LAST; dv++) {  // the other divergences
     double beta = dv == NG_DIV_JSD ? 0.3 : 0.0;
     test_loss(true, 1.0, (ng_divergence)dv, beta);

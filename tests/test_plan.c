@@ -170,9 +170,11 @@ static void check_allocations(const char *name, const ng_model_config *c) {
             fchunk_bytes == (size_t)(f32 * ng_plan_acts_floats(c, B, T, &o_fchunk)),
         label, "recompute %zu vs %lld, forward chunk 1 %zu", rec_bytes, (long long)(f32 * recompute),
         fchunk_bytes);
-  snprintf(label, sizeof label, "%s: recompute keeps one block's values, chunks 3 of %lld rows of logits", name,
+  snprintf(label, sizeof label, "%s: recompute keeps one set of block values, chunks 3 of %lld rows of logits", name,
            (long long)(B * T));
-  CHECK(kept - recompute == (c->num_hidden_layers - 1) * ng_plan_block_floats(c, B * T) +
+  int64_t own = 0;  // every block's own values, kept without recompute
+  for (int64_t l = 0; l < c->num_hidden_layers; l++) own += ng_plan_block_floats(c, l, l, B * T);
+  CHECK(kept - recompute == own - ng_plan_block_floats(c, 0, c->num_hidden_layers - 1, B * T) +
                                 2 * (B * T - 3) * c->vocab_size,
         label, "%lld vs %lld", (long long)kept, (long long)recompute);
 }
@@ -183,6 +185,14 @@ static void test_allocations(void) {
   check_allocations("pre, untied, final norm, GQA", &a);
   check_allocations("post, tied, no final norm, MQA", &b);
   check_allocations("post, untied, final norm, MHA", &c);
+  ng_model_config sandwich = toy(NG_NORM_SANDWICH, true, true, 2), deepnorm = toy(NG_NORM_DEEPNORM, false, true, 1),
+                  mixln = toy(NG_NORM_MIXLN, false, false, 2), lns = toy(NG_NORM_LNS, true, false, 4);
+  deepnorm.deepnorm_alpha = 1.5;
+  mixln.mixln_post_layers = 2;  // post and pre blocks: one set of saved values serves both
+  check_allocations("sandwich, tied, final norm, GQA", &sandwich);
+  check_allocations("deepnorm, untied, final norm, MQA", &deepnorm);
+  check_allocations("mixln, untied, no final norm, GQA", &mixln);
+  check_allocations("lns, tied, no final norm, MHA", &lns);
 }
 
 // ---------------------------------------------------------------- one stage by hand

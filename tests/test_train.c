@@ -440,6 +440,10 @@ static void check_bad_configs(void) {
   expect_bad("depth_scaled_init with a copied block", NULL, "\"init\": \"gate\", \"gate_steps\": 5}",
              "\"init\": \"copy_below\", \"depth_scaled_init\": true}", "growth.depth_scaled_init");
   expect_bad("last depth differs from the model", NULL, "{\"depth\": 3, \"tokens\": 5120}", "{\"depth\": 4, \"tokens\": 5120}", "num_hidden_layers");
+  expect_bad("mixln with more post blocks than the first stage's depth", NULL, "\"norm_placement\": \"post\"",
+             "\"norm_placement\": \"mixln\", \"mixln_post_layers\": 2", "model.mixln_post_layers");
+  expect_bad("deepnorm without its alpha", NULL, "\"norm_placement\": \"post\"", "\"norm_placement\": \"deepnorm\"",
+             "model.deepnorm_alpha");
 }
 
 // A student started from teacher layers {"every": 1} and its embeddings, trained

@@ -78,14 +78,15 @@ typedef struct {
 typedef struct {
   char *dir, *name, *mode, *schedule;
   ng_norm_placement placement;
+  ng_model_config model;    // at its final depth
   long long seed;
   ng_rundir state;          // how far it got (finished, steps)
   ng_flat_config settings;  // config.json as key=value
   final_eval final;  // the last eval record of metrics.jsonl
   series val_ce;     // over tokens
   series growth;     // tokens of each growth record -> depth after it
-  // diag.jsonl: std over tokens of the per-token RMS at hidden.L and (Post-Norm)
-  // res2.L, L the depth at that evaluation, over tokens.
+  // diag.jsonl: std over tokens of the per-token RMS at hidden.L and (when the
+  // last block has an output norm) res2.L, L the depth at that evaluation, over tokens.
   bool has_diag;
   series rms_hidden, rms_res2;
   long long depth_first, depth_last;
@@ -103,7 +104,7 @@ typedef struct {
   double intact_ce;
   size_t n_blocks;
   long long *block;
-  double *skip_dce, *norms_dce;  // norms_dce: Post-Norm only
+  double *skip_dce, *norms_dce;  // norms_dce: blocks with an output norm only
 } run;
 
 typedef struct {
@@ -268,25 +269,29 @@ static int schedule_of(const cJSON *stages, const char *file, char **out) {
   return rc;
 }
 
-// Whether r's blocks end in a norm (Post-Norm): the residual points res1/res2
-// and the norms-only ablation exist.
-static bool output_norm(const run *r) { return ng_block_layout_of(r->placement).output_norm; }
+// Whether some block of r ends in a norm (post, deepnorm, mixln's post blocks):
+// the residual points res1/res2 and the norms-only ablation exist for those.
+static bool output_norm(const run *r) { return ng_model_has_output_norms(&r->model); }
+// Whether block `block` (1-based) of r ends in a norm.
+static bool block_output_norm(const run *r, long long block) {
+  return block >= 1 && ng_block_layout_of(&r->model, block - 1).output_norm;
+}
 
 static int load_config(const char *path, run *r) {
   cJSON *c;
   if (parse_json_file(path, &c)) return -1;
-  const char *name = NULL, *mode = NULL, *placement = NULL;
+  const char *name = NULL, *mode = NULL;
+  char where[4200];
+  snprintf(where, sizeof where, "%s: model", path);
   int rc = check(as_str(dig(c, "name", NULL), &name), "%s: name", path) ||
                    check(as_int(dig(c, "seed", NULL), &r->seed), "%s: seed", path) ||
                    check(as_str(dig(c, "mode", NULL), &mode), "%s: mode", path) ||
-                   check(as_str(dig(c, "model", "norm_placement", NULL), &placement),
-                         "%s: model.norm_placement", path) ||
+                   ng_model_config_parse(dig(c, "model", NULL), where, &r->model) ||
                    schedule_of(dig(c, "stages", NULL), path, &r->schedule)
                ? -1
                : 0;
-  if (rc == 0 && ng_norm_placement_from_name(placement, &r->placement) != 0)
-    rc = ng_fail("%s: model.norm_placement: \"%s\" is none of \"pre\", \"post\", \"lns\"", path, placement);
   if (rc == 0) {
+    r->placement = r->model.norm_placement;
     r->name = ng_xstrdup(name);
     r->mode = ng_xstrdup(mode);
   }
@@ -355,13 +360,13 @@ static int diag_record(const cJSON *rec, const char *where, run *r) {
   if (check(as_int(dig(rec, "depth", NULL), &depth), "%s: depth", where) ||
       check(as_int(dig(rec, "tokens", NULL), &tokens), "%s: tokens", where) ||
       point_std(rec, "hidden", depth, where, &hidden) ||
-      (output_norm(r) && point_std(rec, "res2", depth, where, &res2)) ||
+      (block_output_norm(r, depth) && point_std(rec, "res2", depth, where, &res2)) ||
       class_spread_record(rec, where, depth, r))
     return -1;
   if (r->rms_hidden.n == 0) r->depth_first = depth;
   r->depth_last = depth;
   series_push(&r->rms_hidden, (double)tokens, hidden);
-  if (output_norm(r)) series_push(&r->rms_res2, (double)tokens, res2);
+  if (block_output_norm(r, depth)) series_push(&r->rms_res2, (double)tokens, res2);
   return 0;
 }
 
@@ -387,7 +392,7 @@ static int growth_diag_record(const cJSON *rec, const char *where, run *r) {
     if (point_std(rec, "hidden", g.block - 1, where, &g.hidden) ||
         check(as_num(dig(find_point(rec, "hidden", g.block - 1), "rms", "all", "mean", NULL), &g.hidden_mean),
               "%s: hidden.%lld: rms.all.mean", where, g.block - 1) ||
-        (output_norm(r) && g.block > 1 && point_std(rec, "res2", g.block - 1, where, &g.res2)))
+        (block_output_norm(r, g.block - 1) && point_std(rec, "res2", g.block - 1, where, &g.res2)))
       return -1;
     r->growth_in = ng_xrealloc(r->growth_in, (r->n_growth_in + 1) * sizeof *r->growth_in);
     r->growth_in[r->n_growth_in++] = g;
@@ -419,10 +424,10 @@ static int class_spread_of(const cJSON *rec, const char *kind, long long layer, 
   return 0;
 }
 
-// The classes at hidden.L (and Post-Norm res2.L) of an evaluation record: kept
-// for the first evaluation and the latest.
+// The classes at hidden.L (and res2.L where block L has an output norm) of an
+// evaluation record: kept for the first evaluation and the latest.
 static int class_spread_record(const cJSON *rec, const char *where, long long depth, run *r) {
-  for (int pt = 0; pt <= (int)output_norm(r); pt++) {
+  for (int pt = 0; pt <= (int)block_output_norm(r, depth); pt++) {
     class_spread *c = r->classes[pt];
     if (class_spread_of(rec, pt ? "res2" : "hidden", depth, where, &c[1])) return -1;
     if (r->rms_hidden.n == 0) c[0] = c[1];
@@ -437,7 +442,7 @@ static int layer_spreads(const cJSON *d, const char *path, run *r) {
   for (size_t l = 0; l < r->n_layers; l++) {
     r->layer_res2[l] = NAN;
     if (point_std(d, "hidden", (long long)l, path, &r->layer_hidden[l]) ||
-        (output_norm(r) && l > 0 && point_std(d, "res2", (long long)l, path, &r->layer_res2[l])))
+        (block_output_norm(r, (long long)l) && point_std(d, "res2", (long long)l, path, &r->layer_res2[l])))
       return -1;
   }
   return 0;
@@ -537,7 +542,7 @@ static int load_ablation(const cJSON *a, const char *path, run *r) {
     const char *at = "%s: ablation.blocks[%zu].%s";
     if (check(as_int(dig(b, "block", NULL), &r->block[i]), at, path, i, "block") ||
         check(as_num(dig(b, "skip", "dce", NULL), &r->skip_dce[i]), at, path, i, "skip.dce") ||
-        (output_norm(r) &&
+        (block_output_norm(r, r->block[i]) &&
          check(as_num(dig(b, "norms_only", "dce", NULL), &r->norms_dce[i]), at, path, i, "norms_only.dce")))
       return -1;
     r->n_blocks = ++i;
@@ -746,7 +751,7 @@ static bool skip_dce(const run *r, size_t block, double *v) {
 }
 
 static bool norms_dce(const run *r, size_t block, double *v) {
-  return output_norm(r) && block_dce(r, (long long)block, r->norms_dce, v);
+  return block_output_norm(r, (long long)block) && block_dce(r, (long long)block, r->norms_dce, v);
 }
 
 static bool class_hidden(const run *r, size_t i, double *v) {
@@ -768,13 +773,13 @@ static bool growth_input_std(const run *r, size_t i, double *v) {
   const growth_input *g = &r->growth_in[i / 3];
   const double at[3] = {g->hidden, g->res2, g->hidden_mean};
   *v = at[i % 3];
-  return i % 3 != 1 || (output_norm(r) && g->block > 1);
+  return i % 3 != 1 || block_output_norm(r, g->block - 1);
 }
 
 // i: 2 l the spread at hidden.l of diag_final.json, 2 l + 1 at res2.l.
 static bool layer_std(const run *r, size_t i, double *v) {
   size_t l = i / 2;
-  if (!r->layer_hidden || l >= r->n_layers || (i % 2 && (!output_norm(r) || l == 0))) return false;
+  if (!r->layer_hidden || l >= r->n_layers || (i % 2 && !block_output_norm(r, (long long)l))) return false;
   *v = i % 2 ? r->layer_res2[l] : r->layer_hidden[l];
   return true;
 }
@@ -1079,8 +1084,9 @@ static void write_rms_spread(FILE *f, const report *rep) {
   fputs(
       "\n## Residual RMS spread\n\nStandard deviation over tokens of the per-token RMS (all tokens) "
       "at hidden.L, the output of the last block (L: the depth at that evaluation), at the first "
-      "and the last evaluation of diag.jsonl; for Post-Norm arms also at res2.L, the sum a + MLP(a) "
-      "before the last norm (hidden.L of Post-Norm is pinned by that norm, res2.L is not). Mean over "
+      "and the last evaluation of diag.jsonl; for arms whose last block ends in a norm (post, deepnorm, "
+      "mixln while L <= P) also at res2.L, the sum before that norm (hidden.L is pinned by the norm, "
+      "res2.L is not). Mean over "
       "seeds.\n\n| arm | placement | L first → last | hidden.L first | hidden.L last | res2.L first | "
       "res2.L last |\n|---|---|---|---:|---:|---:|---:|\n",
       f);
@@ -1281,13 +1287,13 @@ static void write_class_means(FILE *f, const report *rep) {
 static void write_ablation(FILE *f, const report *rep) {
   fputs(
       "\n## Block-removal ablation\n\nΔCE: validation CE with one block removed minus the intact "
-      "model's (diag_final.json), mean over seeds. The two removals differ under Post-Norm, "
-      "where a block's norms act on the residual stream itself:\n\n"
+      "model's (diag_final.json), mean over seeds. The two removals differ for blocks with an output "
+      "norm (post, deepnorm, mixln's post blocks), whose norms act on the residual stream itself:\n\n"
       "- **skip**: the block is skipped together with its norms (the block becomes the identity).\n"
-      "- **norms_only** (Post-Norm only): the block's attention and MLP are zeroed and its norms "
-      "kept, so the block still returns Norm(Norm(x)).\n\nmin over blocks: the smallest ΔCE of the "
-      "row (mean over seeds) and its block: the least any one block's removal costs.\n\n"
-      "| arm | removal | intact CE |",
+      "- **norms_only** (blocks with an output norm only): the block's attention and MLP are zeroed "
+      "and its norms kept, so the block still returns Norm(alpha Norm(alpha x)) (alpha 1 but for "
+      "deepnorm).\n\nmin over blocks: the smallest ΔCE of the row (mean over seeds) and its block: the "
+      "least any one block's removal costs.\n\n| arm | removal | intact CE |",
       f);
   long long *blocks;
   size_t nb = ablation_blocks(rep, &blocks);
@@ -1327,19 +1333,21 @@ static const figure figures[] = {
     {"rms_std.png", "Std of per-token RMS at hidden.L over training",
      "Standard deviation over tokens of the per-token residual RMS at hidden.L (solid; the last "
      "block's output, L the depth at that evaluation) over training tokens, per arm (mean over "
-     "seeds); Post-Norm arms also at res2.L (dashed), the sum before the last norm. Log scale."},
+     "seeds); arms whose last block ends in a norm also at res2.L (dashed), the sum before that "
+     "norm. Log scale."},
     {"rms_by_class.png", "Mean RMS per layer by token class",
      "Mean per-token RMS at hidden.l for each layer l (0: the embeddings) by token class "
-     "(first position of a window, separator, first token after a separator, structural, ordinary), from diag_final.json, one "
-     "panel per arm (mean over seeds); Post-Norm panels also show res2.l (dashed). Log scale."},
+     "(first position of a window, separator, first token after a separator, structural, ordinary), "
+     "from diag_final.json, one panel per arm (mean over seeds); blocks with an output norm also "
+     "show res2.l (dashed). Log scale."},
     {"rms_readings.png", "Std of per-token RMS at each new block's input and per layer",
      "Left: the standard deviation over tokens of the per-token RMS of the stream each new block "
      "starts from, at each growth (the growth records of diag.jsonl), per arm (mean over seeds). "
      "Right: the same at each layer of the final model (diag_final.json). Solid: hidden; dashed "
-     "(Post-Norm): res2, before the norm. Log scale."},
+     "(blocks with an output norm): res2, before the norm. Log scale."},
     {"ablation.png", "ΔCE per removed block",
      "ΔCE when one block is removed, per block and arm (mean over seeds): skip (plain bars) and, for "
-     "Post-Norm arms, norms_only (hatched bars)."},
+     "blocks with an output norm, norms_only (hatched bars)."},
 };
 #define N_FIGURES (sizeof figures / sizeof figures[0])
 
@@ -1413,7 +1421,7 @@ static cJSON *classes_json(const arm *a, run_value get, size_t n_layers) {
   return o;
 }
 
-// {"layers": [0..L], "hidden": classes, "res2": classes (Post-Norm)}, or null.
+// {"layers": [0..L], "hidden": classes, "res2": classes (with output norms)}, or null.
 static cJSON *by_class_json(const arm *a) {
   size_t n_layers = 0;
   for (size_t k = 0; k < a->n; k++)
@@ -1426,7 +1434,7 @@ static cJSON *by_class_json(const arm *a) {
   return o;
 }
 
-// {"blocks": [...], "skip": [ΔCE], "norms_only": [ΔCE] (Post-Norm)}, or null.
+// {"blocks": [...], "skip": [ΔCE], "norms_only": [ΔCE] (with output norms)}, or null.
 static cJSON *ablation_json(const arm *a) {
   const run *r = NULL;
   for (size_t k = 0; k < a->n && !r; k++)

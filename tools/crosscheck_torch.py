@@ -101,6 +101,14 @@ def write_safetensors(path, tensors, metadata):
 # the model of the golden contract, float64
 # ----------------------------------------------------------------------------
 
+def block_placement(m, i):
+    """The placement block i (0-based) computes: mixln's first mixln_post_layers
+    blocks are post, its others pre."""
+    if m["norm_placement"] == "mixln":
+        return "post" if i < m["mixln_post_layers"] else "pre"
+    return m["norm_placement"]
+
+
 def layer_param_shapes(m, i):
     """{HF name: shape} of the weights of block i."""
     D, F, hd = m["hidden_size"], m["intermediate_size"], m["head_dim"]
@@ -111,10 +119,13 @@ def layer_param_shapes(m, i):
               p + "self_attn.q_norm.weight": [hd], p + "self_attn.k_norm.weight": [hd],
               p + "mlp.gate_proj.weight": [F, D], p + "mlp.up_proj.weight": [F, D],
               p + "mlp.down_proj.weight": [D, F], p + "post_attention_layernorm.weight": [D]}
-    if m["norm_placement"] in ("pre", "lns"):
+    placement = block_placement(m, i)
+    if placement in ("pre", "lns", "sandwich"):
         shapes[p + "input_layernorm.weight"] = [D]
-    else:
+    if placement in ("post", "deepnorm", "sandwich"):
         shapes[p + "post_feedforward_layernorm.weight"] = [D]
+    if placement == "sandwich":
+        shapes[p + "pre_feedforward_layernorm.weight"] = [D]
     return shapes
 
 
@@ -178,12 +189,19 @@ def block(x, p, i, m):
     def norm(y, name):
         return rms_norm(y, p[pre + name + ".weight"], m["rms_norm_eps"])
 
-    if m["norm_placement"] in ("pre", "lns"):  # lns: norm outputs / sqrt(l), l = i + 1
-        c = 1 / math.sqrt(i + 1) if m["norm_placement"] == "lns" else 1.0
+    placement = block_placement(m, i)
+    if placement in ("pre", "lns"):  # lns: norm outputs / sqrt(l), l = i + 1
+        c = 1 / math.sqrt(i + 1) if placement == "lns" else 1.0
         a = x + attention(c * norm(x, "input_layernorm"), p, pre + "self_attn.", m)
         return a + mlp(c * norm(a, "post_attention_layernorm"), p, pre + "mlp.")
-    a = norm(x + attention(x, p, pre + "self_attn.", m), "post_attention_layernorm")
-    return norm(a + mlp(a, p, pre + "mlp."), "post_feedforward_layernorm")
+    if placement == "sandwich":  # Peri-LN: each sublayer's input and output normed
+        a = x + norm(attention(norm(x, "input_layernorm"), p, pre + "self_attn.", m),
+                     "post_attention_layernorm")
+        return a + norm(mlp(norm(a, "pre_feedforward_layernorm"), p, pre + "mlp."),
+                        "post_feedforward_layernorm")
+    alpha = m["deepnorm_alpha"] if placement == "deepnorm" else 1.0  # post: alpha 1
+    a = norm(alpha * x + attention(x, p, pre + "self_attn.", m), "post_attention_layernorm")
+    return norm(alpha * a + mlp(a, p, pre + "mlp."), "post_feedforward_layernorm")
 
 
 def forward(p, tokens, m, skip=None):
@@ -349,7 +367,10 @@ class Case:
 
     def summary(self):
         m, B, T = self.model, *self.tokens.shape
-        parts = [m["norm_placement"], f"V{m['vocab_size']} D{m['hidden_size']}",
+        placement = m["norm_placement"] + (f" alpha {m['deepnorm_alpha']:.3g}" if "deepnorm_alpha" in m
+                                           else f" P{m['mixln_post_layers']}" if "mixln_post_layers" in m
+                                           else "")
+        parts = [placement, f"V{m['vocab_size']} D{m['hidden_size']}",
                  f"F{m['intermediate_size']} L{m['num_hidden_layers']}",
                  f"H{m['num_attention_heads']}/{m['num_key_value_heads']}x{m['head_dim']}",
                  f"B{B}xT{T}", "tied" if m["tie_word_embeddings"] else "untied",
@@ -397,13 +418,18 @@ def random_model(rng, kv_ratio, placement, tied, final_norm):
     hidden = int(rng.integers(8, 49))
     if rng.random() < 0.25 and 8 <= heads * head_dim <= 48:
         hidden = heads * head_dim
-    return {"vocab_size": int(rng.integers(16, 65)), "hidden_size": hidden,
-            "intermediate_size": int(rng.integers(8, 65)),
-            "num_hidden_layers": int(rng.integers(1, 4)), "num_attention_heads": heads,
-            "num_key_value_heads": kv, "head_dim": head_dim,
-            "rope_theta": float(10 ** rng.uniform(2, 6)),
-            "rms_norm_eps": float(rng.choice([1e-6, 1e-5])),
-            "tie_word_embeddings": tied, "norm_placement": placement, "final_norm": final_norm}
+    m = {"vocab_size": int(rng.integers(16, 65)), "hidden_size": hidden,
+         "intermediate_size": int(rng.integers(8, 65)),
+         "num_hidden_layers": int(rng.integers(1, 4)), "num_attention_heads": heads,
+         "num_key_value_heads": kv, "head_dim": head_dim,
+         "rope_theta": float(10 ** rng.uniform(2, 6)),
+         "rms_norm_eps": float(rng.choice([1e-6, 1e-5])),
+         "tie_word_embeddings": tied, "norm_placement": placement, "final_norm": final_norm}
+    if placement == "deepnorm":  # around DeepNet's (2 L)^(1/4)
+        m["deepnorm_alpha"] = float(rng.uniform(0.5, 2.5))
+    if placement == "mixln":
+        m["mixln_post_layers"] = int(rng.integers(0, m["num_hidden_layers"] + 1))
+    return m
 
 
 def random_params(rng, m):
@@ -484,7 +510,8 @@ def balanced(rng, n, values):
 def random_features(rng, n):
     """Features of n cases; one case in ten has every target ignored; the cases
     with a teacher cycle through the divergences."""
-    columns = {"placement": balanced(rng, n, ["pre", "post", "lns"]),
+    columns = {"placement": balanced(rng, n, ["pre", "post", "lns", "sandwich", "deepnorm",
+                                              "mixln"]),
                "tied": balanced(rng, n, [True, False]),
                "final_norm": balanced(rng, n, [True, False]),
                "teacher": balanced(rng, n, [True, False]),
@@ -763,8 +790,8 @@ def rotary_error(rng, T=7, hd=10, theta=500.0):
 
 
 def identity_block_error(case):
-    """Pre-norm: with o_proj and down_proj zero, block 0 is the identity, so its
-    ablation CE equals the full CE."""
+    """Pre-norm (lns, sandwich): with o_proj and down_proj zero, block 0 is the
+    identity, so its ablation CE equals the full CE."""
     params = dict(case.params)
     for name in ("self_attn.o_proj.weight", "mlp.down_proj.weight"):
         params["model.layers.0." + name] = torch.zeros_like(params["model.layers.0." + name])
@@ -824,16 +851,18 @@ def self_test(seed):
     err = rotary_error(rng)
     ok = err <= 1e-12
     print(f"self-test: rotary vs complex rotation: {err:.2e} {'PASS' if ok else 'FAIL'}")
-    for i, placement in enumerate(("pre", "post", "lns", "post", "lns")):
-        features = {"placement": placement, "tied": i < 2, "final_norm": i % 3 == 0,
+    placements = ("pre", "post", "lns", "post", "lns", "sandwich", "deepnorm", "mixln",
+                  "sandwich", "deepnorm", "mixln")
+    for i, placement in enumerate(placements):
+        features = {"placement": placement, "tied": i < 2 or i >= 8, "final_norm": i % 3 == 0,
                     "teacher": True, "clip": True, "kv_ratio": 2 ** (i % 3),
                     "ignore_all": False,
-                    "divergence": ("forward_kl", "reverse_kl", "jsd", "jsd", "reverse_kl")[i]}
+                    "divergence": ("forward_kl", "reverse_kl", "jsd")[i % 3]}
         case = informative_case(rng, features)
         checks = [("finite differences", finite_difference_error(case, rng), 1e-6),
                   ("losses vs torch.nn.functional", functional_loss_error(case), 1e-12),
                   ("AdamW vs torch.optim.AdamW (units of lr)", adamw_error(case), 1e-9)]
-        if placement in ("pre", "lns"):
+        if block_placement(case.model, 0) in ("pre", "lns", "sandwich"):
             checks.append(("ablation of an identity block", identity_block_error(case), 1e-12))
         full, excess, fd = topk_errors(case, rng)
         checks += [("top-k KD at k = V vs exact KD", full, 1e-12),

@@ -22,7 +22,7 @@
 // (before any step at its new depth) with two more keys: "event": "growth" and
 // "new_blocks": [b, ...], the new blocks numbered from 1 (block b receives the
 // stream hidden.<b-1>); evaluation records have no "event".
-// {"step": S, "tokens": N, "depth": L, "placement": "pre"|"post"|"lns",
+// {"step": S, "tokens": N, "depth": L, "placement": "pre"|"post"|"lns"|"sandwich"|...,
 //  "points": [{"name": "hidden.3", "kind": "hidden"|"res1"|"res2", "layer": 3,
 //              "rms": {"all": STATS, "window_start": STATS, "separator": STATS,
 //                      "after_separator": STATS, "structural": STATS, "ordinary": STATS},
@@ -31,7 +31,10 @@
 //              "top": [{"token", "position", "rms"}, ...]}, ...],
 //  "ablation": {"intact": {"ce", "kd"},
 //               "blocks": [{"block": l, "skip": {"ce", "kd", "dce", "dkd"},
-//                           "norms_only": {...same...}  (Post-Norm only)}, ...]}}
+//                           "norms_only": {...same...}  (blocks with an output
+//                                                        norm only)}, ...]}}
+// res1.l and res2.l exist for the blocks with an output norm (post, deepnorm,
+// mixln's post blocks): the residual sums before those norms.
 // STATS = {"count", "mean", "std", "max", "p99_over_median"} over tokens of
 // the per-token RMS sqrt(mean over D of h^2) (no eps); a class with no token
 // has count 0 and null values. "position" is the flat index b*T + t in the

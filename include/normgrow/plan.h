@@ -69,8 +69,9 @@ typedef struct {
 // `freeze_io`, its embeddings, final norm and head (as ng_model_freeze(-1)).
 ng_plan_params ng_plan_count_params(const ng_model_config *c, int64_t frozen_blocks, bool freeze_io);
 
-// Floats of one block's saved values (ng_block_acts) for N tokens.
-int64_t ng_plan_block_floats(const ng_model_config *c, int64_t N);
+// Floats of the saved values (one ng_block_acts) that serve blocks first..last
+// (0-based; the union of their layouts) for N tokens.
+int64_t ng_plan_block_floats(const ng_model_config *c, int64_t first, int64_t last, int64_t N);
 // Floats of the backward workspace (ng_grad_ws) for N tokens, logits chunks of `chunk` rows.
 int64_t ng_plan_grad_ws_floats(const ng_model_config *c, int64_t N, int64_t chunk);
 // Floats of the activations at batch [B, T] exactly as ng_acts_create_with(o) allocates them.
