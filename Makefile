@@ -139,7 +139,7 @@ fuzz:
 # BACKEND=onednn PRECISION=bf16 runs it there; STUDY=placements|divergences|interventions
 # runs that study instead (tools/demo.sh; runs/demo-<study>).
 demo: $(BUILD)/normgrow
-	tools/demo.sh --seeds $(SEEDS) $(if $(BACKEND),--backend $(BACKEND)) $(if $(PRECISION),--precision $(PRECISION)) $(if $(STUDY),--study $(STUDY))
+	tools/demo.sh --seeds $(SEEDS) $(if $(JOBS),--jobs $(JOBS)) $(if $(BACKEND),--backend $(BACKEND)) $(if $(PRECISION),--precision $(PRECISION)) $(if $(STUDY),--study $(STUDY))
 
 bench: $(BUILD)/normgrow
 	$(BUILD)/normgrow bench

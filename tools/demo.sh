@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The whole toy study on a laptop: fortune-cookie English, a byte-level
 # teacher (pretrained once, reused), the seven student arms, diagnostics and
-# the report. Usage: tools/demo.sh [--seeds N] [--backend NAME] [--precision P] [--study S]
-#   (make demo [SEEDS=N] [BACKEND=onednn] [PRECISION=bf16] [STUDY=S]; the teacher and every arm run there)
+# the report. Usage: tools/demo.sh [--seeds N] [--jobs J] [--backend NAME] [--precision P] [--study S]
+#   (make demo [SEEDS=N] [JOBS=J] [BACKEND=onednn] [PRECISION=bf16] [STUDY=S]; the teacher and
+#   every arm run there; J arms at once, each on its share of the cores)
 # --study placements: joint and grown students of every norm placement (pre, post,
 #   lns, sandwich, deepnorm, mixln); --study divergences: grown pre and post
 #   students under forward_kl, reverse_kl and jsd; --study interventions: grow-pre
@@ -17,17 +18,21 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-seeds=1 where=() study=
-usage="usage: tools/demo.sh [--seeds N] [--backend NAME] [--precision fp32|bf16] [--study placements|divergences|interventions]"
+seeds=1 jobs=1 where=() study=
+usage="usage: tools/demo.sh [--seeds N] [--jobs J] [--backend NAME] [--precision fp32|bf16] [--study placements|divergences|interventions]"
 while [ $# -gt 0 ]; do
   case $1 in
     --seeds) seeds=$2; shift 2 ;;
+    --jobs) jobs=$2; shift 2 ;;
     --backend | --precision) where+=("$1" "$2"); shift 2 ;;
     --study) study=$2; shift 2 ;;
     *) echo "$usage" >&2; exit 2 ;;
   esac
 done
 [[ $seeds =~ ^[1-9][0-9]*$ ]] || { echo "demo: --seeds: expected a count >= 1" >&2; exit 2; }
+[[ $jobs =~ ^[1-9][0-9]*$ ]] || { echo "demo: --jobs: expected a count >= 1" >&2; exit 2; }
+# J arms at once, each with its share of the cores (the teacher runs alone, on all).
+[ "$jobs" -gt 1 ] && arm_threads=(--threads $(( $(nproc) / jobs > 0 ? $(nproc) / jobs : 1 ))) || arm_threads=()
 
 bin=build/normgrow demo=runs/demo out=runs/demo start=$(date +%s)
 arms=(joint-pre joint-post grow-pre grow-post control-extra-tokens control-layer-tokens control-lr-restarts)
@@ -99,7 +104,17 @@ elif [ ! -f "$demo/teacher/final.safetensors" ]; then
 else
   say "teacher: reusing $demo/teacher/final.safetensors"
 fi
-dirs=()
+# One arm: finish (or keep) an earlier run of it, else train it.
+run_arm() {  # config seed dir
+  if [ -f "$3/checkpoint.safetensors" ]; then  # from an earlier demo: finish it, or keep it
+    say "arm $(basename "$3"): continuing $3 (a finished run is kept as it is)"
+    "$bin" train --resume "$3" "${where[@]}" "${arm_threads[@]}"
+  else
+    say "arm $(basename "$3"), seed $2 -> $3"
+    "$bin" train "$1" --seed "$2" --run-dir "$3" --force "${where[@]}" "${arm_threads[@]}"
+  fi
+}
+dirs=() running=0
 for seed in $(seq 1 "$seeds"); do
   for arm in "${arms[@]}"; do
     where_to=$out config=$configs/$arm.json
@@ -107,15 +122,19 @@ for seed in $(seq 1 "$seeds"); do
     [ -f "$config" ] || config=configs/toy/$arm.json
     dir=$where_to/$arm
     [ "$seeds" -gt 1 ] && dir=$where_to/$arm-seed$seed
-    if [ -f "$dir/checkpoint.safetensors" ]; then  # from an earlier demo: finish it, or keep it
-      say "arm $arm, seed $seed: continuing $dir (a finished run is kept as it is)"
-      "$bin" train --resume "$dir" "${where[@]}"
-    else
-      say "arm $arm, seed $seed -> $dir"
-      "$bin" train "$config" --seed "$seed" --run-dir "$dir" --force "${where[@]}"
-    fi
     dirs+=("$dir")
+    if [ "$jobs" -eq 1 ]; then
+      run_arm "$config" "$seed" "$dir"
+      continue
+    fi
+    if [ "$running" -eq "$jobs" ]; then
+      wait -n || { echo "demo: an arm failed (above); stopping" >&2; exit 1; }
+      running=$((running - 1))
+    fi
+    run_arm "$config" "$seed" "$dir" &
+    running=$((running + 1))
   done
 done
+for _ in $(seq 1 "$running"); do wait -n || { echo "demo: an arm failed (above); stopping" >&2; exit 1; }; done
 "$bin" report "${dirs[@]}" --out "$out/report" --force  # the demo's own report
 say "done. The report: $root/$out/report/report.md"
