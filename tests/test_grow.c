@@ -147,7 +147,7 @@ static void test_preservation_table(void) {
                                       7, true);
       ng_rng r;
       ng_rng_seed(&r, 8);
-      ng_grow_rule rule = {(ng_grow_position)pos, preservation[i].init, 0.3, &r, NULL, NULL};
+      ng_grow_rule rule = {(ng_grow_position)pos, preservation[i].init, 0.3, &r, NULL, NULL, false};
       int want = preservation[i].keeps[pos];
       double change[2];
       for (int step = 0; step < 2; step++) {  // every growth step
@@ -183,7 +183,7 @@ static void test_teacher_by_role(void) {
   ng_rng r;
   ng_rng_seed(&r, 1);
   int64_t from_old[2], tl[1] = {2};
-  ng_grow_rule rule = {NG_GROW_TOP, NG_INIT_TEACHER, 0.3, &r, teacher, tl};
+  ng_grow_rule rule = {NG_GROW_TOP, NG_INIT_TEACHER, 0.3, &r, teacher, tl, false};
   NG_ASSERT(ng_model_grow(m, 2, &rule, &g, from_old) == 0);
   const ng_param *ff = ng_model_find(g, "model.layers.1.pre_feedforward_layernorm.weight");
   const ng_param *pa = ng_model_find(g, "model.layers.1.post_attention_layernorm.weight");
@@ -210,7 +210,7 @@ static void test_mixln_block_moves(void) {
   ng_rng r;
   ng_rng_seed(&r, 1);
   int64_t from_old[4];
-  ng_grow_rule rule = {NG_GROW_INTERLEAVE, NG_INIT_GATE, 0.3, &r, NULL, NULL};
+  ng_grow_rule rule = {NG_GROW_INTERLEAVE, NG_INIT_GATE, 0.3, &r, NULL, NULL, false};
   NG_ASSERT(ng_model_grow(m, 4, &rule, &g, from_old) == 0);  // old block 2 is now block 3
   const ng_param *in = ng_model_find(g, "model.layers.2.input_layernorm.weight");
   const ng_param *pa = ng_model_find(g, "model.layers.2.post_attention_layernorm.weight");

@@ -60,7 +60,8 @@ case $study in
         case $p in  # deepnorm: DeepNet's alpha (2 L_final)^(1/4) at the final depth 6;
           deepnorm) x=' "deepnorm_alpha": 1.8612097182041991,' ;;  # mixln: Mix-LN's quarter
           mixln) x=' "mixln_post_layers": 1,' ;;                      # of 6 blocks, rounded down
-          pre | post) arms+=("$kind-$p"); continue ;;
+          pre | post) arms+=("$kind-$p"); continue ;;  # the demo's own
+          *) x= ;;
         esac
         variant "$kind-pre" "$kind-$p" "\"norm_placement\": \"pre\",|\"norm_placement\": \"$p\",$x"
         arms+=("$kind-$p")
