@@ -34,9 +34,10 @@ DEPS_OK   := $(BUILD)/.deps-ok
 # Built when nvcc is found (on PATH or in /usr/local/cuda); `make CUDA=0` turns it
 # off. It makes $(BUILD)/libnormgrow_cuda.a, registers "cuda" in the backend
 # registry (ref/backend.c is compiled with -DNG_WITH_CUDA), links normgrow and
-# every test with it, and builds tests/test_cuda.c (one "skip" line when no GPU
-# can be used) and $(BUILD)/bench_cuda. Without it everything else builds and
-# tests unchanged. Never --use_fast_math.
+# every test with it (and with the toolkit's NCCL, the communicator of its
+# ranks under mpirun: accel/cuda/comm_nccl.c), and builds tests/test_cuda.c (one "skip"
+# line when no GPU can be used) and $(BUILD)/bench_cuda. Without it everything
+# else builds and tests unchanged. Never --use_fast_math.
 NVCC      ?= $(firstword $(shell command -v nvcc 2>/dev/null) $(wildcard /usr/local/cuda/bin/nvcc))
 CUDA      ?= $(if $(NVCC),1,0)
 # ref/backend.o is rebuilt when CUDA changes in the same BUILD (this stamp is new then).
@@ -56,10 +57,13 @@ CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 CUDA_ARCH ?= -gencode arch=compute_90,code=[sm_90,compute_90]
 NVCCFLAGS ?= $(OPT) -g -std=c++17 -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror
 CUDA_LIB  := $(BUILD)/libnormgrow_cuda.a
-CUDA_OBJ  := $(patsubst %.cu,$(BUILD)/%.o,$(wildcard accel/cuda/*.cu)) $(BUILD)/accel/cuda/launch.o
+CUDA_OBJ  := $(patsubst %.cu,$(BUILD)/%.o,$(wildcard accel/cuda/*.cu)) $(BUILD)/accel/cuda/launch.o $(BUILD)/accel/cuda/comm_nccl.o
 NG_LIBS   := -Wl,--start-group $(LIB) $(CUDA_LIB) -Wl,--end-group
 NG_DEPS   += $(CUDA_LIB)
-LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++
+# NCCL when the toolkit has it (accel/cuda/comm_nccl.c: without it, cuda ranks
+# under mpirun are refused in one line).
+LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 $(if $(wildcard $(CUDA_HOME)/include/nccl.h),-lnccl) -lcublas -lcudart -lstdc++
+$(BUILD)/accel/cuda/comm_nccl.o: CPPFLAGS += -I$(CUDA_HOME)/include
 $(BUILD)/ref/backend.o: CPPFLAGS += -DNG_WITH_CUDA
 all: $(CUDA_LIB) $(BUILD)/bench_cuda
 
@@ -132,10 +136,10 @@ fuzz:
 	tests/fuzz/run.sh $(FUZZ_SECONDS)
 
 # The whole toy study (about 15 minutes on 2 cores); SEEDS=N repeats every arm;
-# BACKEND=onednn PRECISION=bf16 runs it there; STUDY=interventions runs grow-pre with each
-# intervention on the stream's scale beside its baselines (runs/demo-interventions).
+# BACKEND=onednn PRECISION=bf16 runs it there; STUDY=placements|divergences|interventions
+# runs that study instead (tools/demo.sh; runs/demo-<study>).
 demo: $(BUILD)/normgrow
-	tools/demo.sh --seeds $(SEEDS) $(if $(BACKEND),--backend $(BACKEND)) $(if $(PRECISION),--precision $(PRECISION)) $(if $(STUDY),--study $(STUDY))
+	tools/demo.sh --seeds $(SEEDS) $(if $(JOBS),--jobs $(JOBS)) $(if $(BACKEND),--backend $(BACKEND)) $(if $(PRECISION),--precision $(PRECISION)) $(if $(STUDY),--study $(STUDY))
 
 bench: $(BUILD)/normgrow
 	$(BUILD)/normgrow bench

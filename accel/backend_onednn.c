@@ -1,17 +1,19 @@
 // normgrow: the oneDNN backend, on the CPU.
 //
 // Buffers are host memory, as in the CPU backend, whose ops it shares: its
-// table starts as a copy of the CPU's and replaces the matmul (and, in bf16,
-// attention). Matmuls run as oneDNN matmul primitives, created once per shape
+// table starts as a copy of the CPU's and replaces the matmul and attention.
+// Matmuls run as oneDNN matmul primitives, created once per shape
 // (transposes, M, N, K, beta) and kept in a cache.
 // - fp32: f32 inputs with fpmath mode strict, so that no environment variable
 //   (ONEDNN_DEFAULT_FPMATH_MODE) can lower the precision inside.
 // - bf16: both inputs are converted to bf16 on the fly at every matmul (the
 //   model keeps only its fp32 master weights: there are no bf16 copies to
 //   refresh after an optimizer step), multiplied with fp32 accumulation into
-//   the fp32 output. Attention runs the CPU kernel on bf16-rounded inputs.
+//   the fp32 output. Attention's products run as batched bf16 matmuls over
+//   heads (see "attention" below); in fp32 attention is the CPU kernel.
 #include <dnnl.h>
 #include <dnnl_debug.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,14 +29,38 @@
     if (st_ != dnnl_success) ng_abort_at(__FILE__, __LINE__, dnnl_status2str(st_)); \
   } while (0)
 
-// One cached matmul primitive and its memory objects (data handles set per call).
+// A matmul primitive and its memory objects (data handles set per call).
+typedef struct {
+  dnnl_primitive_t prim;
+  dnnl_memory_t a, b, c;
+} mm_exec;
+
+// One cached 2-D matmul primitive.
 typedef struct {
   bool ta, tb;
   int64_t M, N, K;
   float beta;
-  dnnl_primitive_t prim;
-  dnnl_memory_t a, b, c;
+  mm_exec x;
 } mm_prim;
+
+// The batched matmuls of one attention shape (see "attention" below), for
+// s.B the batch rows of one slice.
+typedef struct {
+  ng_attn_shape s;
+  mm_exec scores, values, grads;
+  dnnl_primitive_t exp;  // x = exp(x) over the scores [s.B*s.H*s.T, s.T], in place
+  dnnl_memory_t exp_x;
+} att_prims;
+
+// A growable host buffer.
+typedef struct {
+  void *p;
+  size_t cap;  // bytes
+} scratch;
+
+// The attention's buffers, per batch slice: heads-major bf16 copies of its
+// inputs, scores and their gradients, products before the layout change.
+enum { A_Q, A_K, A_V, A_DO, A_S, A_DP, A_PB, A_DSB, A_OQ, A_OK, A_OV, A_COUNT };
 
 typedef struct {
   ng_backend be;  // first member: the backend is the context
@@ -42,9 +68,11 @@ typedef struct {
   dnnl_stream_t stream;
   mm_prim *prims;
   int n, cap;
-  uint16_t *abuf, *bbuf;  // bf16 inputs of the current matmul
-  size_t acap, bcap;      // their capacities in elements
-  char kernels[256];      // "oneDNN" and the distinct implementations chosen
+  att_prims *att;
+  int n_att, cap_att;
+  scratch abuf, bbuf;        // bf16 inputs of the current matmul
+  scratch att_buf[A_COUNT];  // the attention's buffers
+  char kernels[256];         // "oneDNN" and the distinct implementations chosen
 } onednn;
 
 static onednn *ctx_of(ng_backend *be) { return (onednn *)be->ctx; }
@@ -63,14 +91,12 @@ static void note_kernel(onednn *o, const char *impl) {
   snprintf(o->kernels + n, sizeof o->kernels - n, "%s%s", n ? ", " : "oneDNN ", impl);
 }
 
-// C [M, N] = op(A) [M, K] op(B) [K, N] + beta C, in the backend's precision.
-static mm_prim *make_prim(onednn *o, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
-                          float beta) {
-  dnnl_data_type_t in = o->be.precision == NG_PREC_BF16 ? dnnl_bf16 : dnnl_f32;
-  dnnl_memory_desc_t a = plain_md(M, K, ta, in), b = plain_md(K, N, tb, in),
-                     c = plain_md(M, N, false, dnnl_f32);
+// A matmul primitive C = A B over the descriptors, fpmath mode strict, with
+// C = A B + beta C when beta != 0.
+static mm_exec make_exec(onednn *o, const dnnl_memory_desc_t *a, const dnnl_memory_desc_t *b,
+                         const dnnl_memory_desc_t *c, float beta) {
   dnnl_matmul_desc_t desc;
-  DNNL_OK(dnnl_matmul_desc_init(&desc, &a, &b, NULL, &c));
+  DNNL_OK(dnnl_matmul_desc_init(&desc, a, b, NULL, c));
   dnnl_primitive_attr_t attr;
   DNNL_OK(dnnl_primitive_attr_create(&attr));
   DNNL_OK(dnnl_primitive_attr_set_fpmath_mode(attr, dnnl_fpmath_mode_strict));
@@ -84,20 +110,46 @@ static mm_prim *make_prim(onednn *o, bool ta, bool tb, int64_t M, int64_t N, int
   dnnl_primitive_desc_t pd;
   DNNL_OK(dnnl_primitive_desc_create(&pd, &desc, attr, o->engine, NULL));
   DNNL_OK(dnnl_primitive_attr_destroy(attr));
+  const char *impl = NULL;
+  DNNL_OK(dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl));
+  note_kernel(o, impl);
+  mm_exec x;
+  DNNL_OK(dnnl_primitive_create(&x.prim, pd));
+  DNNL_OK(dnnl_memory_create(&x.a, a, o->engine, DNNL_MEMORY_NONE));
+  DNNL_OK(dnnl_memory_create(&x.b, b, o->engine, DNNL_MEMORY_NONE));
+  DNNL_OK(dnnl_memory_create(&x.c, c, o->engine, DNNL_MEMORY_NONE));
+  DNNL_OK(dnnl_primitive_desc_destroy(pd));
+  return x;
+}
+
+static void run_exec(onednn *o, const mm_exec *x, const void *a, const void *b, float *c) {
+  DNNL_OK(dnnl_memory_set_data_handle(x->a, (void *)a));
+  DNNL_OK(dnnl_memory_set_data_handle(x->b, (void *)b));
+  DNNL_OK(dnnl_memory_set_data_handle(x->c, c));
+  dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, x->a}, {DNNL_ARG_WEIGHTS, x->b}, {DNNL_ARG_DST, x->c}};
+  DNNL_OK(dnnl_primitive_execute(x->prim, o->stream, 3, args));
+  DNNL_OK(dnnl_stream_wait(o->stream));
+}
+
+static void free_exec(mm_exec *x) {
+  dnnl_primitive_destroy(x->prim);
+  dnnl_memory_destroy(x->a);
+  dnnl_memory_destroy(x->b);
+  dnnl_memory_destroy(x->c);
+}
+
+// C [M, N] = op(A) [M, K] op(B) [K, N] + beta C, in the backend's precision.
+static mm_prim *make_prim(onednn *o, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                          float beta) {
+  dnnl_data_type_t in = o->be.precision == NG_PREC_BF16 ? dnnl_bf16 : dnnl_f32;
+  dnnl_memory_desc_t a = plain_md(M, K, ta, in), b = plain_md(K, N, tb, in),
+                     c = plain_md(M, N, false, dnnl_f32);
   if (o->n == o->cap) {
     o->cap = o->cap ? 2 * o->cap : 16;
     o->prims = ng_xrealloc(o->prims, (size_t)o->cap * sizeof *o->prims);
   }
   mm_prim *p = &o->prims[o->n++];
-  *p = (mm_prim){ta, tb, M, N, K, beta, NULL, NULL, NULL, NULL};
-  const char *impl = NULL;
-  DNNL_OK(dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl));
-  note_kernel(o, impl);
-  DNNL_OK(dnnl_primitive_create(&p->prim, pd));
-  DNNL_OK(dnnl_memory_create(&p->a, &a, o->engine, DNNL_MEMORY_NONE));
-  DNNL_OK(dnnl_memory_create(&p->b, &b, o->engine, DNNL_MEMORY_NONE));
-  DNNL_OK(dnnl_memory_create(&p->c, &c, o->engine, DNNL_MEMORY_NONE));
-  DNNL_OK(dnnl_primitive_desc_destroy(pd));
+  *p = (mm_prim){ta, tb, M, N, K, beta, make_exec(o, &a, &b, &c, beta)};
   return p;
 }
 
@@ -111,15 +163,21 @@ static mm_prim *find_prim(onednn *o, bool ta, bool tb, int64_t M, int64_t N, int
   return make_prim(o, ta, tb, M, N, K, beta);
 }
 
-// x [n] as bf16 in *buf (grown to n elements as needed).
-static const void *bf16_input(const float *x, int64_t n, uint16_t **buf, size_t *cap) {
-  if ((size_t)n > *cap) {
-    free(*buf);
-    *cap = (size_t)n;
-    *buf = ng_xmalloc(*cap * sizeof(uint16_t));
+// buf grown to at least `bytes`; its contents are not kept.
+static void *scratch_get(scratch *buf, size_t bytes) {
+  if (bytes > buf->cap) {
+    free(buf->p);
+    buf->cap = bytes;
+    buf->p = ng_xmalloc(bytes);
   }
-  ng_to_bf16(x, n, *buf);
-  return *buf;
+  return buf->p;
+}
+
+// x [n] as bf16 in buf.
+static const void *bf16_input(const float *x, int64_t n, scratch *buf) {
+  uint16_t *y = scratch_get(buf, (size_t)n * sizeof(uint16_t));
+  ng_to_bf16(x, n, y);
+  return y;
 }
 
 // C [M, N] = op(A) op(B) + beta * C (ng_backend.matmul)
@@ -133,44 +191,304 @@ static void onednn_matmul(ng_backend *be, bool ta, bool tb, int64_t M, int64_t N
   }
   const void *a = A, *b = B;
   if (be->precision == NG_PREC_BF16) {
-    a = bf16_input(A, M * K, &o->abuf, &o->acap);
-    b = bf16_input(B, K * N, &o->bbuf, &o->bcap);
+    a = bf16_input(A, M * K, &o->abuf);
+    b = bf16_input(B, K * N, &o->bbuf);
   }
-  mm_prim *p = find_prim(o, ta, tb, M, N, K, beta);
-  DNNL_OK(dnnl_memory_set_data_handle(p->a, (void *)a));
-  DNNL_OK(dnnl_memory_set_data_handle(p->b, (void *)b));
-  DNNL_OK(dnnl_memory_set_data_handle(p->c, C));
-  dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, p->a}, {DNNL_ARG_WEIGHTS, p->b}, {DNNL_ARG_DST, p->c}};
-  DNNL_OK(dnnl_primitive_execute(p->prim, o->stream, 3, args));
+  run_exec(o, &find_prim(o, ta, tb, M, N, K, beta)->x, a, b, C);
+}
+
+// ---------------------------------------------------------------- attention
+//
+// bf16 attention as batched matmuls over all heads of a batch slice, with
+// G = H / KV query heads per kv head (a kv head is broadcast over its group):
+//   forward:  S = Q K^T;  P = causal softmax(scale S), lse saved;  O = P V
+//   backward: S = Q K^T;  P = exp(scale S - lse);  dP = dO V^T;
+//             dS = P * (dP - rowsum(dO * O));  dV = P^T dO;
+//             dQ = scale dS K;  dK = scale dS^T Q
+// The matmul inputs (Q, K, V, dO, P, dS) are bf16 in heads-major layout
+// ([b, head, t, hd], so that a kv head's G query heads are one [G*T, hd]
+// block); products accumulate in fp32 and change layout back to
+// [B, T, heads, hd] at the end. Scores are whole [T, T] blocks, the causal
+// mask applied in the softmax (P = 0 above the diagonal, so dS = 0 there).
+// Three primitives serve the five products:
+//   scores [bs, KV, G, T, T] = X [bs, KV, G, T, hd] Y^T, Y [bs, KV, 1, T, hd]
+//       (S = Q K^T, dP = dO V^T);
+//   values [bs, KV, G, T, hd] = A [bs, KV, G, T, T] Y, Y [bs, KV, 1, T, hd]
+//       (O = P V, dQ = dS K);
+//   grads  [bs, KV, T, hd] = A^T [bs, KV, T, G*T] X [bs, KV, G*T, hd]
+//       (dV = P^T dO, dK = dS^T Q: the sum over the group is the G*T reduction).
+
+// The most scores (floats, 8 MiB) one batch slice holds: batches are
+// processed in slices of as many [H, T, T] blocks as fit, at least one. At
+// the bench's shape (two slices of four batch rows) measured on one thread
+// 15% faster than one whole-batch slice (the scores stay nearer in cache);
+// smaller slices gain a little more there but each slice is another round
+// of parallel regions, which costs on a loaded machine.
+#define ATT_SCORES_MAX ((int64_t)1 << 21)
+
+static int64_t att_slice(ng_attn_shape s) {
+  int64_t per = s.H * s.T * s.T, bs = ATT_SCORES_MAX / per;
+  if (bs < 1) bs = 1;
+  return bs < s.B ? bs : s.B;
+}
+
+// Dense row-major strides of dims [n].
+static void dense_strides(int n, const dnnl_dims_t d, dnnl_dims_t st) {
+  st[n - 1] = 1;
+  for (int i = n - 2; i >= 0; i--) st[i] = st[i + 1] * d[i + 1];
+}
+
+static dnnl_memory_desc_t md_of(int n, const dnnl_dims_t d, const dnnl_dims_t st,
+                                dnnl_data_type_t dt) {
+  dnnl_memory_desc_t md;
+  DNNL_OK(dnnl_memory_desc_init_by_strides(&md, n, d, dt, st));
+  return md;
+}
+
+static dnnl_memory_desc_t dense_md(int n, const dnnl_dims_t d, dnnl_data_type_t dt) {
+  dnnl_dims_t st;
+  dense_strides(n, d, st);
+  return md_of(n, d, st, dt);
+}
+
+static att_prims make_att(onednn *o, ng_attn_shape s) {
+  int64_t B = s.B, KV = s.KV, G = s.H / s.KV, T = s.T, hd = s.hd;
+  att_prims p = {.s = s};
+  dnnl_dims_t x = {B, KV, G, T, hd}, y = {B, KV, 1, T, hd}, yt = {B, KV, 1, hd, T},
+              yts = {KV * T * hd, T * hd, T * hd, 1, hd}, sc = {B, KV, G, T, T};
+  dnnl_memory_desc_t mx = dense_md(5, x, dnnl_bf16), my = dense_md(5, y, dnnl_bf16),
+                     myt = md_of(5, yt, yts, dnnl_bf16), ms = dense_md(5, sc, dnnl_f32),
+                     msb = dense_md(5, sc, dnnl_bf16), mo = dense_md(5, x, dnnl_f32);
+  p.scores = make_exec(o, &mx, &myt, &ms, 0.0f);
+  p.values = make_exec(o, &msb, &my, &mo, 0.0f);
+  dnnl_dims_t at = {B, KV, T, G * T}, ats = {KV * G * T * T, G * T * T, 1, T},
+              xg = {B, KV, G * T, hd}, g = {B, KV, T, hd};
+  dnnl_memory_desc_t mat = md_of(4, at, ats, dnnl_bf16), mxg = dense_md(4, xg, dnnl_bf16),
+                     mg = dense_md(4, g, dnnl_f32);
+  p.grads = make_exec(o, &mat, &mxg, &mg, 0.0f);
+  dnnl_dims_t rows = {B * KV * G * T, T};
+  dnnl_memory_desc_t mr = dense_md(2, rows, dnnl_f32);
+  dnnl_eltwise_desc_t ed;
+  DNNL_OK(dnnl_eltwise_forward_desc_init(&ed, dnnl_forward_inference, dnnl_eltwise_exp, &mr, 0.0f,
+                                         0.0f));
+  dnnl_primitive_desc_t pd;
+  DNNL_OK(dnnl_primitive_desc_create(&pd, &ed, NULL, o->engine, NULL));
+  DNNL_OK(dnnl_primitive_create(&p.exp, pd));
+  DNNL_OK(dnnl_primitive_desc_destroy(pd));
+  DNNL_OK(dnnl_memory_create(&p.exp_x, &mr, o->engine, DNNL_MEMORY_NONE));
+  return p;
+}
+
+// S = exp(S) elementwise (oneDNN's vectorized exp), S the scores of p's shape.
+static void run_exp(onednn *o, const att_prims *p, float *S) {
+  DNNL_OK(dnnl_memory_set_data_handle(p->exp_x, S));
+  dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, p->exp_x}, {DNNL_ARG_DST, p->exp_x}};
+  DNNL_OK(dnnl_primitive_execute(p->exp, o->stream, 2, args));
   DNNL_OK(dnnl_stream_wait(o->stream));
 }
 
+static const att_prims *find_att(onednn *o, ng_attn_shape s) {
+  for (int i = 0; i < o->n_att; i++) {
+    ng_attn_shape t = o->att[i].s;
+    if (t.B == s.B && t.T == s.T && t.H == s.H && t.KV == s.KV && t.hd == s.hd) return &o->att[i];
+  }
+  if (o->n_att == o->cap_att) {
+    o->cap_att = o->cap_att ? 2 * o->cap_att : 4;
+    o->att = ng_xrealloc(o->att, (size_t)o->cap_att * sizeof *o->att);
+  }
+  o->att[o->n_att] = make_att(o, s);
+  return &o->att[o->n_att++];
+}
+
+// y [B, nh, T, hd] = x [B, T, nh, hd] rounded to bf16.
+static void to_heads_bf16(const float *x, int64_t B, int64_t T, int64_t nh, int64_t hd,
+                          uint16_t *y) {
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < B * nh * T; r++) {
+    int64_t b = r / (nh * T), h = r / T % nh, t = r % T;
+    ng_to_bf16(x + ((b * T + t) * nh + h) * hd, hd, y + r * hd);
+  }
+}
+
+// x [B, T, nh, hd] = scale * y [B, nh, T, hd].
+static void from_heads(const float *y, float scale, int64_t B, int64_t T, int64_t nh,
+                       int64_t hd, float *x) {
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < B * nh * T; r++) {
+    int64_t b = r / (nh * T), h = r / T % nh, t = r % T;
+    float *xr = x + ((b * T + t) * nh + h) * hd;
+    const float *yr = y + r * hd;
+    for (int64_t c = 0; c < hd; c++) xr[c] = scale * yr[c];
+  }
+}
+
+static float att_scale(ng_attn_shape s) { return (float)(1.0 / sqrt((double)s.hd)); }
+
+// The causal softmax of the score rows S [B*H*T, T] (row r: query i = r % T),
+// in place: P = exp(scale S - lse) for key j <= i, else 0; lse [B*H*T]; Pb =
+// P in bf16. The exponentials run as one oneDNN pass between two row loops.
+static void att_softmax(onednn *o, const att_prims *p, ng_attn_shape s, float *S, float *lse,
+                        uint16_t *Pb) {
+  float scale = att_scale(s);
+  int64_t R = s.B * s.H * s.T;
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < R; r++) {  // row <- scale S - max (masked: 0), lse <- max
+    int64_t i = r % s.T;
+    float *row = S + r * s.T;
+    for (int64_t j = 0; j <= i; j++) row[j] *= scale;
+    float mx = row[0];
+    for (int64_t j = 1; j <= i; j++) mx = row[j] > mx ? row[j] : mx;
+    for (int64_t j = 0; j <= i; j++) row[j] -= mx;
+    for (int64_t j = i + 1; j < s.T; j++) row[j] = 0.0f;
+    lse[r] = mx;
+  }
+  run_exp(o, p, S);
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < R; r++) {  // P = exp(scale S - max) / sum
+    int64_t i = r % s.T;
+    float *row = S + r * s.T;
+    double sum = 0.0;
+    for (int64_t j = 0; j <= i; j++) sum += row[j];
+    lse[r] += (float)log(sum);
+    float inv = (float)(1.0 / sum);
+    for (int64_t j = 0; j <= i; j++) row[j] *= inv;
+    for (int64_t j = i + 1; j < s.T; j++) row[j] = 0.0f;
+    ng_to_bf16(row, s.T, Pb + r * s.T);
+  }
+}
+
+// The backward's row steps, in place: S [B*H*T, T] -> P = exp(scale S - lse)
+// (causal), then dP [B*H*T, T] -> dS = P * (dP - rowsum(dO * O)); Pb, dSb =
+// P, dS in bf16. out, dout [B, T, H, hd].
+static void att_softmax_backward(onednn *o, const att_prims *p, ng_attn_shape s, float *S,
+                                 const float *lse, const float *out, const float *dout,
+                                 float *dP, uint16_t *Pb, uint16_t *dSb) {
+  float scale = att_scale(s);
+  int64_t R = s.B * s.H * s.T;
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < R; r++) {
+    int64_t i = r % s.T;
+    float *row = S + r * s.T;
+    for (int64_t j = 0; j <= i; j++) row[j] = scale * row[j] - lse[r];
+  }
+  run_exp(o, p, S);
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < R; r++) {
+    int64_t b = r / (s.H * s.T), h = r / s.T % s.H, i = r % s.T;
+    size_t off = (size_t)((b * s.T + i) * s.H + h) * s.hd;
+    double di = 0.0;
+    for (int64_t c = 0; c < s.hd; c++) di += (double)out[off + c] * dout[off + c];
+    float *pr = S + r * s.T, *dp = dP + r * s.T;
+    for (int64_t j = i + 1; j < s.T; j++) pr[j] = 0.0f;
+    for (int64_t j = 0; j < s.T; j++) dp[j] = pr[j] * (dp[j] - (float)di);
+    ng_to_bf16(pr, s.T, Pb + r * s.T);
+    ng_to_bf16(dp, s.T, dSb + r * s.T);
+  }
+}
+
+// The slice's buffer k of n elements of `size` bytes.
+static void *att_buf(onednn *o, int k, int64_t n, size_t size) {
+  return scratch_get(&o->att_buf[k], (size_t)n * size);
+}
+
+// One batch slice of the bf16 forward (s.B = its batch rows).
+static void att_forward_slice(onednn *o, ng_attn_shape s, const float *q, const float *k,
+                              const float *v, float *out, float *lse) {
+  const att_prims *p = find_att(o, s);
+  int64_t nq = s.B * s.T * s.H * s.hd, nk = s.B * s.T * s.KV * s.hd, ns = s.B * s.H * s.T * s.T;
+  uint16_t *Q = att_buf(o, A_Q, nq, 2), *K = att_buf(o, A_K, nk, 2), *V = att_buf(o, A_V, nk, 2);
+  uint16_t *Pb = att_buf(o, A_PB, ns, 2);
+  float *S = att_buf(o, A_S, ns, 4), *O = att_buf(o, A_OQ, nq, 4);
+  to_heads_bf16(q, s.B, s.T, s.H, s.hd, Q);
+  to_heads_bf16(k, s.B, s.T, s.KV, s.hd, K);
+  to_heads_bf16(v, s.B, s.T, s.KV, s.hd, V);
+  run_exec(o, &p->scores, Q, K, S);  // S [bs, H, T, T] = Q K^T
+  att_softmax(o, p, s, S, lse, Pb);
+  run_exec(o, &p->values, Pb, V, O);  // O [bs, H, T, hd] = P V
+  from_heads(O, 1.0f, s.B, s.T, s.H, s.hd, out);
+}
+
+// One batch slice of the bf16 backward.
+static void att_backward_slice(onednn *o, ng_attn_shape s, const float *q, const float *k,
+                               const float *v, const float *out, const float *lse,
+                               const float *dout, float *dq, float *dk, float *dv) {
+  const att_prims *p = find_att(o, s);
+  int64_t nq = s.B * s.T * s.H * s.hd, nk = s.B * s.T * s.KV * s.hd, ns = s.B * s.H * s.T * s.T;
+  uint16_t *Q = att_buf(o, A_Q, nq, 2), *K = att_buf(o, A_K, nk, 2), *V = att_buf(o, A_V, nk, 2);
+  uint16_t *dO = att_buf(o, A_DO, nq, 2), *Pb = att_buf(o, A_PB, ns, 2),
+           *dSb = att_buf(o, A_DSB, ns, 2);
+  float *S = att_buf(o, A_S, ns, 4), *dP = att_buf(o, A_DP, ns, 4);
+  float *OQ = att_buf(o, A_OQ, nq, 4), *OK = att_buf(o, A_OK, nk, 4), *OV = att_buf(o, A_OV, nk, 4);
+  float scale = att_scale(s);
+  to_heads_bf16(q, s.B, s.T, s.H, s.hd, Q);
+  to_heads_bf16(k, s.B, s.T, s.KV, s.hd, K);
+  to_heads_bf16(v, s.B, s.T, s.KV, s.hd, V);
+  to_heads_bf16(dout, s.B, s.T, s.H, s.hd, dO);
+  run_exec(o, &p->scores, Q, K, S);    // S = Q K^T
+  run_exec(o, &p->scores, dO, V, dP);  // dP = dO V^T
+  att_softmax_backward(o, p, s, S, lse, out, dout, dP, Pb, dSb);
+  run_exec(o, &p->grads, Pb, dO, OV);   // dV [bs, KV, T, hd] = P^T dO
+  run_exec(o, &p->grads, dSb, Q, OK);   // dK^T / scale = dS^T Q
+  run_exec(o, &p->values, dSb, K, OQ);  // dQ / scale = dS K
+  from_heads(OV, 1.0f, s.B, s.T, s.KV, s.hd, dv);
+  from_heads(OK, scale, s.B, s.T, s.KV, s.hd, dk);
+  from_heads(OQ, scale, s.B, s.T, s.H, s.hd, dq);
+}
+
+// The slice of batch rows [b0, b0 + s.B) of attention shape full.
+static size_t q_off(ng_attn_shape full, int64_t b0) { return (size_t)(b0 * full.T * full.H * full.hd); }
+static size_t kv_off(ng_attn_shape full, int64_t b0) { return (size_t)(b0 * full.T * full.KV * full.hd); }
+
 static void onednn_attention_forward(ng_backend *be, ng_attn_shape s, const float *q,
                                      const float *k, const float *v, float *out, float *lse) {
-  ng_cpu_attention_forward(s, q, k, v, out, lse, be->precision == NG_PREC_BF16);
+  if (be->precision == NG_PREC_FP32) {
+    ng_cpu_attention_forward(s, q, k, v, out, lse, false);
+    return;
+  }
+  int64_t bs = att_slice(s);
+  for (int64_t b0 = 0; b0 < s.B; b0 += bs) {
+    ng_attn_shape sl = s;
+    sl.B = s.B - b0 < bs ? s.B - b0 : bs;
+    att_forward_slice(ctx_of(be), sl, q + q_off(s, b0), k + kv_off(s, b0), v + kv_off(s, b0),
+                      out + q_off(s, b0), lse + b0 * s.H * s.T);
+  }
 }
 
 static void onednn_attention_backward(ng_backend *be, ng_attn_shape s, const float *q,
                                       const float *k, const float *v, const float *out,
                                       const float *lse, const float *dout, float *dq, float *dk,
                                       float *dv) {
-  bool bf16 = be->precision == NG_PREC_BF16;
-  ng_cpu_attention_backward(s, q, k, v, out, lse, dout, dq, dk, dv, bf16);
+  if (be->precision == NG_PREC_FP32) {
+    ng_cpu_attention_backward(s, q, k, v, out, lse, dout, dq, dk, dv, false);
+    return;
+  }
+  int64_t bs = att_slice(s);
+  for (int64_t b0 = 0; b0 < s.B; b0 += bs) {
+    ng_attn_shape sl = s;
+    sl.B = s.B - b0 < bs ? s.B - b0 : bs;
+    size_t oq = q_off(s, b0), ok = kv_off(s, b0);
+    att_backward_slice(ctx_of(be), sl, q + oq, k + ok, v + ok, out + oq, lse + b0 * s.H * s.T,
+                       dout + oq, dq + oq, dk + ok, dv + ok);
+  }
 }
 
 static void onednn_synchronize(ng_backend *be) { DNNL_OK(dnnl_stream_wait(ctx_of(be)->stream)); }
 
 static void onednn_destroy(ng_backend *be) {
   onednn *o = ctx_of(be);
-  for (int i = 0; i < o->n; i++) {
-    dnnl_primitive_destroy(o->prims[i].prim);
-    dnnl_memory_destroy(o->prims[i].a);
-    dnnl_memory_destroy(o->prims[i].b);
-    dnnl_memory_destroy(o->prims[i].c);
+  for (int i = 0; i < o->n; i++) free_exec(&o->prims[i].x);
+  for (int i = 0; i < o->n_att; i++) {
+    free_exec(&o->att[i].scores);
+    free_exec(&o->att[i].values);
+    free_exec(&o->att[i].grads);
+    dnnl_primitive_destroy(o->att[i].exp);
+    dnnl_memory_destroy(o->att[i].exp_x);
   }
   free(o->prims);
-  free(o->abuf);
-  free(o->bbuf);
+  free(o->att);
+  free(o->abuf.p);
+  free(o->bbuf.p);
+  for (int k = 0; k < A_COUNT; k++) free(o->att_buf[k].p);
   dnnl_stream_destroy(o->stream);
   dnnl_engine_destroy(o->engine);
   free(o);

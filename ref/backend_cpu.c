@@ -246,26 +246,36 @@ static float round_bf16(float x) {
 
 // x [n] rounded to bf16: as bf16 bits into h, or (h NULL) as fp32 into f.
 __attribute__((target_clones("avx512f", "default")))
+static void convert_block(const float *x, int64_t n, uint16_t *h, float *f) {
+  if (h) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++) {
+      uint32_t u;
+      memcpy(&u, x + i, sizeof u);
+      h[i] = (uint16_t)bf16_bits(u);
+    }
+  } else {
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++) {
+      uint32_t u;
+      memcpy(&u, x + i, sizeof u);
+      u = bf16_bits(u) << 16;
+      memcpy(f + i, &u, sizeof u);
+    }
+  }
+}
+
+// The same in parallel chunks; a short x (one chunk: a row inside another
+// parallel loop) without entering an OpenMP construct.
 static void convert_bf16(const float *x, int64_t n, uint16_t *h, float *f) {
-#pragma omp parallel for schedule(static) if (n > CONVERT_CHUNK)
+  if (n <= CONVERT_CHUNK) {
+    convert_block(x, n, h, f);
+    return;
+  }
+#pragma omp parallel for schedule(static)
   for (int64_t c = 0; c < n; c += CONVERT_CHUNK) {
     int64_t e = c + CONVERT_CHUNK < n ? c + CONVERT_CHUNK : n;
-    if (h) {
-#pragma omp simd
-      for (int64_t i = c; i < e; i++) {
-        uint32_t u;
-        memcpy(&u, x + i, sizeof u);
-        h[i] = (uint16_t)bf16_bits(u);
-      }
-    } else {
-#pragma omp simd
-      for (int64_t i = c; i < e; i++) {
-        uint32_t u;
-        memcpy(&u, x + i, sizeof u);
-        u = bf16_bits(u) << 16;
-        memcpy(f + i, &u, sizeof u);
-      }
-    }
+    convert_block(x + c, e - c, h ? h + c : NULL, f ? f + c : NULL);
   }
 }
 

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "normgrow/backend.h"
 #include "normgrow/common.h"
 
 // One rank: a sum over the ranks is the buffer itself, a gather a copy.
@@ -32,7 +33,7 @@ static void single_close(ng_comm *c) { free(c); }
 
 ng_comm *ng_comm_single(void) {
   ng_comm *c = ng_xcalloc(1, sizeof *c);
-  *c = (ng_comm){.name = "single", .rank = 0, .size = 1,
+  *c = (ng_comm){.name = "single", .kind = NG_COMM_SINGLE, .rank = 0, .size = 1,
                  .allreduce_f32 = single_allreduce_f32, .allreduce_f64 = single_allreduce_f64,
                  .reduce_scatter_f32 = single_copy, .allgather_f32 = single_copy,
                  .broadcast = single_broadcast, .barrier = single_barrier,
@@ -52,4 +53,18 @@ ng_comm *ng_comm_open(void) {
 
 void ng_comm_close(ng_comm *c) {
   if (c) c->close(c);
+}
+
+int ng_comm_bind(ng_comm *c, ng_backend *be) {
+  if (be->host_memory) return 0;
+  switch (c->kind) {
+    case NG_COMM_SINGLE:
+    case NG_COMM_NCCL: return 0;
+    case NG_COMM_MPI:
+      if (!be->bind_comm)
+        return ng_fail("backend \"%s\": its buffers are device memory and this build has no "
+                       "communicator for them (ranks of mpirun need one)", be->name);
+      return be->bind_comm(be, c);
+  }
+  return ng_fail("communicator \"%s\": unknown kind", c->name);
 }

@@ -79,7 +79,7 @@ ng_comm *ng_comm_mpi(void) {
   // A failed collective (a rank that died) ends every rank rather than returning.
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
   ng_comm *c = ng_xcalloc(1, sizeof *c);
-  *c = (ng_comm){.name = "mpi", .allreduce_f32 = mpi_allreduce_f32,
+  *c = (ng_comm){.name = "mpi", .kind = NG_COMM_MPI, .allreduce_f32 = mpi_allreduce_f32,
                  .allreduce_f64 = mpi_allreduce_f64, .reduce_scatter_f32 = mpi_reduce_scatter_f32,
                  .allgather_f32 = mpi_allgather_f32, .broadcast = mpi_broadcast,
                  .barrier = mpi_barrier, .abort = mpi_abort, .close = mpi_close};

@@ -114,6 +114,30 @@ char *ng_json_print(const cJSON *j, bool formatted) {
 // computed in size_t / int64 everywhere else.
 #define NG_MAX_DIM 2147483647LL
 
+// The keys of one placement: deepnorm's alpha > 0, mixln's 0 <= P <= L, and
+// zero where the placement has no such key.
+static int placement_keys_validate(const ng_model_config *c, const char *where) {
+  bool deepnorm = false, mixln = false;
+  switch (c->norm_placement) {
+    case NG_NORM_PRE:
+    case NG_NORM_POST:
+    case NG_NORM_LNS:
+    case NG_NORM_SANDWICH: break;
+    case NG_NORM_DEEPNORM: deepnorm = true; break;
+    case NG_NORM_MIXLN: mixln = true; break;
+  }
+  if (deepnorm && !(c->deepnorm_alpha > 0.0 && isfinite(c->deepnorm_alpha)))
+    return ng_fail("%s.deepnorm_alpha: %g is not a finite number > 0", where, c->deepnorm_alpha);
+  if (!deepnorm && c->deepnorm_alpha != 0.0)
+    return ng_fail("%s.deepnorm_alpha: only the deepnorm placement has an alpha", where);
+  if (mixln && (c->mixln_post_layers < 0 || c->mixln_post_layers > c->num_hidden_layers))
+    return ng_fail("%s.mixln_post_layers: %lld is outside 0..num_hidden_layers (%lld)", where,
+                   (long long)c->mixln_post_layers, (long long)c->num_hidden_layers);
+  if (!mixln && c->mixln_post_layers != 0)
+    return ng_fail("%s.mixln_post_layers: only the mixln placement has post layers", where);
+  return 0;
+}
+
 int ng_model_config_validate(const ng_model_config *c, const char *where) {
   if (c->num_attention_heads % c->num_key_value_heads != 0)
     return ng_fail("%s.num_attention_heads: %lld is not divisible by num_key_value_heads %lld",
@@ -135,7 +159,7 @@ int ng_model_config_validate(const ng_model_config *c, const char *where) {
   if (total > (double)NG_MAX_PARAMS)
     return ng_fail("%s: %.4g parameters, more than the %lld (2^40) allowed", where,
                    total, (long long)NG_MAX_PARAMS);
-  return 0;
+  return placement_keys_validate(c, where);
 }
 
 const char *ng_norm_placement_name(ng_norm_placement p) {
@@ -143,6 +167,9 @@ const char *ng_norm_placement_name(ng_norm_placement p) {
     case NG_NORM_PRE: return "pre";
     case NG_NORM_POST: return "post";
     case NG_NORM_LNS: return "lns";
+    case NG_NORM_SANDWICH: return "sandwich";
+    case NG_NORM_DEEPNORM: return "deepnorm";
+    case NG_NORM_MIXLN: return "mixln";
   }
   NG_ASSERT(!"ng_norm_placement out of range");
   return NULL;
@@ -153,13 +180,17 @@ const char *ng_norm_placement_title(ng_norm_placement p) {
     case NG_NORM_PRE: return "Pre-Norm";
     case NG_NORM_POST: return "Post-Norm";
     case NG_NORM_LNS: return "LNS";
+    case NG_NORM_SANDWICH: return "Sandwich";
+    case NG_NORM_DEEPNORM: return "DeepNorm";
+    case NG_NORM_MIXLN: return "Mix-LN";
   }
   NG_ASSERT(!"ng_norm_placement out of range");
   return NULL;
 }
 
 int ng_norm_placement_from_name(const char *name, ng_norm_placement *out) {
-  static const ng_norm_placement all[] = {NG_NORM_PRE, NG_NORM_POST, NG_NORM_LNS};
+  static const ng_norm_placement all[] = {NG_NORM_PRE,      NG_NORM_POST,     NG_NORM_LNS,
+                                          NG_NORM_SANDWICH, NG_NORM_DEEPNORM, NG_NORM_MIXLN};
   _Static_assert(sizeof all / sizeof all[0] == NG_NORM_LAST + 1, "every placement listed");
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
     if (strcmp(name, ng_norm_placement_name(all[i])) == 0) {
@@ -174,7 +205,7 @@ int ng_model_config_parse(const cJSON *obj, const char *where, ng_model_config *
       "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
       "num_attention_heads", "num_key_value_heads", "head_dim", "rope_theta",
       "rms_norm_eps", "tie_word_embeddings", "norm_placement", "final_norm",
-      "layer_scale_init", NULL};
+      "deepnorm_alpha", "mixln_post_layers", "layer_scale_init", NULL};
   const char *placement;
   memset(c, 0, sizeof *c);
   if (ng_json_expect_object(obj, where) || ng_json_only_keys(obj, where, keys) ||
@@ -192,8 +223,17 @@ int ng_model_config_parse(const cJSON *obj, const char *where, ng_model_config *
       ng_json_str(obj, where, "norm_placement", &placement))
     return -1;
   if (ng_norm_placement_from_name(placement, &c->norm_placement) != 0)
-    return ng_fail("%s.norm_placement: \"%s\" is none of \"pre\", \"post\", \"lns\"", where,
-                   placement);
+    return ng_fail("%s.norm_placement: \"%s\" is none of %s", where, placement,
+                   NG_NORM_PLACEMENT_NAMES);
+  if ((cJSON_HasObjectItem(obj, "deepnorm_alpha") &&
+       ng_json_num(obj, where, "deepnorm_alpha", 0.0, 1e6, &c->deepnorm_alpha)) ||
+      (cJSON_HasObjectItem(obj, "mixln_post_layers") &&
+       ng_json_int(obj, where, "mixln_post_layers", 0, 100000, &c->mixln_post_layers)))
+    return -1;
+  if (c->norm_placement == NG_NORM_DEEPNORM && !cJSON_HasObjectItem(obj, "deepnorm_alpha"))
+    return ng_fail("%s.deepnorm_alpha: missing (the deepnorm placement needs it)", where);
+  if (c->norm_placement == NG_NORM_MIXLN && !cJSON_HasObjectItem(obj, "mixln_post_layers"))
+    return ng_fail("%s.mixln_post_layers: missing (the mixln placement needs it)", where);
   c->layer_scale = cJSON_HasObjectItem(obj, "layer_scale_init");
   if (c->layer_scale &&
       ng_json_num(obj, where, "layer_scale_init", -1e3, 1e3, &c->layer_scale_init))
@@ -278,6 +318,16 @@ cJSON *ng_model_config_to_json(const ng_model_config *c) {
   cJSON_AddBoolToObject(o, "tie_word_embeddings", c->tie_word_embeddings);
   cJSON_AddStringToObject(o, "norm_placement", ng_norm_placement_name(c->norm_placement));
   cJSON_AddBoolToObject(o, "final_norm", c->final_norm);
+  switch (c->norm_placement) {  // a placement's own keys only: other files read the same
+    case NG_NORM_PRE:
+    case NG_NORM_POST:
+    case NG_NORM_LNS:
+    case NG_NORM_SANDWICH: break;
+    case NG_NORM_DEEPNORM: cJSON_AddNumberToObject(o, "deepnorm_alpha", c->deepnorm_alpha); break;
+    case NG_NORM_MIXLN:
+      cJSON_AddNumberToObject(o, "mixln_post_layers", (double)c->mixln_post_layers);
+      break;
+  }
   if (c->layer_scale) cJSON_AddNumberToObject(o, "layer_scale_init", c->layer_scale_init);
   return o;
 }

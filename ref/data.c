@@ -292,6 +292,55 @@ void ng_batch_fixed(const ng_shard *s, int64_t index, int64_t B, int64_t T, int3
 }
 
 // ---------------------------------------------------------------------------
+// Epochs
+
+void ng_epoch_order_init(ng_epoch_order *e, uint64_t seed, int64_t n_windows) {
+  NG_ASSERT(n_windows >= 1 && (uint64_t)n_windows <= SIZE_MAX / sizeof *e->order);
+  *e = (ng_epoch_order){.seed = seed, .n_windows = n_windows, .epoch = -1,
+                        .order = ng_xmalloc((size_t)n_windows * sizeof *e->order)};
+}
+
+void ng_epoch_order_free(ng_epoch_order *e) {
+  free(e->order);
+  memset(e, 0, sizeof *e);
+}
+
+// The order of epoch `epoch`: 0..n-1 shuffled by Fisher-Yates (one draw per
+// position from the top down).
+static void shuffle_epoch(ng_epoch_order *e, int64_t epoch) {
+  ng_rng r;
+  ng_rng_seed(&r, e->seed ^ ((uint64_t)epoch * 0x9e3779b97f4a7c15ULL));
+  for (int64_t k = 0; k < e->n_windows; k++) e->order[k] = k;
+  for (int64_t k = e->n_windows - 1; k > 0; k--) {
+    int64_t j = (int64_t)ng_rng_below(&r, (uint64_t)k + 1), w = e->order[k];
+    e->order[k] = e->order[j];
+    e->order[j] = w;
+  }
+  e->epoch = epoch;
+}
+
+int64_t ng_epoch_window(ng_epoch_order *e, int64_t i) {
+  NG_ASSERT(i >= 0 && e->order);
+  int64_t epoch = i / e->n_windows;
+  if (epoch != e->epoch) shuffle_epoch(e, epoch);
+  return e->order[i % e->n_windows];
+}
+
+int64_t ng_epoch_windows(const ng_shard *s, int64_t T) {
+  NG_ASSERT(T >= 1);
+  return s->n_tokens < 1 ? 0 : (int64_t)((s->n_tokens - 1) / (uint64_t)T);
+}
+
+void ng_batch_windows(const ng_shard *s, const int64_t *windows, int64_t B, int64_t T,
+                      int32_t *tokens, int32_t *targets) {
+  int64_t n = ng_epoch_windows(s, T);
+  for (int64_t b = 0; b < B; b++) {
+    NG_ASSERT(windows[b] >= 0 && windows[b] < n);
+    copy_window(s, (uint64_t)windows[b] * (uint64_t)T, T, tokens + b * T, targets + b * T);
+  }
+}
+
+// ---------------------------------------------------------------------------
 // Streaming writer
 
 struct ng_shard_writer {

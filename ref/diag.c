@@ -31,10 +31,23 @@ static bool is_structural(int32_t token, const ng_diag_options *o) {
 // A separator of -1 matches no token (ids are >= 0).
 ng_token_class ng_token_class_of(const int32_t *tokens, int64_t T, int64_t i,
                                  const ng_diag_options *o) {
+  if (i % T == 0) return NG_TOK_WINDOW_START;
   if (tokens[i] == o->separator) return NG_TOK_SEPARATOR;
-  if (i % T > 0 && tokens[i - 1] == o->separator) return NG_TOK_AFTER_SEPARATOR;
+  if (tokens[i - 1] == o->separator) return NG_TOK_AFTER_SEPARATOR;
   if (is_structural(tokens[i], o)) return NG_TOK_STRUCTURAL;
   return NG_TOK_ORDINARY;
+}
+
+const char *ng_token_class_name(ng_token_class c) {
+  switch (c) {
+    case NG_TOK_WINDOW_START: return "window_start";
+    case NG_TOK_SEPARATOR: return "separator";
+    case NG_TOK_AFTER_SEPARATOR: return "after_separator";
+    case NG_TOK_STRUCTURAL: return "structural";
+    case NG_TOK_ORDINARY: return "ordinary";
+    case NG_TOK_CLASSES: break;
+  }
+  return "?";
 }
 
 // ---------------------------------------------------------------- statistics
@@ -147,8 +160,6 @@ static void batch_free(ng_backend *be, batch *b) {
 
 typedef enum { POINT_HIDDEN, POINT_RES1, POINT_RES2 } point_kind;
 static const char *const kind_names[] = {"hidden", "res1", "res2"};
-static const char *const class_names[NG_TOK_CLASSES] = {"separator", "after_separator",
-                                                        "structural", "ordinary"};
 
 // What is gathered of one residual point over all batches (host memory).
 typedef struct {
@@ -165,15 +176,15 @@ typedef struct {
 
 #define HALF_BUCKETS 65536
 
-// hidden.0, then for each block l: (Post-Norm) res1.l, res2.l, then hidden.l.
+// hidden.0, then for each block l: (with an output norm: post, deepnorm, mixln's
+// post blocks) res1.l, res2.l, then hidden.l.
 static point_acc *points_create(const ng_model *m, int64_t n_tok, int *n_points) {
   int64_t L = m->cfg.num_hidden_layers, D = m->cfg.hidden_size;
-  bool post = ng_block_layout_of(m->cfg.norm_placement).output_norm;
   point_acc *p = ng_xcalloc(1 + 3 * (size_t)L, sizeof *p);
   int n = 0;
   p[n++] = (point_acc){.kind = POINT_HIDDEN, .layer = 0};
   for (int64_t l = 1; l <= L; l++) {
-    if (post) {
+    if (ng_block_layout_of(&m->cfg, l - 1).output_norm) {
       p[n++] = (point_acc){.kind = POINT_RES1, .layer = l};
       p[n++] = (point_acc){.kind = POINT_RES2, .layer = l};
     }
@@ -324,7 +335,7 @@ static cJSON *rms_json(const points_ctx *c, const float *rms, double *mean_all) 
     int64_t n = 0;
     for (int64_t i = 0; i < c->n_tok; i++)
       if (c->cls[i] == (ng_token_class)k) c->scratch[n++] = rms[i];
-    cJSON_AddItemToObject(o, class_names[k], stats_json(ng_rms_stats_of(c->scratch, n)));
+    cJSON_AddItemToObject(o, ng_token_class_name((ng_token_class)k), stats_json(ng_rms_stats_of(c->scratch, n)));
   }
   return o;
 }
@@ -427,7 +438,7 @@ void ng_diag_ablation_batch(ng_model *m, ng_acts *a, const int32_t *tokens,
   for (int64_t l = 0; l < L; l++) {
     modes[l] = NG_BLOCK_SKIP;
     loss_with(m, a, tokens, targets, t, lp, modes, &ce[1 + l], &kd[1 + l]);
-    if (ng_block_layout_of(m->cfg.norm_placement).output_norm) {
+    if (ng_block_layout_of(&m->cfg, l).output_norm) {
       modes[l] = NG_BLOCK_NORMS;
       loss_with(m, a, tokens, targets, t, lp, modes, &ce[1 + L + l], &kd[1 + L + l]);
     }
@@ -460,7 +471,7 @@ static cJSON *ablation_to_json(const ng_model *m, const double *ce, const double
     cJSON *b = cJSON_CreateObject();
     cJSON_AddNumberToObject(b, "block", (double)l);
     cJSON_AddItemToObject(b, "skip", loss_json(ce[l], kd[l], with_kd, intact));
-    if (ng_block_layout_of(m->cfg.norm_placement).output_norm)
+    if (ng_block_layout_of(&m->cfg, l - 1).output_norm)
       cJSON_AddItemToObject(b, "norms_only", loss_json(ce[L + l], kd[L + l], with_kd, intact));
     cJSON_AddItemToArray(blocks, b);
   }

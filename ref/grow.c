@@ -29,7 +29,7 @@ static void scale_outputs(ng_model *m, int64_t j, double s) {
 static void reset_layer_scales(ng_model *m, int64_t j) {
   for (int i = 0; i < m->n_params; i++) {
     const ng_param *p = &m->params[i];
-    if (p->layer != j || !ng_param_is_layer_scale(m, p)) continue;
+    if (p->layer != j || !ng_param_is_layer_scale(p)) continue;
     float *host = ng_xmalloc(p->numel * sizeof(float));
     for (size_t k = 0; k < p->numel; k++) host[k] = (float)m->cfg.layer_scale_init;
     m->be->upload(m->be, p->data, host, p->numel * sizeof(float));
@@ -121,9 +121,20 @@ double ng_stream_rms(ng_model *m, const int32_t *tokens, int64_t B, int64_t T) {
 }
 
 int ng_stream_rescalable(const ng_model_config *c, const char *where) {
-  if (ng_block_layout_of(c->norm_placement).output_norm)
-    return ng_fail("%s: the stream of a %s model cannot be rescaled (every block's output is "
-                   "already normed)", where, ng_norm_placement_title(c->norm_placement));
+  switch (c->norm_placement) {
+    case NG_NORM_PRE:
+    case NG_NORM_LNS:
+      break;
+    case NG_NORM_POST:
+    case NG_NORM_DEEPNORM:
+    case NG_NORM_MIXLN:
+      return ng_fail("%s: the stream of a %s model cannot be rescaled (its blocks' outputs are "
+                     "normed)", where, ng_norm_placement_title(c->norm_placement));
+    case NG_NORM_SANDWICH:
+      return ng_fail("%s: the stream of a %s model cannot be rescaled by its output projections "
+                     "(each sublayer's output is normed before it is added)", where,
+                     ng_norm_placement_title(c->norm_placement));
+  }
   if (!c->final_norm)
     return ng_fail("%s: needs model.final_norm (without it the head reads the stream and "
                    "the logits would scale)", where);

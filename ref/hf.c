@@ -77,7 +77,7 @@ static const char *const read_keys[] = {
     "use_sliding_window", "layer_types", "vocab_size", "hidden_size", "intermediate_size",
     "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
     "rope_theta", "rms_norm_eps", "tie_word_embeddings", "norm_placement", "final_norm",
-    NULL};
+    "deepnorm_alpha", "mixln_post_layers", NULL};
 
 static int check_no_duplicates(const cJSON *cfg, const char *where) {
   for (const char *const *k = read_keys; *k; k++) {
@@ -192,6 +192,8 @@ static cJSON *to_normgrow(const cJSON *cfg) {
   copy_or(ng, cfg, "tie_word_embeddings", cJSON_CreateFalse());
   copy_or(ng, cfg, "norm_placement", cJSON_CreateString("pre"));
   copy_or(ng, cfg, "final_norm", cJSON_CreateTrue());
+  copy_or(ng, cfg, "deepnorm_alpha", NULL);  // a placement's own keys: where it has them
+  copy_or(ng, cfg, "mixln_post_layers", NULL);
   return ng;
 }
 
@@ -438,7 +440,10 @@ bool ng_hf_plain_qwen3(const ng_model_config *c) {
   switch (c->norm_placement) {
     case NG_NORM_PRE: return c->final_norm;
     case NG_NORM_POST:
-    case NG_NORM_LNS: return false;
+    case NG_NORM_LNS:
+    case NG_NORM_SANDWICH:
+    case NG_NORM_DEEPNORM:
+    case NG_NORM_MIXLN: return false;
   }
   NG_ASSERT(!"ng_norm_placement out of range");
   return false;
@@ -465,6 +470,8 @@ static cJSON *export_config(const ng_model_config *c, ng_dtype dtype) {
     cJSON_AddNumberToObject(o, "bos_token_id", QWEN_ENDOFTEXT);
     cJSON_AddNumberToObject(o, "eos_token_id", QWEN_ENDOFTEXT);
   }
+  if (c->norm_placement == NG_NORM_DEEPNORM)
+    cJSON_AddNumberToObject(o, "deepnorm_alpha", c->deepnorm_alpha);
   if (!plain) cJSON_AddBoolToObject(o, "final_norm", c->final_norm);
   cJSON_AddNumberToObject(o, "head_dim", (double)c->head_dim);
   cJSON_AddStringToObject(o, "hidden_act", "silu");
@@ -473,6 +480,8 @@ static cJSON *export_config(const ng_model_config *c, ng_dtype dtype) {
   cJSON_AddNumberToObject(o, "intermediate_size", (double)c->intermediate_size);
   cJSON_AddNumberToObject(o, "max_position_embeddings", 32768);
   cJSON_AddNumberToObject(o, "max_window_layers", (double)c->num_hidden_layers);
+  if (c->norm_placement == NG_NORM_MIXLN)
+    cJSON_AddNumberToObject(o, "mixln_post_layers", (double)c->mixln_post_layers);
   cJSON_AddStringToObject(o, "model_type", plain ? "qwen3" : OWN_MODEL_TYPE);
   if (!plain)
     cJSON_AddStringToObject(o, "norm_placement", ng_norm_placement_name(c->norm_placement));
@@ -491,17 +500,23 @@ static cJSON *export_config(const ng_model_config *c, ng_dtype dtype) {
   return o;
 }
 
-// LayerScale is folded into the export: gamma [D] scales the output rows of
-// o_proj [D, H hd] and down_proj [D, F] (gamma (W x) = (diag(gamma) W) x), so
-// the layer scales themselves are not written and the export is the same
-// function as plain Qwen3 (or NormgrowForCausalLM) tensors.
+// LayerScale is folded into the export: gamma [D] scales the rows of the tensor
+// whose output is the branch term it multiplies (gamma (W x) = (diag(gamma) W) x):
+// o_proj [D, H hd] and down_proj [D, F], or in a block with sublayer norms
+// (sandwich) the gains [D] of post_attention_layernorm and
+// post_feedforward_layernorm. So the layer scales themselves are not written
+// and the export is the same function as plain Qwen3 (or NormgrowForCausalLM)
+// tensors.
 
-// The layer scale folded into p's rows (o_proj, down_proj with layer_scale), else NULL.
+// The layer scale folded into p's rows (see above), else NULL.
 static const float *folded_scale(const ng_model *m, const ng_param *p) {
   if (!m->cfg.layer_scale || p->layer < 0) return NULL;
   const ng_layer *w = &m->w.layers[p->layer];
-  if (p->data_view == &w->o_proj) return w->attn_layer_scale;
-  if (p->data_view == &w->down_proj) return w->mlp_layer_scale;
+  bool sublayer_norms = ng_block_layout_of(&m->cfg, p->layer).sublayer_norms;
+  ng_block_role att = sublayer_norms ? NG_ROLE_ATT_OUT_NORM : NG_ROLE_O;
+  ng_block_role mlp = sublayer_norms ? NG_ROLE_MLP_OUT_NORM : NG_ROLE_DOWN;
+  if (p->role == att) return w->attn_layer_scale;
+  if (p->role == mlp) return w->mlp_layer_scale;
   return NULL;
 }
 
@@ -511,7 +526,7 @@ static void *param_host(const ng_model *m, const ng_param *p, ng_dtype dtype) {
   m->be->download(m->be, f, p->data, p->numel * sizeof *f);
   const float *gamma = folded_scale(m, p);
   if (gamma) {
-    size_t rows = (size_t)p->shape[0], cols = (size_t)p->shape[1];
+    size_t rows = (size_t)p->shape[0], cols = p->ndim == 2 ? (size_t)p->shape[1] : 1;
     float *g = ng_xmalloc(rows * sizeof *g);
     m->be->download(m->be, g, gamma, rows * sizeof *g);
     for (size_t r = 0; r < rows; r++)
@@ -533,7 +548,7 @@ static int plan_shards(const ng_model *m, size_t elem, size_t limit, int *shard_
   size_t used = 0;
   for (int i = 0; i < m->n_params; i++) {
     shard_of[i] = -1;
-    if (ng_param_is_layer_scale(m, &m->params[i])) continue;
+    if (ng_param_is_layer_scale(&m->params[i])) continue;
     size_t bytes = m->params[i].numel * elem;
     if (n == 0 || (used > 0 && used + bytes > limit)) {
       n++;

@@ -11,21 +11,52 @@
 
 // ---------------------------------------------------------------- parameters
 
-ng_block_layout ng_block_layout_of(ng_norm_placement p) {
-  switch (p) {
-    case NG_NORM_PRE: return (ng_block_layout){.input_norm = true, .n_weights = 11};
-    case NG_NORM_POST: return (ng_block_layout){.output_norm = true, .n_weights = 11};
+ng_norm_placement ng_block_placement(const ng_model_config *c, int64_t l) {
+  switch (c->norm_placement) {
+    case NG_NORM_PRE:
+    case NG_NORM_POST:
     case NG_NORM_LNS:
-      return (ng_block_layout){.input_norm = true, .depth_scaled = true, .n_weights = 11};
+    case NG_NORM_SANDWICH:
+    case NG_NORM_DEEPNORM: return c->norm_placement;
+    case NG_NORM_MIXLN: return l < c->mixln_post_layers ? NG_NORM_POST : NG_NORM_PRE;
   }
   NG_ASSERT(!"ng_norm_placement out of range");
-  return (ng_block_layout){0};
+  return NG_NORM_PRE;
+}
+
+ng_block_layout ng_block_layout_of(const ng_model_config *c, int64_t l) {
+  ng_block_layout lay = {.norm_scale = 1.0f, .alpha = 1.0f, .n_weights = c->layer_scale ? 13 : 11};
+  switch (ng_block_placement(c, l)) {
+    case NG_NORM_PRE: lay.input_norm = true; return lay;
+    case NG_NORM_POST: lay.output_norm = true; return lay;
+    case NG_NORM_LNS:
+      lay.input_norm = true;
+      lay.norm_scale = (float)(1.0 / sqrt((double)(l + 1)));
+      return lay;
+    case NG_NORM_SANDWICH:
+      lay.input_norm = lay.sublayer_norms = true;
+      lay.n_weights += 2;
+      return lay;
+    case NG_NORM_DEEPNORM:
+      lay.output_norm = true;
+      lay.alpha = (float)c->deepnorm_alpha;
+      return lay;
+    case NG_NORM_MIXLN: break;  // ng_block_placement never says mixln
+  }
+  NG_ASSERT(!"block placement out of range");
+  return lay;
+}
+
+bool ng_model_has_output_norms(const ng_model_config *c) {
+  for (int64_t l = 0; l < c->num_hidden_layers; l++)
+    if (ng_block_layout_of(c, l).output_norm) return true;
+  return false;
 }
 
 // A parameter named "model.layers.<layer>.<name>", or just <name> for layer -1.
-static void add_param(ng_model *m, bool trainable, float **w, float **g, int ndim, int64_t d0,
-                      int64_t d1, const char *name, int64_t layer) {
-  NG_ASSERT(m->n_params < ng_model_n_weights(&m->cfg));
+static ng_param *add_param(ng_model *m, bool trainable, float **w, float **g, int ndim,
+                           int64_t d0, int64_t d1, const char *name, int64_t layer) {
+  NG_ASSERT(m->n_params < m->max_params);
   ng_param *p = &m->params[m->n_params++];
   if (layer < 0)
     snprintf(p->name, sizeof p->name, "%s", name);
@@ -44,50 +75,68 @@ static void add_param(ng_model *m, bool trainable, float **w, float **g, int ndi
   }
   *w = p->data;
   *g = p->grad;
+  return p;
 }
 
-// Weight tensors of one block: its placement's, and the two layer scales.
-static int block_weights(const ng_model_config *c) {
-  return ng_block_layout_of(c->norm_placement).n_weights + (c->layer_scale ? 2 : 0);
+// One weight of block i in role r: "model.layers.<i>.<name>" of shape [d0] or [d0, d1].
+static void add_block_param(ng_model *m, bool trainable, int64_t i, ng_block_role r, float **w,
+                            float **g, int ndim, int64_t d0, int64_t d1, const char *name) {
+  add_param(m, trainable, w, g, ndim, d0, d1, name, i)->role = r;
 }
 
-// Block i's weights, as its placement's layout has them.
+// Block i's weights, as its layout has them.
 static void add_layer_params(ng_model *m, bool trainable, int64_t i) {
   const ng_model_config *c = &m->cfg;
-  ng_block_layout lay = ng_block_layout_of(c->norm_placement);
+  ng_block_layout lay = ng_block_layout_of(c, i);
   int64_t D = c->hidden_size, F = c->intermediate_size, hd = c->head_dim;
   int64_t Hd = c->num_attention_heads * hd, KVd = c->num_key_value_heads * hd;
   ng_layer *w = &m->w.layers[i], *g = &m->g.layers[i];
   int first = m->n_params;
   if (lay.input_norm)
-    add_param(m, trainable, &w->input_layernorm, &g->input_layernorm, 1, D, 0,
-              "input_layernorm.weight", i);
-  add_param(m, trainable, &w->q_proj, &g->q_proj, 2, Hd, D, "self_attn.q_proj.weight", i);
-  add_param(m, trainable, &w->k_proj, &g->k_proj, 2, KVd, D, "self_attn.k_proj.weight", i);
-  add_param(m, trainable, &w->v_proj, &g->v_proj, 2, KVd, D, "self_attn.v_proj.weight", i);
-  add_param(m, trainable, &w->o_proj, &g->o_proj, 2, D, Hd, "self_attn.o_proj.weight", i);
+    add_block_param(m, trainable, i, NG_ROLE_INPUT_NORM, &w->input_layernorm,
+                    &g->input_layernorm, 1, D, 0, "input_layernorm.weight");
+  add_block_param(m, trainable, i, NG_ROLE_Q, &w->q_proj, &g->q_proj, 2, Hd, D,
+                  "self_attn.q_proj.weight");
+  add_block_param(m, trainable, i, NG_ROLE_K, &w->k_proj, &g->k_proj, 2, KVd, D,
+                  "self_attn.k_proj.weight");
+  add_block_param(m, trainable, i, NG_ROLE_V, &w->v_proj, &g->v_proj, 2, KVd, D,
+                  "self_attn.v_proj.weight");
+  add_block_param(m, trainable, i, NG_ROLE_O, &w->o_proj, &g->o_proj, 2, D, Hd,
+                  "self_attn.o_proj.weight");
   if (c->layer_scale)
-    add_param(m, trainable, &w->attn_layer_scale, &g->attn_layer_scale, 1, D, 0,
-              "self_attn.layer_scale", i);
-  add_param(m, trainable, &w->q_norm, &g->q_norm, 1, hd, 0, "self_attn.q_norm.weight", i);
-  add_param(m, trainable, &w->k_norm, &g->k_norm, 1, hd, 0, "self_attn.k_norm.weight", i);
-  add_param(m, trainable, &w->post_attention_layernorm, &g->post_attention_layernorm, 1, D, 0,
-            "post_attention_layernorm.weight", i);
-  if (lay.output_norm)
-    add_param(m, trainable, &w->post_feedforward_layernorm, &g->post_feedforward_layernorm, 1,
-              D, 0, "post_feedforward_layernorm.weight", i);
-  add_param(m, trainable, &w->gate_proj, &g->gate_proj, 2, F, D, "mlp.gate_proj.weight", i);
-  add_param(m, trainable, &w->up_proj, &g->up_proj, 2, F, D, "mlp.up_proj.weight", i);
-  add_param(m, trainable, &w->down_proj, &g->down_proj, 2, D, F, "mlp.down_proj.weight", i);
+    add_block_param(m, trainable, i, NG_ROLE_ATT_SCALE, &w->attn_layer_scale,
+                    &g->attn_layer_scale, 1, D, 0, "self_attn.layer_scale");
+  add_block_param(m, trainable, i, NG_ROLE_Q_NORM, &w->q_norm, &g->q_norm, 1, hd, 0,
+                  "self_attn.q_norm.weight");
+  add_block_param(m, trainable, i, NG_ROLE_K_NORM, &w->k_norm, &g->k_norm, 1, hd, 0,
+                  "self_attn.k_norm.weight");
+  // post_attention_layernorm: on the attention output (sandwich), else on res1
+  add_block_param(m, trainable, i, lay.sublayer_norms ? NG_ROLE_ATT_OUT_NORM : NG_ROLE_MLP_IN_NORM,
+                  &w->post_attention_layernorm, &g->post_attention_layernorm, 1, D, 0,
+                  "post_attention_layernorm.weight");
+  if (lay.sublayer_norms)
+    add_block_param(m, trainable, i, NG_ROLE_MLP_IN_NORM, &w->pre_feedforward_layernorm,
+                    &g->pre_feedforward_layernorm, 1, D, 0, "pre_feedforward_layernorm.weight");
+  if (lay.output_norm || lay.sublayer_norms)  // on res2, or (sandwich) on the MLP output
+    add_block_param(m, trainable, i, lay.output_norm ? NG_ROLE_OUTPUT_NORM : NG_ROLE_MLP_OUT_NORM,
+                    &w->post_feedforward_layernorm, &g->post_feedforward_layernorm, 1, D, 0,
+                    "post_feedforward_layernorm.weight");
+  add_block_param(m, trainable, i, NG_ROLE_GATE, &w->gate_proj, &g->gate_proj, 2, F, D,
+                  "mlp.gate_proj.weight");
+  add_block_param(m, trainable, i, NG_ROLE_UP, &w->up_proj, &g->up_proj, 2, F, D,
+                  "mlp.up_proj.weight");
+  add_block_param(m, trainable, i, NG_ROLE_DOWN, &w->down_proj, &g->down_proj, 2, D, F,
+                  "mlp.down_proj.weight");
   if (c->layer_scale)
-    add_param(m, trainable, &w->mlp_layer_scale, &g->mlp_layer_scale, 1, D, 0, "mlp.layer_scale",
-              i);
-  NG_ASSERT(m->n_params - first == block_weights(c) && block_weights(c) <= NG_BLOCK_MAX_WEIGHTS);
+    add_block_param(m, trainable, i, NG_ROLE_MLP_SCALE, &w->mlp_layer_scale, &g->mlp_layer_scale,
+                    1, D, 0, "mlp.layer_scale");
+  NG_ASSERT(m->n_params - first == lay.n_weights && lay.n_weights <= NG_BLOCK_MAX_WEIGHTS);
 }
 
 int64_t ng_model_n_weights(const ng_model_config *c) {
-  int64_t block = block_weights(c);
-  return block * c->num_hidden_layers + 1 + c->final_norm + !c->tie_word_embeddings;
+  int64_t n = 1 + c->final_norm + !c->tie_word_embeddings;
+  for (int64_t l = 0; l < c->num_hidden_layers; l++) n += ng_block_layout_of(c, l).n_weights;
+  return n;
 }
 
 ng_model *ng_model_create(ng_backend *be, const ng_model_config *cfg, bool trainable) {
@@ -95,7 +144,8 @@ ng_model *ng_model_create(ng_backend *be, const ng_model_config *cfg, bool train
   m->cfg = *cfg;
   m->be = be;
   int64_t L = cfg->num_hidden_layers, V = cfg->vocab_size, D = cfg->hidden_size;
-  m->params = ng_xcalloc((size_t)ng_model_n_weights(cfg), sizeof(ng_param));
+  m->max_params = (int)ng_model_n_weights(cfg);
+  m->params = ng_xcalloc((size_t)m->max_params, sizeof(ng_param));
   m->w.layers = ng_xcalloc((size_t)L, sizeof(ng_layer));
   m->g.layers = ng_xcalloc((size_t)L, sizeof(ng_layer));
   m->gate = ng_xmalloc((size_t)L * sizeof(float));
@@ -108,7 +158,7 @@ ng_model *ng_model_create(ng_backend *be, const ng_model_config *cfg, bool train
     add_param(m, trainable, &m->w.norm, &m->g.norm, 1, D, 0, "model.norm.weight", -1);
   if (!cfg->tie_word_embeddings)
     add_param(m, trainable, &m->w.lm_head, &m->g.lm_head, 2, V, D, "lm_head.weight", -1);
-  NG_ASSERT(m->n_params == ng_model_n_weights(cfg));
+  NG_ASSERT(m->n_params == m->max_params);
   return m;
 }
 
@@ -164,21 +214,32 @@ int ng_model_load(ng_model *m, const ng_st_file *f, const char *prefix) {
   return rc;
 }
 
-bool ng_param_is_layer_scale(const ng_model *m, const ng_param *p) {
-  if (p->layer < 0) return false;
-  const ng_layer *w = &m->w.layers[p->layer];
-  return p->data_view == &w->attn_layer_scale || p->data_view == &w->mlp_layer_scale;
+bool ng_param_is_layer_scale(const ng_param *p) {
+  return p->role == NG_ROLE_ATT_SCALE || p->role == NG_ROLE_MLP_SCALE;
+}
+
+// Every entry of p set to v.
+static void set_all(ng_model *m, const ng_param *p, float v) {
+  float *host = ng_xmalloc(p->numel * sizeof(float));
+  for (size_t j = 0; j < p->numel; j++) host[j] = v;
+  m->be->upload(m->be, p->data, host, p->numel * sizeof(float));
+  free(host);
+}
+
+// What a freshly initialised 1-D tensor p holds: cfg.layer_scale_init for a layer
+// scale, else (norm gains) 1.
+static float fresh_1d(const ng_model *m, const ng_param *p) {
+  return ng_param_is_layer_scale(p) ? (float)m->cfg.layer_scale_init : 1.0f;
 }
 
 // Matrices N(0, std^2), norm gains 1, layer scales cfg.layer_scale_init.
 static void init_param(ng_model *m, const ng_param *p, ng_rng *r, double std) {
-  float *host = ng_xmalloc(p->numel * sizeof(float));
   if (p->ndim == 1) {
-    float v = ng_param_is_layer_scale(m, p) ? (float)m->cfg.layer_scale_init : 1.0f;
-    for (size_t j = 0; j < p->numel; j++) host[j] = v;
-  } else {
-    ng_rng_fill_normal(r, host, p->numel, 0.0, std);
+    set_all(m, p, fresh_1d(m, p));
+    return;
   }
+  float *host = ng_xmalloc(p->numel * sizeof(float));
+  ng_rng_fill_normal(r, host, p->numel, 0.0, std);
   m->be->upload(m->be, p->data, host, p->numel * sizeof(float));
   free(host);
 }
@@ -187,17 +248,11 @@ void ng_model_init_random(ng_model *m, ng_rng *r, double std) {
   for (int i = 0; i < m->n_params; i++) init_param(m, &m->params[i], r, std);
 }
 
-// Name of p with its block index replaced by `layer` ("model.layers.<layer>.<rest>").
-static void name_at_layer(const ng_param *p, int64_t layer, char *out, size_t n) {
-  const char *rest = strchr(p->name + strlen("model.layers."), '.');
-  snprintf(out, n, "model.layers.%lld%s", (long long)layer, rest);
-}
-
 const ng_param *ng_model_find_in_layer(const ng_model *m, const ng_param *p, int64_t layer) {
   if (p->layer < 0) return ng_model_find(m, p->name);
-  char name[128];
-  name_at_layer(p, layer, name, sizeof name);
-  return ng_model_find(m, name);
+  for (int i = 0; i < m->n_params; i++)
+    if (m->params[i].layer == layer && m->params[i].role == p->role) return &m->params[i];
+  return NULL;
 }
 
 int ng_model_copy_block(ng_model *dst, int64_t dl, const ng_model *src, int64_t sl) {
@@ -205,7 +260,10 @@ int ng_model_copy_block(ng_model *dst, int64_t dl, const ng_model *src, int64_t 
     const ng_param *p = &dst->params[i];
     if (p->layer != dl) continue;
     const ng_param *q = ng_model_find_in_layer(src, p, sl);
-    if (!q) continue;  // e.g. post_feedforward_layernorm from a Pre-Norm source: keeps its init
+    if (!q) {  // a norm the source's placement lacks (e.g. an output norm from a pre block),
+      set_all(dst, p, fresh_1d(dst, p));  // or a layer scale the source has not
+      continue;
+    }
     if (q->numel != p->numel || q->shape[0] != p->shape[0])
       return ng_fail("%s: shape differs from the source's %s", p->name, q->name);
     if (q->bf16) {
@@ -230,6 +288,34 @@ int ng_model_copy_io(ng_model *dst, const ng_model *src) {
     dst->be->copy(dst->be, p->data, q->data, p->numel * sizeof(float));
   }
   return 0;
+}
+
+void ng_model_deepnorm_init(ng_model *m, int64_t final_depth) {
+  if (m->cfg.norm_placement != NG_NORM_DEEPNORM) return;
+  NG_ASSERT(final_depth >= m->cfg.num_hidden_layers);
+  float beta = (float)pow(8.0 * (double)final_depth, -0.25);
+  for (int i = 0; i < m->n_params; i++) {
+    ng_param *p = &m->params[i];
+    switch (p->role) {
+      case NG_ROLE_V:
+      case NG_ROLE_O:
+      case NG_ROLE_GATE:
+      case NG_ROLE_UP:
+      case NG_ROLE_DOWN: m->be->scale(m->be, p->data, beta, (int64_t)p->numel, p->data); break;
+      case NG_ROLE_NONE:
+      case NG_ROLE_INPUT_NORM:
+      case NG_ROLE_Q:
+      case NG_ROLE_K:
+      case NG_ROLE_Q_NORM:
+      case NG_ROLE_K_NORM:
+      case NG_ROLE_ATT_OUT_NORM:
+      case NG_ROLE_MLP_IN_NORM:
+      case NG_ROLE_MLP_OUT_NORM:
+      case NG_ROLE_OUTPUT_NORM:
+      case NG_ROLE_ATT_SCALE:
+      case NG_ROLE_MLP_SCALE: break;
+    }
+  }
 }
 
 void ng_model_init_block(ng_model *m, int64_t layer, ng_rng *r, double std) {
@@ -297,8 +383,12 @@ static void hold_param_bf16(ng_model *m, ng_param *p, float *at) {
 bool ng_model_hold_bf16(ng_model *m) {
   for (int i = 0; i < m->n_params; i++) NG_ASSERT(!m->params[i].grad);
   if (m->block_scratch || !blocks_are_bf16(m)) return m->block_scratch != NULL;
-  size_t block = 0;  // floats of one block: every block has the same parameters
-  for (int i = 0; i < m->n_params; i++) block += m->params[i].layer == 0 ? m->params[i].numel : 0;
+  size_t block = 0;  // floats of the largest block
+  for (int64_t l = 0; l < m->cfg.num_hidden_layers; l++) {
+    size_t n = 0;
+    for (int i = 0; i < m->n_params; i++) n += m->params[i].layer == l ? m->params[i].numel : 0;
+    block = n > block ? n : block;
+  }
   m->block_scratch = m->be->alloc(m->be, block * sizeof(float));
   size_t at = 0;  // a block's parameters follow each other in params, in one order
   for (int i = 0; i < m->n_params; i++) {
@@ -340,12 +430,25 @@ void ng_model_zero_grad(ng_model *m) {
 
 static float *buf(ng_backend *be, int64_t n) { return be->alloc(be, (size_t)n * sizeof(float)); }
 
-static void block_acts_alloc(const ng_model *m, int64_t B, int64_t T, ng_block_acts *s) {
+ng_block_layout ng_block_layouts_union(const ng_model_config *c, int64_t first, int64_t last) {
+  ng_block_layout u = ng_block_layout_of(c, first);
+  for (int64_t l = first + 1; l <= last; l++) {
+    ng_block_layout b = ng_block_layout_of(c, l);
+    u.input_norm |= b.input_norm;
+    u.sublayer_norms |= b.sublayer_norms;
+    u.output_norm |= b.output_norm;
+    if (b.alpha != 1.0f) u.alpha = b.alpha;
+  }
+  return u;
+}
+
+// Saved values for blocks of layout lay (model.h: a buffer lay does not use is NULL).
+static void block_acts_alloc(const ng_model *m, int64_t B, int64_t T, ng_block_layout lay,
+                             ng_block_acts *s) {
   const ng_model_config *c = &m->cfg;
   ng_backend *be = m->be;
   int64_t N = B * T, D = c->hidden_size, F = c->intermediate_size;
   int64_t H = c->num_attention_heads, KV = c->num_key_value_heads, hd = c->head_dim;
-  ng_block_layout lay = ng_block_layout_of(c->norm_placement);
   if (lay.input_norm) {
     s->att_in = buf(be, N * D);
     s->rstd_in = buf(be, N);
@@ -359,27 +462,34 @@ static void block_acts_alloc(const ng_model *m, int64_t B, int64_t T, ng_block_a
   s->kr = buf(be, N * KV * hd);
   s->att = buf(be, N * H * hd);
   s->lse = buf(be, N * H);
+  if (lay.sublayer_norms || lay.alpha != 1.0f) s->att_out = buf(be, N * D);
+  if (lay.sublayer_norms) s->rstd_ao = buf(be, N);
   s->res1 = buf(be, N * D);
   s->mlp_in = buf(be, N * D);
-  s->rstd_pa = buf(be, N);
+  s->rstd_mi = buf(be, N);
   s->gate = buf(be, N * F);
   s->up = buf(be, N * F);
   s->act = buf(be, N * F);
+  if (lay.sublayer_norms) {
+    s->mlp_out = buf(be, N * D);
+    s->rstd_mo = buf(be, N);
+  }
   if (lay.output_norm) {
     s->res2 = buf(be, N * D);
-    s->rstd_pf = buf(be, N);
+    s->rstd_out = buf(be, N);
   }
   if (c->layer_scale) {
-    s->attn_out = buf(be, N * D);
-    s->mlp_out = buf(be, N * D);
+    s->att_branch = buf(be, N * D);
+    s->mlp_branch = buf(be, N * D);
   }
 }
 
 static void block_acts_free(ng_backend *be, ng_block_acts *s) {
-  float *all[] = {s->att_in, s->rstd_in, s->q,    s->k,    s->v,      s->rstd_q,
-                  s->rstd_k, s->qr,      s->kr,   s->att,  s->lse,    s->res1,
-                  s->mlp_in, s->rstd_pa, s->gate, s->up,   s->act,    s->res2, s->rstd_pf,
-                  s->attn_out, s->mlp_out};
+  float *all[] = {s->att_in,  s->rstd_in,    s->q,          s->k,       s->v,      s->rstd_q,
+                  s->rstd_k,  s->qr,         s->kr,         s->att,     s->lse,    s->att_out,
+                  s->rstd_ao, s->res1,       s->mlp_in,     s->rstd_mi, s->gate,   s->up,
+                  s->act,     s->mlp_out,    s->rstd_mo,    s->res2,    s->rstd_out,
+                  s->att_branch, s->mlp_branch};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) be->free(be, all[i]);
 }
 
@@ -431,7 +541,10 @@ ng_acts *ng_acts_create_with(const ng_model *m, int64_t B, int64_t T, const ng_a
   for (int i = 0; i < a->n_hidden; i++) a->hidden[i] = buf(m->be, a->N * c->hidden_size);
   a->n_blocks = a->train && !a->recompute ? (int)c->num_hidden_layers : 1;
   a->blocks = ng_xcalloc((size_t)a->n_blocks, sizeof(ng_block_acts));
-  for (int i = 0; i < a->n_blocks; i++) block_acts_alloc(m, B, T, &a->blocks[i]);
+  for (int i = 0; i < a->n_blocks; i++)  // one set shared by all blocks, or each block's own
+    block_acts_alloc(m, B, T, ng_block_layouts_union(c, a->n_blocks == 1 ? 0 : i,
+                                            a->n_blocks == 1 ? c->num_hidden_layers - 1 : i),
+                     &a->blocks[i]);
   if (c->final_norm) {
     a->final_in = buf(m->be, a->N * c->hidden_size);
     a->rstd_final = buf(m->be, a->N);
@@ -511,13 +624,26 @@ static void attention_forward(ng_model *m, const ng_acts *a, const ng_layer *w,
   be->attention_forward(be, as, s->qr, s->kr, s->v, s->att, s->lse);  // att [N, H*hd]
 }
 
-// The factor on block l's (0-based) norm outputs: 1/sqrt(l + 1) when depth-scaled (lns), else 1.
-static float norm_scale(ng_block_layout lay, int64_t l) {
-  return lay.depth_scaled ? (float)(1.0 / sqrt((double)(l + 1))) : 1.0f;
+// y = alpha x + f [n] (alpha x written to y first: f may be y only when alpha is 1).
+static void scaled_add(ng_backend *be, float alpha, const float *x, const float *f, int64_t n,
+                       float *y) {
+  if (alpha == 1.0f) {
+    be->add(be, x, f, n, y);
+    return;
+  }
+  NG_ASSERT(f != y);
+  be->scale(be, x, alpha, n, y);
+  be->add(be, y, f, n, y);
 }
 
-// With layer_scale: y [N, D] = gamma [D] * y, the sublayer's output y saved
-// into saved [N, D] first; without, nothing.
+// The norm in front of block w's MLP (N_mi): sandwich's pre_feedforward_layernorm,
+// else post_attention_layernorm.
+static float *mlp_in_norm(const ng_layer *w, ng_block_layout lay) {
+  return lay.sublayer_norms ? w->pre_feedforward_layernorm : w->post_attention_layernorm;
+}
+
+// With layer_scale: y [N, D] = gamma [D] * y, the sublayer's branch term y
+// saved into saved [N, D] first; without, nothing.
 static void layer_scale_forward(ng_model *m, const ng_acts *a, const float *gamma, float *y,
                                 float *saved) {
   if (!m->cfg.layer_scale) return;
@@ -526,7 +652,7 @@ static void layer_scale_forward(ng_model *m, const ng_acts *a, const float *gamm
   m->be->channel_scale_forward(m->be, saved, gamma, N, D, y);
 }
 
-// With layer_scale: d of the sublayer's output [N, D] into ws->dbranch, given dy
+// With layer_scale: d of the sublayer's branch term [N, D] into ws->dbranch, given dy
 // [N, D] of the scaled output, and dgamma [D] += sum over rows of dy * saved;
 // returns ws->dbranch. Without: dy itself.
 static const float *layer_scale_backward(ng_model *m, const ng_acts *a, const float *gamma,
@@ -537,37 +663,62 @@ static const float *layer_scale_backward(ng_model *m, const ng_acts *a, const fl
   return a->ws.dbranch;
 }
 
+// d of a sublayer's output `out` [N, D] (att_out or mlp_out), given d of its
+// residual term gamma (sublayer_norms ? N(out) : out) [N, D]: back through the
+// layer scale (gamma, the saved branch, dgamma += ...) and, with sublayer norms,
+// the norm N (gains nw, saved rstd, dgains ng += ...) into ws->dres2. Returns it.
+static const float *branch_backward(ng_model *m, const ng_acts *a, ng_block_layout lay,
+                                    const float *dterm, const float *gamma, const float *branch,
+                                    float *dgamma, const float *out, const float *nw,
+                                    const float *rstd, float *ng) {
+  const float *d = layer_scale_backward(m, a, gamma, branch, dterm, dgamma);
+  if (!lay.sublayer_norms) return d;
+  float *dout = a->ws.dres2;
+  int64_t N = a->N, D = m->cfg.hidden_size;
+  m->be->zero(m->be, dout, (size_t)N * D * sizeof(float));
+  m->be->rmsnorm_backward(m->be, out, nw, rstd, d, N, D, dout, ng);
+  return dout;
+}
+
 // x [N, D] -> out [N, D], saving into s (see model.h for the placements).
 static void block_forward(ng_model *m, const ng_acts *a, int64_t l, const float *x, float *out,
                           ng_block_acts *s) {
   ng_backend *be = m->be;
   const ng_model_config *c = &m->cfg;
   const ng_layer *w = &m->w.layers[l];
-  ng_block_layout lay = ng_block_layout_of(c->norm_placement);
-  int64_t N = a->N, D = c->hidden_size, F = c->intermediate_size;
+  ng_block_layout lay = ng_block_layout_of(c, l);
+  int64_t N = a->N, D = c->hidden_size, F = c->intermediate_size, nd = N * D;
   int64_t Hd = c->num_attention_heads * c->head_dim;
-  float eps = (float)c->rms_norm_eps;
-  float c_l = norm_scale(lay, l);
+  float eps = (float)c->rms_norm_eps, c_l = lay.norm_scale;
   if (lay.input_norm) {
     be->rmsnorm_forward(be, x, w->input_layernorm, N, D, eps, s->att_in, s->rstd_in);
-    if (c_l != 1.0f) be->scale(be, s->att_in, c_l, N * D, s->att_in);  // lns
+    if (c_l != 1.0f) be->scale(be, s->att_in, c_l, nd, s->att_in);    // lns
   }
   attention_forward(m, a, w, lay.input_norm ? s->att_in : x, s);
-  linear_forward(be, s->att, w->o_proj, N, Hd, D, s->res1);       // o [N, D]
-  layer_scale_forward(m, a, w->attn_layer_scale, s->res1, s->attn_out);  // o = gamma_attn o
-  be->add(be, x, s->res1, N * D, s->res1);                         // res1 = x + o
-  be->rmsnorm_forward(be, s->res1, w->post_attention_layernorm, N, D, eps, s->mlp_in, s->rstd_pa);
-  if (c_l != 1.0f) be->scale(be, s->mlp_in, c_l, N * D, s->mlp_in);  // lns
-  linear_forward(be, s->mlp_in, w->gate_proj, N, D, F, s->gate);  // gate [N, F]
-  linear_forward(be, s->mlp_in, w->up_proj, N, D, F, s->up);      // up [N, F]
-  be->swiglu_forward(be, s->gate, s->up, N * F, s->act);          // act [N, F]
-  linear_forward(be, s->act, w->down_proj, N, F, D, out);         // mlp [N, D]
-  layer_scale_forward(m, a, w->mlp_layer_scale, out, s->mlp_out);  // mlp = gamma_mlp mlp
+  float *att_out = s->att_out ? s->att_out : s->res1;
+  linear_forward(be, s->att, w->o_proj, N, Hd, D, att_out);          // att_out [N, D]
+  float *branch = att_out;
+  if (lay.sublayer_norms) {                                          // N_pa(att_out)
+    be->rmsnorm_forward(be, att_out, w->post_attention_layernorm, N, D, eps, s->res1, s->rstd_ao);
+    branch = s->res1;
+  }
+  layer_scale_forward(m, a, w->attn_layer_scale, branch, s->att_branch);  // gamma_attn branch
+  scaled_add(be, lay.alpha, x, branch, nd, s->res1);                 // res1 = alpha x + ...
+  be->rmsnorm_forward(be, s->res1, mlp_in_norm(w, lay), N, D, eps, s->mlp_in, s->rstd_mi);
+  if (c_l != 1.0f) be->scale(be, s->mlp_in, c_l, nd, s->mlp_in);    // lns
+  linear_forward(be, s->mlp_in, w->gate_proj, N, D, F, s->gate);    // gate [N, F]
+  linear_forward(be, s->mlp_in, w->up_proj, N, D, F, s->up);        // up [N, F]
+  be->swiglu_forward(be, s->gate, s->up, N * F, s->act);            // act [N, F]
+  float *mlp_out = lay.sublayer_norms ? s->mlp_out : out;
+  linear_forward(be, s->act, w->down_proj, N, F, D, mlp_out);       // mlp_out [N, D]
+  if (lay.sublayer_norms)                                           // N_pf(mlp_out)
+    be->rmsnorm_forward(be, mlp_out, w->post_feedforward_layernorm, N, D, eps, out, s->rstd_mo);
+  layer_scale_forward(m, a, w->mlp_layer_scale, out, s->mlp_branch);  // gamma_mlp branch
   if (lay.output_norm) {
-    be->add(be, s->mlp_in, out, N * D, s->res2);                   // res2 = mlp_in + mlp
-    be->rmsnorm_forward(be, s->res2, w->post_feedforward_layernorm, N, D, eps, out, s->rstd_pf);
+    scaled_add(be, lay.alpha, s->mlp_in, out, nd, s->res2);         // res2 = alpha mlp_in + ...
+    be->rmsnorm_forward(be, s->res2, w->post_feedforward_layernorm, N, D, eps, out, s->rstd_out);
   } else {
-    be->add(be, s->res1, out, N * D, out);                         // y = res2 = res1 + mlp
+    be->add(be, s->res1, out, nd, out);                             // y = res2 = res1 + ...
   }
 }
 
@@ -596,20 +747,24 @@ void ng_model_logits(ng_model *m, ng_acts *a, int64_t row0, int64_t rows) {
                  a->logits);
 }
 
-// The block with its sublayers zeroed: with an output norm (post) res1 = x,
-// mlp_in = N_pa(x), y = N_pf(mlp_in); else (pre) y = x.
+// The block with its sublayers zeroed: with an output norm res1 = alpha x,
+// mlp_in = N_pa(res1), y = N_pf(alpha mlp_in); else (the sublayers' outputs,
+// normed or not, are zero) y = x.
 static void block_forward_norms(ng_model *m, const ng_acts *a, int64_t l, const float *x,
                                 float *out, ng_block_acts *s) {
   ng_backend *be = m->be;
   const ng_layer *w = &m->w.layers[l];
+  ng_block_layout lay = ng_block_layout_of(&m->cfg, l);
   int64_t N = a->N, D = m->cfg.hidden_size;
   float eps = (float)m->cfg.rms_norm_eps;
-  if (!ng_block_layout_of(m->cfg.norm_placement).output_norm) {
+  if (!lay.output_norm) {
     be->copy(be, out, x, (size_t)N * D * sizeof(float));
     return;
   }
-  be->rmsnorm_forward(be, x, w->post_attention_layernorm, N, D, eps, s->mlp_in, s->rstd_pa);
-  be->rmsnorm_forward(be, s->mlp_in, w->post_feedforward_layernorm, N, D, eps, out, s->rstd_pf);
+  be->scale(be, x, lay.alpha, N * D, s->res1);
+  be->rmsnorm_forward(be, s->res1, w->post_attention_layernorm, N, D, eps, s->mlp_in, s->rstd_mi);
+  be->scale(be, s->mlp_in, lay.alpha, N * D, s->res2);
+  be->rmsnorm_forward(be, s->res2, w->post_feedforward_layernorm, N, D, eps, out, s->rstd_out);
 }
 
 // The saved values block l uses: its own, or the one shared set.
@@ -684,40 +839,50 @@ static void block_backward(ng_model *m, const ng_acts *a, int64_t l, const float
   const ng_layer *w = &m->w.layers[l], *g = &m->g.layers[l];
   const ng_block_acts *s = saved(a, l);
   ng_grad_ws *ws = (ng_grad_ws *)&a->ws;
-  ng_block_layout lay = ng_block_layout_of(c->norm_placement);
+  ng_block_layout lay = ng_block_layout_of(c, l);
   int64_t N = a->N, D = c->hidden_size, F = c->intermediate_size;
   int64_t Hd = c->num_attention_heads * c->head_dim;
   size_t nd = (size_t)N * D * sizeof(float);
+  float c_l = lay.norm_scale;
   const float *dres2 = dy;
-  if (lay.output_norm) {
+  if (lay.output_norm) {  // y = N_pf(res2)
     be->zero(be, ws->dres2, nd);
-    be->rmsnorm_backward(be, s->res2, w->post_feedforward_layernorm, s->rstd_pf, dy, N, D,
+    be->rmsnorm_backward(be, s->res2, w->post_feedforward_layernorm, s->rstd_out, dy, N, D,
                          ws->dres2, g->post_feedforward_layernorm);
     dres2 = ws->dres2;
   }
-  // res2 = (output_norm ? mlp_in : res1) + gamma_mlp down(act)
-  const float *dmlp_out = layer_scale_backward(m, a, w->mlp_layer_scale, s->mlp_out, dres2,
-                                               g->mlp_layer_scale);
+  // res2 = alpha (...) + gamma_mlp branch; branch = sublayer_norms ? N_pf(mlp_out) : mlp_out
+  // (no placement has both an output norm and sublayer norms: ws->dres2 is free then)
+  const float *dmlp_out =
+      branch_backward(m, a, lay, dres2, w->mlp_layer_scale, s->mlp_branch, g->mlp_layer_scale,
+                      s->mlp_out, w->post_feedforward_layernorm, s->rstd_mo,
+                      g->post_feedforward_layernorm);
+  // mlp_out = down(act); act = silu(gate(mlp_in)) up(mlp_in)
   linear_backward(be, s->act, w->down_proj, dmlp_out, N, F, D, 0.0f, ws->dact, g->down_proj);
   be->swiglu_backward(be, s->gate, s->up, ws->dact, N * F, ws->dgate, ws->dup);
   linear_backward(be, s->mlp_in, w->gate_proj, ws->dgate, N, D, F, 0.0f, ws->dmlp_in, g->gate_proj);
   linear_backward(be, s->mlp_in, w->up_proj, ws->dup, N, D, F, 1.0f, ws->dmlp_in, g->up_proj);
+  // res2 = alpha (output_norm ? mlp_in : res1) + ...
   if (lay.output_norm) {
-    be->add(be, ws->dmlp_in, dres2, N * D, ws->dmlp_in);
+    scaled_add(be, lay.alpha, dres2, ws->dmlp_in, N * D, ws->dres1);
+    be->copy(be, ws->dmlp_in, ws->dres1, nd);
     be->zero(be, ws->dres1, nd);
   } else {
     be->copy(be, ws->dres1, dres2, nd);
   }
-  // mlp_in = N_pa(res1) c; res1 = x + gamma_attn o_proj(att)
-  float c_l = norm_scale(lay, l);
+  // mlp_in = N_mi(res1) c
   if (c_l != 1.0f) be->scale(be, ws->dmlp_in, c_l, N * D, ws->dmlp_in);  // lns
-  be->rmsnorm_backward(be, s->res1, w->post_attention_layernorm, s->rstd_pa, ws->dmlp_in, N, D,
-                       ws->dres1, g->post_attention_layernorm);
-  const float *dattn_out = layer_scale_backward(m, a, w->attn_layer_scale, s->attn_out,
-                                                ws->dres1, g->attn_layer_scale);
-  linear_backward(be, s->att, w->o_proj, dattn_out, N, Hd, D, 0.0f, ws->datt, g->o_proj);
+  be->rmsnorm_backward(be, s->res1, mlp_in_norm(w, lay), s->rstd_mi, ws->dmlp_in, N, D,
+                       ws->dres1, mlp_in_norm(g, lay));
+  // res1 = alpha x + gamma_attn branch; branch = sublayer_norms ? N_pa(att_out) : att_out;
+  // att_out = o_proj(att)
+  const float *datt_out =
+      branch_backward(m, a, lay, ws->dres1, w->attn_layer_scale, s->att_branch, g->attn_layer_scale,
+                      s->att_out, w->post_attention_layernorm, s->rstd_ao,
+                      g->post_attention_layernorm);
+  linear_backward(be, s->att, w->o_proj, datt_out, N, Hd, D, 0.0f, ws->datt, g->o_proj);
   attention_backward(m, a, l, lay.input_norm ? s->att_in : x, s, ws);
-  be->copy(be, dx, ws->dres1, nd);
+  be->scale(be, ws->dres1, lay.alpha, N * D, dx);
   if (lay.input_norm) {
     if (c_l != 1.0f) be->scale(be, ws->datt_in, c_l, N * D, ws->datt_in);  // lns
     be->rmsnorm_backward(be, x, w->input_layernorm, s->rstd_in, ws->datt_in, N, D, dx,

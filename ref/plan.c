@@ -37,17 +37,23 @@ ng_plan_params ng_plan_count_params(const ng_model_config *c, int64_t frozen_blo
 
 // ---------------------------------------------------------------- activations
 
-// Per token, the fields of ng_block_acts:
-//   (D + 1)          att_in, rstd_in (pre) or res2, rstd_pf (post)
+// Per token, the fields of ng_block_acts, for the union of the blocks' layouts:
 //   3 H hd + 3 KV hd q, qr, att; k, kr, v
 //   2 H + KV         rstd_q, lse; rstd_k
-//   2 D + 1          res1, mlp_in, rstd_pa
+//   2 D + 1          res1, mlp_in, rstd_mi
 //   3 F              gate, up, act
-//   2 D              attn_out, mlp_out (layer_scale)
-int64_t ng_plan_block_floats(const ng_model_config *c, int64_t N) {
+//   (D + 1)          att_in, rstd_in (input norm)
+//   (D + 1)          res2, rstd_out (output norm)
+//   D                att_out (sublayer norms, or alpha != 1)
+//   2 + D            rstd_ao, mlp_out, rstd_mo (sublayer norms)
+//   2 D              att_branch, mlp_branch (layer_scale)
+int64_t ng_plan_block_floats(const ng_model_config *c, int64_t first, int64_t last, int64_t N) {
   int64_t D = c->hidden_size, F = c->intermediate_size, hd = c->head_dim;
   int64_t H = c->num_attention_heads, KV = c->num_key_value_heads;
-  int64_t per_token = (D + 1) + 3 * H * hd + 3 * KV * hd + 2 * H + KV + (2 * D + 1) + 3 * F;
+  ng_block_layout u = ng_block_layouts_union(c, first, last);
+  int64_t per_token = 3 * H * hd + 3 * KV * hd + 2 * H + KV + (2 * D + 1) + 3 * F;
+  per_token += (u.input_norm ? D + 1 : 0) + (u.output_norm ? D + 1 : 0);
+  per_token += (u.sublayer_norms || u.alpha != 1.0f ? D : 0) + (u.sublayer_norms ? 2 + D : 0);
   if (c->layer_scale) per_token += 2 * D;
   return N * per_token;
 }
@@ -65,16 +71,20 @@ int64_t ng_plan_grad_ws_floats(const ng_model_config *c, int64_t N, int64_t chun
 }
 
 // hidden x N D + blocks x block(N) + chunk V (logits) + N (D + 1) [final_norm] + grad_ws [train]
-//   forward:            hidden 2,     blocks 1
-//   train:              hidden L + 1, blocks L, workspace
+//   forward:            hidden 2,     blocks 1 (one set serving every block's layout)
+//   train:              hidden L + 1, blocks L (each its own layout's), workspace
 //   train, recompute:   hidden L + 1 (the block inputs and the output), blocks 1
 //                       (each block's values recomputed from its input in the backward)
 int64_t ng_plan_acts_floats(const ng_model_config *c, int64_t B, int64_t T, const ng_acts_options *o) {
   int64_t N = B * T, L = c->num_hidden_layers, D = c->hidden_size, V = c->vocab_size;
   int64_t chunk = o->chunk > 0 && o->chunk < N ? o->chunk : N;
   int64_t hidden = o->train ? L + 1 : 2;
-  int64_t blocks = o->train && !o->recompute ? L : 1;
-  int64_t n = hidden * N * D + blocks * ng_plan_block_floats(c, N) + chunk * V;
+  int64_t n = hidden * N * D + chunk * V;
+  if (o->train && !o->recompute) {  // each block's own values
+    for (int64_t l = 0; l < L; l++) n += ng_plan_block_floats(c, l, l, N);
+  } else {  // one set for all blocks
+    n += ng_plan_block_floats(c, 0, L - 1, N);
+  }
   if (c->final_norm) n += N * (D + 1);  // final_in, rstd_final
   if (o->train) n += ng_plan_grad_ws_floats(c, N, chunk);
   return n;
@@ -125,7 +135,7 @@ static void fit(const ng_plan_device *dev, ng_plan_stage *s) {
 int64_t ng_plan_diag_bytes(const ng_model_config *sc, const ng_model_config *forward_teacher,
                            int64_t n_eval, int64_t B, int64_t T, int64_t chunk) {
   int64_t f32 = (int64_t)sizeof(float), L = sc->num_hidden_layers, D = sc->hidden_size;
-  int64_t points = 1 + (ng_block_layout_of(sc->norm_placement).output_norm ? 3 * L : L);
+  int64_t points = 1 + (ng_model_has_output_norms(sc) ? 3 * L : L);
   ng_acts_options one_row = {.chunk = 1}, fwd = {.chunk = chunk};
   int64_t n = B * T;
   int64_t collect = f32 * (ng_plan_acts_floats(sc, B, T, &one_row) + points * n_eval + n * D + 3 * n_eval) +
@@ -206,6 +216,9 @@ void ng_plan_stage_of(const ng_run_config *rc, int stage, const ng_model_config 
   fit(dev, out);
   out->flops = ng_plan_step_flops(&sc, &out->student, forward_teacher, &out->teacher, B, T) * (double)out->steps;
   out->seconds = out->flops / ((double)dev->devices * dev->tflops * 1e12);
+  double n = (double)dev->devices;
+  out->comm_bytes = 2.0 * (n - 1.0) / n * (double)f32 * (double)out->student.trainable;
+  out->comm_seconds = dev->bus_gbps > 0.0 ? (double)out->steps * out->comm_bytes / (dev->bus_gbps * 1e9) : 0.0;
 }
 
 // ---------------------------------------------------------------- teacher config file

@@ -83,7 +83,9 @@ static int parse_lr(const cJSON *o, const char *where, ng_lr_schedule *lr) {
 }
 
 static int parse_data(cJSON *o, ng_run_config *rc) {
-  static const char *const keys[] = {"train", "val", "batch", "seq", "micro_batch", NULL};
+  static const char *const keys[] = {"train", "val", "batch", "seq", "micro_batch", "sampling", NULL};
+  static const char *const samplings[] = {"uniform", "epoch", NULL};
+  int sampling;
   if (ng_json_expect_object(o, "data") || ng_json_only_keys(o, "data", keys) ||
       json_path(o, "data", "train", rc->train_path, sizeof rc->train_path) ||
       json_path(o, "data", "val", rc->val_path, sizeof rc->val_path) ||
@@ -91,7 +93,11 @@ static int parse_data(cJSON *o, ng_run_config *rc) {
       ng_json_int(o, "data", "seq", 1, 1 << 20, &rc->seq))
     return -1;
   default_item(o, "micro_batch", cJSON_CreateNumber((double)rc->batch));
-  if (ng_json_int(o, "data", "micro_batch", 1, rc->batch, &rc->micro_batch)) return -1;
+  default_item(o, "sampling", cJSON_CreateString("uniform"));
+  if (ng_json_int(o, "data", "micro_batch", 1, rc->batch, &rc->micro_batch) ||
+      json_enum(o, "data", "sampling", samplings, &sampling))
+    return -1;
+  rc->sampling = (ng_sampling)sampling;
   if (rc->batch % rc->micro_batch != 0)
     return ng_fail("data.micro_batch: %lld does not divide data.batch %lld",
                    (long long)rc->micro_batch, (long long)rc->batch);
@@ -266,6 +272,9 @@ static int parse_stages(cJSON *arr, const ng_lr_schedule *lr, ng_run_config *rc)
     return ng_fail("stages: the last depth %lld differs from model.num_hidden_layers %lld",
                    (long long)rc->stages[rc->n_stages - 1].depth,
                    (long long)rc->model.num_hidden_layers);
+  if (rc->model.mixln_post_layers > rc->stages[0].depth)  // every stage's model is valid
+    return ng_fail("model.mixln_post_layers: %lld post blocks, but stages[0] has depth %lld",
+                   (long long)rc->model.mixln_post_layers, (long long)rc->stages[0].depth);
   return 0;
 }
 
@@ -277,8 +286,8 @@ static int parse_eval(cJSON *o, ng_run_config *rc) {
 }
 
 static int parse_structural(const cJSON *arr, ng_run_config *rc) {
-  int64_t v[16], n;
-  if (json_int_list(arr, "structural_tokens", 0, rc->model.vocab_size, 16, v, &n)) return -1;
+  int64_t v[NG_MAX_STRUCTURAL], n;
+  if (json_int_list(arr, "structural_tokens", 0, rc->model.vocab_size, NG_MAX_STRUCTURAL, v, &n)) return -1;
   rc->n_structural = (int)n;
   for (int64_t i = 0; i < n; i++) rc->structural_tokens[i] = (int32_t)v[i];
   return 0;

@@ -42,6 +42,7 @@ typedef struct {
   int32_t *h_ids, *ids;                               // [B*T, k] host, backend
   float *h_vals, *vals, *h_lse, *lse;                 // [B*T, k], [B*T]
   int64_t *windows;                                   // [B]
+  ng_epoch_order epochs;  // the windows' order under data.sampling "epoch"
   FILE *metrics, *diag;  // metrics.jsonl, diag.jsonl
   double t_start, last_report, last_loss;
   eval_result last_eval;  // of the latest evaluation (valid once evaluated)
@@ -90,6 +91,17 @@ static int open_caches(trainer *t) {
   return 0;
 }
 
+// The windows training batches are drawn from by index: a teacher cache's,
+// or the shard's non-overlapping ones (data.sampling "epoch").
+static int64_t train_windows(const trainer *t) {
+  return t->rc.use_cache ? (int64_t)t->cache_train.windows : ng_epoch_windows(&t->train, t->rc.seq);
+}
+
+// Host memory of the epoch order (one int64 per window).
+static double epoch_order_bytes(const trainer *t) {
+  return t->rc.sampling == NG_SAMPLE_EPOCH ? 8.0 * (double)train_windows(t) : 0.0;
+}
+
 // Before anything is allocated by the run's sizes: each stage's host memory
 // within the machine's. On every backend the host holds a checkpoint's copy of
 // the weights and AdamW moments (plan.h) and the batches (token ids and
@@ -110,7 +122,8 @@ static int check_run_memory(const trainer *t) {
              (long long)rc->model.intermediate_size, (long long)rc->model.vocab_size,
              (long long)rc->stages[s].depth, (long long)rc->batch, (long long)rc->seq,
              rc->use_cache ? " x the teacher cache's k" : "");
-    double bytes = (double)(t->be->host_memory ? p.total : p.checkpoint) + N * (8.0 + (k > 0 ? 8.0 * k + 4.0 : 0.0));
+    double bytes = (double)(t->be->host_memory ? p.total : p.checkpoint) + N * (8.0 + (k > 0 ? 8.0 * k + 4.0 : 0.0)) +
+                   epoch_order_bytes(t);
     if (ng_check_memory(bytes, what)) return -1;
   }
   return 0;
@@ -140,6 +153,7 @@ static int init_student(trainer *t) {
   ng_rng_seed(&init, rc->seed ^ 0x696e6974ULL);  // "init": a stream of its own
   t->student = ng_model_create(t->be, &cfg, true);
   ng_model_init_random(t->student, &init, rc->init_std);
+  ng_model_deepnorm_init(t->student, rc->model.num_hidden_layers);  // beta at the final depth
   for (int64_t l = 0; l < rc->n_init_layers; l++) {
     if (rc->init_layers[l] >= t->teacher->cfg.num_hidden_layers)
       return ng_fail("init.layers[%lld]: the teacher has %lld layers", (long long)l,
@@ -175,11 +189,14 @@ static void alloc_batches(trainer *t) {
     t->ids = t->be->alloc(t->be, N * k * sizeof(int32_t));
     t->vals = t->be->alloc(t->be, N * k * sizeof(float));
     t->lse = t->be->alloc(t->be, N * sizeof(float));
-    t->windows = ng_xmalloc((size_t)t->rc.batch * sizeof(int64_t));
   } else if (t->teacher) {
     ng_acts_options o = {.chunk = loss_chunk(&t->rc)};
     t->tacts = ng_acts_create_with(t->teacher, t->rc.micro_batch, t->rc.seq, &o);
   }
+  if (t->rc.use_cache || t->rc.sampling == NG_SAMPLE_EPOCH)
+    t->windows = ng_xmalloc((size_t)t->rc.batch * sizeof(int64_t));
+  if (t->rc.sampling == NG_SAMPLE_EPOCH)  // "epoch": a stream of its own
+    ng_epoch_order_init(&t->epochs, t->rc.seed ^ 0x65706f6368ULL, train_windows(t));
 }
 
 // Activations of one micro-batch; they follow the student's depth.
@@ -526,16 +543,36 @@ static double step_flops(const trainer *t) {
                             t->rc.seq);
 }
 
-// The next training batch: windows drawn from the generator (one draw each).
+// The indices of the next training batch's windows (t->windows): drawn from
+// the generator (one draw each), or the next ones of the epoch order (the
+// run's tokens so far / seq windows are used).
+static void draw_windows(trainer *t) {
+  const ng_run_config *rc = &t->rc;
+  int64_t first = t->st.tokens / rc->seq, n = train_windows(t);
+  for (int64_t b = 0; b < rc->batch; b++) {
+    switch (rc->sampling) {
+      case NG_SAMPLE_UNIFORM: t->windows[b] = (int64_t)ng_rng_below(&t->st.rng, (uint64_t)n); break;
+      case NG_SAMPLE_EPOCH: t->windows[b] = ng_epoch_window(&t->epochs, first + b); break;
+    }
+  }
+}
+
+// The next training batch: from a teacher cache's windows, the shard's
+// windows in epoch order, or (uniform, no cache) windows starting anywhere.
 static int next_batch(trainer *t) {
   const ng_run_config *rc = &t->rc;
-  if (!rc->use_cache) {
-    if (ng_batch_sample(&t->train, &t->st.rng, rc->batch, rc->seq, t->h_tokens, t->h_targets)) return -1;
-    upload_batch(t);
-    return 0;
+  if (rc->use_cache) {
+    draw_windows(t);
+    return cache_batch(t, &t->cache_train, &t->train);
   }
-  for (int64_t b = 0; b < rc->batch; b++) t->windows[b] = (int64_t)ng_rng_below(&t->st.rng, t->cache_train.windows);
-  return cache_batch(t, &t->cache_train, &t->train);
+  if (rc->sampling == NG_SAMPLE_EPOCH) {
+    draw_windows(t);
+    ng_batch_windows(&t->train, t->windows, rc->batch, rc->seq, t->h_tokens, t->h_targets);
+  } else if (ng_batch_sample(&t->train, &t->st.rng, rc->batch, rc->seq, t->h_tokens, t->h_targets)) {
+    return -1;
+  }
+  upload_batch(t);
+  return 0;
 }
 
 // AdamW on one process; ZeRO stage 1 over the ranks of a data-parallel run.
@@ -845,7 +882,7 @@ static int extend_run(trainer *t, const char *config_path, int64_t tokens) {
 // The backend and precision of the run's configuration (the command line's if given).
 static int open_backend(trainer *t) {
   t->be = ng_backend_open(t->rc.backend, t->rc.precision);
-  if (!t->be) return -1;
+  if (!t->be || ng_comm_bind(t->comm, t->be)) return -1;
   return t->rc.distill ? ng_backend_check_divergence(t->be, t->rc.loss.divergence) : 0;
 }
 
@@ -865,6 +902,7 @@ static int log_backend(trainer *t, bool resume) {
   cJSON_AddStringToObject(j, "normgrow", NG_VERSION);
   cJSON_AddNumberToObject(j, "threads", omp_get_max_threads());
   if (t->comm->size > 1) cJSON_AddNumberToObject(j, "ranks", t->comm->size);  // data-parallel
+  if (t->comm->kind != NG_COMM_SINGLE) cJSON_AddStringToObject(j, "comm", t->comm->name);  // mpirun's
   cJSON_AddStringToObject(j, "blas_kernels", ng_blas_corename());
   cJSON_AddNumberToObject(j, "time", wall_clock());
   log_line(f, j);
@@ -952,6 +990,7 @@ static void trainer_free(trainer *t) {
   free(t->h_vals);
   free(t->h_lse);
   free(t->windows);
+  ng_epoch_order_free(&t->epochs);
   ng_topk_close(&t->cache_train);
   ng_topk_close(&t->cache_val);
   ng_shard_close(&t->train);

@@ -15,7 +15,7 @@ import math
 import os
 import sys
 
-CLASSES = ["separator", "after_separator", "structural", "ordinary"]
+CLASSES = ["window_start", "separator", "after_separator", "structural", "ordinary"]
 TITLE = {"pre": "Pre-Norm", "post": "Post-Norm", "lns": "LNS"}
 
 
@@ -157,7 +157,8 @@ def class_rows(arms):
         for kind in ["hidden", "res2"] if runs[0]["post"] else ["hidden"]:
             def stats(r, when):
                 rec = r["evals"][0 if when == "first" else -1]
-                return point(rec, f"{kind}.{rec['depth']}")["rms"]
+                rms = point(rec, f"{kind}.{rec['depth']}")["rms"]
+                return {k: rms.get(k, {"count": 0}) for k in CLASSES}  # a class the file predates: no tokens
             for k in [None] + CLASSES:
                 row = [runs[0]["name"], kind + ".L", "all tokens" if k is None else k]
                 for what, spec in (("std", "%.4g"), ("share", "%.3f"), ("without", "%.4g")):

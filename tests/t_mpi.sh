@@ -3,7 +3,8 @@
 # distillation run on 2 and 3 ranks ends within fp32 summation-order tolerance of
 # the single-process run, the ranks' weights compared bit for bit at every step
 # (each step is a checkpoint here); a checkpoint of 2 ranks resumes on 1, 2 (bit-
-# identical) and 3; a rank killed mid-run ends the others. One "skip" line when
+# identical) and 3; a rank killed mid-run ends the others; --backend cuda on a
+# machine without a usable GPU is refused in one line. One "skip" line when
 # mpirun cannot start.
 set -u
 root=${NG_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
@@ -61,6 +62,16 @@ for n in 2 3; do
   else echo "FAIL mpi $n ranks, 10 steps: weights differ from one process by $d"; fi
 done
 
+# data.sampling "epoch": every rank takes its micro-batches of the same windows as one process.
+sed 's|"micro_batch": 2}|"micro_batch": 2, "sampling": "epoch"}|' "$tmp/arm.json" >"$tmp/epoch.json"
+"$bin" train "$tmp/epoch.json" --run-dir "$tmp/epoch1" --stop-after 10 2>/dev/null
+mpi 2 "$bin" train "$tmp/epoch.json" --run-dir "$tmp/epoch2" --stop-after 10 2>/dev/null
+d=$(diff_of "$tmp/epoch1/checkpoint.safetensors" "$tmp/epoch2/checkpoint.safetensors")
+u=$(diff_of "$tmp/one10/checkpoint.safetensors" "$tmp/epoch1/checkpoint.safetensors")
+if below "$d" 1e-6 && ! below "$u" 0; then
+  echo "ok mpi 2 ranks, epoch sampling, 10 steps: weights within $d of one process ($u from uniform sampling)"
+else echo "FAIL mpi 2 ranks, epoch sampling: weights differ from one process by $d (from uniform by $u)"; fi
+
 # The whole growing run (1 -> 2 -> 3 blocks, 30 steps). Past a growth, fresh Adam
 # moments amplify rounding: the tolerance is three times the spread that fp32 summation
 # order alone gives one process (micro-batches of 4 rows instead of 2).
@@ -115,7 +126,8 @@ for _ in $(seq 1 3000); do
   grep -q '"step":12,' "$tmp/long/metrics.jsonl" 2>/dev/null && break
   sleep 0.02
 done
-victim=$(pgrep -P "$job" | tail -1)
+rank_pids=$(pgrep -P "$job")
+victim=$(echo "$rank_pids" | tail -1)
 [ -n "$victim" ] && kill -KILL "$victim"
 for _ in $(seq 1 600); do kill -0 "$job" 2>/dev/null || break; sleep 0.1; done
 if kill -0 "$job" 2>/dev/null; then
@@ -124,6 +136,32 @@ if kill -0 "$job" 2>/dev/null; then
 else
   wait "$job"
   rc=$?
-  if [ -n "$victim" ] && [ "$rc" -ne 0 ]; then echo "ok mpi: a rank (process $victim of 3) killed after step 12: the others ended, mpirun status $rc"
-  else echo "FAIL mpi: killed rank '$victim', run status $rc"; fi
+  # The ranks still running (a zombie has ended) 10 s after mpirun has ended.
+  for _ in $(seq 1 100); do
+    left=""
+    for p in $rank_pids; do
+      state=$(awk '{ print $3 }' "/proc/$p/stat" 2>/dev/null)
+      [ -n "$state" ] && [ "$state" != Z ] && left="$left $p"
+    done
+    [ -z "$left" ] && break
+    sleep 0.1
+  done
+  if [ -n "$victim" ] && [ "$rc" -ne 0 ] && [ "$(echo "$rank_pids" | wc -w)" -eq 3 ] && [ -z "$left" ]; then
+    echo "ok mpi: a rank (process $victim of 3) killed after step 12: the other two ended, mpirun status $rc"
+  else echo "FAIL mpi: killed rank '$victim' of '${rank_pids//$'\n'/ }', run status $rc, still running:${left:- none}"; fi
+fi
+
+# The cuda backend under mpirun carries its collectives with NCCL; on a machine
+# with no usable GPU that is one line naming the backend and why, before any file.
+if "$bin" --version | grep -Eq '^backends:.*\bcuda\b'; then
+  mpi 1 "$bin" train "$tmp/arm.json" --run-dir "$tmp/cuda" --backend cuda --stop-after 1 >/dev/null 2>"$tmp/cuda.err"
+  rc=$?
+  lines=$(grep -c '^normgrow' "$tmp/cuda.err")
+  if [ "$rc" -eq 0 ]; then
+    echo "skip mpi cuda refusal: a GPU is usable here (tools/gpu_check.sh runs NCCL)"
+  elif [ "$lines" -eq 1 ] && grep -q '^normgrow: backend "cuda": ' "$tmp/cuda.err" && [ ! -e "$tmp/cuda" ]; then
+    echo "ok mpi: --backend cuda without a usable GPU: status $rc, one line: $(grep '^normgrow' "$tmp/cuda.err")"
+  else
+    echo "FAIL mpi: --backend cuda without a usable GPU: status $rc, $lines normgrow lines, run dir $(ls -d "$tmp/cuda" 2>/dev/null || echo absent)"
+  fi
 fi

@@ -69,6 +69,45 @@ else
   echo "skip report readings: python3 not installed"
 fi
 
+# Token accounting: each arm's totals of its last eval record, as multiples of
+# the fixed-depth arm's (fixed-pre).
+last_eval() {  # run key
+  grep '"event":"eval"' "$1/metrics.jsonl" | tail -n 1 | sed "s/.*\"$2\":\([-0-9.eE+]*\).*/\1/"
+}
+for key in tokens layer_tokens flops; do
+  col=${key/_/-}; [ "$key" = flops ] && col=FLOPs
+  want=$(awk -v a="$(last_eval "${runs[0]}" $key)" -v b="$(last_eval "${runs[1]}" $key)" \
+    -v c="$(last_eval "${runs[2]}" $key)" 'BEGIN { printf "%.2f", (a + b) / 2 / c }')
+  got=$(cell "Token accounting" grow-post "$col / ref")
+  check "token accounting: grow-post's $col over fixed-pre's is $want: $got" test "$got" = "$want"
+done
+check "token accounting: fixed-pre is the reference (1.00) and named" \
+  bash -c '[ "$1" = 1.00 ] && grep -q "reference arm.s, .fixed-pre." "$2"' _ "$(cell "Token accounting" fixed-pre "layer-tokens / ref")" "$md"
+
+# Mean RMS by token class at the last layer: the mean over seeds of diag_final.json's
+# rms.<class>.mean (grow-post's files have window_start; fixed-pre's predates it: n/a).
+class_mean() {  # point class run...: reads the fixtures' pretty-printed JSON line by line
+  local p=$1 c=$2; shift 2
+  for d in "$@"; do
+    awk -v p="\"$p\"" -v c="\"$c\": {" '
+      /"name":/ { at = index($0, p) > 0 } at && index($0, c) { want = 1 }
+      want && /"mean":/ { gsub(/[^0-9.eE+-]/, "", $2); print $2; exit }' "$d/diag_final.json"
+  done | awk '{ s += $1; n++ } END { printf "%.4g", s / n }'
+}
+for point in hidden.3 res2.3; do
+  for class in window_start separator; do
+    want=$(class_mean "$point" "$class" "${runs[0]}" "${runs[1]}")
+    got=$(awk -F'|' -v p="$point" -v c="$class" '
+      function trim(s) { gsub(/^ +| +$/, "", s); return s }
+      /^## / { inside = ($0 == "## Residual RMS by token class"); col = 0; next }
+      inside && /^\|/ { if (!col) { for (i = 2; i < NF; i++) if (trim($i) == c) col = i; next }
+                        if (trim($2) == "grow-post" && trim($3) == p) print trim($col) }' "$md")
+    check "RMS by class: grow-post $point $class is the seeds' mean $want: $got" test "$got" = "$want"
+  done
+done
+check "RMS by class: fixed-pre's file without window_start reads n/a" \
+  bash -c 'grep -q "^| fixed-pre | hidden.3 | n/a | " "$1"' _ "$md"
+
 ablation_rows() {  # arm: the removal column of its ablation rows
   awk -F'|' -v arm="$1" '/^## / { inside = ($0 == "## Block-removal ablation") }
     inside && $2 ~ "^ " arm " $" { print $3 }' "$md"

@@ -36,7 +36,7 @@ check "data left the shards as they were" cmp -s "$tmp/data/val.bin" "$tmp/val.b
 data --seed 5 --force >/dev/null 2>&1
 check "data --force replaces them" bash -c '! cmp -s "$1" "$2"' _ "$tmp/data/val.bin" "$tmp/val.before"
 
-config() {  # name run_dir tokens batch hidden checkpoint_every placement final_norm
+config() {  # name run_dir tokens batch hidden checkpoint_every placement final_norm [more model keys]
   cat <<JSON
 {"name": "$1", "seed": 3, "run_dir": "$2", "mode": "pretrain",
  "data": {"train": "$tmp/data/train.bin", "val": "$tmp/data/val.bin", "batch": $4, "seq": 32},
@@ -45,7 +45,7 @@ config() {  # name run_dir tokens batch hidden checkpoint_every placement final_
  "eval": {"every_steps": 25, "batches": 2}, "checkpoint_every_steps": $6,
  "model": {"vocab_size": 257, "hidden_size": $5, "intermediate_size": $((2 * $5)), "num_hidden_layers": 2,
    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8, "rope_theta": 10000,
-   "rms_norm_eps": 1e-6, "tie_word_embeddings": false, "norm_placement": "$7", "final_norm": $8},
+   "rms_norm_eps": 1e-6, "tie_word_embeddings": false, "norm_placement": "$7", "final_norm": $8${9:-}},
  "stages": [{"depth": 1, "tokens": $(($3 / 2))}, {"depth": 2, "tokens": $(($3 / 2))}],
  "growth": {"init": "gate", "gate_steps": 5}}
 JSON
@@ -181,6 +181,17 @@ config lns "$tmp/lns" 5120 8 32 1000 lns true >"$tmp/lns.json"
 "$bin" train "$tmp/lns.json" 2>/dev/null && "$bin" export "$tmp/lns/final.safetensors" "$tmp/hf-lns" --dtype f32 >/dev/null ||
   echo "FAIL train and export of an LNS run"
 "$py" "$root/tests/hf_export_check.py" "$bin" "$tmp/hf-lns" "$tmp" 2>"$tmp/py.err" || echo "FAIL hf_export_check.py: $(tail -n 3 "$tmp/py.err")"
+# So do sandwich, DeepNorm and Mix-LN models (config.json keeps their own keys).
+for p in 'sandwich' 'deepnorm, "deepnorm_alpha": 1.25' 'mixln, "mixln_post_layers": 1'; do
+  name=${p%%,*}
+  config "$name" "$tmp/$name" 5120 8 32 1000 "$name" true "${p#"$name"}" >"$tmp/$name.json"
+  "$bin" train "$tmp/$name.json" 2>/dev/null && "$bin" export "$tmp/$name/final.safetensors" "$tmp/hf-$name" --dtype f32 >/dev/null ||
+    echo "FAIL train and export of a $name run"
+  check "the $name export's config.json records its placement and keys" \
+    bash -c 'grep -q "\"norm_placement\":[[:space:]]*\"$2\"" "$1/config.json" && { [ "$2" != deepnorm ] || grep -q "\"deepnorm_alpha\":[[:space:]]*1.25" "$1/config.json"; } &&
+             { [ "$2" != mixln ] || grep -q "\"mixln_post_layers\":[[:space:]]*1" "$1/config.json"; }' _ "$tmp/hf-$name" "$name"
+  "$py" "$root/tests/hf_export_check.py" "$bin" "$tmp/hf-$name" "$tmp" 2>"$tmp/py.err" || echo "FAIL hf_export_check.py: $(tail -n 3 "$tmp/py.err")"
+done
 
 # Tokenizer files beside the run's shards (shards made with a Hugging Face
 # tokenizer) are copied into the export; byte-level shards have none.

@@ -143,7 +143,7 @@ int main(void) {
   bad_case("string where an integer belongs", (edit){.section = "model", .key = "vocab_size", .json = "\"40\""}, "vocab_size", "integer");
   bad_case("fractional size", (edit){.section = "model", .key = "intermediate_size", .json = "40.5"}, "intermediate_size", "integer");
   bad_case("number where a bool belongs", (edit){.section = "model", .key = "tie_word_embeddings", .json = "1"}, "tie_word_embeddings", NULL);
-  bad_case("unknown placement", (edit){.section = "model", .key = "norm_placement", .json = "\"sandwich\""}, "norm_placement", "sandwich");
+  bad_case("unknown placement", (edit){.section = "model", .key = "norm_placement", .json = "\"middle\""}, "norm_placement", "middle");
   bad_case("unknown config key", (edit){.section = "model", .key = "rope_scaling", .json = "{}"}, "unknown key", "rope_scaling");
   bad_case("missing config field", (edit){.section = "optim", .key = "lr"}, "optim.lr", "missing");
   bad_case("missing config section", (edit){.section = "loss"}, "config.loss", NULL);

@@ -1,6 +1,7 @@
 // The CUDA backend against the CPU reference, op by op, at odd shapes (tiles
-// cut by every size), through upload and download. Without a usable device it
-// checks only the launch geometry and prints one "skip" line saying why (a
+// cut by every size), through upload and download; NCCL's refusals (the
+// communicator of its ranks). Without a usable device it checks only the
+// launch geometry and those refusals and prints one "skip" line saying why (a
 // failure instead when NG_REQUIRE_GPU is set, as tools/gpu_check.sh does).
 #include <math.h>
 #include <stdio.h>
@@ -383,10 +384,31 @@ static void run_all(void) {
         "expected cuBLAS and its compute type");
 }
 
+// NCCL's refusals, on communicators whose ops are never called: one that is not
+// MPI's (the unique id travels over MPI), and, without a device, any.
+static void test_nccl_refusals(const char *no_device) {
+  ng_comm *one = ng_comm_single(), mpi = *one;
+  mpi.kind = NG_COMM_MPI, mpi.name = "mpi";
+  int rc = ng_cuda_bind_comm(NULL, one);
+  CHECK(rc == -1 && strstr(ng_error(), "NCCL") && strstr(ng_error(), "\"single\"") &&
+            one->kind == NG_COMM_SINGLE,
+        "nccl: a single-process communicator is refused in one line", "status %d, \"%s\"", rc, ng_error());
+  if (no_device) {
+    rc = ng_cuda_bind_comm(NULL, &mpi);
+    CHECK(rc == -1 && strstr(ng_error(), "NCCL") && strstr(ng_error(), no_device) &&
+              mpi.kind == NG_COMM_MPI && strcmp(mpi.name, "mpi") == 0,
+          "nccl without a device: refused in one line with the reason, the communicator unchanged",
+          "status %d, \"%s\"", rc, ng_error());
+  }
+  ng_comm_close(one);
+}
+
 int main(void) {
   test_launch_geometry();
   const char *why;
-  if (!ng_cuda_available(&why)) {
+  bool gpu = ng_cuda_available(&why);
+  test_nccl_refusals(gpu ? NULL : why);
+  if (!gpu) {
     CHECK(ng_backend_open("cuda", NG_PREC_FP32) == NULL && strstr(ng_error(), why) != NULL,
           "cuda backend without a device: NULL and the reason", "got \"%s\"", ng_error());
     if (getenv("NG_REQUIRE_GPU"))  // set by tools/gpu_check.sh: a skip there is a failure

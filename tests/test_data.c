@@ -308,6 +308,64 @@ static void test_batch_fixed(void) {
   ng_shard_close(&s);
 }
 
+// Epoch order over n windows, 3 epochs asked in order: every window exactly
+// once per epoch (counted), a different order each epoch, the same windows
+// when asked from a fresh order at any point (a resume), and another seed
+// another order.
+static void test_epoch_order(void) {
+  enum { N = 37, EPOCHS = 3 };
+  ng_epoch_order e, fresh, other;
+  ng_epoch_order_init(&e, 7, N);
+  int64_t got[EPOCHS][N];
+  bool in_range = true;
+  for (int64_t i = 0; i < EPOCHS * N; i++) {
+    got[i / N][i % N] = ng_epoch_window(&e, i);
+    in_range &= got[i / N][i % N] >= 0 && got[i / N][i % N] < N;
+  }
+  bool once = in_range;
+  for (int ep = 0; ep < EPOCHS && once; ep++) {
+    int count[N] = {0};
+    for (int k = 0; k < N; k++) count[got[ep][k]]++;
+    for (int k = 0; k < N; k++) once &= count[k] == 1;
+  }
+  CHECK(once, "epoch order: every window exactly once in each of 3 epochs (counted)", "a window "
+        "is missing or repeated");
+  bool reshuffled = memcmp(got[0], got[1], sizeof got[0]) != 0 && memcmp(got[1], got[2], sizeof got[1]) != 0;
+  bool shuffled = false;
+  for (int k = 0; k < N; k++) shuffled |= got[0][k] != k;
+  CHECK(reshuffled && shuffled, "epoch order: shuffled, and reshuffled every epoch", "orders repeat");
+  bool resumes = true;
+  for (int64_t start = 0; start < EPOCHS * N; start += 11) {  // a fresh order, as on a resume
+    ng_epoch_order_init(&fresh, 7, N);
+    for (int64_t i = start; i < EPOCHS * N; i++) resumes &= ng_epoch_window(&fresh, i) == got[i / N][i % N];
+    ng_epoch_order_free(&fresh);
+  }
+  CHECK(resumes, "epoch order: a fresh order asked from any window on gives the same windows",
+        "differ");
+  ng_epoch_order_init(&other, 8, N);
+  bool differs = false;
+  for (int k = 0; k < N; k++) differs |= ng_epoch_window(&other, k) != got[0][k];
+  CHECK(differs, "epoch order: another seed, another order", "same order");
+  ng_epoch_order_free(&other);
+  ng_epoch_order_free(&e);
+}
+
+// Window k of the epoch reading is tokens [k T, k T + T]: the last one whole.
+static void test_batch_windows(void) {
+  enum { N = 21, B = 3, T = 5 };
+  ng_shard s;
+  open_identity_shard(&s, "windows.bin", N);
+  int32_t tok[B * T], tgt[B * T];
+  int64_t starts[B], windows[B] = {3, 0, 2};
+  ng_batch_windows(&s, windows, B, T, tok, tgt);
+  bool ok = windows_ok(tok, tgt, B, T, starts);
+  CHECK(ng_epoch_windows(&s, T) == 4 && ok && starts[0] == 15 && starts[1] == 0 && starts[2] == 10,
+        "epoch windows: (n - 1) / T of them, window k starts at k T",
+        "%lld windows, starts %lld %lld %lld", (long long)ng_epoch_windows(&s, T),
+        (long long)starts[0], (long long)starts[1], (long long)starts[2]);
+  ng_shard_close(&s);
+}
+
 // ---------------------------------------------------------------------------
 // ng_data_build
 
@@ -514,6 +572,8 @@ int main(void) {
   test_bad_shards();
   test_batch_sample();
   test_batch_fixed();
+  test_epoch_order();
+  test_batch_windows();
   test_build_whole_files();
   test_build_records();
   test_build_determinism();

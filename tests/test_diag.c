@@ -74,27 +74,30 @@ static void test_rms_stats(void) {
 }
 
 static void test_token_classes(void) {
-  enum { S = NG_TOK_SEPARATOR, A = NG_TOK_AFTER_SEPARATOR, X = NG_TOK_STRUCTURAL, O = NG_TOK_ORDINARY };
+  enum { W = NG_TOK_WINDOW_START, S = NG_TOK_SEPARATOR, A = NG_TOK_AFTER_SEPARATOR, X = NG_TOK_STRUCTURAL,
+         O = NG_TOK_ORDINARY };
   int32_t structural[] = {10};
   ng_diag_options o = {SEP, 1, structural, 0};
   // [3, 6]: separators, a token after one, a structural id (also right after a
-  // separator), a separator ending a row and one starting the next
+  // separator), a separator ending a row and one starting the next (the first
+  // position of every row is its window's start, whatever its token)
   const int32_t tokens[18] = {5,   SEP, 7,  10, SEP, SEP,   //
                               9,   10,  3,  3,  3,   SEP,   //
                               SEP, 10,  4,  4,  10,  4};
-  const int want[18] = {O, S, A, X, S, S,  //
-                        O, X, O, O, O, S,  //
-                        S, A, O, O, X, O};
+  const int want[18] = {W, S, A, X, S, S,  //
+                        W, X, O, O, O, S,  //
+                        W, A, O, O, X, O};
   int bad = -1;
   for (int i = 0; i < 18 && bad < 0; i++)
     if ((int)ng_token_class_of(tokens, 6, i, &o) != want[i]) bad = i;
   CHECK(bad < 0, "token classes of a hand-made batch", "position %d is class %d, want %d", bad,
         bad < 0 ? 0 : (int)ng_token_class_of(tokens, 6, bad, &o), bad < 0 ? 0 : want[bad]);
   ng_diag_options none = {-1, 0, NULL, 0};
-  CHECK(ng_token_class_of(tokens, 6, 1, &none) == NG_TOK_ORDINARY &&
+  CHECK(ng_token_class_of(tokens, 6, 0, &none) == NG_TOK_WINDOW_START &&
+            ng_token_class_of(tokens, 6, 1, &none) == NG_TOK_ORDINARY &&
             ng_token_class_of(tokens, 6, 2, &none) == NG_TOK_ORDINARY &&
             ng_token_class_of(tokens, 6, 3, &none) == NG_TOK_ORDINARY,
-        "no separator, no structural ids: all ordinary", "a separator or structural class");
+        "no separator, no structural ids: window starts, the rest ordinary", "a separator or structural class");
 }
 
 // ---------------------------------------------------------------- small models
@@ -139,7 +142,7 @@ static void all_batches(int32_t *tokens, int32_t *targets) {
 
 // ---------------------------------------------------------------- hidden.0 by classes
 
-static const char *const class_keys[NG_TOK_CLASSES] = {"separator", "after_separator",
+static const char *const class_keys[NG_TOK_CLASSES] = {"window_start", "separator", "after_separator",
                                                        "structural", "ordinary"};
 
 // hidden.0 is the embedding: per-class mean RMS from the embedding rows themselves.
@@ -210,12 +213,29 @@ static void want_add(point_want *w, const float *h, int64_t N, int64_t D, int64_
   }
 }
 
-// The values of point p (0-based in the report's order) in a train-mode forward.
-static const float *point_values(const ng_model *m, const ng_acts *a, int p) {
-  if (m->cfg.norm_placement == NG_NORM_PRE) return ng_acts_hidden(a, p);
-  int l = (p + 2) / 3, in_block = (p + 2) % 3;  // hidden.0, then res1, res2, hidden per block
-  if (p == 0 || in_block == 2) return ng_acts_hidden(a, l);
-  return in_block == 0 ? a->blocks[l - 1].res1 : a->blocks[l - 1].res2;
+// Point p (0-based in the report's order: hidden.0, then per block l res1.l
+// and res2.l when it has an output norm, then hidden.l): its name into `name`
+// (when not NULL) and its values in a train-mode forward a (when not NULL).
+static const float *point_at(const ng_model *m, const ng_acts *a, int p, char *name, size_t n) {
+  int i = 0;
+  for (int64_t l = 0; l <= m->cfg.num_hidden_layers; l++) {
+    bool res = l > 0 && ng_block_layout_of(&m->cfg, l - 1).output_norm;
+    for (int k = res ? 0 : 2; k < 3; k++, i++) {
+      if (i != p) continue;
+      if (name) snprintf(name, n, "%s.%lld", k == 0 ? "res1" : k == 1 ? "res2" : "hidden", (long long)l);
+      if (!a) return NULL;
+      return k == 2 ? ng_acts_hidden(a, l) : k == 0 ? a->blocks[l - 1].res1 : a->blocks[l - 1].res2;
+    }
+  }
+  if (name) snprintf(name, n, "(none)");
+  return NULL;
+}
+
+static int n_points(const ng_model *m) {
+  int n = 1;
+  for (int64_t l = 0; l < m->cfg.num_hidden_layers; l++)
+    n += ng_block_layout_of(&m->cfg, l).output_norm ? 3 : 1;
+  return n;
 }
 
 static point_want direct_point(ng_model *m, int p) {
@@ -228,7 +248,7 @@ static point_want direct_point(ng_model *m, int p) {
   ng_acts *a = ng_acts_create(m, BB, TT, true);
   for (int b = 0; b < BATCHES; b++) {
     ng_model_forward(m, a, tokens + b * N, NULL);  // CPU backend: host buffers
-    want_add(&w, point_values(m, a, p), N, D, (int64_t)b * N, abs_all);
+    want_add(&w, point_at(m, a, p, NULL, 0), N, D, (int64_t)b * N, abs_all);
   }
   ng_acts_free(m, a);
   w.mean_rms /= BATCHES * N;
@@ -238,19 +258,15 @@ static point_want direct_point(ng_model *m, int p) {
   return w;
 }
 
-static void check_points(ng_model *m, const cJSON *points, const char *what) {
-  static const char *const pre_names[] = {"hidden.0", "hidden.1", "hidden.2", "hidden.3"};
-  static const char *const post_names[] = {"hidden.0", "res1.1", "res2.1", "hidden.1",
-                                           "res1.2",   "res2.2", "hidden.2", "res1.3",
-                                           "res2.3",   "hidden.3"};
-  bool post = m->cfg.norm_placement == NG_NORM_POST;
-  const char *const *names = post ? post_names : pre_names;
-  int n = cJSON_GetArraySize(points), want_n = post ? 10 : 4, bad = n == want_n ? -1 : n;
+static void check_points(ng_model *m, const cJSON *points, const char *what, int want_n) {
+  int n = cJSON_GetArraySize(points), bad = n == want_n && n == n_points(m) ? -1 : n;
   double worst = 0.0, growth_err = 0.0, prev_hidden = NAN;
   for (int p = 0; p < n && bad < 0; p++) {
     const cJSON *pt = cJSON_GetArrayItem(points, p);
     const char *name = cJSON_GetStringValue(at(pt, "name"));
-    if (!name || strcmp(name, names[p]) != 0) bad = p;
+    char want_name[32];
+    point_at(m, NULL, p, want_name, sizeof want_name);
+    if (!name || strcmp(name, want_name) != 0) bad = p;
     point_want w = direct_point(m, p);
     const cJSON *mx = at(pt, "max_abs");
     worst = fmax(worst, rel_err(num(at(at(at(pt, "rms"), "all"), "mean")), w.mean_rms));
@@ -319,30 +335,49 @@ static void check_ablation(ng_model *m, ng_model *teacher, const cJSON *abl) {
   for (int l = 1; l <= L; l++) {
     const cJSON *b = cJSON_GetArrayItem(at(abl, "blocks"), l - 1);
     const cJSON *skip = at(b, "skip"), *norms = at(b, "norms_only");
-    shape_ok &= num(at(b, "block")) == l && norms != NULL;
+    bool has_norms = ng_block_layout_of(&m->cfg, l - 1).output_norm;
+    shape_ok &= num(at(b, "block")) == l && (norms != NULL) == has_norms;
     worst = fmax(worst, rel_err(num(at(skip, "ce")), mean_ce[l]));
     worst = fmax(worst, rel_err(num(at(skip, "dkd")), mean_kd[l] - mean_kd[0]));
+    if (!has_norms) continue;
     worst = fmax(worst, rel_err(num(at(norms, "ce")), mean_ce[L + l]));
     worst = fmax(worst, rel_err(num(at(norms, "dce")), mean_ce[L + l] - mean_ce[0]));
   }
-  CHECK(shape_ok, "post ablation: one entry per block, 1-based, with norms_only", "%d blocks",
-        cJSON_GetArraySize(at(abl, "blocks")));
-  CHECK(worst < 1e-12, "post ablation: ce, kd, dce, dkd = mean over batches of the batch ablation",
-        "worst relative error %.3g", worst);
-  CHECK(mean_kd[0] > 0.0, "post ablation: kd with a teacher", "kd %g", mean_kd[0]);
+  const char *p = ng_norm_placement_name(m->cfg.norm_placement);
+  char name[160];
+  snprintf(name, sizeof name, "%s ablation: one entry per block, 1-based, norms_only where the block has an output norm", p);
+  CHECK(shape_ok, name, "%d blocks", cJSON_GetArraySize(at(abl, "blocks")));
+  snprintf(name, sizeof name, "%s ablation: ce, kd, dce, dkd = mean over batches of the batch ablation", p);
+  CHECK(worst < 1e-12, name, "worst relative error %.3g", worst);
+  snprintf(name, sizeof name, "%s ablation: kd with a teacher", p);
+  CHECK(mean_kd[0] > 0.0, name, "kd %g", mean_kd[0]);
 }
 
 static void test_points(void) {
   ng_model *pre = small_model(NG_NORM_PRE, 3, V, 12), *post = small_model(NG_NORM_POST, 3, V, 13);
   ng_model *teacher = small_model(NG_NORM_PRE, 2, V, 14);
   cJSON *j = report(pre, NULL, 1, false);
-  check_points(pre, at(j, "points"), "pre");
+  check_points(pre, at(j, "points"), "pre", 4);
   cJSON_Delete(j);
   j = report(post, teacher, 0, true);
-  check_points(post, at(j, "points"), "post");
+  check_points(post, at(j, "points"), "post", 10);
   check_top_and_empty(j);
   check_ablation(post, teacher, at(j, "ablation"));
   cJSON_Delete(j);
+  // the other placements: res1, res2 and norms_only exactly where a block has an
+  // output norm (deepnorm: every block; mixln: block 1 of 3; sandwich, lns: none)
+  static const struct {
+    ng_norm_placement p;
+    int n_points;
+  } others[] = {{NG_NORM_DEEPNORM, 10}, {NG_NORM_MIXLN, 6}, {NG_NORM_SANDWICH, 4}, {NG_NORM_LNS, 4}};
+  for (size_t i = 0; i < sizeof others / sizeof others[0]; i++) {
+    ng_model *m = small_model(others[i].p, 3, V, 15 + i);
+    j = report(m, teacher, 0, true);
+    check_points(m, at(j, "points"), ng_norm_placement_name(others[i].p), others[i].n_points);
+    check_ablation(m, teacher, at(j, "ablation"));
+    cJSON_Delete(j);
+    ng_model_free(m);
+  }
   j = report(pre, NULL, 1, true);
   const cJSON *b0 = cJSON_GetArrayItem(at(at(j, "ablation"), "blocks"), 0);
   CHECK(!at(at(at(j, "ablation"), "intact"), "kd") && !at(at(b0, "skip"), "kd") &&
@@ -354,6 +389,37 @@ static void test_points(void) {
   ng_model_free(teacher);
 }
 
+// The norms-only mode of block 1 = the block run with o_proj and down_proj
+// zeroed, bit for bit, in every placement (deepnorm: N_pf(alpha N_pa(alpha x))).
+static void test_norms_mode(void) {
+  enum { N = BB * TT };
+  int32_t tokens[BATCHES * N], targets[BATCHES * N];
+  all_batches(tokens, targets);
+  for (int p = 0; p <= NG_NORM_LAST; p++) {
+    ng_model *m = small_model((ng_norm_placement)p, 3, V, 30 + (uint64_t)p);
+    ng_acts *a = ng_acts_create(m, BB, TT, false);
+    ng_block_mode modes[3] = {NG_BLOCK_RUN, NG_BLOCK_NORMS, NG_BLOCK_RUN};
+    size_t n = (size_t)N * (size_t)V;
+    float *want = ng_xmalloc(n * sizeof(float));
+    ng_model_forward(m, a, tokens, modes);
+    ng_model_logits(m, a, 0, N);
+    memcpy(want, a->logits, n * sizeof(float));
+    const ng_layer *w = &m->w.layers[1];
+    int64_t D = m->cfg.hidden_size, F = m->cfg.intermediate_size;
+    memset(w->o_proj, 0, (size_t)(D * m->cfg.num_attention_heads * m->cfg.head_dim) * sizeof(float));
+    memset(w->down_proj, 0, (size_t)(D * F) * sizeof(float));
+    ng_model_forward(m, a, tokens, NULL);
+    ng_model_logits(m, a, 0, N);
+    char name[96];
+    snprintf(name, sizeof name, "%s: the norms-only block = the block with its sublayers zeroed",
+             ng_norm_placement_name((ng_norm_placement)p));
+    CHECK(memcmp(want, a->logits, n * sizeof(float)) == 0, name, "logits differ");
+    free(want);
+    ng_acts_free(m, a);
+    ng_model_free(m);
+  }
+}
+
 // ---------------------------------------------------------------- golden cases
 
 static float *load_out(const ng_golden_case *gc, const char *name, int ndim, const int64_t *shape,
@@ -363,7 +429,8 @@ static float *load_out(const ng_golden_case *gc, const char *name, int ndim, con
   return x;
 }
 
-// Batch ablation against out.ablation_ce, out.ce, out.kd; norms_only differs from skip (post).
+// Batch ablation against out.ablation_ce, out.ce, out.kd; norms_only differs
+// from skip (blocks with an output norm).
 static void golden_ablation(const ng_golden_case *gc, ng_model *m, const char *name) {
   int64_t L = m->cfg.num_hidden_layers;
   double *ce = ng_xcalloc(1 + 2 * (size_t)L, sizeof(double));
@@ -380,13 +447,13 @@ static void golden_ablation(const ng_golden_case *gc, ng_model *m, const char *n
   double min_gap = INFINITY;
   for (int64_t l = 1; l <= L; l++) {
     worst = fmax(worst, rel_err(ce[l], want[l - 1]));
-    min_gap = fmin(min_gap, fabs(ce[L + l] - ce[l]));
+    if (ng_block_layout_of(&m->cfg, l - 1).output_norm) min_gap = fmin(min_gap, fabs(ce[L + l] - ce[l]));
   }
   char what[200];
   snprintf(what, sizeof what, "%s: intact ce, kd and skip ce of every block = out.ce, out.kd, out.ablation_ce", name);
   CHECK(worst < 1e-5, what, "worst relative error %.3g", worst);
-  if (m->cfg.norm_placement == NG_NORM_POST) {
-    snprintf(what, sizeof what, "%s: norms_only ce differs from skip ce for every block", name);
+  if (ng_model_has_output_norms(&m->cfg)) {
+    snprintf(what, sizeof what, "%s: norms_only ce differs from skip ce for every block with an output norm", name);
     CHECK(min_gap > 1e-5, what, "smallest |difference| %.3g", min_gap);
   }
   free(want);
@@ -613,6 +680,7 @@ int main(void) {
   test_token_classes();
   test_hidden0_classes();
   test_points();
+  test_norms_mode();
   test_golden(root);
   test_command();
   char cmd[128];

@@ -106,6 +106,148 @@ static void test_function_preservation(void) {
         "max change %.3e", inter);
 }
 
+// Which growth inits keep the function, per placement (docs/design.md, "Growth
+// by placement"): for each position (top, interleave, middle), what growing
+// 2 -> 4 -> 6 blocks does to the logits at the growth steps:
+//   K  keeps them exactly at every step
+//   E  keeps them up to the norms' eps (< 1e-5) at every step, not exactly: new
+//      post-style blocks on top rescale each token, which the final norm undoes
+//   C  changes them (by more than 1e-3) at some step
+// mixln's P: the first P blocks are post.
+enum { C, K, E };
+static const struct {
+  ng_norm_placement placement;
+  int64_t P;
+  ng_grow_init init;
+  int keeps[3];  // by ng_grow_position
+} preservation[] = {
+    {NG_NORM_PRE, 0, NG_INIT_GATE, {K, K, K}},        {NG_NORM_PRE, 0, NG_INIT_ZERO_OUT, {K, K, K}},
+    {NG_NORM_POST, 0, NG_INIT_GATE, {K, K, K}},       {NG_NORM_POST, 0, NG_INIT_ZERO_OUT, {E, C, C}},
+    {NG_NORM_LNS, 0, NG_INIT_GATE, {K, C, C}},        {NG_NORM_LNS, 0, NG_INIT_ZERO_OUT, {K, C, C}},
+    {NG_NORM_SANDWICH, 0, NG_INIT_GATE, {K, K, K}},   {NG_NORM_SANDWICH, 0, NG_INIT_ZERO_OUT, {K, K, K}},
+    {NG_NORM_DEEPNORM, 0, NG_INIT_GATE, {K, K, K}},   {NG_NORM_DEEPNORM, 0, NG_INIT_ZERO_OUT, {E, C, C}},
+    {NG_NORM_MIXLN, 1, NG_INIT_GATE, {K, K, K}},      {NG_NORM_MIXLN, 1, NG_INIT_ZERO_OUT, {K, K, K}},
+    {NG_NORM_MIXLN, 2, NG_INIT_GATE, {K, C, C}},      {NG_NORM_MIXLN, 2, NG_INIT_ZERO_OUT, {K, C, C}},
+    {NG_NORM_PRE, 0, NG_INIT_RANDOM, {C, C, C}},      {NG_NORM_POST, 0, NG_INIT_RANDOM, {C, C, C}},
+    {NG_NORM_LNS, 0, NG_INIT_RANDOM, {C, C, C}},      {NG_NORM_SANDWICH, 0, NG_INIT_RANDOM, {C, C, C}},
+    {NG_NORM_DEEPNORM, 0, NG_INIT_RANDOM, {C, C, C}}, {NG_NORM_MIXLN, 1, NG_INIT_RANDOM, {C, C, C}},
+};
+
+static const char *init_name(ng_grow_init init) {
+  switch (init) {
+    case NG_INIT_RANDOM: return "random";
+    case NG_INIT_COPY_BELOW: return "copy_below";
+    case NG_INIT_ZERO_OUT: return "zero_out";
+    case NG_INIT_GATE: return "gate";
+    case NG_INIT_TEACHER: return "teacher";
+  }
+  return "?";
+}
+
+static void test_preservation_table(void) {
+  static const char *const positions[] = {"top", "interleave", "middle"};
+  static const char *const says[] = {"changes", "keeps", "keeps up to eps"};
+  static const int64_t depths[] = {2, 4, 6};
+  for (size_t i = 0; i < sizeof preservation / sizeof preservation[0]; i++) {
+    for (int pos = 0; pos < 3; pos++) {
+      ng_model *m = test_placed_model(be, preservation[i].placement, preservation[i].P, depths[0], 23,
+                                      7, true);
+      ng_rng r;
+      ng_rng_seed(&r, 8);
+      ng_grow_rule rule = {(ng_grow_position)pos, preservation[i].init, 0.3, &r, NULL, NULL, false};
+      int want = preservation[i].keeps[pos];
+      double change[2];
+      for (int step = 0; step < 2; step++) {  // every growth step
+        int64_t from_old[6];
+        ng_model *g;
+        float *before = logits_of(m);
+        NG_ASSERT(ng_model_grow(m, depths[step + 1], &rule, &g, from_old) == 0);
+        float *after = logits_of(g);
+        change[step] = max_diff(before, after, 12 * 23);
+        free(before);
+        free(after);
+        ng_model_free(m);
+        m = g;
+      }
+      ng_model_free(m);
+      double most = fmax(change[0], change[1]);
+      bool as_said = want == K ? most == 0.0 : want == E ? most > 0.0 && most < 1e-5 : most > 1e-3;
+      char name[160];
+      snprintf(name, sizeof name, "%s (P %lld): %s init at %s %s the function (every growth step)",
+               ng_norm_placement_name(preservation[i].placement), (long long)preservation[i].P,
+               init_name(preservation[i].init), positions[pos], says[want]);
+      CHECK(as_said, name, "max changes %.3e, %.3e", change[0], change[1]);
+    }
+  }
+}
+
+// Teacher (Qwen3, pre) layers copied into a sandwich student map by role:
+// the teacher's post_attention_layernorm (before its MLP) becomes the
+// student's pre_feedforward_layernorm; the student's post_attention_layernorm
+// (on the attention output) and post_feedforward_layernorm keep their init.
+static void test_teacher_by_role(void) {
+  ng_model *m = small_model(NG_NORM_SANDWICH, 1, 3), *g, *teacher = small_model(NG_NORM_PRE, 3, 4);
+  ng_rng r;
+  ng_rng_seed(&r, 1);
+  int64_t from_old[2], tl[1] = {2};
+  ng_grow_rule rule = {NG_GROW_TOP, NG_INIT_TEACHER, 0.3, &r, teacher, tl, false};
+  NG_ASSERT(ng_model_grow(m, 2, &rule, &g, from_old) == 0);
+  const ng_param *ff = ng_model_find(g, "model.layers.1.pre_feedforward_layernorm.weight");
+  const ng_param *pa = ng_model_find(g, "model.layers.1.post_attention_layernorm.weight");
+  const ng_param *pf = ng_model_find(g, "model.layers.1.post_feedforward_layernorm.weight");
+  const ng_param *in = ng_model_find(g, "model.layers.1.input_layernorm.weight");
+  const ng_param *t_pa = ng_model_find(teacher, "model.layers.2.post_attention_layernorm.weight");
+  const ng_param *t_in = ng_model_find(teacher, "model.layers.2.input_layernorm.weight");
+  bool ones = true;
+  for (size_t j = 0; j < pa->numel; j++) ones &= pa->data[j] == 1.0f && pf->data[j] == 1.0f;
+  CHECK(memcmp(ff->data, t_pa->data, ff->numel * 4) == 0 && memcmp(in->data, t_in->data, in->numel * 4) == 0 &&
+            ones,
+        "a pre teacher layer into a sandwich block: post_attention_layernorm -> pre_feedforward_layernorm, "
+        "the sublayer-output norms keep gains 1",
+        "tensors differ");
+  ng_model_free(g);
+  ng_model_free(m);
+  ng_model_free(teacher);
+}
+
+// A mixln post block pushed above P by growth becomes a pre block: shared
+// tensors follow it by role, its new input_layernorm has gains 1.
+static void test_mixln_block_moves(void) {
+  ng_model *m = test_placed_model(be, NG_NORM_MIXLN, 2, 2, 23, 5, true), *g;
+  ng_rng r;
+  ng_rng_seed(&r, 1);
+  int64_t from_old[4];
+  ng_grow_rule rule = {NG_GROW_INTERLEAVE, NG_INIT_GATE, 0.3, &r, NULL, NULL, false};
+  NG_ASSERT(ng_model_grow(m, 4, &rule, &g, from_old) == 0);  // old block 2 is now block 3
+  const ng_param *in = ng_model_find(g, "model.layers.2.input_layernorm.weight");
+  const ng_param *pa = ng_model_find(g, "model.layers.2.post_attention_layernorm.weight");
+  const ng_param *old_pa = ng_model_find(m, "model.layers.1.post_attention_layernorm.weight");
+  bool ones = in != NULL && from_old[2] == 1;
+  for (size_t j = 0; ones && j < in->numel; j++) ones &= in->data[j] == 1.0f;
+  CHECK(ones && memcmp(pa->data, old_pa->data, pa->numel * 4) == 0 &&
+            !ng_model_find(g, "model.layers.2.post_feedforward_layernorm.weight"),
+        "mixln: a post block moved above P keeps its shared tensors and gets input_layernorm gains 1",
+        "from_old[2] = %lld", (long long)from_old[2]);
+  ng_model_free(g);
+  ng_model_free(m);
+}
+
+// DeepNet's beta at random init: v, o, gate, up, down scaled; q, k and norms not.
+static void test_deepnorm_init(void) {
+  ng_model *a = small_model(NG_NORM_DEEPNORM, 2, 9), *b = small_model(NG_NORM_DEEPNORM, 2, 9);
+  ng_model_deepnorm_init(b, 6);
+  float beta = (float)pow(48.0, -0.25);
+  bool ok = true;
+  for (int i = 0; i < a->n_params; i++) {
+    const ng_param *p = &a->params[i], *q = &b->params[i];
+    bool scaled = strstr(p->name, "v_proj") || strstr(p->name, "o_proj") || strstr(p->name, "mlp.");
+    for (size_t j = 0; j < p->numel; j++) ok &= q->data[j] == (scaled ? p->data[j] * beta : p->data[j]);
+  }
+  CHECK(ok, "deepnorm init: beta = (8 L_final)^(-1/4) on v_proj, o_proj and the MLP only", "mismatch");
+  ng_model_free(a);
+  ng_model_free(b);
+}
+
 static bool same_block(const ng_model *a, int64_t la, const ng_model *b, int64_t lb) {
   for (int i = 0; i < a->n_params; i++) {
     const ng_param *p = &a->params[i];
@@ -306,7 +448,7 @@ static double layer_scale_change(ng_norm_placement np, double init, ng_grow_init
   *scales_ok = true;
   for (int i = 0; i < g->n_params; i++) {
     const ng_param *p = &g->params[i];
-    if (!ng_param_is_layer_scale(g, p)) continue;
+    if (!ng_param_is_layer_scale(p)) continue;
     int64_t src = from_old[p->layer];
     const ng_param *q = src >= 0 ? ng_model_find_in_layer(m, p, src) : NULL;
     for (size_t k = 0; k < p->numel; k++)
@@ -319,7 +461,8 @@ static double layer_scale_change(ng_norm_placement np, double init, ng_grow_init
 
 // LayerScale at a growth: new blocks' scales start at layer_scale_init under
 // every init (copy_below too) and old blocks keep theirs; with init 0 a new
-// block is the identity in Pre-Norm and LNS (on top): the logits stay exactly.
+// block is the identity in Pre-Norm, LNS (on top) and sandwich (the scale is on
+// its normed sublayer outputs): the logits stay exactly.
 static void test_layer_scale_growth(void) {
   static const struct {
     ng_norm_placement np;
@@ -328,7 +471,9 @@ static void test_layer_scale_growth(void) {
     const char *what;
   } exact[] = {{NG_NORM_PRE, NG_INIT_RANDOM, NG_GROW_TOP, "pre, random, top"},
                {NG_NORM_PRE, NG_INIT_COPY_BELOW, NG_GROW_INTERLEAVE, "pre, copy_below, interleave"},
-               {NG_NORM_LNS, NG_INIT_RANDOM, NG_GROW_TOP, "lns, random, top"}};
+               {NG_NORM_LNS, NG_INIT_RANDOM, NG_GROW_TOP, "lns, random, top"},
+               {NG_NORM_SANDWICH, NG_INIT_RANDOM, NG_GROW_INTERLEAVE, "sandwich, random, interleave"},
+               {NG_NORM_SANDWICH, NG_INIT_COPY_BELOW, NG_GROW_TOP, "sandwich, copy_below, top"}};
   char name[160];
   for (size_t i = 0; i < sizeof exact / sizeof exact[0]; i++) {
     bool scales;
@@ -359,6 +504,10 @@ int main(void) {
   be = ng_backend_cpu();
   test_layouts();
   test_function_preservation();
+  test_preservation_table();
+  test_teacher_by_role();
+  test_deepnorm_init();
+  test_mixln_block_moves();
   test_copies();
   test_optimizer_follows();
   test_rescale_stream();

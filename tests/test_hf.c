@@ -339,7 +339,8 @@ static bool same_config(const ng_model_config *a, const ng_model_config *b) {
          a->num_key_value_heads == b->num_key_value_heads && a->head_dim == b->head_dim &&
          a->rope_theta == b->rope_theta && a->rms_norm_eps == b->rms_norm_eps &&
          a->tie_word_embeddings == b->tie_word_embeddings && a->final_norm == b->final_norm &&
-         a->norm_placement == b->norm_placement;
+         a->norm_placement == b->norm_placement && a->deepnorm_alpha == b->deepnorm_alpha &&
+         a->mixln_post_layers == b->mixln_post_layers;
 }
 
 // Exports m into root/name, loads it back and checks config and weights
@@ -387,6 +388,24 @@ static void test_export_pre_plain(void) {
   ng_model_free(m);
 }
 
+// Sandwich, DeepNorm and Mix-LN models export and load back with their
+// placement, their own keys and every weight (sandwich's four norms included).
+static void test_export_placements(void) {
+  ng_model_config sandwich = toy_config(NG_NORM_SANDWICH, true, false);
+  ng_model_config deepnorm = toy_config(NG_NORM_DEEPNORM, false, true);
+  ng_model_config mixln = toy_config(NG_NORM_MIXLN, true, false);
+  deepnorm.deepnorm_alpha = 1.3;
+  mixln.mixln_post_layers = 2;
+  const ng_model_config *all[] = {&sandwich, &deepnorm, &mixln};
+  for (int i = 0; i < 3; i++) {
+    ng_model *m = random_model(all[i], 11 + (uint64_t)i);
+    char name[64];
+    snprintf(name, sizeof name, "export_%s", ng_norm_placement_name(all[i]->norm_placement));
+    ng_model_free(export_and_load(name, m, name, NG_F32, (size_t)1 << 30));
+    ng_model_free(m);
+  }
+}
+
 static void test_export_post(void) {
   ng_model_config c = toy_config(NG_NORM_POST, false, true);
   ng_model *m = random_model(&c, 4);
@@ -419,11 +438,14 @@ static void test_export_post(void) {
   ng_model_free(m);
 }
 
-// LayerScale folds into o_proj and down_proj rows: the export has no layer
-// scale tensors (a plain Qwen3 for pre with a final norm, NormgrowForCausalLM
-// for post), loads back as a model without them, and gives the same logits.
+// LayerScale folds into o_proj and down_proj rows (sandwich: into the gains of
+// the norms on the sublayer outputs): the export has no layer scale tensors (a
+// plain Qwen3 for pre with a final norm, NormgrowForCausalLM for the others),
+// loads back as a model without them, and gives the same logits.
 static void test_export_layer_scale(ng_norm_placement placement, const char *name) {
   ng_model_config c = toy_config(placement, true, false);
+  c.deepnorm_alpha = placement == NG_NORM_DEEPNORM ? 1.3 : 0.0;
+  c.mixln_post_layers = placement == NG_NORM_MIXLN ? 2 : 0;
   c.layer_scale = true;
   c.layer_scale_init = 0.01;
   ng_model *m = random_model(&c, 6);  // scales 1 + N(0, 0.1^2): every channel its own
@@ -614,7 +636,7 @@ static void test_bad_config(ng_model *m) {
       {"duplicate key", "\"rope_theta\":", "\"rope_theta\": 10000, \"rope_theta\":",
        "duplicate key \"rope_theta\"", NULL},
       {"unknown norm placement", "\"vocab_size\"",
-       "\"norm_placement\": \"sandwich\", \"vocab_size\"", "norm_placement", "sandwich"},
+       "\"norm_placement\": \"middle\", \"vocab_size\"", "norm_placement", "middle"},
       {"invalid JSON", "\"vocab_size\"", "\"vocab_size\" 7,", "config.json", "invalid JSON"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -660,9 +682,13 @@ int main(void) {
   test_tied_ignores_lm_head();
   test_export_pre_plain();
   test_export_post();
+  test_export_placements();
   test_export_bf16();
   test_export_layer_scale(NG_NORM_PRE, "export_pre_layer_scale");
   test_export_layer_scale(NG_NORM_POST, "export_post_layer_scale");
+  test_export_layer_scale(NG_NORM_SANDWICH, "export_sandwich_layer_scale");
+  test_export_layer_scale(NG_NORM_DEEPNORM, "export_deepnorm_layer_scale");
+  test_export_layer_scale(NG_NORM_MIXLN, "export_mixln_layer_scale");
   test_export_sharded();
   test_export_refusals();
   test_config_defaults();

@@ -253,39 +253,120 @@ static void test_checkpoint_round_trip(void) {
 
 // ---------------------------------------------------------------- placements
 
+// A model config of three blocks, Pre-Norm.
+static ng_model_config toy_model(void) {
+  return (ng_model_config){.vocab_size = 7, .hidden_size = 4, .intermediate_size = 6,
+                           .num_hidden_layers = 3, .num_attention_heads = 2,
+                           .num_key_value_heads = 1, .head_dim = 2, .rope_theta = 1e4,
+                           .rms_norm_eps = 1e-6, .final_norm = true};
+}
+
 // Every placement's name reads back to it through a model config; an unknown
-// one is refused naming the field; a model of each placement has exactly the
-// weights its block layout derives (the parameter array is bounded by it).
+// one is refused naming the field; a model of each placement, with and
+// without layer scales, has exactly the weights its block layout derives (the
+// parameter array is bounded by it: NG_BLOCK_MAX_WEIGHTS covers the largest).
 static void test_placements(void) {
-  ng_model_config c = {.vocab_size = 7, .hidden_size = 4, .intermediate_size = 6,
-                       .num_hidden_layers = 3, .num_attention_heads = 2,
-                       .num_key_value_heads = 1, .head_dim = 2, .rope_theta = 1e4,
-                       .rms_norm_eps = 1e-6, .final_norm = true};
-  for (int p = 0; p <= NG_NORM_LAST; p++) {
+  ng_model_config c = toy_model();
+  int most = 0;  // the most weights of a block
+  for (int k = 0; k <= 2 * NG_NORM_LAST + 1; k++) {
+    int p = k / 2;
     c.norm_placement = (ng_norm_placement)p;
+    c.layer_scale = k % 2 == 1;
+    c.layer_scale_init = c.layer_scale ? 0.5 : 0.0;
+    c.deepnorm_alpha = p == NG_NORM_DEEPNORM ? 1.5 : 0.0;
+    c.mixln_post_layers = p == NG_NORM_MIXLN ? 2 : 0;
     cJSON *j = ng_model_config_to_json(&c);
     ng_model_config back;
     int rc = ng_model_config_parse(j, "model", &back);
     char name[96];
-    snprintf(name, sizeof name, "placement %s reads back", ng_norm_placement_name(c.norm_placement));
-    CHECK(rc == 0 && back.norm_placement == c.norm_placement, name, "rc %d, got %d", rc,
-          (int)back.norm_placement);
-    ng_block_layout lay = ng_block_layout_of(c.norm_placement);
+    snprintf(name, sizeof name, "placement %s%s reads back", ng_norm_placement_name(c.norm_placement),
+             c.layer_scale ? " with layer scales" : "");
+    CHECK(rc == 0 && back.norm_placement == c.norm_placement &&
+              back.deepnorm_alpha == c.deepnorm_alpha &&
+              back.mixln_post_layers == c.mixln_post_layers &&
+              back.layer_scale == c.layer_scale && back.layer_scale_init == c.layer_scale_init,
+          name, "rc %d, got %d", rc, (int)back.norm_placement);
     ng_model *m = ng_model_create(NULL, &c, false);
-    int per_block = 0;
-    for (int i = 0; i < m->n_params; i++) per_block += m->params[i].layer == 1;
-    snprintf(name, sizeof name, "placement %s: blocks hold the layout's weights",
-             ng_norm_placement_name(c.norm_placement));
-    CHECK(per_block == lay.n_weights && lay.n_weights <= NG_BLOCK_MAX_WEIGHTS &&
-              m->n_params == ng_model_n_weights(&c) &&
-              (ng_model_find(m, "model.layers.2.input_layernorm.weight") != NULL) == lay.input_norm &&
-              (ng_model_find(m, "model.layers.2.post_feedforward_layernorm.weight") != NULL) ==
-                  lay.output_norm,
-          name, "%d per block, layout %d, %d params of %lld", per_block, lay.n_weights,
-          m->n_params, (long long)ng_model_n_weights(&c));
+    bool blocks_ok = m->n_params == ng_model_n_weights(&c);
+    for (int64_t l = 0; l < c.num_hidden_layers; l++) {
+      ng_block_layout lay = ng_block_layout_of(&c, l);
+      int per_block = 0;
+      for (int i = 0; i < m->n_params; i++) per_block += m->params[i].layer == l;
+      char in[96], ff[96], pf[96], ls[96];
+      snprintf(in, sizeof in, "model.layers.%lld.input_layernorm.weight", (long long)l);
+      snprintf(ff, sizeof ff, "model.layers.%lld.pre_feedforward_layernorm.weight", (long long)l);
+      snprintf(pf, sizeof pf, "model.layers.%lld.post_feedforward_layernorm.weight", (long long)l);
+      snprintf(ls, sizeof ls, "model.layers.%lld.mlp.layer_scale", (long long)l);
+      if (lay.n_weights > most) most = lay.n_weights;
+      blocks_ok = blocks_ok && per_block == lay.n_weights && lay.n_weights <= NG_BLOCK_MAX_WEIGHTS &&
+                  (ng_model_find(m, in) != NULL) == lay.input_norm &&
+                  (ng_model_find(m, ff) != NULL) == lay.sublayer_norms &&
+                  (ng_model_find(m, pf) != NULL) == (lay.output_norm || lay.sublayer_norms) &&
+                  (ng_model_find(m, ls) != NULL) == c.layer_scale;
+    }
+    snprintf(name, sizeof name, "placement %s%s: blocks hold their layout's weights",
+             ng_norm_placement_name(c.norm_placement), c.layer_scale ? " with layer scales" : "");
+    CHECK(blocks_ok, name, "%d params of %lld", m->n_params, (long long)ng_model_n_weights(&c));
     ng_model_free(m);
     cJSON_Delete(j);
   }
+  CHECK(most == NG_BLOCK_MAX_WEIGHTS, "NG_BLOCK_MAX_WEIGHTS is the largest block's weights",
+        "%d vs %d (sandwich with layer scales)", most, NG_BLOCK_MAX_WEIGHTS);
+  c.layer_scale = false;
+  c.layer_scale_init = 0.0;
+  // mixln: blocks 1..P post, the others pre; lns scales by 1/sqrt(l); deepnorm's alpha
+  c.norm_placement = NG_NORM_MIXLN;
+  c.mixln_post_layers = 2;
+  c.deepnorm_alpha = 0.0;
+  CHECK(ng_block_placement(&c, 0) == NG_NORM_POST && ng_block_placement(&c, 1) == NG_NORM_POST &&
+            ng_block_placement(&c, 2) == NG_NORM_PRE,
+        "mixln: blocks l <= P are post, the others pre", "P = %lld", (long long)c.mixln_post_layers);
+  ng_model_config lns = c, deep = c;
+  lns.norm_placement = NG_NORM_LNS;
+  lns.mixln_post_layers = 0;
+  deep.norm_placement = NG_NORM_DEEPNORM;
+  deep.mixln_post_layers = 0;
+  deep.deepnorm_alpha = 2.5;
+  CHECK(ng_block_layout_of(&lns, 3).norm_scale == 0.5f && ng_block_layout_of(&lns, 0).norm_scale == 1.0f &&
+            ng_block_layout_of(&deep, 1).alpha == 2.5f && ng_block_layout_of(&deep, 1).output_norm,
+        "lns's scale is 1/sqrt(l); deepnorm's residual scale is its alpha", "alpha %g", deep.deepnorm_alpha);
+}
+
+// A placement's keys: refused with one line naming the field when out of
+// range, missing, or given to a placement without them.
+static void test_placement_keys(void) {
+  static const struct {
+    const char *placement, *key, *value, *field;
+  } bad[] = {
+      {"deepnorm", "deepnorm_alpha", "0", "model.deepnorm_alpha"},
+      {"deepnorm", "deepnorm_alpha", "-1", "model.deepnorm_alpha"},
+      {"deepnorm", "deepnorm_alpha", "\"2\"", "model.deepnorm_alpha"},
+      {"deepnorm", NULL, NULL, "model.deepnorm_alpha"},
+      {"pre", "deepnorm_alpha", "2", "model.deepnorm_alpha"},
+      {"mixln", "mixln_post_layers", "4", "model.mixln_post_layers"},
+      {"mixln", "mixln_post_layers", "-1", "model.mixln_post_layers"},
+      {"mixln", "mixln_post_layers", "1.5", "model.mixln_post_layers"},
+      {"mixln", NULL, NULL, "model.mixln_post_layers"},
+      {"post", "mixln_post_layers", "1", "model.mixln_post_layers"},
+  };
+  ng_model_config c = toy_model();
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    cJSON *j = ng_model_config_to_json(&c);
+    cJSON_ReplaceItemInObject(j, "norm_placement", cJSON_CreateString(bad[i].placement));
+    if (bad[i].key) cJSON_AddItemToObject(j, bad[i].key, cJSON_Parse(bad[i].value));
+    ng_model_config back;
+    int rc = ng_model_config_parse(j, "model", &back);
+    char name[128];
+    snprintf(name, sizeof name, "%s with %s = %s is refused naming the field", bad[i].placement,
+             bad[i].key ? bad[i].key : "no key", bad[i].value ? bad[i].value : "-");
+    CHECK(rc != 0 && strstr(ng_error(), bad[i].field) != NULL && !strchr(ng_error(), '\n'), name,
+          "rc %d: %s", rc, ng_error());
+    cJSON_Delete(j);
+  }
+}
+
+static void test_unknown_placement(void) {
+  ng_model_config c = toy_model();
   cJSON *j = ng_model_config_to_json(&c);
   cJSON_ReplaceItemInObject(j, "norm_placement", cJSON_CreateString("middle"));
   ng_model_config back;
@@ -361,6 +442,8 @@ int main(void) {
   snprintf(dir, sizeof dir, "/tmp/ng_json_XXXXXX");
   NG_ASSERT(mkdtemp(dir));
   test_print_exact();
+  test_placement_keys();
+  test_unknown_placement();
   test_int_bounds();
   test_run_round_trip();
   test_extend_exact();

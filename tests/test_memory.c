@@ -82,7 +82,7 @@ static void check_setting(const char *name, const char *data_extra, const char *
   const char *path = write_run(name, true, data_extra, train);
   ng_run_config rc;
   NG_ASSERT(ng_run_config_load(path, NULL, &rc) == 0);
-  ng_plan_device dev = {400.0, 1e6, 1, 4, teacher_bf16};
+  ng_plan_device dev = {400.0, 1e6, 1, 4, teacher_bf16, 0.0};
   ng_plan_stage s;
   ng_plan_stage_of(&rc, 0, teacher, &dev, &s);
   ng_run_config_free(&rc);

@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 
 #include "check.h"
+#include "run_counts.h"
 #include "normgrow/checkpoint.h"
 #include "normgrow/common.h"
 #include "normgrow/optim.h"
@@ -169,9 +170,11 @@ static void check_allocations(const char *name, const ng_model_config *c) {
             fchunk_bytes == (size_t)(f32 * ng_plan_acts_floats(c, B, T, &o_fchunk)),
         label, "recompute %zu vs %lld, forward chunk 1 %zu", rec_bytes, (long long)(f32 * recompute),
         fchunk_bytes);
-  snprintf(label, sizeof label, "%s: recompute keeps one block's values, chunks 3 of %lld rows of logits", name,
+  snprintf(label, sizeof label, "%s: recompute keeps one set of block values, chunks 3 of %lld rows of logits", name,
            (long long)(B * T));
-  CHECK(kept - recompute == (c->num_hidden_layers - 1) * ng_plan_block_floats(c, B * T) +
+  int64_t own = 0;  // every block's own values, kept without recompute
+  for (int64_t l = 0; l < c->num_hidden_layers; l++) own += ng_plan_block_floats(c, l, l, B * T);
+  CHECK(kept - recompute == own - ng_plan_block_floats(c, 0, c->num_hidden_layers - 1, B * T) +
                                 2 * (B * T - 3) * c->vocab_size,
         label, "%lld vs %lld", (long long)kept, (long long)recompute);
 }
@@ -182,19 +185,28 @@ static void test_allocations(void) {
   check_allocations("pre, untied, final norm, GQA", &a);
   check_allocations("post, tied, no final norm, MQA", &b);
   check_allocations("post, untied, final norm, MHA", &c);
+  ng_model_config sandwich = toy(NG_NORM_SANDWICH, true, true, 2), deepnorm = toy(NG_NORM_DEEPNORM, false, true, 1),
+                  mixln = toy(NG_NORM_MIXLN, false, false, 2), lns = toy(NG_NORM_LNS, true, false, 4);
+  deepnorm.deepnorm_alpha = 1.5;
+  mixln.mixln_post_layers = 2;  // post and pre blocks: one set of saved values serves both
+  check_allocations("sandwich, tied, final norm, GQA", &sandwich);
+  check_allocations("deepnorm, untied, final norm, MQA", &deepnorm);
+  check_allocations("mixln, untied, no final norm, GQA", &mixln);
+  check_allocations("lns, tied, no final norm, MHA", &lns);
   ng_model_config d = toy(NG_NORM_PRE, true, true, 2);
   d.layer_scale = true;
   check_allocations("pre, layer scale, tied, final norm, GQA", &d);
+  sandwich.layer_scale = mixln.layer_scale = true;
+  check_allocations("sandwich, layer scale, tied, final norm, GQA", &sandwich);
+  check_allocations("mixln, layer scale, untied, no final norm, GQA", &mixln);
 }
 
 // ---------------------------------------------------------------- one stage by hand
 
 static int load_arm(const char *name, ng_run_config *rc) {
-  char path[600];
-  snprintf(path, sizeof path, "%s/configs/paper/%s.json", root, name);
-  int r = ng_run_config_load(path, NULL, rc);
-  if (r) printf("# %s: %s\n", path, ng_error());
-  return r;
+  char rel[256];
+  snprintf(rel, sizeof rel, "paper/%s", name);
+  return load_config(root, rel, rc);
 }
 
 // The JSON of the file "<root>/<name>".
@@ -227,7 +239,7 @@ static void test_stage(void) {
     return;
   }
   ng_model_config t = qwen3_8b();
-  ng_plan_device dev = {400.0, 80.0, 1, 4, false};
+  ng_plan_device dev = {400.0, 80.0, 1, 4, false, 0.0};
   ng_plan_stage s;
   ng_plan_stage_of(&rc, 2, &t, &dev, &s);
   // One step at 256 x 2048 = 524,288 tokens: student 6 P N + 3 A_s, teacher 2 P_t N + A_t,
@@ -259,7 +271,7 @@ static void test_stage(void) {
   // Data parallel on 64 devices, micro-batches of 8 rows, recompute: the moments
   // sharded, the ZeRO buffers (one parameter's staging: the largest is the
   // embedding, and the reduced gradients of the device's slices).
-  ng_plan_device many = {400.0, 80.0, 64, 2, false};
+  ng_plan_device many = {400.0, 80.0, 64, 2, false, 0.0};
   ng_plan_stage r;
   rc.recompute = true;
   rc.micro_batch = 8;
@@ -275,8 +287,21 @@ static void test_stage(void) {
             fabs(r.seconds * 64 - s.seconds) <= 1e-9 * s.seconds,
         "64 devices, 2 bytes per parameter, recompute: per device by hand (ZeRO-1)",
         "%.1f GiB per device", r.per_device_gib);
+  // The ZeRO-1 step's communication: every parameter trains here, so each device
+  // sends 2 x 63/64 x 4 bytes of each per step; its time at a bus bandwidth of 100
+  // GB/s; nothing on one device, no time without a bandwidth.
+  ng_plan_device bus = many;
+  bus.bus_gbps = 100.0;
+  ng_plan_stage q;
+  ng_plan_stage_of(&rc, 2, &t, &bus, &q);
+  double sent = 2.0 * 63.0 / 64.0 * 4.0 * (double)P9;
+  CHECK(r.student.trainable == P9 && fabs(r.comm_bytes - sent) <= 1e-9 * sent && r.comm_seconds == 0.0 &&
+            fabs(q.comm_seconds - 1977.0 * sent / 100e9) <= 1e-9 * q.comm_seconds && s.comm_bytes == 0.0 &&
+            s.comm_seconds == 0.0,
+        "64 devices: the ZeRO-1 step's bytes per device and step by hand, their time at 100 GB/s",
+        "%.6e bytes (want %.6e), %.3f s", r.comm_bytes, sent, q.comm_seconds);
   // The fewest devices of 90 GiB: the stage fits on devices_needed and not on one fewer.
-  ng_plan_device big = {400.0, 90.0, 1, 2, false};
+  ng_plan_device big = {400.0, 90.0, 1, 2, false, 0.0};
   ng_plan_stage one_big;
   ng_plan_stage_of(&rc, 2, &t, &big, &one_big);
   ng_plan_device need = big, fewer = big;
@@ -315,7 +340,7 @@ static void test_freezing(void) {
   cJSON_AddTrueToObject(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "stages"), 1), "freeze_existing");
   cJSON_ReplaceItemInObject(cJSON_GetObjectItem(j, "init"), "freeze_embeddings", cJSON_CreateTrue());
   ng_run_config rc;
-  ng_plan_device dev = {400.0, 80.0, 1, 4, false};
+  ng_plan_device dev = {400.0, 80.0, 1, 4, false, 0.0};
   ng_plan_stage s[3] = {{0}};
   int r = parse_run(j, &rc);
   if (r == 0) {
@@ -338,19 +363,6 @@ static const char *const arms[] = {"joint-pre", "joint-post", "grow-pre", "grow-
                                    "control-extra-tokens", "control-layer-tokens",
                                    "control-lr-restarts"};
 #define N_ARMS (int)(sizeof arms / sizeof arms[0])
-
-static int64_t run_tokens(const ng_run_config *rc) {
-  int64_t n = 0;
-  for (int i = 0; i < rc->n_stages; i++) n += rc->stages[i].tokens;
-  return n;
-}
-
-// Sum over stages of depth x tokens: the active-layer-token count.
-static int64_t layer_tokens(const ng_run_config *rc) {
-  int64_t n = 0;
-  for (int i = 0; i < rc->n_stages; i++) n += rc->stages[i].depth * rc->stages[i].tokens;
-  return n;
-}
 
 static void test_every_config_parses(void) {
   char pattern[600];
@@ -499,6 +511,14 @@ static void test_every_arm_plans(void) {
              arms[i], rc.n_stages);
     CHECK(r.status == 0 && strstr(r.out, "blocks held in bf16") && listed == rc.n_stages && found == listed,
           label, "%d stages listed, %d with a setting", listed, found);
+    bool one_device_comm = strstr(r.out, "communication of the ZeRO-1 step") != NULL;
+    snprintf(args, sizeof args, "configs/paper/%s.json --teacher-config configs/paper/qwen3-8b-base.json "
+             "--devices 8 --bus-gbps 200", arms[i]);
+    r = run_plan(args);
+    snprintf(label, sizeof label, "plan %s on 8 devices: the ZeRO-1 communication at 200 GB/s (none on one)", arms[i]);
+    CHECK(r.status == 0 && !one_device_comm && strstr(r.out, "communication of the ZeRO-1 step on each of 8 devices") &&
+              strstr(r.out, "bus bandwidth of 200 GB/s") && strstr(r.out, "hours with compute"),
+          label, "status %d, stderr: %s", r.status, r.err);
     ng_run_config_free(&rc);
   }
 }
@@ -570,6 +590,7 @@ static void test_bad_input(void) {
       {"--device-memory-gib negative", "--device-memory-gib -1", "--device-memory-gib"},
       {"--device-tflops inf", "--device-tflops inf", "--device-tflops"},
       {"--bytes-per-param 0", "--bytes-per-param 0", "--bytes-per-param"},
+      {"--bus-gbps 0", "--bus-gbps 0", "--bus-gbps"},
       {"--recompute yes", "--recompute yes", "--recompute"},
       {"--micro-batch not dividing the batch", "--micro-batch 3", "--micro-batch"},
       {"--micro-batch over the batch", "--micro-batch 512", "--micro-batch"},

@@ -16,6 +16,7 @@
 #include "normgrow/fileio.h"
 #include "normgrow/data.h"
 #include "normgrow/run.h"
+#include "normgrow/topk.h"
 
 static char dir[64];
 enum { B = 8, T = 32, D = 32, F = 64, H = 4, KV = 2, HD = 8, V = 257 };
@@ -326,6 +327,67 @@ static void check_recompute(void) {
         "block's values", "%s", rc ? ng_error() : "weights differ");
 }
 
+// data.sampling "epoch" on the first 2000 tokens of the shard (62 windows, the
+// 60 steps of 8 windows about 7.7 epochs): stopped after step 30 (inside the
+// fourth epoch) and resumed, the final weights are bit-identical to an
+// uninterrupted run's, and differ from uniform sampling's.
+static void check_epochs(void) {
+  char from[160], small[160];
+  snprintf(from, sizeof from, "%s/train.bin", dir);
+  snprintf(small, sizeof small, "%s/small.bin", dir);
+  ng_shard s;
+  NG_ASSERT(ng_shard_open(&s, from) == 0 && s.n_tokens >= 2000);
+  uint32_t *ids = ng_xmalloc(2000 * sizeof *ids);
+  for (int i = 0; i < 2000; i++) ids[i] = s.parts[0].tokens[i];
+  NG_ASSERT(ng_shard_write(small, s.vocab_size, s.separator, ids, 2000) == 0);
+  free(ids);
+  ng_shard_close(&s);
+  char path[160];
+  snprintf(path, sizeof path, "%s/epoch30", dir);
+  const char *train = "/train.bin\"", *uniform = "/small.bin\"", *epoch = "/small.bin\", \"sampling\": \"epoch\"";
+  int rc = train_variant("uniform_small", "", train, uniform, 0) || train_variant("epoch30", "", train, epoch, 30);
+  ng_train_args resume = {.resume_dir = path};
+  rc = rc || ng_train(&resume) || train_variant("epoch", "", train, epoch, 0);
+  double w = weights_diff("epoch30", "epoch", "final.safetensors");
+  double u = weights_diff("epoch", "uniform_small", "final.safetensors");
+  printf("# epoch sampling vs uniform on the same shard: weights %.3g relative apart\n", u);
+  CHECK(rc == 0 && w == 0.0 && u > 0.0, "data.sampling epoch: stopped after step 30 (epoch 4 of 8) and "
+        "resumed, final weights bit-identical; they differ from uniform sampling's", "%s",
+        rc ? ng_error() : "weights differ, or sampling had no effect");
+}
+
+// The same from top-k caches of the teacher (k 8) on the small shard and the
+// validation shard: the cache's windows in epoch order, resumed bit for bit.
+static void check_epochs_cached(void) {
+  const char *splits[2][2] = {{"small.bin", "small.topk"}, {"val.bin", "val.topk"}};
+  char path[160], cache[160];
+  ng_model *teacher = NULL;
+  snprintf(path, sizeof path, "%s/teacher/final.safetensors", dir);
+  bool built = ng_model_open(path, ng_backend_cpu(), false, &teacher) == 0;
+  for (int i = 0; built && i < 2; i++) {
+    ng_shard s;
+    snprintf(path, sizeof path, "%s/%s", dir, splits[i][0]);
+    snprintf(cache, sizeof cache, "%s/%s", dir, splits[i][1]);
+    built = ng_shard_open(&s, path) == 0 && ng_topk_build(teacher, &s, 8, T, 2.0, 16, cache) == 0;
+    ng_shard_close(&s);
+  }
+  ng_model_free(teacher);
+  char extra[400];
+  snprintf(extra, sizeof extra, ", \"teacher_cache\": {\"train\": \"%s/small.topk\", \"val\": \"%s/val.topk\"}",
+           dir, dir);
+  const char *train = "/train.bin\"", *epoch = "/small.bin\", \"sampling\": \"epoch\"";
+  int rc = !built || train_variant("cache_epoch30", extra, train, epoch, 30);
+  snprintf(path, sizeof path, "%s/cache_epoch30", dir);
+  ng_train_args resume = {.resume_dir = path};
+  rc = rc || ng_train(&resume) || train_variant("cache_epoch", extra, train, epoch, 0) ||
+       train_variant("cache_uniform", extra, train, "/small.bin\"", 0);
+  double w = weights_diff("cache_epoch30", "cache_epoch", "final.safetensors");
+  double u = weights_diff("cache_epoch", "cache_uniform", "final.safetensors");
+  CHECK(rc == 0 && w == 0.0 && u > 0.0, "data.sampling epoch from top-k caches: stopped after step 30 and "
+        "resumed, final weights bit-identical; they differ from uniform sampling's", "%s",
+        rc ? ng_error() : "weights differ, or sampling had no effect");
+}
+
 // The runs the settings are compared with: the arm at its lower learning rate, 30 steps.
 static void check_settings(void) {
   int rc = train_variant("whole30", "", NULL, NULL, 30);
@@ -333,6 +395,8 @@ static void check_settings(void) {
   check_chunks();
   check_micro_batches();
   check_recompute();
+  check_epochs();
+  check_epochs_cached();
 }
 
 // ---------------------------------------------------------------- bad configs
@@ -368,6 +432,7 @@ static void check_bad_configs(void) {
   expect_bad("freezing on a stage that does not grow", NULL, "{\"depth\": 1, \"tokens\": 5120}", "{\"depth\": 1, \"tokens\": 5120, \"freeze_existing\": true}", "freeze_existing");
   expect_bad("missing teacher file", NULL, "teacher/final.safetensors", "teacher/none.safetensors", "none.safetensors");
   expect_bad("teacher of another vocabulary", NULL, "teacher/final.safetensors", "wide.safetensors", "vocabulary");
+  expect_bad("unknown data.sampling", NULL, "\"batch\": 8,", "\"batch\": 8, \"sampling\": \"shuffle\",", "data.sampling: unknown value \"shuffle\"");
   expect_bad("micro_batch not dividing the batch", NULL, "\"batch\": 8,", "\"batch\": 8, \"micro_batch\": 3,", "data.micro_batch");
   expect_bad("unknown train key", ", \"train\": {\"chunk\": 3}", NULL, NULL, "unknown key \"chunk\"");
   expect_bad("rescale_stream on Post-Norm", NULL, "\"gate_steps\": 5}", "\"gate_steps\": 5, \"rescale_stream\": true}",
@@ -375,6 +440,10 @@ static void check_bad_configs(void) {
   expect_bad("depth_scaled_init with a copied block", NULL, "\"init\": \"gate\", \"gate_steps\": 5}",
              "\"init\": \"copy_below\", \"depth_scaled_init\": true}", "growth.depth_scaled_init");
   expect_bad("last depth differs from the model", NULL, "{\"depth\": 3, \"tokens\": 5120}", "{\"depth\": 4, \"tokens\": 5120}", "num_hidden_layers");
+  expect_bad("mixln with more post blocks than the first stage's depth", NULL, "\"norm_placement\": \"post\"",
+             "\"norm_placement\": \"mixln\", \"mixln_post_layers\": 2", "model.mixln_post_layers");
+  expect_bad("deepnorm without its alpha", NULL, "\"norm_placement\": \"post\"", "\"norm_placement\": \"deepnorm\"",
+             "model.deepnorm_alpha");
 }
 
 // A student started from teacher layers {"every": 1} and its embeddings, trained

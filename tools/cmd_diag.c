@@ -123,7 +123,7 @@ static int int_opt(const ng_cli *c, const char *key, int64_t def, int64_t min, i
 }
 
 static char *structural_text(const ng_run_config *rc) {
-  char *s = ng_xcalloc(16 * 12 + 1, 1);
+  char *s = ng_xcalloc(NG_MAX_STRUCTURAL * 12 + 1, 1);
   for (int i = 0; i < rc->n_structural; i++)
     sprintf(s + strlen(s), "%s%d", i ? "," : "", (int)rc->structural_tokens[i]);
   return s;

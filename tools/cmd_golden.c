@@ -76,7 +76,10 @@ int cmd_golden_check(const ng_cli *c) {
       print_report(c->pos[i], &r);
       failed += r.n_bad > 0;
       for (int f = 0; f < NG_FAM_COUNT; f++)
-        if (!(r.err[f] <= worst.err[f])) worst.err[f] = r.err[f];
+        if (!(r.err[f] <= worst.err[f])) {
+          worst.err[f] = r.err[f];
+          worst.tol[f] = r.tol[f];  // that case's tolerance
+        }
     }
     ng_tensor_list_free(&out);
     ng_golden_close(&gc);
@@ -85,7 +88,8 @@ int cmd_golden_check(const ng_cli *c) {
          ng_precision_name(be->precision));
   for (int f = 0; f < NG_FAM_COUNT; f++) {
     printf(" %s", ng_golden_family_name((ng_golden_family)f));
-    print_err(worst.err[f], ng_golden_family_tol((ng_golden_family)f, be->precision));
+    print_err(worst.err[f], worst.err[f] > 0 ? worst.tol[f]
+                                             : ng_golden_family_tol((ng_golden_family)f, be->precision));
   }
   printf("\n%d of %d cases failed\n", failed, c->npos);
   ng_backend_close(be);

@@ -2,7 +2,7 @@
 // run, before it runs. Reads the run config and, for a distillation, only the
 // teacher's configuration (never data, never weights):
 //   normgrow plan RUN.json [--teacher-config FILE.json] [--device-tflops X]
-//                [--device-memory-gib M] [--devices N] [--bytes-per-param B]
+//                [--device-memory-gib M] [--devices N] [--bus-gbps B] [--bytes-per-param B]
 //                [--micro-batch N] [--loss-chunk ROWS] [--recompute on|off]
 //                [--teacher-dtype bf16|f32]
 // The last three replace the run config's data.micro_batch,
@@ -33,15 +33,20 @@
 // SXM's 989 TFLOP/s peak. 80 GiB: that device's memory.
 #define DEFAULT_TFLOPS 400.0
 #define DEFAULT_MEMORY_GIB 80.0
+// 350 GB/s: an assumed NCCL bus bandwidth of reduce-scatter and all-gather
+// between the 8 GPUs of one NVLink 4 node (900 GB/s of NVLink per GPU, both
+// directions together); not measured here.
+#define DEFAULT_BUS_GBPS 350.0
 
 // ---------------------------------------------------------------- options
 
 static int parse_device(const ng_cli *c, ng_plan_device *d) {
   *d = (ng_plan_device){.tflops = DEFAULT_TFLOPS, .memory_gib = DEFAULT_MEMORY_GIB, .devices = 1,
-                        .bytes_per_param = 4};
+                        .bytes_per_param = 4, .bus_gbps = DEFAULT_BUS_GBPS};
   return ng_cli_num_opt(c, "device-tflops", 0.0, false, 1e6, &d->tflops) ||
          ng_cli_num_opt(c, "device-memory-gib", 0.0, false, 1e6, &d->memory_gib) ||
          ng_cli_int_opt(c, "devices", 1, 1000000, &d->devices) ||
+         ng_cli_num_opt(c, "bus-gbps", 0.0, false, 1e6, &d->bus_gbps) ||
          ng_cli_int_opt(c, "bytes-per-param", 1, 16, &d->bytes_per_param);
 }
 
@@ -224,6 +229,29 @@ static void print_compute(const ng_plan_stage *s, int n) {
          grouped(tokens).s, (long long)steps, "", "", flops, seconds / 3600.0, seconds / 86400.0);
 }
 
+// On several devices: what the ZeRO-1 step sends per step and device, and its
+// time at the assumed bus bandwidth next to the compute time.
+static void print_communication(const ng_plan_stage *s, int n, const ng_plan_device *d) {
+  if (d->devices < 2) return;
+  printf("\ncommunication of the ZeRO-1 step on each of %lld devices: reduce-scatter of the gradients\n"
+         "and all-gather of the weights, fp32 over a ring, 2 (N-1)/N x 4 bytes x trainable params per\n"
+         "step, at an assumed bus bandwidth of %g GB/s (--bus-gbps), not overlapped with compute\n",
+         (long long)d->devices, d->bus_gbps);
+  printf("%-6s %10s %12s %15s %11s %7s\n", "stage", "GB/step", "comm s/step", "compute s/step",
+         "comm hours", "share");
+  double comm = 0.0, compute = 0.0;
+  for (int i = 0; i < n; i++) {
+    double steps = (double)s[i].steps;
+    printf("%-6d %10.2f %12.4f %15.3f %11.2f %6.1f%%\n", i + 1, s[i].comm_bytes / 1e9,
+           s[i].comm_seconds / steps, s[i].seconds / steps, s[i].comm_seconds / 3600.0,
+           100.0 * s[i].comm_seconds / s[i].seconds);
+    comm += s[i].comm_seconds;
+    compute += s[i].seconds;
+  }
+  printf("%-6s %10s %12s %15s %11.2f %6.1f%%  (%.1f hours with compute)\n", "total", "", "", "",
+         comm / 3600.0, 100.0 * comm / compute, (comm + compute) / 3600.0);
+}
+
 static void print_memory_row(const char *label, const ng_plan_stage *s, bool teacher) {
   char need[24] = "-";
   if (s->devices_needed) snprintf(need, sizeof need, "%lld", (long long)s->devices_needed);
@@ -327,6 +355,7 @@ int cmd_plan(const ng_cli *c) {
   for (int i = 0; i < rc.n_stages; i++) ng_plan_stage_of(&rc, i, t.known ? &t.cfg : NULL, &dev, &stages[i]);
   print_header(c->pos[0], &rc, &t, stages[0].teacher.total, &dev);
   print_compute(stages, rc.n_stages);
+  print_communication(stages, rc.n_stages, &dev);
   print_memory(stages, rc.n_stages, t.known, &dev);
   print_notes();
   print_fitting(&rc, t.known ? &t.cfg : NULL, stages, &dev);

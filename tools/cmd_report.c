@@ -37,14 +37,14 @@
 #include "cli.h"
 #include "normgrow/common.h"
 #include "normgrow/config.h"
+#include "normgrow/diag.h"
 #include "normgrow/fileio.h"
 #include "normgrow/model.h"
 #include "rundir.h"
 
 extern char **environ;
 
-#define N_CLASSES 4
-static const char *const class_names[N_CLASSES] = {"separator", "after_separator", "structural", "ordinary"};
+#define N_CLASSES NG_TOK_CLASSES  // ng_token_class_name gives their keys
 #define PLOT_SKIPPED 3  // plot_report.py's status when matplotlib is missing
 
 // ---------------------------------------------------------------- data
@@ -78,14 +78,15 @@ typedef struct {
 typedef struct {
   char *dir, *name, *mode, *schedule;
   ng_norm_placement placement;
+  ng_model_config model;    // at its final depth
   long long seed;
   ng_rundir state;          // how far it got (finished, steps)
   ng_flat_config settings;  // config.json as key=value
   final_eval final;  // the last eval record of metrics.jsonl
   series val_ce;     // over tokens
   series growth;     // tokens of each growth record -> depth after it
-  // diag.jsonl: std over tokens of the per-token RMS at hidden.L and (Post-Norm)
-  // res2.L, L the depth at that evaluation, over tokens.
+  // diag.jsonl: std over tokens of the per-token RMS at hidden.L and (when the
+  // last block has an output norm) res2.L, L the depth at that evaluation, over tokens.
   bool has_diag;
   series rms_hidden, rms_res2;
   long long depth_first, depth_last;
@@ -103,7 +104,7 @@ typedef struct {
   double intact_ce;
   size_t n_blocks;
   long long *block;
-  double *skip_dce, *norms_dce;  // norms_dce: Post-Norm only
+  double *skip_dce, *norms_dce;  // norms_dce: blocks with an output norm only
 } run;
 
 typedef struct {
@@ -268,25 +269,29 @@ static int schedule_of(const cJSON *stages, const char *file, char **out) {
   return rc;
 }
 
-// Whether r's blocks end in a norm (Post-Norm): the residual points res1/res2
-// and the norms-only ablation exist.
-static bool output_norm(const run *r) { return ng_block_layout_of(r->placement).output_norm; }
+// Whether some block of r ends in a norm (post, deepnorm, mixln's post blocks):
+// the residual points res1/res2 and the norms-only ablation exist for those.
+static bool output_norm(const run *r) { return ng_model_has_output_norms(&r->model); }
+// Whether block `block` (1-based) of r ends in a norm.
+static bool block_output_norm(const run *r, long long block) {
+  return block >= 1 && ng_block_layout_of(&r->model, block - 1).output_norm;
+}
 
 static int load_config(const char *path, run *r) {
   cJSON *c;
   if (parse_json_file(path, &c)) return -1;
-  const char *name = NULL, *mode = NULL, *placement = NULL;
+  const char *name = NULL, *mode = NULL;
+  char where[4200];
+  snprintf(where, sizeof where, "%s: model", path);
   int rc = check(as_str(dig(c, "name", NULL), &name), "%s: name", path) ||
                    check(as_int(dig(c, "seed", NULL), &r->seed), "%s: seed", path) ||
                    check(as_str(dig(c, "mode", NULL), &mode), "%s: mode", path) ||
-                   check(as_str(dig(c, "model", "norm_placement", NULL), &placement),
-                         "%s: model.norm_placement", path) ||
+                   ng_model_config_parse(dig(c, "model", NULL), where, &r->model) ||
                    schedule_of(dig(c, "stages", NULL), path, &r->schedule)
                ? -1
                : 0;
-  if (rc == 0 && ng_norm_placement_from_name(placement, &r->placement) != 0)
-    rc = ng_fail("%s: model.norm_placement: \"%s\" is none of \"pre\", \"post\", \"lns\"", path, placement);
   if (rc == 0) {
+    r->placement = r->model.norm_placement;
     r->name = ng_xstrdup(name);
     r->mode = ng_xstrdup(mode);
   }
@@ -355,13 +360,13 @@ static int diag_record(const cJSON *rec, const char *where, run *r) {
   if (check(as_int(dig(rec, "depth", NULL), &depth), "%s: depth", where) ||
       check(as_int(dig(rec, "tokens", NULL), &tokens), "%s: tokens", where) ||
       point_std(rec, "hidden", depth, where, &hidden) ||
-      (output_norm(r) && point_std(rec, "res2", depth, where, &res2)) ||
+      (block_output_norm(r, depth) && point_std(rec, "res2", depth, where, &res2)) ||
       class_spread_record(rec, where, depth, r))
     return -1;
   if (r->rms_hidden.n == 0) r->depth_first = depth;
   r->depth_last = depth;
   series_push(&r->rms_hidden, (double)tokens, hidden);
-  if (output_norm(r)) series_push(&r->rms_res2, (double)tokens, res2);
+  if (block_output_norm(r, depth)) series_push(&r->rms_res2, (double)tokens, res2);
   return 0;
 }
 
@@ -387,7 +392,7 @@ static int growth_diag_record(const cJSON *rec, const char *where, run *r) {
     if (point_std(rec, "hidden", g.block - 1, where, &g.hidden) ||
         check(as_num(dig(find_point(rec, "hidden", g.block - 1), "rms", "all", "mean", NULL), &g.hidden_mean),
               "%s: hidden.%lld: rms.all.mean", where, g.block - 1) ||
-        (output_norm(r) && g.block > 1 && point_std(rec, "res2", g.block - 1, where, &g.res2)))
+        (block_output_norm(r, g.block - 1) && point_std(rec, "res2", g.block - 1, where, &g.res2)))
       return -1;
     r->growth_in = ng_xrealloc(r->growth_in, (r->n_growth_in + 1) * sizeof *r->growth_in);
     r->growth_in[r->n_growth_in++] = g;
@@ -395,27 +400,34 @@ static int growth_diag_record(const cJSON *rec, const char *where, run *r) {
   return 0;
 }
 
-// count, mean and std of every token class at point <kind>.<layer> of a diag record.
+// count, mean and std of every token class at point <kind>.<layer> of a diag
+// record; a class the file does not have (written before it existed) has no
+// tokens.
 static int class_spread_of(const cJSON *rec, const char *kind, long long layer, const char *where,
                            class_spread *c) {
   const cJSON *p = find_point(rec, kind, layer);
   if (!p) return ng_fail("%s: no point \"%s.%lld\"", where, kind, layer);
   static const char *const stat[3] = {"count", "mean", "std"};
   for (int k = 0; k < N_CLASSES; k++) {
+    const char *name = ng_token_class_name((ng_token_class)k);
     double *to[3] = {&c->count[k], &c->mean[k], &c->std[k]};
+    if (!dig(p, "rms", name, NULL)) {
+      *to[0] = 0.0, *to[1] = *to[2] = NAN;
+      continue;
+    }
     for (int q = 0; q < 3; q++)
-      if (check(as_num(dig(p, "rms", class_names[k], stat[q], NULL), to[q]), "%s: %s.%lld: rms.%s.%s", where,
-                kind, layer, class_names[k], stat[q]))
+      if (check(as_num(dig(p, "rms", name, stat[q], NULL), to[q]), "%s: %s.%lld: rms.%s.%s", where, kind,
+                layer, name, stat[q]))
         return -1;
   }
   c->has = true;
   return 0;
 }
 
-// The classes at hidden.L (and Post-Norm res2.L) of an evaluation record: kept
-// for the first evaluation and the latest.
+// The classes at hidden.L (and res2.L where block L has an output norm) of an
+// evaluation record: kept for the first evaluation and the latest.
 static int class_spread_record(const cJSON *rec, const char *where, long long depth, run *r) {
-  for (int pt = 0; pt <= (int)output_norm(r); pt++) {
+  for (int pt = 0; pt <= (int)block_output_norm(r, depth); pt++) {
     class_spread *c = r->classes[pt];
     if (class_spread_of(rec, pt ? "res2" : "hidden", depth, where, &c[1])) return -1;
     if (r->rms_hidden.n == 0) c[0] = c[1];
@@ -430,7 +442,7 @@ static int layer_spreads(const cJSON *d, const char *path, run *r) {
   for (size_t l = 0; l < r->n_layers; l++) {
     r->layer_res2[l] = NAN;
     if (point_std(d, "hidden", (long long)l, path, &r->layer_hidden[l]) ||
-        (output_norm(r) && l > 0 && point_std(d, "res2", (long long)l, path, &r->layer_res2[l])))
+        (block_output_norm(r, (long long)l) && point_std(d, "res2", (long long)l, path, &r->layer_res2[l])))
       return -1;
   }
   return 0;
@@ -488,6 +500,13 @@ static double class_value(const class_spread *c, int k, class_quantity q) {
 
 // ---------------------------------------------------------------- diag_final.json
 
+// rms.<class>.mean of point p into *v: NaN when the class is absent (a file
+// written before the class existed); -1 when it is not a number.
+static int class_mean(const cJSON *p, ng_token_class k, double *v) {
+  const cJSON *c = dig(p, "rms", ng_token_class_name(k), NULL);
+  return c && as_num(dig(c, "mean", NULL), v) ? -1 : 0;
+}
+
 // Mean RMS per token class of the hidden and res2 points, by layer.
 static int class_means(const cJSON *d, const char *path, run *r) {
   long long depth = 0;
@@ -503,9 +522,9 @@ static int class_means(const cJSON *d, const char *path, run *r) {
       const cJSON *p = find_point(d, kind ? "res2" : "hidden", l);
       double *to = (kind ? r->class_res2 : r->class_hidden) + (size_t)l * N_CLASSES;
       for (int k = 0; p && k < N_CLASSES; k++)
-        if (check(as_num(dig(p, "rms", class_names[k], "mean", NULL), &to[k]), "%s: %s.%lld: rms.%s.mean",
-                  path, kind ? "res2" : "hidden", l, class_names[k]))
-          return -1;
+        if (class_mean(p, (ng_token_class)k, &to[k]))
+          return check("expected a number", "%s: %s.%lld: rms.%s.mean", path, kind ? "res2" : "hidden", l,
+                       ng_token_class_name((ng_token_class)k));
     }
   return 0;
 }
@@ -523,7 +542,7 @@ static int load_ablation(const cJSON *a, const char *path, run *r) {
     const char *at = "%s: ablation.blocks[%zu].%s";
     if (check(as_int(dig(b, "block", NULL), &r->block[i]), at, path, i, "block") ||
         check(as_num(dig(b, "skip", "dce", NULL), &r->skip_dce[i]), at, path, i, "skip.dce") ||
-        (output_norm(r) &&
+        (block_output_norm(r, r->block[i]) &&
          check(as_num(dig(b, "norms_only", "dce", NULL), &r->norms_dce[i]), at, path, i, "norms_only.dce")))
       return -1;
     r->n_blocks = ++i;
@@ -732,7 +751,7 @@ static bool skip_dce(const run *r, size_t block, double *v) {
 }
 
 static bool norms_dce(const run *r, size_t block, double *v) {
-  return output_norm(r) && block_dce(r, (long long)block, r->norms_dce, v);
+  return block_output_norm(r, (long long)block) && block_dce(r, (long long)block, r->norms_dce, v);
 }
 
 static bool class_hidden(const run *r, size_t i, double *v) {
@@ -754,13 +773,13 @@ static bool growth_input_std(const run *r, size_t i, double *v) {
   const growth_input *g = &r->growth_in[i / 3];
   const double at[3] = {g->hidden, g->res2, g->hidden_mean};
   *v = at[i % 3];
-  return i % 3 != 1 || (output_norm(r) && g->block > 1);
+  return i % 3 != 1 || block_output_norm(r, g->block - 1);
 }
 
 // i: 2 l the spread at hidden.l of diag_final.json, 2 l + 1 at res2.l.
 static bool layer_std(const run *r, size_t i, double *v) {
   size_t l = i / 2;
-  if (!r->layer_hidden || l >= r->n_layers || (i % 2 && (!output_norm(r) || l == 0))) return false;
+  if (!r->layer_hidden || l >= r->n_layers || (i % 2 && !block_output_norm(r, (long long)l))) return false;
   *v = i % 2 ? r->layer_res2[l] : r->layer_hidden[l];
   return true;
 }
@@ -963,6 +982,74 @@ static void write_arms(FILE *f, const report *rep) {
       f);
 }
 
+static bool final_tokens(const run *r, size_t i, double *v) {
+  (void)i;
+  *v = r->final.tokens;
+  return true;
+}
+
+static bool final_layer_tokens(const run *r, size_t i, double *v) {
+  (void)i;
+  *v = r->final.layer_tokens;
+  return true;
+}
+
+static bool final_flops(const run *r, size_t i, double *v) {
+  (void)i;
+  *v = r->final.flops;
+  return true;
+}
+
+// The arm the accounting is measured against: of the fixed-depth arms
+// (schedule_of's "fixed D"), the first with the fewest tokens (the joint arm
+// among the study's, in either reading); without one, the first arm.
+static const arm *accounting_reference(const report *rep) {
+  const arm *ref = NULL;
+  for (size_t i = 0; i < rep->n_arms; i++) {
+    const arm *a = &rep->arms[i];
+    if (strncmp(a->runs[0]->schedule, "fixed", 5) == 0 &&
+        (!ref || over_seeds(a, final_tokens, 0).mean < over_seeds(ref, final_tokens, 0).mean))
+      ref = a;
+  }
+  return ref ? ref : &rep->arms[0];
+}
+
+// One accounting cell: the mean over seeds, then its ratio to the reference's.
+static void put_count_ratio(FILE *f, const arm *a, const arm *ref, run_value get, bool sci) {
+  summary s = over_seeds(a, get, 0), r = over_seeds(ref, get, 0);
+  if (sci)
+    put_sci(f, s.mean);
+  else
+    fprintf(f, "%.0f", s.mean);
+  fprintf(f, " | %.2f | ", s.mean / r.mean);
+}
+
+// Tokens, layer-tokens and FLOPs per arm against a fixed-depth arm: which
+// token accounting the runs follow (docs/assumptions.md, "tokens per arm").
+static void write_accounting(FILE *f, const report *rep) {
+  const arm *ref = accounting_reference(rep);
+  fprintf(f,
+          "\n## Token accounting\n\nTraining totals at each arm's final evaluation (mean over seeds), "
+          "and each as a multiple of the reference arm's, `%s` (%s): the first fixed-depth arm with the fewest tokens. Layer-tokens: tokens times the blocks they pass "
+          "through, summed over steps. FLOPs: forward and backward of the student plus the teacher's "
+          "forward where the teacher runs (not from a top-k cache), by the rule of `normgrow plan` "
+          "(plan.h); evaluation and diagnostics are not counted. Reading A: every arm has the same "
+          "tokens, so growth has fewer layer-tokens and FLOPs than joint training; reading B: each "
+          "growth stage has the joint arm's tokens, so growth has more, and the controls are sized "
+          "to it.\n\n| arm | schedule | tokens | tokens / ref | layer-tokens | layer-tokens / ref | FLOPs | "
+          "FLOPs / ref | FLOPs per token |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n",
+          arm_name(ref), ref->runs[0]->schedule);
+  for (size_t i = 0; i < rep->n_arms; i++) {
+    const arm *a = &rep->arms[i];
+    fprintf(f, "| %s | %s | ", arm_name(a), a->runs[0]->schedule);
+    put_count_ratio(f, a, ref, final_tokens, false);
+    put_count_ratio(f, a, ref, final_layer_tokens, false);
+    put_count_ratio(f, a, ref, final_flops, true);
+    put_sci(f, over_seeds(a, final_flops, 0).mean / over_seeds(a, final_tokens, 0).mean);
+    fputs(" |\n", f);
+  }
+}
+
 static void write_pairwise(FILE *f, const report *rep) {
   fputs(
       "\n## Differences in final validation CE\n\nRow arm minus column arm, of the mean final "
@@ -997,8 +1084,9 @@ static void write_rms_spread(FILE *f, const report *rep) {
   fputs(
       "\n## Residual RMS spread\n\nStandard deviation over tokens of the per-token RMS (all tokens) "
       "at hidden.L, the output of the last block (L: the depth at that evaluation), at the first "
-      "and the last evaluation of diag.jsonl; for Post-Norm arms also at res2.L, the sum a + MLP(a) "
-      "before the last norm (hidden.L of Post-Norm is pinned by that norm, res2.L is not). Mean over "
+      "and the last evaluation of diag.jsonl; for arms whose last block ends in a norm (post, deepnorm, "
+      "mixln while L <= P) also at res2.L, the sum before that norm (hidden.L is pinned by the norm, "
+      "res2.L is not). Mean over "
       "seeds.\n\n| arm | placement | L first → last | hidden.L first | hidden.L last | res2.L first | "
       "res2.L last |\n|---|---|---|---:|---:|---:|---:|\n",
       f);
@@ -1107,7 +1195,7 @@ static void write_class_spreads(FILE *f, const report *rep) {
       for (int j = 0; j <= N_CLASSES; j++) {
         int k = j == 0 ? N_CLASSES : j - 1;  // all tokens first
         fprintf(f, "| %s | %s | %s |", arm_name(a), pt ? "res2.L" : "hidden.L",
-                k == N_CLASSES ? "all tokens" : class_names[k]);
+                k == N_CLASSES ? "all tokens" : ng_token_class_name((ng_token_class)k));
         static const struct {
           class_quantity q;
           const char *fmt;
@@ -1153,16 +1241,59 @@ static void put_min_over_blocks(FILE *f, const arm *a, run_value dce, const long
   }
 }
 
+// The deepest layer any run of the arm has in diag_final.json (0: none).
+static size_t final_depth(const arm *a) {
+  size_t n = 0;
+  for (size_t k = 0; k < a->n; k++)
+    if (a->runs[k]->n_layers > n) n = a->runs[k]->n_layers;
+  return n ? n - 1 : 0;
+}
+
+// Mean per-token RMS by token class at the last block's output (and, Post-Norm,
+// before its last norm), from diag_final.json: where the largest states sit.
+static void write_class_means(FILE *f, const report *rep) {
+  fputs("\n## Residual RMS by token class\n\nMean per-token RMS at hidden.L, the last block's output "
+        "(diag_final.json, L the final depth), by token class, mean over seeds; Post-Norm arms also at "
+        "res2.L, before the last norm. Classes: window_start, the first position of each window (where "
+        "attention sinks sit); the document separator; the first token after one; structural (the "
+        "config's structural_tokens); ordinary. n/a: no token of the class, or a file without it.\n\n"
+        "| arm | point |",
+        f);
+  for (int k = 0; k < N_CLASSES; k++) fprintf(f, " %s |", ng_token_class_name((ng_token_class)k));
+  fputs("\n|---|---|", f);
+  for (int k = 0; k < N_CLASSES; k++) fputs("---:|", f);
+  fputc('\n', f);
+  for (size_t i = 0; i < rep->n_arms; i++) {
+    const arm *a = &rep->arms[i];
+    size_t L = final_depth(a);
+    if (L == 0) continue;
+    for (int res2 = 0; res2 <= (int)output_norm(a->runs[0]); res2++) {
+      fprintf(f, "| %s | %s.%zu |", arm_name(a), res2 ? "res2" : "hidden", L);
+      for (int k = 0; k < N_CLASSES; k++) {
+        summary s = over_seeds(a, res2 ? class_res2 : class_hidden, L * N_CLASSES + (size_t)k);
+        fputc(' ', f);
+        if (s.n && isfinite(s.mean))
+          fprintf(f, "%.4g", s.mean);
+        else
+          fputs("n/a", f);
+        fputs(" |", f);
+      }
+      fputc('\n', f);
+    }
+  }
+  put_missing(f, rep, lacks_final, "No diag_final.json in");
+}
+
 static void write_ablation(FILE *f, const report *rep) {
   fputs(
       "\n## Block-removal ablation\n\nΔCE: validation CE with one block removed minus the intact "
-      "model's (diag_final.json), mean over seeds. The two removals differ under Post-Norm, "
-      "where a block's norms act on the residual stream itself:\n\n"
+      "model's (diag_final.json), mean over seeds. The two removals differ for blocks with an output "
+      "norm (post, deepnorm, mixln's post blocks), whose norms act on the residual stream itself:\n\n"
       "- **skip**: the block is skipped together with its norms (the block becomes the identity).\n"
-      "- **norms_only** (Post-Norm only): the block's attention and MLP are zeroed and its norms "
-      "kept, so the block still returns Norm(Norm(x)).\n\nmin over blocks: the smallest ΔCE of the "
-      "row (mean over seeds) and its block: the least any one block's removal costs.\n\n"
-      "| arm | removal | intact CE |",
+      "- **norms_only** (blocks with an output norm only): the block's attention and MLP are zeroed "
+      "and its norms kept, so the block still returns Norm(alpha Norm(alpha x)) (alpha 1 but for "
+      "deepnorm).\n\nmin over blocks: the smallest ΔCE of the row (mean over seeds) and its block: the "
+      "least any one block's removal costs.\n\n| arm | removal | intact CE |",
       f);
   long long *blocks;
   size_t nb = ablation_blocks(rep, &blocks);
@@ -1202,19 +1333,21 @@ static const figure figures[] = {
     {"rms_std.png", "Std of per-token RMS at hidden.L over training",
      "Standard deviation over tokens of the per-token residual RMS at hidden.L (solid; the last "
      "block's output, L the depth at that evaluation) over training tokens, per arm (mean over "
-     "seeds); Post-Norm arms also at res2.L (dashed), the sum before the last norm. Log scale."},
+     "seeds); arms whose last block ends in a norm also at res2.L (dashed), the sum before that "
+     "norm. Log scale."},
     {"rms_by_class.png", "Mean RMS per layer by token class",
      "Mean per-token RMS at hidden.l for each layer l (0: the embeddings) by token class "
-     "(separator, first token after a separator, structural, ordinary), from diag_final.json, one "
-     "panel per arm (mean over seeds); Post-Norm panels also show res2.l (dashed). Log scale."},
+     "(first position of a window, separator, first token after a separator, structural, ordinary), "
+     "from diag_final.json, one panel per arm (mean over seeds); blocks with an output norm also "
+     "show res2.l (dashed). Log scale."},
     {"rms_readings.png", "Std of per-token RMS at each new block's input and per layer",
      "Left: the standard deviation over tokens of the per-token RMS of the stream each new block "
      "starts from, at each growth (the growth records of diag.jsonl), per arm (mean over seeds). "
      "Right: the same at each layer of the final model (diag_final.json). Solid: hidden; dashed "
-     "(Post-Norm): res2, before the norm. Log scale."},
+     "(blocks with an output norm): res2, before the norm. Log scale."},
     {"ablation.png", "ΔCE per removed block",
      "ΔCE when one block is removed, per block and arm (mean over seeds): skip (plain bars) and, for "
-     "Post-Norm arms, norms_only (hatched bars)."},
+     "blocks with an output norm, norms_only (hatched bars)."},
 };
 #define N_FIGURES (sizeof figures / sizeof figures[0])
 
@@ -1237,8 +1370,10 @@ static bool write_report_md(FILE *f, void *ctx) {
   const report *rep = ctx;
   write_intro(f, rep);
   write_arms(f, rep);
+  write_accounting(f, rep);
   write_pairwise(f, rep);
   write_rms_spread(f, rep);
+  write_class_means(f, rep);
   write_rms_readings(f, rep);
   write_ablation(f, rep);
   write_plots(f, rep);
@@ -1280,13 +1415,13 @@ static cJSON *classes_json(const arm *a, run_value get, size_t n_layers) {
       summary s = over_seeds(a, get, l * N_CLASSES + k);
       v[l] = s.n ? s.mean : NAN;
     }
-    cJSON_AddItemToObject(o, class_names[k], numbers(v, n_layers));
+    cJSON_AddItemToObject(o, ng_token_class_name((ng_token_class)k), numbers(v, n_layers));
   }
   free(v);
   return o;
 }
 
-// {"layers": [0..L], "hidden": classes, "res2": classes (Post-Norm)}, or null.
+// {"layers": [0..L], "hidden": classes, "res2": classes (with output norms)}, or null.
 static cJSON *by_class_json(const arm *a) {
   size_t n_layers = 0;
   for (size_t k = 0; k < a->n; k++)
@@ -1299,7 +1434,7 @@ static cJSON *by_class_json(const arm *a) {
   return o;
 }
 
-// {"blocks": [...], "skip": [ΔCE], "norms_only": [ΔCE] (Post-Norm)}, or null.
+// {"blocks": [...], "skip": [ΔCE], "norms_only": [ΔCE] (with output norms)}, or null.
 static cJSON *ablation_json(const arm *a) {
   const run *r = NULL;
   for (size_t k = 0; k < a->n && !r; k++)

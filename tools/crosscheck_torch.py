@@ -101,6 +101,14 @@ def write_safetensors(path, tensors, metadata):
 # the model of the golden contract, float64
 # ----------------------------------------------------------------------------
 
+def block_placement(m, i):
+    """The placement block i (0-based) computes: mixln's first mixln_post_layers
+    blocks are post, its others pre."""
+    if m["norm_placement"] == "mixln":
+        return "post" if i < m["mixln_post_layers"] else "pre"
+    return m["norm_placement"]
+
+
 def layer_param_shapes(m, i):
     """{HF name: shape} of the weights of block i."""
     D, F, hd = m["hidden_size"], m["intermediate_size"], m["head_dim"]
@@ -111,11 +119,14 @@ def layer_param_shapes(m, i):
               p + "self_attn.q_norm.weight": [hd], p + "self_attn.k_norm.weight": [hd],
               p + "mlp.gate_proj.weight": [F, D], p + "mlp.up_proj.weight": [F, D],
               p + "mlp.down_proj.weight": [D, F], p + "post_attention_layernorm.weight": [D]}
-    if m["norm_placement"] in ("pre", "lns"):
+    placement = block_placement(m, i)
+    if placement in ("pre", "lns", "sandwich"):
         shapes[p + "input_layernorm.weight"] = [D]
-    else:
+    if placement in ("post", "deepnorm", "sandwich"):
         shapes[p + "post_feedforward_layernorm.weight"] = [D]
-    if "layer_scale_init" in m:  # LayerScale: per-channel scales of the sublayers' outputs
+    if placement == "sandwich":
+        shapes[p + "pre_feedforward_layernorm.weight"] = [D]
+    if "layer_scale_init" in m:  # LayerScale: per-channel scales of the sublayers' branch terms
         shapes[p + "self_attn.layer_scale"] = [D]
         shapes[p + "mlp.layer_scale"] = [D]
     return shapes
@@ -181,18 +192,24 @@ def block(x, p, i, m):
     def norm(y, name):
         return rms_norm(y, p[pre + name + ".weight"], m["rms_norm_eps"])
 
-    def attn(y):  # gamma_attn Attn(y) with LayerScale
-        return attention(y, p, pre + "self_attn.", m) * p.get(pre + "self_attn.layer_scale", 1.0)
+    def scaled(y, sub):  # y, sublayer sub's branch term, times its gamma with LayerScale
+        return y * p.get(pre + sub + "layer_scale", 1.0)
 
-    def ffn(y):  # gamma_mlp MLP(y) with LayerScale
-        return mlp(y, p, pre + "mlp.") * p.get(pre + "mlp.layer_scale", 1.0)
-
-    if m["norm_placement"] in ("pre", "lns"):  # lns: norm outputs / sqrt(l), l = i + 1
-        c = 1 / math.sqrt(i + 1) if m["norm_placement"] == "lns" else 1.0
-        a = x + attn(c * norm(x, "input_layernorm"))
-        return a + ffn(c * norm(a, "post_attention_layernorm"))
-    a = norm(x + attn(x), "post_attention_layernorm")
-    return norm(a + ffn(a), "post_feedforward_layernorm")
+    placement = block_placement(m, i)
+    if placement in ("pre", "lns"):  # lns: norm outputs / sqrt(l), l = i + 1
+        c = 1 / math.sqrt(i + 1) if placement == "lns" else 1.0
+        a = x + scaled(attention(c * norm(x, "input_layernorm"), p, pre + "self_attn.", m),
+                       "self_attn.")
+        return a + scaled(mlp(c * norm(a, "post_attention_layernorm"), p, pre + "mlp."), "mlp.")
+    if placement == "sandwich":  # Peri-LN: each sublayer's input and output normed
+        a = x + scaled(norm(attention(norm(x, "input_layernorm"), p, pre + "self_attn.", m),
+                            "post_attention_layernorm"), "self_attn.")
+        return a + scaled(norm(mlp(norm(a, "pre_feedforward_layernorm"), p, pre + "mlp."),
+                               "post_feedforward_layernorm"), "mlp.")
+    alpha = m["deepnorm_alpha"] if placement == "deepnorm" else 1.0  # post: alpha 1
+    a = norm(alpha * x + scaled(attention(x, p, pre + "self_attn.", m), "self_attn."),
+             "post_attention_layernorm")
+    return norm(alpha * a + scaled(mlp(a, p, pre + "mlp."), "mlp."), "post_feedforward_layernorm")
 
 
 def forward(p, tokens, m, skip=None):
@@ -358,7 +375,10 @@ class Case:
 
     def summary(self):
         m, B, T = self.model, *self.tokens.shape
-        parts = [m["norm_placement"], f"V{m['vocab_size']} D{m['hidden_size']}",
+        placement = m["norm_placement"] + (f" alpha {m['deepnorm_alpha']:.3g}" if "deepnorm_alpha" in m
+                                           else f" P{m['mixln_post_layers']}" if "mixln_post_layers" in m
+                                           else "")
+        parts = [placement, f"V{m['vocab_size']} D{m['hidden_size']}",
                  f"F{m['intermediate_size']} L{m['num_hidden_layers']}",
                  f"H{m['num_attention_heads']}/{m['num_key_value_heads']}x{m['head_dim']}",
                  f"B{B}xT{T}", "tied" if m["tie_word_embeddings"] else "untied",
@@ -408,14 +428,19 @@ def random_model(rng, kv_ratio, placement, tied, final_norm, layer_scale=False):
     hidden = int(rng.integers(8, 49))
     if rng.random() < 0.25 and 8 <= heads * head_dim <= 48:
         hidden = heads * head_dim
-    return {"vocab_size": int(rng.integers(16, 65)), "hidden_size": hidden,
-            "intermediate_size": int(rng.integers(8, 65)),
-            "num_hidden_layers": int(rng.integers(1, 4)), "num_attention_heads": heads,
-            "num_key_value_heads": kv, "head_dim": head_dim,
-            "rope_theta": float(10 ** rng.uniform(2, 6)),
-            "rms_norm_eps": float(rng.choice([1e-6, 1e-5])),
-            "tie_word_embeddings": tied, "norm_placement": placement, "final_norm": final_norm,
-            **({"layer_scale_init": 0.01} if layer_scale else {})}
+    m = {"vocab_size": int(rng.integers(16, 65)), "hidden_size": hidden,
+         "intermediate_size": int(rng.integers(8, 65)),
+         "num_hidden_layers": int(rng.integers(1, 4)), "num_attention_heads": heads,
+         "num_key_value_heads": kv, "head_dim": head_dim,
+         "rope_theta": float(10 ** rng.uniform(2, 6)),
+         "rms_norm_eps": float(rng.choice([1e-6, 1e-5])),
+         "tie_word_embeddings": tied, "norm_placement": placement, "final_norm": final_norm,
+         **({"layer_scale_init": 0.01} if layer_scale else {})}
+    if placement == "deepnorm":  # around DeepNet's (2 L)^(1/4)
+        m["deepnorm_alpha"] = float(rng.uniform(0.5, 2.5))
+    if placement == "mixln":
+        m["mixln_post_layers"] = int(rng.integers(0, m["num_hidden_layers"] + 1))
+    return m
 
 
 def random_params(rng, m):
@@ -493,11 +518,14 @@ def balanced(rng, n, values):
     return [picks[i] for i in rng.permutation(n)]
 
 
+PLACEMENTS = ["pre", "post", "lns", "sandwich", "deepnorm", "mixln"]
+
+
 def random_features(rng, n):
     """Features of n cases; one case in ten has every target ignored; the cases
     with a teacher cycle through the divergences; the first case of each placement
     has LayerScale (drawing nothing, so the other cases stay as they were)."""
-    columns = {"placement": balanced(rng, n, ["pre", "post", "lns"]),
+    columns = {"placement": balanced(rng, n, PLACEMENTS),
                "tied": balanced(rng, n, [True, False]),
                "final_norm": balanced(rng, n, [True, False]),
                "teacher": balanced(rng, n, [True, False]),
@@ -508,7 +536,7 @@ def random_features(rng, n):
     teachers = [f for f in features if f["teacher"]]  # every divergence among them
     for f, div in zip(teachers, balanced(rng, len(teachers), ["forward_kl", "reverse_kl", "jsd"])):
         f["divergence"] = div
-    for placement in ("pre", "post", "lns"):
+    for placement in PLACEMENTS:
         first = next((f for f in features if f["placement"] == placement), None)
         if first is not None:
             first["layer_scale"] = True
@@ -780,8 +808,8 @@ def rotary_error(rng, T=7, hd=10, theta=500.0):
 
 
 def identity_block_error(case):
-    """Pre-norm: with o_proj and down_proj zero, block 0 is the identity, so its
-    ablation CE equals the full CE."""
+    """Pre-norm (lns, sandwich): with o_proj and down_proj zero, block 0 is the
+    identity, so its ablation CE equals the full CE."""
     params = dict(case.params)
     for name in ("self_attn.o_proj.weight", "mlp.down_proj.weight"):
         params["model.layers.0." + name] = torch.zeros_like(params["model.layers.0." + name])
@@ -841,17 +869,18 @@ def self_test(seed):
     err = rotary_error(rng)
     ok = err <= 1e-12
     print(f"self-test: rotary vs complex rotation: {err:.2e} {'PASS' if ok else 'FAIL'}")
-    for i, placement in enumerate(("pre", "post", "lns", "post", "lns", "pre")):
-        features = {"placement": placement, "tied": i < 2, "final_norm": i % 3 == 0,
+    placements = ("pre", "post", "lns", "post", "lns", "sandwich", "deepnorm", "mixln",
+                  "sandwich", "deepnorm", "mixln", "pre", "post", "lns")
+    for i, placement in enumerate(placements):  # the last six with LayerScale
+        features = {"placement": placement, "tied": i < 2 or i >= 8, "final_norm": i % 3 == 0,
                     "teacher": True, "clip": True, "kv_ratio": 2 ** (i % 3),
-                    "ignore_all": False, "layer_scale": i == 5,
-                    "divergence": ("forward_kl", "reverse_kl", "jsd", "jsd", "reverse_kl",
-                                   "forward_kl")[i]}
+                    "ignore_all": False, "layer_scale": i >= 8,
+                    "divergence": ("forward_kl", "reverse_kl", "jsd")[i % 3]}
         case = informative_case(rng, features)
         checks = [("finite differences", finite_difference_error(case, rng), 1e-6),
                   ("losses vs torch.nn.functional", functional_loss_error(case), 1e-12),
                   ("AdamW vs torch.optim.AdamW (units of lr)", adamw_error(case), 1e-9)]
-        if placement in ("pre", "lns"):
+        if block_placement(case.model, 0) in ("pre", "lns", "sandwich"):
             checks.append(("ablation of an identity block", identity_block_error(case), 1e-12))
         full, excess, fd = topk_errors(case, rng)
         checks += [("top-k KD at k = V vs exact KD", full, 1e-12),

@@ -1,73 +1,141 @@
 #!/usr/bin/env bash
 # The whole toy study on a laptop: fortune-cookie English, a byte-level
 # teacher (pretrained once, reused), the seven student arms, diagnostics and
-# the report. Usage: tools/demo.sh [--seeds N] [--backend NAME] [--precision P] [--study S]
-#   (make demo [SEEDS=N] [BACKEND=onednn] [PRECISION=bf16] [STUDY=S]; the teacher and every arm run there)
-# --study interventions: grow-pre with each intervention on the stream's scale
-# (docs/design.md) beside the grow-pre and grow-post baselines, into
-# runs/demo-interventions with its own report (data and teacher: runs/demo's).
+# the report. Usage: tools/demo.sh [--seeds N] [--jobs J] [--backend NAME] [--precision P] [--study S]
+#   (make demo [SEEDS=N] [JOBS=J] [BACKEND=onednn] [PRECISION=bf16] [STUDY=S]; the teacher and
+#   every arm run there; J arms at once, each on its share of the cores)
+# --study placements: joint and grown students of every norm placement (pre, post,
+#   lns, sandwich, deepnorm, mixln); --study divergences: grown pre and post
+#   students under forward_kl, reverse_kl and jsd; --study interventions: grow-pre
+#   with each intervention on the stream's scale (docs/design.md). A study's new
+#   arms are configs/toy/*.json or variants of them written into
+#   runs/demo-<study>/configs, their runs and the study's report go to
+#   runs/demo-<study>/; its arms that are the demo's own (joint-pre, joint-post,
+#   grow-pre, grow-post: forward_kl is the default divergence) are the demo's runs
+#   in runs/demo, run there when missing; data and teacher are the demo's.
 # What an earlier demo made is reused: the data, the teacher, and each arm (a
 # finished one kept, an interrupted one resumed); `rm -r runs/demo` starts anew.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-seeds=1 where=() study=main
+seeds=1 jobs=1 where=() study=
+usage="usage: tools/demo.sh [--seeds N] [--jobs J] [--backend NAME] [--precision fp32|bf16] [--study placements|divergences|interventions]"
 while [ $# -gt 0 ]; do
   case $1 in
     --seeds) seeds=$2; shift 2 ;;
+    --jobs) jobs=$2; shift 2 ;;
     --backend | --precision) where+=("$1" "$2"); shift 2 ;;
     --study) study=$2; shift 2 ;;
-    *) echo "usage: tools/demo.sh [--seeds N] [--backend NAME] [--precision fp32|bf16] [--study main|interventions]" >&2; exit 2 ;;
+    *) echo "$usage" >&2; exit 2 ;;
   esac
 done
 [[ $seeds =~ ^[1-9][0-9]*$ ]] || { echo "demo: --seeds: expected a count >= 1" >&2; exit 2; }
+[[ $jobs =~ ^[1-9][0-9]*$ ]] || { echo "demo: --jobs: expected a count >= 1" >&2; exit 2; }
+# J arms at once, each with its share of the cores (the teacher runs alone, on all).
+[ "$jobs" -gt 1 ] && arm_threads=(--threads $(( $(nproc) / jobs > 0 ? $(nproc) / jobs : 1 ))) || arm_threads=()
 
-bin=build/normgrow out=runs/demo start=$(date +%s)
+bin=build/normgrow demo=runs/demo out=runs/demo start=$(date +%s)
 arms=(joint-pre joint-post grow-pre grow-post control-extra-tokens control-layer-tokens control-lr-restarts)
-shared=$out  # the data and the teacher, which the toy configs name
+configs=configs/toy
+# variant BASE ARM EDIT...: configs/toy/BASE.json as arm ARM (name, run_dir) with
+# each EDIT "text|replacement" made (the text must be there), into $configs/ARM.json.
+variant() {
+  local to=$configs/$2.json e
+  sed "s|\"name\": \"[^\"]*\"|\"name\": \"$2\"|; s|\"run_dir\": \"[^\"]*\"|\"run_dir\": \"$out/$2\"|" \
+    "configs/toy/$1.json" >"$to.tmp"
+  for e in "${@:3}"; do
+    grep -qF "${e%%|*}" "$to.tmp" || { echo "demo: configs/toy/$1.json has no ${e%%|*}" >&2; exit 1; }
+    sed -i "s|$e|" "$to.tmp"
+  done
+  mv "$to.tmp" "$to"
+}
+main_arms=" ${arms[*]} "  # the demo's arms: a study names them as they are
 case $study in
-  main) ;;
+  "") ;;
+  placements)
+    out=runs/demo-$study configs=runs/demo-$study/configs arms=()
+    mkdir -p "$configs"
+    for kind in joint grow; do
+      for p in pre post lns sandwich deepnorm mixln; do
+        case $p in  # deepnorm: DeepNet's alpha (2 L_final)^(1/4) at the final depth 6;
+          deepnorm) x=' "deepnorm_alpha": 1.8612097182041991,' ;;  # mixln: Mix-LN's quarter
+          mixln) x=' "mixln_post_layers": 1,' ;;                      # of 6 blocks, rounded down
+          pre | post) arms+=("$kind-$p"); continue ;;  # the demo's own
+          *) x= ;;
+        esac
+        variant "$kind-pre" "$kind-$p" "\"norm_placement\": \"pre\",|\"norm_placement\": \"$p\",$x"
+        arms+=("$kind-$p")
+      done
+    done ;;
+  divergences)
+    out=runs/demo-$study configs=runs/demo-$study/configs arms=()
+    mkdir -p "$configs"
+    for p in pre post; do
+      arms+=("grow-$p")  # forward_kl
+      for d in reverse_kl jsd; do
+        x=; [ "$d" = jsd ] && x=', "beta": 0.5'  # TRL's default
+        variant "grow-$p" "grow-$p-$d" "\"temperature\": 2.0|\"temperature\": 2.0, \"divergence\": \"$d\"$x"
+        arms+=("grow-$p-$d")
+      done
+    done ;;
   interventions)
-    out=runs/demo-interventions
+    out=runs/demo-$study
     arms=(grow-pre grow-post grow-pre-rescale-stream grow-pre-depth-scaled-init grow-pre-layer-scale) ;;
-  *) echo "demo: --study: \"$study\" is not one of main, interventions" >&2; exit 2 ;;
+  *) echo "$usage" >&2; exit 2 ;;
 esac
 say() { printf '[demo %4ds] %s\n' $(($(date +%s) - start)) "$*"; }
 
 tools/bootstrap.sh demo
 mkdir -p "$out"
-if [ ! -f "$shared/data/val.bin" ]; then
+if [ ! -f "$demo/data/val.bin" ]; then
   fortunes=/usr/share/games/fortunes
   # Every English text collection of the Debian fortunes (one fortune per document);
   # the pictures (art, ascii-art) and the non-English one are left out.
   files=$(find "$fortunes" -maxdepth 1 -type f ! -name '*.*' ! -name art ! -name ascii-art ! -name translate-me | sort)
-  say "data: $(echo "$files" | wc -l) fortune collections -> $shared/data"
+  say "data: $(echo "$files" | wc -l) fortune collections -> $demo/data"
   # shellcheck disable=SC2086
-  "$bin" data $files --records-split % --out "$shared/data"
+  "$bin" data $files --records-split % --out "$demo/data"
 fi
-if [ -f "$shared/teacher/checkpoint.safetensors" ] && [ ! -f "$shared/teacher/final.safetensors" ]; then
-  say "teacher: continuing the interrupted pretraining in $shared/teacher"
-  "$bin" train --resume "$shared/teacher" "${where[@]}"
-elif [ ! -f "$shared/teacher/final.safetensors" ]; then
+if [ -f "$demo/teacher/checkpoint.safetensors" ] && [ ! -f "$demo/teacher/final.safetensors" ]; then
+  say "teacher: continuing the interrupted pretraining in $demo/teacher"
+  "$bin" train --resume "$demo/teacher" "${where[@]}"
+elif [ ! -f "$demo/teacher/final.safetensors" ]; then
   say "teacher: pretraining (once; later demos reuse it)"
-  "$bin" train configs/toy/teacher.json --run-dir "$shared/teacher" --force "${where[@]}"
+  "$bin" train configs/toy/teacher.json --run-dir "$demo/teacher" --force "${where[@]}"
 else
-  say "teacher: reusing $shared/teacher/final.safetensors"
+  say "teacher: reusing $demo/teacher/final.safetensors"
 fi
-dirs=()
+# One arm: finish (or keep) an earlier run of it, else train it.
+run_arm() {  # config seed dir
+  if [ -f "$3/checkpoint.safetensors" ]; then  # from an earlier demo: finish it, or keep it
+    say "arm $(basename "$3"): continuing $3 (a finished run is kept as it is)"
+    "$bin" train --resume "$3" "${where[@]}" "${arm_threads[@]}"
+  else
+    say "arm $(basename "$3"), seed $2 -> $3"
+    "$bin" train "$1" --seed "$2" --run-dir "$3" --force "${where[@]}" "${arm_threads[@]}"
+  fi
+}
+dirs=() running=0
 for seed in $(seq 1 "$seeds"); do
   for arm in "${arms[@]}"; do
-    dir=$out/$arm
-    [ "$seeds" -gt 1 ] && dir=$out/$arm-seed$seed
-    if [ -f "$dir/checkpoint.safetensors" ]; then  # from an earlier demo: finish it, or keep it
-      say "arm $arm, seed $seed: continuing $dir (a finished run is kept as it is)"
-      "$bin" train --resume "$dir" "${where[@]}"
-    else
-      say "arm $arm, seed $seed -> $dir"
-      "$bin" train "configs/toy/$arm.json" --seed "$seed" --run-dir "$dir" --force "${where[@]}"
-    fi
+    where_to=$out config=$configs/$arm.json
+    case $main_arms in *" $arm "*) where_to=$demo config=configs/toy/$arm.json ;; esac
+    [ -f "$config" ] || config=configs/toy/$arm.json
+    dir=$where_to/$arm
+    [ "$seeds" -gt 1 ] && dir=$where_to/$arm-seed$seed
     dirs+=("$dir")
+    if [ "$jobs" -eq 1 ]; then
+      run_arm "$config" "$seed" "$dir"
+      continue
+    fi
+    if [ "$running" -eq "$jobs" ]; then
+      wait -n || { echo "demo: an arm failed (above); stopping" >&2; exit 1; }
+      running=$((running - 1))
+    fi
+    run_arm "$config" "$seed" "$dir" &
+    running=$((running + 1))
   done
 done
+for _ in $(seq 1 "$running"); do wait -n || { echo "demo: an arm failed (above); stopping" >&2; exit 1; }; done
 "$bin" report "${dirs[@]}" --out "$out/report" --force  # the demo's own report
 say "done. The report: $root/$out/report/report.md"

@@ -22,6 +22,13 @@
 #                fp32 step losses within 1e-3 nats of the CPU's at every step,
 #                bf16's final loss within 0.01 nats, the two cuda runs' final
 #                checkpoints identical
+#   nccl         under mpirun -np 1 (one GPU): build/tests/test_mpi ranks 1 cuda
+#                (the communicator bound to cuda is NCCL; every collective on
+#                device and host buffers; the ZeRO-1 step through NCCL against
+#                AdamW), then the toy arm trained by one NCCL rank: its run says
+#                comm "nccl", its step losses within 1e-3 nats of the CPU's, its
+#                final checkpoint identical to the plain cuda run's (one rank
+#                takes no ZeRO step)
 #   crosscheck   tools/crosscheck_torch.py with golden-eval --backend cuda
 #                (skipped, saying so, when python3 has no torch)
 # Exits non-zero when a step failed (skipped steps do not fail it).
@@ -63,7 +70,7 @@ run() {
 { nvidia-smi; "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)" --version; uname -a; nproc; } >"$out/env.log" 2>&1
 note env "$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo 'nvidia-smi not found')"
 
-run build 240 make -j"$(nproc)" CUDA=1 all build/tests/test_cuda build/tests/test_backends || {
+run build 240 make -j"$(nproc)" CUDA=1 all build/tests/test_cuda build/tests/test_backends build/tests/test_mpi || {
   echo "gpu_check: the build failed; nothing else can run (see $out/build.log)" >&2; exit 1; }
 
 run op_test 90 env NG_REQUIRE_GPU=1 build/tests/test_cuda
@@ -135,6 +142,34 @@ PY
 }
 export -f toy_arm
 run toy_arm 200 bash -c toy_arm
+
+# shellcheck disable=SC2317  # run through `bash -c nccl_check`
+nccl_check() {
+  local d=$out/toy
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  mpirun -np 1 build/tests/test_mpi ranks 1 cuda || return 1
+  [ -f "$d/cuda/final.safetensors" ] || { echo "FAIL nccl: the toy arm's cuda run is missing"; return 1; }
+  mpirun -np 1 "$bin" train "$d/arm.json" --run-dir "$d/nccl" --backend cuda || return 1
+  if grep -q '"comm":"nccl"' "$d/nccl/backend.jsonl"; then echo "ok nccl: the run's communicator is nccl"
+  else echo "FAIL nccl: backend.jsonl does not name nccl: $(head -1 "$d/nccl/backend.jsonl")"; fi
+  if cmp -s "$d/cuda/final.safetensors" "$d/nccl/final.safetensors"; then
+    echo "ok nccl: one NCCL rank writes the plain cuda run's final checkpoint"
+  else
+    echo "FAIL nccl: one NCCL rank and the plain cuda run end differently"
+  fi
+  python3 - "$d" <<'PY'
+import json, sys
+d = sys.argv[1]
+def losses(run):
+    return [r["loss"] for r in map(json.loads, open(f"{d}/{run}/metrics.jsonl")) if r.get("event") == "step"]
+cpu, nccl = losses("cpu"), losses("nccl")
+worst = max((abs(a - b) for a, b in zip(cpu, nccl)), default=float("inf"))
+print(f"steps {len(nccl)}; max |loss nccl - cpu| {worst:.3g} nats (bound 1e-3)")
+print("ok nccl toy arm" if len(cpu) == len(nccl) > 0 and worst <= 1e-3 else "FAIL nccl toy arm")
+PY
+}
+export -f nccl_check
+run nccl 120 bash -c nccl_check
 
 if ! python3 -c 'import torch' 2>/dev/null; then
   note crosscheck "skipped (python3 has no torch: install python3-torch to run it)"

@@ -67,12 +67,12 @@ static const command commands[] = {
      "    loads with trust_remote_code=True (Post-Norm, no final norm)"},
     {"plan", cmd_plan, 1, 1, false,
      LIST("teacher-config", "device-tflops", "device-memory-gib", "devices", "bytes-per-param",
-          "micro-batch", "loss-chunk", "recompute", "teacher-dtype"),
+          "micro-batch", "loss-chunk", "recompute", "teacher-dtype", "bus-gbps"),
      NONE,
      "plan RUN.json [--teacher-config FILE.json] [--device-tflops X] [--device-memory-gib M]\n"
-     "         [--devices N] [--bytes-per-param B] [--micro-batch N] [--loss-chunk ROWS]\n"
-     "         [--recompute on|off] [--teacher-dtype bf16|f32]\n"
-     "    parameters, memory per device and FLOPs of each stage"},
+     "         [--devices N] [--bus-gbps B] [--bytes-per-param B] [--micro-batch N]\n"
+     "         [--loss-chunk ROWS] [--recompute on|off] [--teacher-dtype bf16|f32]\n"
+     "    parameters, memory per device, FLOPs and communication of each stage"},
     {"teacher-cache", cmd_teacher_cache, 3, 3, true,
      LIST("backend", "precision", "k", "temperature", "seq", "batch"), LIST("force"),
      "teacher-cache TEACHER SHARD OUT [--k K] [--temperature TAU] [--seq T] [--batch B] [--force]\n"

@@ -28,6 +28,7 @@ except ImportError as e:
     sys.exit(SKIPPED)
 
 CLASSES = {
+    "window_start": "window start",
     "separator": "separator",
     "after_separator": "after separator",
     "structural": "structural",
@@ -146,7 +147,7 @@ def plot_rms_by_class(arms, out_dir):
         ax.set_visible(False)
     handles = [Line2D([], [], color=f"C{i}", label=name) for i, name in enumerate(CLASSES.values())]
     handles += [Line2D([], [], color="black", label="hidden.l"),
-                Line2D([], [], color="black", linestyle="--", label="res2.l (Post-Norm)")]
+                Line2D([], [], color="black", linestyle="--", label="res2.l (blocks with an output norm)")]
     fig.suptitle("Residual RMS per layer by token class (diag_final.json, mean over seeds)")
     fig.tight_layout(rect=(0, 0.08, 1, 1))
     fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize="small")

@@ -98,7 +98,7 @@ static void cu_matmul(ng_backend *be, bool ta, bool tb, int64_t M, int64_t N, in
 
 // ------------------------------------------------------------------ the backend
 
-// Every op issued so far is on the default stream of device 0.
+// Every op issued so far is on the default stream of the process's device.
 static void cu_synchronize(ng_backend *be) {
   (void)be;
   CK(cudaDeviceSynchronize());
@@ -120,6 +120,7 @@ static const ng_backend cuda_table = {
     .precision = NG_PREC_FP32,
     .divergences = 1u << NG_DIV_FORWARD_KL,  // reverse_kl and jsd: not yet on the device
     .host_memory = false,
+    .bind_comm = ng_cuda_bind_comm,
     .ctx = NULL,
     .synchronize = cu_synchronize,
     .destroy = cu_destroy,
@@ -182,12 +183,23 @@ static void describe(ngc_ctx *c) {
   int version = 0;
   cudaDeviceProp p;
   CK_BLAS(cublasGetVersion((cublasHandle_t)c->blas, &version));
-  CK(cudaGetDeviceProperties(&p, 0));
+  int device;
+  CK(cudaGetDevice(&device));
+  CK(cudaGetDeviceProperties(&p, device));
   const char *mode = ngc_bf16(&c->be)
                          ? "CUBLAS_COMPUTE_32F_FAST_16BF: bf16 tensor cores, fp32 accumulation"
                          : "CUBLAS_COMPUTE_32F, default math mode: plain fp32, no TF32";
   snprintf(c->kernels, sizeof c->kernels, "cuBLAS %d.%d.%d %s on %.100s (sm_%d%d)",
            version / 10000, version / 100 % 100, version % 100, mode, p.name, p.major, p.minor);
+}
+
+// The process's device: one per rank of a node, mpirun's local rank modulo the
+// devices (0 for a process that mpirun did not start).
+static int rank_device(void) {
+  const char *local = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+  int n = 1;
+  CK(cudaGetDeviceCount(&n));
+  return local ? atoi(local) % n : 0;
 }
 
 ng_backend *ng_backend_cuda_open(ng_precision prec) {
@@ -201,7 +213,7 @@ ng_backend *ng_backend_cuda_open(ng_precision prec) {
   c->be.precision = prec;
   c->be.ctx = c;
   cublasHandle_t h;
-  CK(cudaSetDevice(0));
+  CK(cudaSetDevice(rank_device()));
   CK_BLAS(cublasCreate(&h));
   CK_BLAS(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH));
   c->blas = h;

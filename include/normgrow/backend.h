@@ -29,6 +29,7 @@
 #include "normgrow/config.h"
 
 typedef struct ng_backend ng_backend;
+typedef struct ng_comm ng_comm;  // comm.h
 
 typedef enum { NG_PREC_FP32, NG_PREC_BF16 } ng_precision;
 
@@ -68,6 +69,9 @@ struct ng_backend {
   ng_precision precision;
   unsigned divergences;  // bit 1 << d for every ng_divergence d its loss ops compute
   bool host_memory;      // its buffers are the machine's memory (a device's otherwise)
+  // For a backend of device memory: makes an "mpi" communicator carry its
+  // buffers, in place (comm.h ng_comm_bind; cuda: NCCL); NULL for host memory.
+  int (*bind_comm)(ng_backend *be, ng_comm *c);
   void *ctx;  // the backend's own state (primitive caches, streams); NULL for the CPU
 
   // Waits until every op issued before has finished.

@@ -24,7 +24,8 @@
 typedef struct {
   int64_t step, stage, step_in_stage, tokens, layer_tokens;
   double flops;
-  ng_rng rng;             // the batch generator: the data position
+  ng_rng rng;             // the batch generator: the data position of uniform sampling
+                          // (epoch sampling's is tokens / seq, data.h)
   int64_t *gate_origin;   // [L] step at which block l's gate ramp began, -1 for none
 } ng_train_state;
 

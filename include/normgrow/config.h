@@ -1,9 +1,10 @@
 // normgrow: model, loss and optimizer configuration, parsed strictly from JSON.
 //
 // Field names are Hugging Face Qwen3 config.json names, plus norm_placement
-// ("pre" | "post" | "lns") and final_norm. Parsing rejects unknown keys, missing keys,
-// values of the wrong JSON type and impossible sizes, with one message that
-// names the field ("<where>.num_key_value_heads: ...").
+// ("pre" | "post" | "lns" | "sandwich" | "deepnorm" | "mixln"), final_norm, and
+// the placements' own keys deepnorm_alpha and mixln_post_layers. Parsing
+// rejects unknown keys, missing keys, values of the wrong JSON type and
+// impossible sizes, with one message that names the field ("<where>.num_key_value_heads: ...").
 #ifndef NORMGROW_CONFIG_H
 #define NORMGROW_CONFIG_H
 
@@ -16,13 +17,26 @@
 // every use of it is a switch without default, so that the compiler names each
 // place a new placement must be handled.
 // lns is LayerNorm-Scaling: pre with each norm's output divided by sqrt(l), l
-// the block's 1-based position in the current stack.
-typedef enum { NG_NORM_PRE = 0, NG_NORM_POST = 1, NG_NORM_LNS = 2 } ng_norm_placement;
-#define NG_NORM_LAST NG_NORM_LNS  // the last one
+// the block's 1-based position in the current stack. sandwich (Peri-LN) norms
+// each sublayer's input and output; deepnorm is post with the residual scaled
+// by deepnorm_alpha; mixln makes its first mixln_post_layers blocks post and
+// the others pre (include/normgrow/model.h has the formulas).
+typedef enum {
+  NG_NORM_PRE = 0,
+  NG_NORM_POST = 1,
+  NG_NORM_LNS = 2,
+  NG_NORM_SANDWICH = 3,
+  NG_NORM_DEEPNORM = 4,
+  NG_NORM_MIXLN = 5,
+} ng_norm_placement;
+#define NG_NORM_LAST NG_NORM_MIXLN  // the last one
 
-// The config name of p: "pre", "post", "lns".
+// Every name, for messages.
+#define NG_NORM_PLACEMENT_NAMES \
+  "\"pre\", \"post\", \"lns\", \"sandwich\", \"deepnorm\", \"mixln\""
+// The config name of p: "pre", "post", "lns", "sandwich", "deepnorm", "mixln".
 const char *ng_norm_placement_name(ng_norm_placement p);
-// Its title in reports: "Pre-Norm", "Post-Norm", "LNS".
+// Its title in reports: "Pre-Norm", "Post-Norm", "LNS", "Sandwich", "DeepNorm", "Mix-LN".
 const char *ng_norm_placement_title(ng_norm_placement p);
 // The placement named `name` into *out; -1 (no message) when none is.
 int ng_norm_placement_from_name(const char *name, ng_norm_placement *out);
@@ -33,10 +47,12 @@ typedef struct {
   double rope_theta, rms_norm_eps;
   bool tie_word_embeddings, final_norm;
   ng_norm_placement norm_placement;
+  double deepnorm_alpha;      // deepnorm only (required there, > 0), else 0
+  int64_t mixln_post_layers;  // mixln only (required there, 0..num_hidden_layers), else 0
   // The optional "layer_scale_init" (LayerScale): when present, every block has
-  // two learnable per-channel scales [D] on its sublayers' outputs before the
-  // residual adds (model.h), and a freshly initialised block starts them at
-  // this value (0 keeps a new block the identity in Pre-Norm and LNS).
+  // two learnable per-channel scales [D] on its sublayers' branch terms as they
+  // enter the residual sums (model.h), and a freshly initialised block starts
+  // them at this value (0 keeps a new block the identity in pre, lns, sandwich).
   bool layer_scale;
   double layer_scale_init;
 } ng_model_config;

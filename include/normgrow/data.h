@@ -78,6 +78,33 @@ int ng_shard_writer_finish(ng_shard_writer *w, int rc, char **path);
 // Fails if the shard holds fewer than T+1 tokens.
 int ng_batch_sample(const ng_shard *s, ng_rng *r, int64_t B, int64_t T, int32_t *tokens,
                     int32_t *targets);
+// Epoch sampling: the shard read as its n = (n_tokens - 1) / T windows of T+1
+// tokens, window k = tokens [k T, k T + T] (consecutive windows share one
+// token: the last target of one is the first input of the next). Epoch e uses
+// every window once, in the order of a Fisher-Yates shuffle drawn from a
+// generator seeded with seed ^ (e * 0x9e3779b97f4a7c15): the i-th window of a
+// run (i from 0 over the whole run) is window order_e[i mod n] of epoch
+// e = i / n. The order depends on (seed, n, i) only, so a run resumes it from
+// the count of windows it has used, and every rank of a data-parallel run
+// draws the same windows.
+typedef struct {
+  uint64_t seed;
+  int64_t n_windows;
+  int64_t epoch;   // the epoch whose order is held; -1 before the first
+  int64_t *order;  // [n_windows]
+} ng_epoch_order;
+
+// n_windows >= 1.
+void ng_epoch_order_init(ng_epoch_order *e, uint64_t seed, int64_t n_windows);
+// The index of the run's i-th window (i >= 0), in [0, n_windows).
+int64_t ng_epoch_window(ng_epoch_order *e, int64_t i);
+void ng_epoch_order_free(ng_epoch_order *e);  // safe on a zeroed struct
+// Windows of a shard read as epochs (above): (n_tokens - 1) / T.
+int64_t ng_epoch_windows(const ng_shard *s, int64_t T);
+// Training batch of the windows windows[0..B) (each < ng_epoch_windows):
+// tokens [B*T] = w[0..T), targets [B*T] = w[1..T].
+void ng_batch_windows(const ng_shard *s, const int64_t *windows, int64_t B, int64_t T,
+                      int32_t *tokens, int32_t *targets);
 // Evaluation batch `index` of a fixed set: windows start at (index*B + b) * T,
 // wrapping around the shard; the same every time it is asked for.
 void ng_batch_fixed(const ng_shard *s, int64_t index, int64_t B, int64_t T, int32_t *tokens,

@@ -6,10 +6,13 @@
 // a + MLP(a) before their norms (Post-Norm pins the output RMS by
 // construction, so its spread is partly built in; these are not pinned).
 //
-// Token classes of a position t in a row: the document separator; the first
-// token after a separator (t > 0 and the token at t-1 is the separator);
-// structural (one of the configured ids, e.g. newline); ordinary (the rest).
-// A token belongs to the first class that applies, in that order.
+// Token classes of a position t in a row (a window of T tokens): the window's
+// first position (t = 0, whatever its token: where attention sinks and massive
+// activations sit, as every later position attends to it); the document
+// separator; the first token after a separator (t > 0 and the token at t-1 is
+// the separator); structural (one of the configured ids, e.g. newline);
+// ordinary (the rest). A token belongs to the first class that applies, in
+// that order.
 //
 // JSON written by ng_diag_json (one object; the training loop appends one per
 // evaluation to <run_dir>/diag.jsonl, and writes <run_dir>/diag_final.json
@@ -19,16 +22,19 @@
 // (before any step at its new depth) with two more keys: "event": "growth" and
 // "new_blocks": [b, ...], the new blocks numbered from 1 (block b receives the
 // stream hidden.<b-1>); evaluation records have no "event".
-// {"step": S, "tokens": N, "depth": L, "placement": "pre"|"post"|"lns",
+// {"step": S, "tokens": N, "depth": L, "placement": "pre"|"post"|"lns"|"sandwich"|...,
 //  "points": [{"name": "hidden.3", "kind": "hidden"|"res1"|"res2", "layer": 3,
-//              "rms": {"all": STATS, "separator": STATS, "after_separator": STATS,
-//                      "structural": STATS, "ordinary": STATS},
+//              "rms": {"all": STATS, "window_start": STATS, "separator": STATS,
+//                      "after_separator": STATS, "structural": STATS, "ordinary": STATS},
 //              "growth": mean RMS / mean RMS of hidden.<l-1> (hidden points, l >= 1),
 //              "max_abs": {"value", "median_abs", "ratio", "token", "position", "dim"},
 //              "top": [{"token", "position", "rms"}, ...]}, ...],
 //  "ablation": {"intact": {"ce", "kd"},
 //               "blocks": [{"block": l, "skip": {"ce", "kd", "dce", "dkd"},
-//                           "norms_only": {...same...}  (Post-Norm only)}, ...]}}
+//                           "norms_only": {...same...}  (blocks with an output
+//                                                        norm only)}, ...]}}
+// res1.l and res2.l exist for the blocks with an output norm (post, deepnorm,
+// mixln's post blocks): the residual sums before those norms.
 // STATS = {"count", "mean", "std", "max", "p99_over_median"} over tokens of
 // the per-token RMS sqrt(mean over D of h^2) (no eps); a class with no token
 // has count 0 and null values. "position" is the flat index b*T + t in the
@@ -46,8 +52,13 @@
 #include "normgrow/model.h"
 
 typedef enum {
-  NG_TOK_SEPARATOR, NG_TOK_AFTER_SEPARATOR, NG_TOK_STRUCTURAL, NG_TOK_ORDINARY, NG_TOK_CLASSES
+  NG_TOK_WINDOW_START, NG_TOK_SEPARATOR, NG_TOK_AFTER_SEPARATOR, NG_TOK_STRUCTURAL, NG_TOK_ORDINARY,
+  NG_TOK_CLASSES
 } ng_token_class;
+
+// The class's JSON key: "window_start", "separator", "after_separator",
+// "structural", "ordinary".
+const char *ng_token_class_name(ng_token_class c);
 
 typedef struct {
   int32_t separator;          // document separator id, -1 for none

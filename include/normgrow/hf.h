@@ -6,10 +6,11 @@
 // "shard file"}}). As in transformers, `model.safetensors` wins when both exist.
 //
 // normgrow reads every field a Qwen3 config.json carries, plus two keys of its
-// own: `norm_placement` ("pre" | "post" | "lns", default "pre") and `final_norm`
-// (default true). A Pre-Norm model with a final norm is exported without them,
-// so its directory is a plain Qwen3 checkpoint that transformers loads as is.
-// Any other model (Post-Norm, or no final norm) is exported as the custom
+// own: `norm_placement` ("pre" | "post" | "lns" | "sandwich" | "deepnorm" |
+// "mixln", default "pre"), `final_norm` (default true), and the placements'
+// `deepnorm_alpha` and `mixln_post_layers` where they have them. A Pre-Norm
+// model with a final norm is exported without them, so its directory is a plain Qwen3 checkpoint that transformers loads as is.
+// Any other model (another placement, or no final norm) is exported as the custom
 // architecture "NormgrowForCausalLM" (model_type "normgrow"): config.json has
 // an `auto_map` naming configuration_normgrow.py and modeling_normgrow.py,
 // written beside the weights (ref/hf_remote/), so that transformers'

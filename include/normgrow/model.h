@@ -1,29 +1,37 @@
 // normgrow: the Qwen3 decoder, written once against the backend op table: the
 // frozen teacher (forward only) and the trainable student, with each block's
-// norms placed before its sublayers (Pre-Norm, Qwen3's own) or after the
-// residual add (Post-Norm).
+// norms placed as its placement says (docs/golden-contract.md):
 //
-//   pre:  a = x + Attn(N_in(x));  y = a + MLP(N_pa(a))
-//   post: a = N_pa(x + Attn(x));  y = N_pf(a + MLP(a))
-//   lns:  pre with N_in and N_pa's outputs divided by sqrt(l), l = 1..L the
-//         block's position in the current stack (LayerNorm-Scaling)
+//   pre:      a = x + Attn(N_in(x));             y = a + MLP(N_pa(a))
+//   post:     a = N_pa(x + Attn(x));             y = N_pf(a + MLP(a))
+//   lns:      pre with N_in's and N_pa's outputs divided by sqrt(l), l = 1..L the
+//             block's position in the current stack (LayerNorm-Scaling)
+//   sandwich: a = x + N_pa(Attn(N_in(x)));       y = a + N_pf(MLP(N_ff(a)))
+//             (Peri-LN; N_ff = pre_feedforward_layernorm)
+//   deepnorm: a = N_pa(alpha x + Attn(x));       y = N_pf(alpha a + MLP(a))
+//   mixln:    blocks l <= mixln_post_layers are post blocks, the others pre
 //
-// Both are computed by one code path, driven by the block's layout
-// (ng_block_layout: pre has an input norm, post an output norm), with these
-// saved values:
-//   att_in = input_norm ? N_in(x) c : x;  res1 = x + o_proj(Attn(att_in));
-//   mlp_in = N_pa(res1) c;               res2 = (output_norm ? mlp_in : res1) + MLP(mlp_in);
-//   y = output_norm ? N_pf(res2) : res2;   c = depth_scaled ? 1/sqrt(l) : 1.
-// res1 and res2 are the residual sums x + F(x) before any norm.
+// Every block is computed by one code path, driven by its layout
+// (ng_block_layout_of: which norms it has, its norm scale c and residual
+// scale alpha), with these saved values:
+//   att_in  = input_norm ? N_in(x) c : x;       att_out = o_proj(Attn(att_in));
+//   res1    = alpha x + (sublayer_norms ? N_pa(att_out) : att_out);
+//   mlp_in  = N_mi(res1) c;                      mlp_out = MLP(mlp_in);
+//   res2    = alpha (output_norm ? mlp_in : res1) + (sublayer_norms ? N_pf(mlp_out) : mlp_out);
+//   y       = output_norm ? N_pf(res2) : res2,
+// N_mi being pre_feedforward_layernorm with sublayer norms, else
+// post_attention_layernorm. res1 and res2 are the residual sums before any norm.
 //
-// With model.layer_scale_init (LayerScale) each sublayer's output is scaled per
-// channel before its residual add, by the block's learnable gamma_attn [D]
-// (self_attn.layer_scale) and gamma_mlp [D] (mlp.layer_scale):
-//   res1 = x + gamma_attn o_proj(Attn(att_in));  res2 = (...) + gamma_mlp MLP(mlp_in)
-// saving attn_out = o_proj(Attn(att_in)) and mlp_out = MLP(mlp_in). For Pre-Norm
-// and LNS: a = x + gamma_attn Attn(N_in(x)); y = a + gamma_mlp MLP(N_pa(a)). For
-// Post-Norm the scaled branch is added before the norm: a = N_pa(x + gamma_attn
-// Attn(x)); y = N_pf(a + gamma_mlp MLP(a)).
+// With model.layer_scale_init (LayerScale) each sublayer's branch term is scaled
+// per channel as it enters its residual sum, by the block's learnable
+// gamma_attn [D] (self_attn.layer_scale) and gamma_mlp [D] (mlp.layer_scale):
+//   res1 = alpha x + gamma_attn (sublayer_norms ? N_pa(att_out) : att_out);
+//   res2 = alpha (...) + gamma_mlp (sublayer_norms ? N_pf(mlp_out) : mlp_out),
+// saving the unscaled branch terms as att_branch and mlp_branch. So for pre and
+// lns: a = x + gamma_attn Attn(N_in(x)); y = a + gamma_mlp MLP(N_pa(a)); for
+// sandwich the scale is on the normed sublayer output: a = x + gamma_attn
+// N_pa(Attn(N_in(x))); for post, deepnorm and mixln's post blocks the scaled
+// branch is added before the output norm: a = N_pa(alpha x + gamma_attn Attn(x)).
 #ifndef NORMGROW_MODEL_H
 #define NORMGROW_MODEL_H
 
@@ -37,12 +45,13 @@
 
 // Weights (or their gradients) of one decoder block, Hugging Face names.
 typedef struct {
-  float *input_layernorm;             // [D]        pre only
+  float *input_layernorm;             // [D]        with an input norm
   float *q_proj, *k_proj, *v_proj;    // [H*hd, D], [KV*hd, D], [KV*hd, D]
   float *o_proj;                      // [D, H*hd]
   float *q_norm, *k_norm;             // [hd]
   float *post_attention_layernorm;    // [D]
-  float *post_feedforward_layernorm;  // [D]        post only
+  float *pre_feedforward_layernorm;   // [D]        sandwich only
+  float *post_feedforward_layernorm;  // [D]        with an output or sublayer norms
   float *gate_proj, *up_proj;         // [F, D]
   float *down_proj;                   // [D, F]
   float *attn_layer_scale;            // [D]        self_attn.layer_scale, with layer_scale
@@ -56,8 +65,27 @@ typedef struct {
   float *lm_head;       // [V, D] when not tied
 } ng_weights;
 
+// What a block tensor computes, whatever its name in its placement: a block
+// copied into one of another placement maps tensors by role (Qwen3's
+// post_attention_layernorm, the norm before the MLP, is sandwich's
+// pre_feedforward_layernorm). NG_ROLE_NONE: not a block tensor.
+typedef enum {
+  NG_ROLE_NONE = 0,
+  NG_ROLE_INPUT_NORM,     // on the attention input (input_layernorm)
+  NG_ROLE_Q, NG_ROLE_K, NG_ROLE_V, NG_ROLE_O, NG_ROLE_Q_NORM, NG_ROLE_K_NORM,
+  NG_ROLE_ATT_OUT_NORM,   // on the attention output (sandwich's post_attention_layernorm)
+  NG_ROLE_MLP_IN_NORM,    // on res1, feeding the MLP (post_attention_layernorm; sandwich's
+                          // pre_feedforward_layernorm)
+  NG_ROLE_MLP_OUT_NORM,   // on the MLP output (sandwich's post_feedforward_layernorm)
+  NG_ROLE_OUTPUT_NORM,    // on res2, the block output (post's post_feedforward_layernorm)
+  NG_ROLE_GATE, NG_ROLE_UP, NG_ROLE_DOWN,
+  NG_ROLE_ATT_SCALE,      // gamma_attn (self_attn.layer_scale), with layer_scale
+  NG_ROLE_MLP_SCALE,      // gamma_mlp (mlp.layer_scale), with layer_scale
+} ng_block_role;
+
 typedef struct {
   char name[96];        // Hugging Face name, e.g. "model.layers.0.mlp.up_proj.weight"
+  ng_block_role role;   // its role in its block (NG_ROLE_NONE outside blocks)
   int ndim;
   int64_t shape[2];
   size_t numel;
@@ -74,7 +102,8 @@ typedef struct {
 typedef struct {
   ng_model_config cfg;
   ng_backend *be;
-  int n_params;         // at most ng_model_n_weights(&cfg), checked as they are added
+  int n_params;         // at most max_params, checked as they are added
+  int max_params;       // ng_model_n_weights(&cfg)
   ng_param *params;     // embed, layers in order, norm, lm_head
   ng_weights w, g;      // typed views of params[].data and params[].grad
   float *gate;          // host [L]: block l computes y = (1 - g) x + g Block(x); 1 = plain
@@ -86,33 +115,39 @@ typedef struct {
 typedef enum {
   NG_BLOCK_RUN = 0,
   NG_BLOCK_SKIP,    // the identity: the block with its norms skipped
-  NG_BLOCK_NORMS,   // sublayers zeroed, norms kept: y = N_pf(N_pa(x)) with an output
-                    // norm (post), else the identity (pre)
+  NG_BLOCK_NORMS,   // sublayers zeroed, norms kept: y = N_pf(alpha N_pa(alpha x)) with
+                    // an output norm (post, deepnorm), else the identity
 } ng_block_mode;
 
-// Saved values of one block's forward (see the top of this file).
+// Saved values of one block's forward (see the top of this file). A buffer
+// the block's layout does not use is NULL.
 typedef struct {
-  float *att_in, *rstd_in;       // [N, D], [N]      pre only
+  float *att_in, *rstd_in;       // [N, D], [N]      with an input norm
   float *q, *k, *v;              // [N, H*hd], [N, KV*hd] x 2: raw projections
   float *rstd_q, *rstd_k;        // [N*H], [N*KV]
   float *qr, *kr;                // q, k after q_norm/k_norm and rotary
   float *att, *lse;              // [N, H*hd], [B, H, T]
-  float *res1, *mlp_in, *rstd_pa;  // [N, D], [N, D], [N]
+  float *att_out, *rstd_ao;      // [N, D], [N]      with sublayer norms (att_out also
+                                 //                  with alpha != 1; else it is in res1)
+  float *res1, *mlp_in, *rstd_mi;  // [N, D], [N, D], [N]
   float *gate, *up, *act;        // [N, F] x 3: act = silu(gate) * up
-  float *res2, *rstd_pf;         // [N, D], [N]      post only (pre: res2 is the output)
-  float *attn_out, *mlp_out;     // [N, D] x 2       layer_scale only: the sublayers' outputs
+  float *mlp_out, *rstd_mo;      // [N, D], [N]      with sublayer norms
+  float *res2, *rstd_out;        // [N, D], [N]      with an output norm (else res2 is y)
+  float *att_branch, *mlp_branch;  // [N, D] x 2     layer_scale only: the branch terms
+                                   //                before their scales (see above)
 } ng_block_acts;
 
 // Backward scratch, shared by all blocks.
 typedef struct {
   float *dh[2];                  // [N, D] ping-pong residual gradient
-  float *dres2, *dres1, *dmlp_in, *datt_in;  // [N, D]
+  float *dres2, *dres1, *dmlp_in, *datt_in;  // [N, D]; dres2 also holds d mlp_out,
+                                             // then d att_out, with sublayer norms
   float *dgate, *dup, *dact;     // [N, F]
   float *datt, *dq, *dk, *dv;    // [N, H*hd], [N, H*hd], [N, KV*hd] x 2
   float *dq_raw, *dk_raw;        // [N, H*hd], [N, KV*hd]
   float *dfinal, *dgated;        // [N, D]: dfinal = d loss / d head input
   float *dlogits;                // [chunk, V]
-  float *dbranch;                // [N, D] layer_scale only: d of a sublayer's output
+  float *dbranch;                // [N, D] layer_scale only: d of a sublayer's branch term
 } ng_grad_ws;
 
 typedef struct ng_acts ng_acts;
@@ -151,24 +186,39 @@ struct ng_acts {
   void *on_block_ctx;
 };
 
-// What a block of a placement holds and computes, derived from the placement
-// by one switch (ref/model.c): every other part of the block is common.
+// What one block holds and computes, derived from its placement by one switch
+// (ref/model.c): every other part of the block is common.
 typedef struct {
-  bool input_norm;   // input_layernorm in front of attention (pre)
-  bool output_norm;  // post_feedforward_layernorm on the block's output (post); the
-                     // MLP's residual is then its input N_pa(res1), not res1
-  bool depth_scaled; // lns: each norm's output divided by sqrt(l), l = block index + 1
-  int n_weights;     // weight tensors of the block (at most NG_BLOCK_MAX_WEIGHTS)
+  bool input_norm;      // input_layernorm in front of attention (pre, lns, sandwich)
+  bool sublayer_norms;  // sandwich: post_attention_layernorm on the attention output,
+                        // post_feedforward_layernorm on the MLP output, and
+                        // pre_feedforward_layernorm (not post_attention_layernorm) before the MLP
+  bool output_norm;     // post_feedforward_layernorm on the block's output (post,
+                        // deepnorm); the MLP's residual is then its input N_pa(res1)
+  float norm_scale;     // c on N_in's and N_mi's outputs: lns 1/sqrt(l), else 1
+  float alpha;          // the residual's scale: deepnorm_alpha, else 1
+  int n_weights;        // weight tensors of the block, layer scales included (at most
+                        // NG_BLOCK_MAX_WEIGHTS)
 } ng_block_layout;
 
-// Fields of ng_layer: no block holds more weight tensors.
-#define NG_BLOCK_MAX_WEIGHTS 14
+// Fields of ng_layer: no block holds more weight tensors (sandwich's 13 and
+// the two layer scales).
+#define NG_BLOCK_MAX_WEIGHTS 15
 
-ng_block_layout ng_block_layout_of(ng_norm_placement p);
+// The placement block l (0-based) of a model of config c computes: its own
+// placement, or for mixln post (l < mixln_post_layers) or pre. Never mixln.
+ng_norm_placement ng_block_placement(const ng_model_config *c, int64_t l);
+ng_block_layout ng_block_layout_of(const ng_model_config *c, int64_t l);
+// The layout whose saved values serve blocks first..last (one set shared by
+// blocks of several layouts): the union of their norms, an alpha not 1 if one has.
+ng_block_layout ng_block_layouts_union(const ng_model_config *c, int64_t first, int64_t last);
+// Whether some block of c has an output norm (its res1, res2 diagnostic points
+// and its norms-only ablation).
+bool ng_model_has_output_norms(const ng_model_config *c);
 
-// The number of weight tensors of a model of config c: its blocks' (10 or
-// more each, by placement, and 2 more with layer_scale), the embeddings, and the final norm and untied
-// head when it has them.
+// The number of weight tensors of a model of config c: its blocks' (11 or
+// more each, by placement, and 2 more with layer_scale), the embeddings, and
+// the final norm and untied head when it has them.
 int64_t ng_model_n_weights(const ng_model_config *c);
 // Allocate a model with zeroed weights (and zeroed gradients if `trainable`).
 // With be == NULL, a skeleton: parameter names and shapes, no buffers.
@@ -182,18 +232,24 @@ const ng_param *ng_model_find(const ng_model *m, const char *name);
 // Load every weight from `f` as "<prefix><HF name>"; shapes checked, F32/BF16/F16 accepted.
 int ng_model_load(ng_model *m, const ng_st_file *f, const char *prefix);
 // Whether p is one of its block's layer scales (self_attn.layer_scale, mlp.layer_scale).
-bool ng_param_is_layer_scale(const ng_model *m, const ng_param *p);
+bool ng_param_is_layer_scale(const ng_param *p);
 // Matrices N(0, std^2), norm gains 1, layer scales cfg.layer_scale_init, drawn in
 // parameter order.
 void ng_model_init_random(ng_model *m, ng_rng *r, double std);
+// DeepNet's initialisation rule for a deepnorm model just drawn at random:
+// v_proj, o_proj, gate_proj, up_proj and down_proj of every block multiplied
+// by beta = (8 final_depth)^(-1/4), final_depth the depth the model ends at
+// (after growth). Any other placement is left as it is.
+void ng_model_deepnorm_init(ng_model *m, int64_t final_depth);
 void ng_model_zero_grad(ng_model *m);
-// Random init of one block only (as ng_model_init_random).
+// Random init of one block only (as ng_model_init_random; no deepnorm beta).
 void ng_model_init_block(ng_model *m, int64_t layer, ng_rng *r, double std);
 // The parameter of m that plays p's role in block `layer` (p's own name for
-// non-block parameters); NULL if m has none (e.g. a norm of the other placement).
+// non-block parameters); NULL if m has none (e.g. a norm another placement lacks).
 const ng_param *ng_model_find_in_layer(const ng_model *m, const ng_param *p, int64_t layer);
-// Copy block sl of src into block dl of dst (same backend), by role; tensors
-// only one of them has (norms of the other placement) are left alone.
+// Copy block sl of src into block dl of dst (same backend), by role (never by
+// name); a norm of dl that sl's placement lacks gets gains 1 (an input norm of
+// a pre block copied from a post block, say).
 int ng_model_copy_block(ng_model *dst, int64_t dl, const ng_model *src, int64_t sl);
 // Copy embeddings, final norm and head (a tied source's embedding serves as head).
 int ng_model_copy_io(ng_model *dst, const ng_model *src);

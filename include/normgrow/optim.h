@@ -38,7 +38,8 @@ double ng_adamw_step(ng_model *model, ng_adamw *opt, const ng_optim_config *oc, 
 //   AdamW on the rank's slices of parameters and moments (every rank counts
 //   the steps of every parameter in the ng_adamw)
 //   parameters <- all-gather of each rank's slices: the same bits on every rank
-// The backend's buffers are the communicator's (host memory with MPI).
+// The backend's buffers are the communicator's (host memory with MPI, device
+// memory with NCCL: comm.h ng_comm_bind).
 typedef struct {
   ng_comm *comm;
   int n;                    // parameters of the layout

@@ -38,6 +38,14 @@
 // ng_attention_flops:
 //   student (4 P_all + 2 P_trainable) N + 3 A_student;   teacher 2 P_teacher N + A_teacher
 // (no teacher term with top-k caches). Evaluations are not counted.
+//
+// Communication of the ZeRO-1 step on n > 1 devices, bytes each device sends
+// (and receives) per step: the trainable parameters' gradients reduce-scattered
+// and their weights all-gathered, fp32, each over a ring: 2 (n - 1)/n x 4 x
+// P_trainable (each tensor's padding to n slices, under n values, left out).
+// Its time at a bus bandwidth of b GB/s (NCCL's "busBw": for these two
+// collectives, (n - 1)/n x bytes / seconds) is bytes / (b 1e9) per step, not
+// overlapped with compute (the step issues them after the backward).
 #ifndef NORMGROW_PLAN_H
 #define NORMGROW_PLAN_H
 
@@ -61,8 +69,9 @@ typedef struct {
 // `freeze_io`, its embeddings, final norm and head (as ng_model_freeze(-1)).
 ng_plan_params ng_plan_count_params(const ng_model_config *c, int64_t frozen_blocks, bool freeze_io);
 
-// Floats of one block's saved values (ng_block_acts) for N tokens.
-int64_t ng_plan_block_floats(const ng_model_config *c, int64_t N);
+// Floats of the saved values (one ng_block_acts) that serve blocks first..last
+// (0-based; the union of their layouts) for N tokens.
+int64_t ng_plan_block_floats(const ng_model_config *c, int64_t first, int64_t last, int64_t N);
 // Floats of the backward workspace (ng_grad_ws) for N tokens, logits chunks of `chunk` rows.
 int64_t ng_plan_grad_ws_floats(const ng_model_config *c, int64_t N, int64_t chunk);
 // Floats of the activations at batch [B, T] exactly as ng_acts_create_with(o) allocates them.
@@ -86,6 +95,7 @@ typedef struct {
   bool teacher_bf16;        // the teacher's checkpoint stores its blocks in bf16: with
                             // train.teacher_bf16 they are held so (2 bytes each, plus
                             // one fp32 block to widen into)
+  double bus_gbps;          // collective bus bandwidth between devices, GB/s (0: none given)
 } ng_plan_device;
 
 // One stage of a run.
@@ -105,6 +115,9 @@ typedef struct {
   int64_t devices_needed;            // the fewest devices on which it fits; 0: none
                                      // (the parts every device holds exceed one)
   double flops, seconds;             // flops / (devices x tflops x 1e12)
+  double comm_bytes;                 // per device and step (ZeRO-1, above; 0 on one device)
+  double comm_seconds;               // of the stage: steps x comm_bytes / (bus_gbps 1e9); 0
+                                     // on one device or without bus_gbps
 } ng_plan_stage;
 
 // Plan stage `stage` of rc with its settings (data.micro_batch,

@@ -5,10 +5,16 @@
 //   "name": "grow-post", "seed": 1, "run_dir": "runs/toy/grow-post",
 //   "mode": "distill" | "pretrain",
 //   "data": {"train": "train.bin", "val": "val.bin", "batch": 8, "seq": 64,
-//            "micro_batch": 8},  (rows of one forward/backward: each step's
+//            "micro_batch": 8,  (rows of one forward/backward: each step's
 //            batch runs as batch / micro_batch micro-batches whose gradients
 //            add up, the loss averaged over the whole batch's valid targets;
 //            default the whole batch; must divide batch)
+//            "sampling": "uniform" | "epoch"},  (how training windows are
+//            drawn: "uniform" (the default), each window's start uniform over
+//            the shard, with replacement, from the run's generator; "epoch",
+//            the shard's non-overlapping windows (or a teacher cache's), each
+//            once per epoch in a seeded order reshuffled every epoch
+//            (ng_epoch_order, data.h), its position the run's tokens / seq)
 //   "model": { model config of the student at its final depth (config.h) },
 //   "teacher": "runs/toy/teacher/final.safetensors",          (distill only; a
 //              normgrow checkpoint or a Hugging Face Qwen3 directory)
@@ -52,8 +58,9 @@
 // restarts with its own schedule), restart_lr (default false: the stage
 // continues the schedule of the stage before), freeze_existing (default false),
 // growth (when every stage has the same depth), init.layers/embeddings
-// (default random), structural_tokens (diagnostics), checkpoint_every_steps,
-// data.micro_batch, train (and each of its keys). Evaluation and diagnostics
+// (default random), structural_tokens (diagnostics; at most NG_MAX_STRUCTURAL
+// ids), checkpoint_every_steps, data.micro_batch, data.sampling, train (and
+// each of its keys). Evaluation and diagnostics
 // run in micro-batches too (the diagnostics' ablation CE is then the mean over
 // micro-batches). Integers are exact JSON integers (at most 2^53 - 1). A run's
 // tokens and its layer-tokens (tokens x depth, summed over the stages) are at
@@ -77,7 +84,9 @@
 
 #define NG_MAX_STAGES 16
 #define NG_MAX_LAYERS 1024
+#define NG_MAX_STRUCTURAL 32  // structural_tokens ids
 
+typedef enum { NG_SAMPLE_UNIFORM, NG_SAMPLE_EPOCH } ng_sampling;
 typedef enum { NG_LR_COSINE, NG_LR_LINEAR, NG_LR_CONSTANT } ng_lr_shape;
 typedef enum { NG_GROW_TOP, NG_GROW_INTERLEAVE, NG_GROW_MIDDLE } ng_grow_position;
 typedef enum {
@@ -105,6 +114,7 @@ typedef struct {
   char train_path[512], val_path[512];
   int64_t batch, seq;
   int64_t micro_batch;       // divides batch
+  ng_sampling sampling;      // how training windows are drawn
   int64_t loss_chunk;        // train.loss_chunk_tokens (0: the default)
   bool recompute;
   bool teacher_bf16;         // hold a bf16 teacher's blocks in bf16 (ng_model_hold_bf16)
@@ -130,7 +140,7 @@ typedef struct {
   int64_t eval_every, eval_batches;
   int64_t checkpoint_every;
   int n_structural;
-  int32_t structural_tokens[16];  // extra structural token ids for diagnostics
+  int32_t structural_tokens[NG_MAX_STRUCTURAL];  // extra structural token ids for diagnostics
   char backend[32];          // the backend the run computes on
   ng_precision precision;
   char *json;                // the resolved configuration (written to the run dir)

@@ -1,6 +1,7 @@
 # The configuration of a normgrow student exported by `normgrow export`: a
-# Qwen3 decoder whose blocks are Pre-Norm or Post-Norm and whose final norm
-# may be absent. Written beside the weights; transformers loads it with
+# Qwen3 decoder whose blocks have one of normgrow's norm placements (pre, post,
+# lns, sandwich, deepnorm with deepnorm_alpha, mixln with mixln_post_layers) and
+# whose final norm may be absent. Written beside the weights; transformers loads it with
 # AutoConfig.from_pretrained(dir, trust_remote_code=True).
 from transformers import PretrainedConfig
 
@@ -11,9 +12,17 @@ class NormgrowConfig(PretrainedConfig):
     def __init__(self, vocab_size=257, hidden_size=128, intermediate_size=512,
                  num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                  head_dim=32, rope_theta=10000.0, rms_norm_eps=1e-6,
-                 tie_word_embeddings=False, norm_placement="pre", final_norm=True, **kwargs):
-        if norm_placement not in ("pre", "post", "lns"):
-            raise ValueError(f"norm_placement: {norm_placement!r} is none of 'pre', 'post', 'lns'")
+                 tie_word_embeddings=False, norm_placement="pre", final_norm=True,
+                 deepnorm_alpha=None, mixln_post_layers=None, **kwargs):
+        placements = ("pre", "post", "lns", "sandwich", "deepnorm", "mixln")
+        if norm_placement not in placements:
+            raise ValueError(f"norm_placement: {norm_placement!r} is none of {placements}")
+        if norm_placement == "deepnorm" and not (deepnorm_alpha is not None and deepnorm_alpha > 0):
+            raise ValueError(f"deepnorm_alpha: {deepnorm_alpha!r} is not a number > 0")
+        if norm_placement == "mixln" and not (
+                mixln_post_layers is not None and 0 <= mixln_post_layers <= num_hidden_layers):
+            raise ValueError(f"mixln_post_layers: {mixln_post_layers!r} is outside "
+                             f"0..num_hidden_layers ({num_hidden_layers})")
         self.vocab_size = vocab_size
         self.hidden_size = hidden_size
         self.intermediate_size = intermediate_size
@@ -25,4 +34,8 @@ class NormgrowConfig(PretrainedConfig):
         self.rms_norm_eps = rms_norm_eps
         self.norm_placement = norm_placement
         self.final_norm = final_norm
+        if norm_placement == "deepnorm":
+            self.deepnorm_alpha = deepnorm_alpha
+        if norm_placement == "mixln":
+            self.mixln_post_layers = mixln_post_layers
         super().__init__(tie_word_embeddings=tie_word_embeddings, **kwargs)

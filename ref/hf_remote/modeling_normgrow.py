@@ -1,11 +1,14 @@
 # A normgrow student as a transformers model: the Qwen3 decoder (GQA attention
 # with per-head q/k RMSNorm and rotate-half RoPE, SwiGLU MLP) with the block of
 # normgrow's ref/model.c in any of its placements:
-#   pre:  a = x + Attn(N_in(x));          y = a + MLP(N_pa(a))
-#   post: a = N_pa(x + Attn(x));          y = N_pf(a + MLP(a))
-#   lns:  pre with N_in's and N_pa's outputs divided by sqrt(l), l = layer index + 1
+#   pre:      a = x + Attn(N_in(x));          y = a + MLP(N_pa(a))
+#   post:     a = N_pa(x + Attn(x));          y = N_pf(a + MLP(a))
+#   lns:      pre with N_in's and N_pa's outputs divided by sqrt(l), l = layer index + 1
+#   sandwich: a = x + N_pa(Attn(N_in(x)));    y = a + N_pf(MLP(N_ff(a)))  (Peri-LN)
+#   deepnorm: a = N_pa(alpha x + Attn(x));    y = N_pf(alpha a + MLP(a)), alpha = deepnorm_alpha
+#   mixln:    layers l < mixln_post_layers (0-based) post, the others pre
 # and an optional final norm. Tensor names are normgrow's (Hugging Face
-# Qwen3's, plus post_feedforward_layernorm). Written beside the weights by
+# Qwen3's, plus Gemma's pre_feedforward_layernorm and post_feedforward_layernorm). Written beside the weights by
 # `normgrow export`; load with
 #   AutoModelForCausalLM.from_pretrained(dir, trust_remote_code=True).
 # It keeps no KV cache: each generation step runs the whole sequence again.
@@ -84,26 +87,39 @@ class MLP(nn.Module):
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
+def block_placement(c, layer):
+    """The placement layer `layer` (0-based) computes: mixln's are post or pre."""
+    if c.norm_placement == "mixln":
+        return "post" if layer < c.mixln_post_layers else "pre"
+    return c.norm_placement
+
+
 class Block(nn.Module):
     def __init__(self, c, layer):
         super().__init__()
-        self.pre = c.norm_placement in ("pre", "lns")
-        self.scale = 1 / math.sqrt(layer + 1) if c.norm_placement == "lns" else 1.0
+        self.placement = block_placement(c, layer)
+        self.scale = 1 / math.sqrt(layer + 1) if self.placement == "lns" else 1.0
+        self.alpha = c.deepnorm_alpha if self.placement == "deepnorm" else 1.0
         eps = c.rms_norm_eps
-        if self.pre:
+        if self.placement in ("pre", "lns", "sandwich"):
             self.input_layernorm = RMSNorm(c.hidden_size, eps)
         self.self_attn = Attention(c)
         self.post_attention_layernorm = RMSNorm(c.hidden_size, eps)
-        if not self.pre:
+        if self.placement == "sandwich":
+            self.pre_feedforward_layernorm = RMSNorm(c.hidden_size, eps)
+        if self.placement in ("post", "deepnorm", "sandwich"):
             self.post_feedforward_layernorm = RMSNorm(c.hidden_size, eps)
         self.mlp = MLP(c)
 
     def forward(self, x, keep):
-        if self.pre:
+        if self.placement in ("pre", "lns"):
             a = x + self.self_attn(self.scale * self.input_layernorm(x), keep)
             return a + self.mlp(self.scale * self.post_attention_layernorm(a))
-        a = self.post_attention_layernorm(x + self.self_attn(x, keep))
-        return self.post_feedforward_layernorm(a + self.mlp(a))
+        if self.placement == "sandwich":
+            a = x + self.post_attention_layernorm(self.self_attn(self.input_layernorm(x), keep))
+            return a + self.post_feedforward_layernorm(self.mlp(self.pre_feedforward_layernorm(a)))
+        a = self.post_attention_layernorm(self.alpha * x + self.self_attn(x, keep))
+        return self.post_feedforward_layernorm(self.alpha * a + self.mlp(a))
 
 
 class NormgrowPreTrainedModel(PreTrainedModel):
