@@ -152,22 +152,25 @@ static void size_fields(const ng_model_config *c, char *out, size_t n) {
            (long long)c->num_hidden_layers);
 }
 
-int ng_plan_check_model_memory(const ng_model_config *c, bool trainable, bool optimizer,
-                               const char *source) {
-  double P = (double)ng_plan_count_params(c, 0, false).total;
-  double copies = 1.0 + (trainable ? 1.0 : 0.0) + (optimizer ? 2.0 : 0.0);
-  char fields[200], what[1400];
-  size_fields(c, fields, sizeof fields);
-  snprintf(what, sizeof what, "%s: a model of %.0f parameters %s", source, P, fields);
-  return ng_check_memory(copies * P * (double)sizeof(float) + (double)NG_PLAN_RUNTIME_BYTES, what);
-}
-
-int ng_plan_check_more_memory(const ng_model_config *c, double extra, const char *what) {
-  double P = (double)ng_plan_count_params(c, 0, false).total;
+// The P fp32 weights of model c and `extra` bytes against the machine's memory.
+static int check_weights_and(const ng_model_config *c, double P, double extra, const char *what) {
   char fields[200], line[1400];
   size_fields(c, fields, sizeof fields);
   snprintf(line, sizeof line, "%s with a model %s", what, fields);
   return ng_check_memory(P * (double)sizeof(float) + extra + (double)NG_PLAN_RUNTIME_BYTES, line);
+}
+
+int ng_plan_check_more_memory(const ng_model_config *c, double extra, const char *what) {
+  return check_weights_and(c, (double)ng_plan_count_params(c, 0, false).total, extra, what);
+}
+
+int ng_plan_check_model_memory(const ng_model_config *c, bool trainable, bool optimizer,
+                               const char *source) {
+  double P = (double)ng_plan_count_params(c, 0, false).total;
+  double copies = (trainable ? 1.0 : 0.0) + (optimizer ? 2.0 : 0.0);  // gradients, AdamW m and v
+  char what[1100];
+  snprintf(what, sizeof what, "%s: %.0f parameters", source, P);
+  return check_weights_and(c, P, copies * P * (double)sizeof(float), what);
 }
 
 // Bytes of the teacher's weights: bpp each, or its blocks at 2 bytes and
