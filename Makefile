@@ -136,7 +136,7 @@ fuzz:
 	tests/fuzz/run.sh $(FUZZ_SECONDS)
 
 # The whole toy study (about 15 minutes on 2 cores); SEEDS=N repeats every arm;
-# BACKEND=onednn PRECISION=bf16 runs it there; STUDY=placements|divergences|interventions
+# BACKEND=onednn PRECISION=bf16 runs it there; STUDY=placements|divergences|interventions|large
 # runs that study instead (tools/demo.sh; runs/demo-<study>).
 demo: $(BUILD)/normgrow
 	tools/demo.sh --seeds $(SEEDS) $(if $(JOBS),--jobs $(JOBS)) $(if $(BACKEND),--backend $(BACKEND)) $(if $(PRECISION),--precision $(PRECISION)) $(if $(STUDY),--study $(STUDY))

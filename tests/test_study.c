@@ -55,8 +55,8 @@ static void test_every_config_parses(void) {
     globfree(&g);
   }
   // toy: teacher + 7 arms + 3 interventions + 2 continued + 5 reading B; paper the same
-  // without the teacher and the interventions
-  CHECK(bad == 0 && n == 32, "every run config under configs/ parses (32)", "%d of %d fail", bad, n);
+  // without the teacher and the interventions; toy-large: teacher + 7 arms
+  CHECK(bad == 0 && n == 40, "every run config under configs/ parses (40)", "%d of %d fail", bad, n);
 }
 
 // ---------------------------------------------------------------- schedules
@@ -105,53 +105,57 @@ static bool same_schedule(const ng_run_config *a, const ng_run_config *b) {
   return true;
 }
 
-static void test_schedules(const char *scale) {
+// The growing arms of <scale>/<dir> against the schedule by hand.
+static void check_boundaries(const char *scale, const char *dir, bool restarted) {
   static const char *const placements[] = {"pre", "post"};
-  char rel[128], name[256];
   for (int p = 0; p < 2; p++) {
-    ng_run_config main_arm, continued;
-    snprintf(rel, sizeof rel, "%s/grow-%s", scale, placements[p]);
-    int r = load(rel, &main_arm);
-    snprintf(rel, sizeof rel, "%s/continued-lr/grow-%s", scale, placements[p]);
-    r = r || load(rel, &continued);
-    snprintf(name, sizeof name, "%s grow-%s: warmup and cosine restarted at each stage (LR at every stage's "
-             "first and last step by hand)", scale, placements[p]);
-    CHECK(r == 0 && boundaries_ok(&main_arm, true), name, "differs");
-    snprintf(name, sizeof name, "%s continued-lr/grow-%s: one warmup and cosine over all stages (LR at every "
-             "stage's first and last step by hand)", scale, placements[p]);
-    CHECK(r == 0 && boundaries_ok(&continued, false), name, "differs");
-    if (r == 0) {
-      ng_run_config_free(&main_arm);
-      ng_run_config_free(&continued);
-    }
+    char rel[128], name[256];
+    ng_run_config rc;
+    snprintf(rel, sizeof rel, "%s/%sgrow-%s", scale, dir, placements[p]);
+    int r = load(rel, &rc);
+    snprintf(name, sizeof name, "%s: %s (LR at every stage's first and last step by hand)", rel,
+             restarted ? "warmup and cosine restarted at each stage" : "one warmup and cosine over all stages");
+    CHECK(r == 0 && boundaries_ok(&rc, restarted), name, "differs");
+    if (r == 0) ng_run_config_free(&rc);
   }
-  // The controls: lr-restarts has the restarted schedule at every step, the
-  // joint arm the continued one.
-  ng_run_config grow, cont, restarts, joint;
-  char a[128], b[128], c[128], d[128];
-  snprintf(a, sizeof a, "%s/grow-post", scale);
-  snprintf(b, sizeof b, "%s/continued-lr/grow-post", scale);
-  snprintf(c, sizeof c, "%s/control-lr-restarts", scale);
-  snprintf(d, sizeof d, "%s/joint-post", scale);
-  int r = load(a, &grow) || load(b, &cont) || load(c, &restarts) || load(d, &joint);
-  snprintf(name, sizeof name, "%s: control-lr-restarts has grow-post's LR at every step; joint-post has "
-           "continued-lr/grow-post's", scale);
-  CHECK(r == 0 && same_schedule(&restarts, &grow) && same_schedule(&joint, &cont) &&
-            !same_schedule(&grow, &cont),
+}
+
+// <scale>/<a> and <scale>/<b> have the same LR at every step (or, when !same, differ).
+static bool schedules_match(const char *scale, const char *a, const char *b, bool same) {
+  char ra[128], rb[128];
+  ng_run_config x, y;
+  snprintf(ra, sizeof ra, "%s/%s", scale, a);
+  snprintf(rb, sizeof rb, "%s/%s", scale, b);
+  if (load(ra, &x)) return false;
+  if (load(rb, &y)) {
+    ng_run_config_free(&x);
+    return false;
+  }
+  bool ok = same_schedule(&x, &y) == same;
+  ng_run_config_free(&x);
+  ng_run_config_free(&y);
+  return ok;
+}
+
+// The growing arms restart the schedule per stage and control-lr-restarts has
+// their LR at every step; where a scale has the continued variant
+// (continued-lr/) and reading B, they are checked too, and the joint arm has
+// the continued schedule.
+static void test_schedules(const char *scale, bool variants) {
+  char name[256];
+  check_boundaries(scale, "", true);
+  snprintf(name, sizeof name, "%s: control-lr-restarts has grow-post's LR at every step", scale);
+  CHECK(schedules_match(scale, "control-lr-restarts", "grow-post", true), name, "schedules differ");
+  if (!variants) return;
+  check_boundaries(scale, "continued-lr/", false);
+  snprintf(name, sizeof name, "%s: joint-post has continued-lr/grow-post's LR at every step, grow-post not", scale);
+  CHECK(schedules_match(scale, "joint-post", "continued-lr/grow-post", true) &&
+            schedules_match(scale, "grow-post", "continued-lr/grow-post", false),
         name, "schedules differ");
-  if (r == 0) {
-    ng_run_config *all[] = {&grow, &cont, &restarts, &joint};
-    for (int i = 0; i < 4; i++) ng_run_config_free(all[i]);
-  }
-  snprintf(a, sizeof a, "%s/readingB/grow-post", scale);
-  snprintf(c, sizeof c, "%s/readingB/control-lr-restarts", scale);
-  r = load(a, &grow) || load(c, &restarts);
+  check_boundaries(scale, "readingB/", true);
   snprintf(name, sizeof name, "%s reading B: control-lr-restarts has grow-post's LR at every step", scale);
-  CHECK(r == 0 && boundaries_ok(&grow, true) && same_schedule(&restarts, &grow), name, "schedules differ");
-  if (r == 0) {
-    ng_run_config_free(&grow);
-    ng_run_config_free(&restarts);
-  }
+  CHECK(schedules_match(scale, "readingB/control-lr-restarts", "readingB/grow-post", true), name,
+        "schedules differ");
 }
 
 // ---------------------------------------------------------------- accountings
@@ -335,10 +339,12 @@ int main(void) {
     return 1;
   }
   test_every_config_parses();
-  test_schedules("toy");
-  test_schedules("paper");
+  test_schedules("toy", true);
+  test_schedules("paper", true);
+  test_schedules("toy-large", false);
   test_reading_a("toy");
   test_reading_a("paper");
+  test_reading_a("toy-large");
   test_reading_b("toy");
   test_reading_b("paper");
   test_paper_data();

@@ -13,7 +13,7 @@ need+=(libpcre2-dev libutf8proc-dev zlib1g-dev)  # tokenizer and corpus reader
 need+=(libdnnl-dev)  # the oneDNN backend
 need+=(libopenmpi-dev openmpi-bin)  # data-parallel runs over MPI (ref/comm_mpi.c)
 if [ "${1:-}" = "demo" ]; then
-  need+=(python3 python3-matplotlib python3-numpy fortunes fortunes-min)
+  need+=(python3 python3-matplotlib python3-numpy fortunes fortunes-min dict-gcide)
 fi
 if [ "${1:-}" = "fuzz" ]; then
   need+=(clang libclang-rt-dev libomp-dev python3)

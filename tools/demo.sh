@@ -19,7 +19,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 seeds=1 jobs=1 where=() study=
-usage="usage: tools/demo.sh [--seeds N] [--jobs J] [--backend NAME] [--precision fp32|bf16] [--study placements|divergences|interventions]"
+usage="usage: tools/demo.sh [--seeds N] [--jobs J] [--backend NAME] [--precision fp32|bf16] [--study placements|divergences|interventions|large]"
 while [ $# -gt 0 ]; do
   case $1 in
     --seeds) seeds=$2; shift 2 ;;
@@ -36,7 +36,7 @@ done
 
 bin=build/normgrow demo=runs/demo out=runs/demo start=$(date +%s)
 arms=(joint-pre joint-post grow-pre grow-post control-extra-tokens control-layer-tokens control-lr-restarts)
-configs=configs/toy
+configs=configs/toy teacher_config=configs/toy/teacher.json
 # variant BASE ARM EDIT...: configs/toy/BASE.json as arm ARM (name, run_dir) with
 # each EDIT "text|replacement" made (the text must be there), into $configs/ARM.json.
 variant() {
@@ -81,6 +81,9 @@ case $study in
   interventions)
     out=runs/demo-$study
     arms=(grow-pre grow-post grow-pre-rescale-stream grow-pre-depth-scaled-init grow-pre-layer-scale) ;;
+  large)  # its own data, teacher and arms: none is the demo's
+    demo=runs/demo-$study out=runs/demo-$study configs=configs/toy-large main_arms=
+    teacher_config=$configs/teacher.json ;;
   *) echo "$usage" >&2; exit 2 ;;
 esac
 say() { printf '[demo %4ds] %s\n' $(($(date +%s) - start)) "$*"; }
@@ -88,20 +91,26 @@ say() { printf '[demo %4ds] %s\n' $(($(date +%s) - start)) "$*"; }
 tools/bootstrap.sh demo
 mkdir -p "$out"
 if [ ! -f "$demo/data/val.bin" ]; then
-  fortunes=/usr/share/games/fortunes
-  # Every English text collection of the Debian fortunes (one fortune per document);
-  # the pictures (art, ascii-art) and the non-English one are left out.
-  files=$(find "$fortunes" -maxdepth 1 -type f ! -name '*.*' ! -name art ! -name ascii-art ! -name translate-me | sort)
-  say "data: $(echo "$files" | wc -l) fortune collections -> $demo/data"
-  # shellcheck disable=SC2086
-  "$bin" data $files --records-split % --out "$demo/data"
+  if [ "$study" = large ]; then
+    # GCIDE (1913 Webster and later additions), one entry per document
+    say "data: GCIDE's 40 MB -> $demo/data"
+    "$bin" data /usr/share/dictd/gcide.dict.dz --records-split "" --out "$demo/data"
+  else
+    fortunes=/usr/share/games/fortunes
+    # Every English text collection of the Debian fortunes (one fortune per document);
+    # the pictures (art, ascii-art) and the non-English one are left out.
+    files=$(find "$fortunes" -maxdepth 1 -type f ! -name '*.*' ! -name art ! -name ascii-art ! -name translate-me | sort)
+    say "data: $(echo "$files" | wc -l) fortune collections -> $demo/data"
+    # shellcheck disable=SC2086
+    "$bin" data $files --records-split % --out "$demo/data"
+  fi
 fi
 if [ -f "$demo/teacher/checkpoint.safetensors" ] && [ ! -f "$demo/teacher/final.safetensors" ]; then
   say "teacher: continuing the interrupted pretraining in $demo/teacher"
   "$bin" train --resume "$demo/teacher" "${where[@]}"
 elif [ ! -f "$demo/teacher/final.safetensors" ]; then
   say "teacher: pretraining (once; later demos reuse it)"
-  "$bin" train configs/toy/teacher.json --run-dir "$demo/teacher" --force "${where[@]}"
+  "$bin" train "$teacher_config" --run-dir "$demo/teacher" --force "${where[@]}"
 else
   say "teacher: reusing $demo/teacher/final.safetensors"
 fi
