@@ -195,17 +195,32 @@ static void test_reading_a(const char *scale) {
     for (int i = 0; i < N_ARMS; i++) ng_run_config_free(&rc[i]);
 }
 
-// The file's JSON without the keys a reading B arm may change.
-static cJSON *settings_of(const char *rel) {
+// The file's JSON without the given keys ("a" or "a.b", n of them).
+static cJSON *settings_of(const char *rel, const char *const *keys, int n) {
   char path[1024], *text = NULL;
   snprintf(path, sizeof path, "%s/configs/%s.json", root, rel);
   NG_ASSERT(ng_read_file(path, 1 << 20, &text, NULL) == 0);
   cJSON *j = cJSON_Parse(text);
   free(text);
   NG_ASSERT(j);
-  static const char *const changed[] = {"name", "run_dir", "stages"};
-  for (int i = 0; i < 3; i++) cJSON_DeleteItemFromObjectCaseSensitive(j, changed[i]);
+  for (int i = 0; i < n; i++) {
+    char key[128];
+    snprintf(key, sizeof key, "%s", keys[i]);
+    char *dot = strchr(key, '.');
+    if (dot) *dot = '\0';
+    cJSON *parent = dot ? cJSON_GetObjectItemCaseSensitive(j, key) : j;
+    if (parent) cJSON_DeleteItemFromObjectCaseSensitive(parent, dot ? dot + 1 : key);
+  }
   return j;
+}
+
+// <a> and <b> (relative to configs/) agree but for the keys.
+static bool same_settings(const char *a, const char *b, const char *const *keys, int n) {
+  cJSON *x = settings_of(a, keys, n), *y = settings_of(b, keys, n);
+  bool same = cJSON_Compare(x, y, true);
+  cJSON_Delete(x);
+  cJSON_Delete(y);
+  return same;
 }
 
 static void test_reading_b(const char *scale) {
@@ -232,18 +247,42 @@ static void test_reading_b(const char *scale) {
              (long long)S, (long long)layer_tokens(&rc[JOINT]));
     for (int i = 0; i < N_ARMS; i++) ng_run_config_free(&rc[i]);
   }
+  static const char *const changed[] = {"name", "run_dir", "stages"};  // a reading B arm's
   bool same = true;
   for (int i = GROW_PRE; i < N_ARMS; i++) {
     char a[128], b[128];
     snprintf(a, sizeof a, "%s/%s", scale, arm_files[i]);
     snprintf(b, sizeof b, "%s/readingB/%s", scale, arm_files[i]);
-    cJSON *x = settings_of(a), *y = settings_of(b);
-    same &= cJSON_Compare(x, y, true);
-    cJSON_Delete(x);
-    cJSON_Delete(y);
+    same &= same_settings(a, b, changed, 3);
   }
   snprintf(name, sizeof name, "%s reading B: each arm is reading A's but for its name, run_dir and stages", scale);
   CHECK(same, name, "another setting differs");
+}
+
+// ---------------------------------------------------------------- the larger toy study
+
+// Each toy-large config is the toy one but for what docs/assumptions.md's
+// "larger toy study" table changes: paths, shape, tokens, init std, LR,
+// evaluation, checkpoints, and the teacher's sampling.
+static void test_toy_large(void) {
+  static const char *const arms[] = {"teacher", "joint-pre", "joint-post", "grow-pre", "grow-post",
+                                     "control-extra-tokens", "control-layer-tokens", "control-lr-restarts"};
+  static const char *const changed[] = {
+      "run_dir", "teacher", "data.train", "data.val", "data.sampling", "model.hidden_size",
+      "model.intermediate_size", "model.num_hidden_layers", "model.num_attention_heads",
+      "model.num_key_value_heads", "init.std", "lr", "stages", "eval", "checkpoint_every_steps"};
+  int n = (int)(sizeof changed / sizeof *changed), differ = 0;
+  for (int i = 0; i < 8; i++) {
+    char a[128], b[128];
+    snprintf(a, sizeof a, "toy/%s", arms[i]);
+    snprintf(b, sizeof b, "toy-large/%s", arms[i]);
+    if (!same_settings(a, b, changed, n)) {
+      printf("# %s differs from %s in another setting\n", b, a);
+      differ++;
+    }
+  }
+  CHECK(differ == 0, "toy-large: every config is the toy's but for paths, shape, tokens, init std, LR, "
+        "evaluation and checkpoints", "%d differ", differ);
 }
 
 // ---------------------------------------------------------------- paper data settings
@@ -347,6 +386,7 @@ int main(void) {
   test_reading_a("toy-large");
   test_reading_b("toy");
   test_reading_b("paper");
+  test_toy_large();
   test_paper_data();
   return TEST_RESULT();
 }
