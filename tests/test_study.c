@@ -1,9 +1,9 @@
-// The study's run configs (configs/toy, configs/paper and their variants):
+// The study's run configs (configs/toy, configs/toy-large, configs/paper and their variants):
 // every one parses; the learning rate at the stage boundaries of the growing
 // arms, restarted per stage (the main reading) and continued (continued-lr/),
 // against the schedule computed by hand, and which schedule each control has;
 // the token accountings of reading A (the arms' own directories) and reading B
-// (readingB/); the paper arms' sampling and structural token ids, checked
+// (readingB/); toy-large against toy; the paper arms' sampling and structural token ids, checked
 // against the Qwen3 tokenizer when it is there ($NG_TOKENIZER, else
 // $NG_ROOT/../shared/data/qwen3-tokenizer; one skip line without it).
 #include <cJSON.h>
