@@ -36,7 +36,7 @@ done
 
 bin=build/normgrow demo=runs/demo out=runs/demo start=$(date +%s)
 arms=(joint-pre joint-post grow-pre grow-post control-extra-tokens control-layer-tokens control-lr-restarts)
-configs=configs/toy teacher_config=configs/toy/teacher.json
+configs=configs/toy teacher_config=configs/toy/teacher.json corpus=fortunes
 # variant BASE ARM EDIT...: configs/toy/BASE.json as arm ARM (name, run_dir) with
 # each EDIT "text|replacement" made (the text must be there), into $configs/ARM.json.
 variant() {
@@ -83,7 +83,7 @@ case $study in
     arms=(grow-pre grow-post grow-pre-rescale-stream grow-pre-depth-scaled-init grow-pre-layer-scale) ;;
   large)  # its own data, teacher and arms: none is the demo's
     demo=runs/demo-$study out=runs/demo-$study configs=configs/toy-large main_arms=
-    teacher_config=$configs/teacher.json ;;
+    teacher_config=$configs/teacher.json corpus=gcide ;;
   *) echo "$usage" >&2; exit 2 ;;
 esac
 say() { printf '[demo %4ds] %s\n' $(($(date +%s) - start)) "$*"; }
@@ -91,19 +91,19 @@ say() { printf '[demo %4ds] %s\n' $(($(date +%s) - start)) "$*"; }
 tools/bootstrap.sh demo
 mkdir -p "$out"
 if [ ! -f "$demo/data/val.bin" ]; then
-  if [ "$study" = large ]; then
-    # GCIDE (1913 Webster and later additions), one entry per document
-    say "data: GCIDE's 40 MB -> $demo/data"
-    "$bin" data /usr/share/dictd/gcide.dict.dz --records-split "" --out "$demo/data"
-  else
-    fortunes=/usr/share/games/fortunes
-    # Every English text collection of the Debian fortunes (one fortune per document);
-    # the pictures (art, ascii-art) and the non-English one are left out.
-    files=$(find "$fortunes" -maxdepth 1 -type f ! -name '*.*' ! -name art ! -name ascii-art ! -name translate-me | sort)
-    say "data: $(echo "$files" | wc -l) fortune collections -> $demo/data"
-    # shellcheck disable=SC2086
-    "$bin" data $files --records-split % --out "$demo/data"
-  fi
+  case $corpus in
+    gcide)  # GCIDE (1913 Webster and later additions), one entry per document
+      say "data: GCIDE's 40 MB -> $demo/data"
+      "$bin" data /usr/share/dictd/gcide.dict.dz --records-split "" --out "$demo/data" ;;
+    fortunes)
+      fortunes=/usr/share/games/fortunes
+      # Every English text collection of the Debian fortunes (one fortune per document);
+      # the pictures (art, ascii-art) and the non-English one are left out.
+      files=$(find "$fortunes" -maxdepth 1 -type f ! -name '*.*' ! -name art ! -name ascii-art ! -name translate-me | sort)
+      say "data: $(echo "$files" | wc -l) fortune collections -> $demo/data"
+      # shellcheck disable=SC2086
+      "$bin" data $files --records-split % --out "$demo/data" ;;
+  esac
 fi
 if [ -f "$demo/teacher/checkpoint.safetensors" ] && [ ! -f "$demo/teacher/final.safetensors" ]; then
   say "teacher: continuing the interrupted pretraining in $demo/teacher"
