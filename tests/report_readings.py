@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
-"""Recomputes, from the run directories' files alone, the rows of the report's
-sections on the residual RMS spread (the stream each new block receives, the
-spread per layer at the end, the spread by token class) and the ablation's
-"min over blocks" column, and compares them with report.md.
+"""Recomputes, from the run directories' files alone, the report's table of
+validation CE where stages change, the rows of its sections on the residual
+RMS spread (the stream each new block receives, the spread per layer at the
+end, the spread by token class) and the ablation's "min over blocks" column,
+and compares them with report.md.
 
     report_readings.py REPORT.md RUN_DIR...
 
-Reads config.json ("name", "model.norm_placement"), diag.jsonl and
-diag_final.json with the json module only; shares none of normgrow's code.
+Reads config.json ("name", "model.norm_placement"), metrics.jsonl, diag.jsonl
+and diag_final.json with the json module only; shares none of normgrow's code.
 Prints one "ok ..." or "FAIL ..." line per section.
 """
 import json
@@ -26,8 +27,11 @@ def load(run_dir):
         diag = [json.loads(line) for line in f if line.strip()]
     with open(os.path.join(run_dir, "diag_final.json"), encoding="utf-8") as f:
         final = json.load(f)
+    with open(os.path.join(run_dir, "metrics.jsonl"), encoding="utf-8") as f:
+        metrics = [json.loads(line) for line in f if line.strip()]
     placement = config["model"]["norm_placement"]
     return {"name": config["name"], "placement": placement, "post": placement == "post",
+            "ce_at": [(m["step"], m.get("stage", 0), m["val_ce"]) for m in metrics if m["event"] == "eval"],
             "evals": [d for d in diag if "event" not in d],
             "growths": [d for d in diag if d.get("event") == "growth"], "final": final}
 
@@ -55,6 +59,17 @@ def fmt(spec, v):
     return "n/a" if v is None else spec % v
 
 
+def section_header(md, title):
+    """The header row of the table under '## title', as a list of cells (None: no table)."""
+    inside = False
+    for line in md.splitlines():
+        if line.startswith("## "):
+            inside = line == "## " + title
+        elif inside and line.startswith("|"):
+            return [c.strip() for c in line.strip().strip("|").split("|")]
+    return None
+
+
 def section_rows(md, title):
     """The table rows (not header or rule) under '## title', as lists of cells."""
     rows, inside, seen_header = [], False, False
@@ -76,6 +91,36 @@ def arms_of(runs):
     for r in runs:
         arms.setdefault(r["name"], []).append(r)
     return list(arms.values())
+
+
+def mean_std(values):
+    """'mean ± std' (sample std) of the values, the mean alone for one, 'n/a' for none."""
+    if not values:
+        return "n/a"
+    mean = sum(values) / len(values)
+    if len(values) == 1:
+        return "%.4f" % mean
+    std = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+    return "%.4f ± %.4f" % (mean, std)
+
+
+def stage_table(arms):
+    """Header and rows of 'Validation CE where stages change': every step where a
+    run's stage ends (its last evaluation of a stage) or where the next stage's
+    first evaluation is; each arm's val CE there over its seeds."""
+    marks = {}
+    for runs in arms:
+        for r in runs:
+            evals = r["ce_at"]
+            for (step0, stage0, _), (step1, stage1, _) in zip(evals, evals[1:]):
+                if stage1 > stage0:
+                    marks.setdefault(step0, set()).add("end")
+                    marks.setdefault(step1, set()).add("after")
+    steps = sorted(marks)
+    header = ["arm"] + ["step %d (%s)" % (st, ", ".join(sorted(marks[st]))) for st in steps]
+    rows = [[runs[0]["name"]] + [mean_std([ce for r in runs for step, _, ce in r["ce_at"] if step == st])
+                                 for st in steps] for runs in arms]
+    return (header, rows) if steps else (None, [])
 
 
 def growth_rows(arms):
@@ -202,6 +247,10 @@ def main(argv):
     with open(argv[1], encoding="utf-8") as f:
         md = f.read()
     arms = arms_of([load(d) for d in argv[2:]])
+    header, rows = stage_table(arms)
+    title = "Validation CE where stages change"
+    compare("validation CE where stages change", [header] + sorted(rows),
+            [section_header(md, title)] + sorted(section_rows(md, title)))
     compare("the stream each new block receives", growth_rows(arms),
             section_rows(md, "RMS spread of the stream each new block receives"))
     compare("the spread per layer at the end", layer_rows(arms), section_rows(md, "RMS spread per layer at the end"))

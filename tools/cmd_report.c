@@ -84,6 +84,11 @@ typedef struct {
   ng_flat_config settings;  // config.json as key=value
   final_eval final;  // the last eval record of metrics.jsonl
   series val_ce;     // over tokens
+  series ce_at_step; // the same over steps
+  // Where the stage changes between two eval records: the step of the last
+  // evaluation of a stage (x) and of the first of the next (y).
+  series stage_ends;
+  long long eval_stage, eval_step;  // the last eval record's (stage -1: none yet)
   series growth;     // tokens of each growth record -> depth after it
   // diag.jsonl: std over tokens of the per-token RMS at hidden.L and (when the
   // last block has an output norm) res2.L, L the depth at that evaluation, over tokens.
@@ -301,18 +306,27 @@ static int load_config(const char *path, run *r) {
 
 // ---------------------------------------------------------------- metrics.jsonl
 
+// An eval record; its "stage" may be missing (stage 0: one stage).
 static int eval_record(const cJSON *rec, const char *where, double tokens, run *r) {
   final_eval *f = &r->final;
-  const cJSON *kd = dig(rec, "val_kd", NULL);
+  const cJSON *kd = dig(rec, "val_kd", NULL), *stage = dig(rec, "stage", NULL);
+  long long step = 0, st = 0;
   f->tokens = tokens;
   f->has_kd = kd != NULL;
-  if (check(as_num(dig(rec, "val_ce", NULL), &f->ce), "%s: val_ce", where) ||
+  if (check(as_int(dig(rec, "step", NULL), &step), "%s: step", where) ||
+      (stage && check(as_int(stage, &st), "%s: stage", where)) ||
+      check(as_num(dig(rec, "val_ce", NULL), &f->ce), "%s: val_ce", where) ||
       check(as_num(dig(rec, "layer_tokens", NULL), &f->layer_tokens), "%s: layer_tokens", where) ||
       check(as_num(dig(rec, "flops", NULL), &f->flops), "%s: flops", where) ||
       (kd && (check(as_num(kd, &f->kd), "%s: val_kd", where) ||
               check(as_num(dig(rec, "teacher_ce", NULL), &f->teacher_ce), "%s: teacher_ce", where))))
     return -1;
   series_push(&r->val_ce, tokens, f->ce);
+  series_push(&r->ce_at_step, (double)step, f->ce);
+  if (r->eval_stage >= 0 && st > r->eval_stage)
+    series_push(&r->stage_ends, (double)r->eval_step, (double)step);
+  r->eval_stage = st;
+  r->eval_step = step;
   return 0;
 }
 
@@ -569,6 +583,7 @@ static bool exists(const char *path) { return access(path, F_OK) == 0; }
 
 static int load_run(const char *dir, run *r) {
   r->dir = ng_xstrdup(dir);
+  r->eval_stage = -1;
   char *config = ng_path_join(dir, "config.json"), *metrics = ng_path_join(dir, "metrics.jsonl");
   char *diag = ng_path_join(dir, "diag.jsonl"), *final = ng_path_join(dir, "diag_final.json");
   int rc = load_config(config, r) || parse_jsonl_file(metrics, metrics_record, r) ||
@@ -593,6 +608,8 @@ static void run_free(run *r) {
   free(r->mode);
   free(r->schedule);
   series_free(&r->val_ce);
+  series_free(&r->ce_at_step);
+  series_free(&r->stage_ends);
   series_free(&r->growth);
   series_free(&r->rms_hidden);
   series_free(&r->rms_res2);
@@ -1080,6 +1097,86 @@ static void write_pairwise(FILE *f, const report *rep) {
   fputs("\n", f);
 }
 
+// ---------------------------------------------------------------- where stages change
+
+// A column of the stage table: a step that is the last evaluation of some
+// run's stage (end) and/or the first evaluation of its next stage (after).
+typedef struct {
+  long long step;
+  bool end, after;
+} stage_column;
+
+static int cmp_column(const void *a, const void *b) {
+  long long x = ((const stage_column *)a)->step, y = ((const stage_column *)b)->step;
+  return (x > y) - (x < y);
+}
+
+// Every run's stage ends and first evaluations after them, sorted by step,
+// each step once; *n their count (0: no run changes stage).
+static stage_column *stage_columns(const report *rep, size_t *n) {
+  size_t m = 0, u = 0;
+  for (size_t i = 0; i < rep->n_runs; i++) m += 2 * rep->runs[i].stage_ends.n;
+  stage_column *c = ng_xcalloc(m ? m : 1, sizeof *c);
+  m = 0;
+  for (size_t i = 0; i < rep->n_runs; i++) {
+    const series *e = &rep->runs[i].stage_ends;
+    for (size_t k = 0; k < e->n; k++) {
+      c[m++] = (stage_column){(long long)e->x[k], true, false};
+      c[m++] = (stage_column){(long long)e->y[k], false, true};
+    }
+  }
+  qsort(c, m, sizeof *c, cmp_column);
+  for (size_t k = 0; k < m; k++) {
+    if (u && c[u - 1].step == c[k].step) {
+      c[u - 1].end |= c[k].end;
+      c[u - 1].after |= c[k].after;
+    } else {
+      c[u++] = c[k];
+    }
+  }
+  *n = u;
+  return c;
+}
+
+// The run's validation CE at the evaluation of step `step`.
+static bool ce_at(const run *r, size_t step, double *v) {
+  for (size_t k = 0; k < r->ce_at_step.n; k++)
+    if (r->ce_at_step.x[k] == (double)step) {
+      *v = r->ce_at_step.y[k];
+      return true;
+    }
+  return false;
+}
+
+// Every arm at the steps where a staged arm (growth, LR restarts) changes
+// stage; nothing when no run does.
+static void write_stage_ce(FILE *f, const report *rep) {
+  size_t n;
+  stage_column *c = stage_columns(rep, &n);
+  if (n) {
+    fputs("\n## Validation CE where stages change\n\nValidation CE of every arm (mean over seeds, "
+          "± std where it has several) at the steps where a staged arm's stage ends (end: the "
+          "stage's last evaluation, before its growth or LR restart) and at the first evaluation "
+          "of the next stage (after). n/a: the arm has no evaluation at that step.\n\n| arm |",
+          f);
+    for (size_t k = 0; k < n; k++)
+      fprintf(f, " step %lld (%s) |", c[k].step,
+              c[k].end && c[k].after ? "after, end" : c[k].end ? "end" : "after");
+    fputs("\n|---|", f);
+    for (size_t k = 0; k < n; k++) fputs("---:|", f);
+    for (size_t i = 0; i < rep->n_arms; i++) {
+      fprintf(f, "\n| %s |", arm_name(&rep->arms[i]));
+      for (size_t k = 0; k < n; k++) {
+        fputs(" ", f);
+        put_summary(f, "%.4f", over_seeds(&rep->arms[i], ce_at, (size_t)c[k].step));
+        fputs(" |", f);
+      }
+    }
+    fputs("\n", f);
+  }
+  free(c);
+}
+
 static void write_rms_spread(FILE *f, const report *rep) {
   fputs(
       "\n## Residual RMS spread\n\nStandard deviation over tokens of the per-token RMS (all tokens) "
@@ -1372,6 +1469,7 @@ static bool write_report_md(FILE *f, void *ctx) {
   write_arms(f, rep);
   write_accounting(f, rep);
   write_pairwise(f, rep);
+  write_stage_ce(f, rep);
   write_rms_spread(f, rep);
   write_class_means(f, rep);
   write_rms_readings(f, rep);
