@@ -18,7 +18,8 @@ out=build/fuzz
 san="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
 make -s -j2 build/normgrow
 # (-Wno-pass-failed: at -O1 under the sanitizers clang may not vectorize an `omp simd` loop)
-make -s -j2 BUILD=$out CC=clang OPT="-O1" SAN="$san -fsanitize=fuzzer-no-link -Wno-pass-failed" $out/libnormgrow.a
+# (CUDA=0: the readers need no device backend, and the targets link no CUDA library)
+make -s -j2 BUILD=$out CC=clang OPT="-O1" CUDA=0 SAN="$san -fsanitize=fuzzer-no-link -Wno-pass-failed" $out/libnormgrow.a
 cflags="-Iinclude -I/usr/include/x86_64-linux-gnu/openblas-openmp -I/usr/include/cjson -O1 -g -std=c11
   -D_GNU_SOURCE -Wall -Wextra -Werror -fopenmp -DNG_FUZZ_LIBFUZZER $san -fsanitize=fuzzer"
 libs="-L/usr/lib/x86_64-linux-gnu/openblas-openmp -Wl,-rpath,/usr/lib/x86_64-linux-gnu/openblas-openmp -lopenblas -lcjson -lm -lpcre2-8 -lutf8proc -lz -ldnnl"  # as the Makefile's LDLIBS
