@@ -97,7 +97,7 @@ def mean_std(values):
     """'mean ± std' (sample std) of the values, the mean alone for one, 'n/a' for none."""
     if not values:
         return "n/a"
-    mean = sum(values) / len(values)
+    mean = mean_over_seeds(values)
     if len(values) == 1:
         return "%.4f" % mean
     std = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))

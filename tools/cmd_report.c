@@ -88,7 +88,7 @@ typedef struct {
   // Where the stage changes between two eval records: the step of the last
   // evaluation of a stage (x) and of the first of the next (y).
   series stage_ends;
-  long long eval_stage, eval_step;  // the last eval record's (stage -1: none yet)
+  long long eval_stage;  // the last eval record's stage
   series growth;     // tokens of each growth record -> depth after it
   // diag.jsonl: std over tokens of the per-token RMS at hidden.L and (when the
   // last block has an output norm) res2.L, L the depth at that evaluation, over tokens.
@@ -321,12 +321,11 @@ static int eval_record(const cJSON *rec, const char *where, double tokens, run *
       (kd && (check(as_num(kd, &f->kd), "%s: val_kd", where) ||
               check(as_num(dig(rec, "teacher_ce", NULL), &f->teacher_ce), "%s: teacher_ce", where))))
     return -1;
+  const series *at = &r->ce_at_step;
+  if (at->n && st > r->eval_stage) series_push(&r->stage_ends, at->x[at->n - 1], (double)step);
   series_push(&r->val_ce, tokens, f->ce);
   series_push(&r->ce_at_step, (double)step, f->ce);
-  if (r->eval_stage >= 0 && st > r->eval_stage)
-    series_push(&r->stage_ends, (double)r->eval_step, (double)step);
   r->eval_stage = st;
-  r->eval_step = step;
   return 0;
 }
 
@@ -583,7 +582,6 @@ static bool exists(const char *path) { return access(path, F_OK) == 0; }
 
 static int load_run(const char *dir, run *r) {
   r->dir = ng_xstrdup(dir);
-  r->eval_stage = -1;
   char *config = ng_path_join(dir, "config.json"), *metrics = ng_path_join(dir, "metrics.jsonl");
   char *diag = ng_path_join(dir, "diag.jsonl"), *final = ng_path_join(dir, "diag_final.json");
   int rc = load_config(config, r) || parse_jsonl_file(metrics, metrics_record, r) ||
