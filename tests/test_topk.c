@@ -8,6 +8,7 @@
 #include "check.h"
 #include "normgrow/checkpoint.h"
 #include "normgrow/common.h"
+#include "normgrow/golden.h"
 #include "normgrow/topk.h"
 
 static char dir[64];
@@ -46,29 +47,42 @@ static float *window_logits(ng_model *t, const ng_shard *s, int64_t w, int64_t s
 
 // The cache's entries for the last window against the teacher's logits, over
 // the shard's ids [0, Vs) (a teacher padded past them: its other rows left out).
+// The cache ran the teacher over a batch of windows, this check over one window:
+// two matmuls of different shapes, which a BLAS blocks (and so rounds)
+// differently. So values are held to the contract's forward bound, relative to
+// the row's largest |logit| (docs/golden-contract.md), and the selection to
+// "no id left out is above the smallest cached value by more than that bound":
+// exact only where no two logits lie within rounding of each other.
 static void test_entries(ng_model *t, const ng_shard *s, const ng_topk_cache *c, const char *name) {
   int64_t V = 40, Vs = c->vocab_size, k = c->k, seq = c->seq, w = (int64_t)c->windows - 1;
   float *logits = window_logits(t, s, w, seq);
-  bool ok = true;
-  double worst_lse = 0.0;
+  bool ids_ok = true;
+  double worst_val = 0.0, worst_excess = 0.0, worst_lse = 0.0;
   for (int64_t p = 0; p < seq; p++) {
     const float *row = logits + p * V;
     const uint32_t *ids = c->ids + ((uint64_t)w * seq + p) * k;
     const float *vals = c->vals + ((uint64_t)w * seq + p) * k;
-    float kth = INFINITY;
+    bool cached[40] = {false};
+    double scale = 0.0, kth = INFINITY;
+    for (int64_t j = 0; j < Vs; j++) scale = fmax(scale, fabs(row[j]));
     for (int64_t j = 0; j < k; j++) {
-      ok &= ids[j] < Vs && vals[j] == row[ids[j]];
-      kth = fminf(kth, vals[j]);
+      ids_ok &= ids[j] < Vs && !cached[ids[j] < Vs ? ids[j] : 0];
+      if (ids[j] >= Vs) continue;
+      cached[ids[j]] = true;
+      worst_val = fmax(worst_val, fabs(vals[j] - row[ids[j]]) / scale);
+      kth = fmin(kth, vals[j]);
     }
-    int64_t above = 0;  // no logit outside the cache may exceed the smallest cached one
-    for (int64_t j = 0; j < Vs; j++) above += row[j] > kth;
-    ok &= above <= k - 1;
+    for (int64_t j = 0; j < Vs; j++)
+      if (!cached[j]) worst_excess = fmax(worst_excess, (row[j] - kth) / scale);
     double mx = row[0], z = 0.0;
     for (int64_t j = 1; j < Vs; j++) mx = fmax(mx, row[j]);
     for (int64_t j = 0; j < Vs; j++) z += exp((row[j] - mx) / c->temperature);
     worst_lse = fmax(worst_lse, fabs(c->lse[(uint64_t)w * seq + p] - (mx / c->temperature + log(z))));
   }
-  CHECK(ok && worst_lse < 1e-5, name, "entries %s, lse error %.2e", ok ? "ok" : "wrong", worst_lse);
+  CHECK(ids_ok && worst_val <= NG_GOLDEN_TOL_FORWARD && worst_excess <= NG_GOLDEN_TOL_FORWARD && worst_lse < 1e-5,
+        name, "ids %s, value error %.2e, an id left out above the k-th by %.2e, lse error %.2e (bound %.0e)",
+        ids_ok ? "distinct and in range" : "out of range or repeated", worst_val, worst_excess, worst_lse,
+        NG_GOLDEN_TOL_FORWARD);
   free(logits);
 }
 
