@@ -515,6 +515,16 @@ static int run(reader *r, const encoder *e, splits *sp, const file_list *files, 
   return got < 0 ? -1 : check_splits(sp);
 }
 
+static void remove_shard(const char *dir, const char *name) {
+  int n;
+  char **files = ng_shard_files(dir, name, &n);
+  for (int i = 0; i < n; i++) {
+    remove(files[i]);
+    free(files[i]);
+  }
+  free(files);
+}
+
 static bool dir_exists(const char *dir) {
   struct stat st;
   return stat(dir, &st) == 0 && S_ISDIR(st.st_mode);
@@ -562,6 +572,7 @@ int ng_data_prepare(const char *const *inputs, int n_inputs, const ng_data_optio
     int wrc = ng_shard_writer_finish(sp.w[k], rc, &st->path[k]);
     if (rc == 0) rc = wrc;
   }
+  if (rc != 0 && st->path[0]) remove_shard(out_dir, "train");  // in place before val failed
   stream_close(&r.s);
   free(r.s.buf);
   if (rc == 0) {

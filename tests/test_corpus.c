@@ -332,6 +332,29 @@ static void test_malformed(void) {
   free(gz);
 }
 
+// A split that cannot be put in place (val.bin is a directory here) fails the
+// whole prepare and takes the split already in place with it.
+static void test_no_half_output(void) {
+  char *out = path_in(g_dir, "half"), *blocker = path_in(out, "val.bin"), *in = path_in(g_dir, "half.txt");
+  char *inside = path_in(blocker, "x");
+  NG_ASSERT(ng_make_dir(blocker) == 0);
+  write_bytes(inside, "x", 1);
+  const char text[] = "one\n%\ntwo\n%\nthree\n%\nfour\n";
+  write_bytes(in, text, strlen(text));
+  const char *ins[] = {in};
+  ng_data_options o = {.record_sep = "%", .val_fraction = 0.5, .seed = 1};
+  ng_data_stats st;
+  int rc = ng_data_prepare(ins, 1, &o, out, &st);
+  CHECK(rc == -1 && count_entries(out) == 1, "a split that cannot be put in place leaves no other split",
+        "rc %d, %d entries (%s)", rc, count_entries(out), ng_error());
+  unlink(inside);
+  rmdir(blocker);
+  free(inside);
+  free(in);
+  free(blocker);
+  free(out);
+}
+
 static void remove_tree(const char *dir) {
   DIR *d = opendir(dir);
   if (!d) return;
@@ -353,6 +376,7 @@ int main(void) {
   test_inputs();
   test_threads_and_gzip();
   test_malformed();
+  test_no_half_output();
   remove_tree(g_dir);
   return TEST_RESULT();
 }

@@ -73,6 +73,12 @@ uint64_t ng_shard_writer_count(const ng_shard_writer *w);
 // Frees the writer either way.
 int ng_shard_writer_finish(ng_shard_writer *w, int rc, char **path);
 
+// The files of the shard `name` that are in `dir`, in either form, in the
+// order to remove them: <name>.manifest.json, the parts <name>-NNNNN.bin (any
+// number of them, whatever the manifest says), <name>.bin. Sets *n; the paths
+// and the array are malloc'd.
+char **ng_shard_files(const char *dir, const char *name, int *n);
+
 // Training batch: B windows of T+1 consecutive tokens, each starting at a
 // uniform position drawn from r: tokens [B*T] = w[0..T), targets [B*T] = w[1..T].
 // Fails if the shard holds fewer than T+1 tokens.
