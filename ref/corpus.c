@@ -24,7 +24,6 @@
 
 #define BATCH_BYTES ((size_t)32 << 20)
 #define BATCH_DOCS 65536
-#define MAX_DOC ((size_t)1 << 30)
 #define READ_CHUNK ((size_t)1 << 20)
 #define PROGRESS_EVERY 10.0  // seconds between progress lines
 
@@ -99,13 +98,16 @@ typedef struct {
   gzFile gz;
   uint8_t *buf;  // unread bytes: buf[start..end)
   size_t start, end, cap;
+  size_t scanned;  // of the unread bytes, how many are known to hold no '\n'
   bool eof;
   uint64_t line;  // of the next line, from 1
+  size_t max_line;  // bytes of the longest line (without its '\n')
 } stream;
 
-static int stream_open(stream *s, const char *path) {
+static int stream_open(stream *s, const char *path, size_t max_line) {
   s->path = path;
-  s->start = s->end = 0;
+  s->max_line = max_line;
+  s->start = s->end = s->scanned = 0;
   s->eof = false;
   s->line = 1;
   errno = 0;
@@ -130,7 +132,8 @@ static int stream_check(stream *s) {
 }
 
 // Reads more, keeping the unread bytes (moved to the front, buffer grown when
-// full, up to one document of MAX_DOC).
+// full). The unread bytes are at most one line (max_line), so the buffer
+// never grows past max_line + READ_CHUNK.
 static int stream_fill(stream *s) {
   if (s->start > 0) {
     memmove(s->buf, s->buf + s->start, s->end - s->start);
@@ -138,9 +141,10 @@ static int stream_fill(stream *s) {
     s->start = 0;
   }
   if (s->cap - s->end < READ_CHUNK) {
-    if (s->cap > MAX_DOC)
-      return ng_fail("%s: line %" PRIu64 ": longer than %zu bytes", s->path, s->line, MAX_DOC);
-    s->cap = s->cap ? 2 * s->cap : 4 * READ_CHUNK;
+    NG_ASSERT(s->end <= s->max_line);
+    size_t most = s->max_line + READ_CHUNK;
+    s->cap = s->cap == 0 ? 4 * READ_CHUNK : 2 * s->cap;
+    if (s->cap > most) s->cap = most;
     s->buf = ng_xrealloc(s->buf, s->cap);
   }
   int got = gzread(s->gz, s->buf + s->end, (unsigned)READ_CHUNK);
@@ -154,19 +158,26 @@ static int stream_fill(stream *s) {
 }
 
 // The next line (with its '\n', if it has one) into *line/*len: 1, or 0 at
-// the end of the file, or -1.
+// the end of the file, or -1. Each byte is searched for '\n' once, and a line
+// is refused as soon as more than max_line of its bytes are read.
 static int stream_line(stream *s, const uint8_t **line, size_t *len) {
   for (;;) {
-    uint8_t *nl = s->end > s->start ? memchr(s->buf + s->start, '\n', s->end - s->start) : NULL;
-    if (nl || (s->eof && s->end > s->start)) {
-      size_t n = nl ? (size_t)(nl - (s->buf + s->start)) + 1 : s->end - s->start;
-      *line = s->buf + s->start;
-      *len = n;
-      s->start += n;
+    size_t unread = s->end - s->start;
+    uint8_t *from = s->buf + s->start;
+    uint8_t *nl = unread > s->scanned ? memchr(from + s->scanned, '\n', unread - s->scanned) : NULL;
+    size_t n = nl ? (size_t)(nl - from) : unread;  // the line's bytes so far, without '\n'
+    if (n > s->max_line)
+      return ng_fail("%s: line %" PRIu64 ": longer than %zu bytes", s->path, s->line, s->max_line);
+    if (nl || (s->eof && unread > 0)) {
+      *line = from;
+      *len = n + (nl != NULL);
+      s->start += *len;
+      s->scanned = 0;
       s->line++;
       return 1;
     }
     if (s->eof) return 0;
+    s->scanned = unread;
     if (stream_fill(s) != 0) return -1;
   }
 }
@@ -226,6 +237,7 @@ typedef struct {
   stream s;
   uint64_t disk_done;  // on-disk bytes of the files finished
   uint64_t bytes;      // bytes read (decompressed)
+  size_t max_doc;      // bytes of the longest document and line
 } reader;
 
 // A new document at the end of the arena, from line `line` of the current file.
@@ -243,9 +255,9 @@ static int read_whole(reader *r, batch *b) {
     if (stream_fill(&r->s) != 0) return -1;
     arena_add(b, r->s.buf, r->s.end);
     r->bytes += r->s.end;
-    if (b->used - d->off > MAX_DOC)
+    if (b->used - d->off > r->max_doc)
       return ng_fail("%s: a whole-file document larger than %zu bytes (use --records-split or "
-                     "--jsonl-field)", r->s.path, MAX_DOC);
+                     "--jsonl-field)", r->s.path, r->max_doc);
     r->s.start = r->s.end = 0;
   }
   doc_end(b, d);
@@ -266,9 +278,9 @@ static int read_record(reader *r, batch *b) {
     size_t content = len - (line[len - 1] == '\n');
     if (content == sep_len && memcmp(line, r->record_sep, sep_len) == 0) break;
     arena_add(b, line, len);
-    if (b->used - d->off > MAX_DOC)
+    if (b->used - d->off > r->max_doc)
       return ng_fail("%s: line %" PRIu64 ": a record larger than %zu bytes", r->s.path, d->line,
-                     MAX_DOC);
+                     r->max_doc);
   }
   if (got < 0) return -1;
   if (got == 0) r->done = true;
@@ -310,7 +322,7 @@ static int reader_next(reader *r, batch *b) {
     if (r->open && r->done) reader_next_file(r);
     if (r->file == r->files->n) return 0;
     if (!r->open) {
-      if (stream_open(&r->s, r->files->path[r->file]) != 0) return -1;
+      if (stream_open(&r->s, r->files->path[r->file], r->max_doc) != 0) return -1;
       r->open = true;
       r->done = false;
     }
@@ -565,6 +577,7 @@ int ng_data_prepare(const char *const *inputs, int n_inputs, const ng_data_optio
   reader r = {.files = &files,
               .kind = o->jsonl_field ? DOCS_JSONL : o->record_sep ? DOCS_RECORDS : DOCS_WHOLE,
               .record_sep = o->record_sep};
+  r.max_doc = o->max_doc ? (size_t)o->max_doc : (size_t)NG_DATA_MAX_DOC;
   double t0 = ng_now();
   rc = run(&r, &e, &sp, &files, t0);
   for (int k = 0; k < 2; k++) {

@@ -280,14 +280,13 @@ static void test_threads_and_gzip(void) {
 }
 
 // A malformed input: -1, one line naming the file and line, no directory left.
-static void expect_input_error(const char *test, const char *name, const void *bytes, size_t n,
-                               const char *field, const char *want) {
+static void expect_refused(const char *test, const char *name, const void *bytes, size_t n,
+                           const ng_data_options *o, const char *want) {
   char *in = path_in(g_dir, name), *out = path_in(g_dir, "bad_out");
   write_bytes(in, bytes, n);
   const char *ins[] = {in};
-  ng_data_options o = {.jsonl_field = field, .val_fraction = 0.5, .seed = 1};
   ng_data_stats st;
-  int rc = ng_data_prepare(ins, 1, &o, out, &st);
+  int rc = ng_data_prepare(ins, 1, o, out, &st);
   char full[256];
   snprintf(full, sizeof full, "%s: %s", in, want);
   CHECK(rc == -1 && strstr(ng_error(), full) && !strchr(ng_error(), '\n') && access(out, F_OK) != 0,
@@ -295,6 +294,13 @@ static void expect_input_error(const char *test, const char *name, const void *b
   unlink(in);
   free(in);
   free(out);
+}
+
+// The same for a JSONL file whose documents are the string field `field`.
+static void expect_input_error(const char *test, const char *name, const void *bytes, size_t n,
+                               const char *field, const char *want) {
+  ng_data_options o = {.jsonl_field = field, .val_fraction = 0.5, .seed = 1};
+  expect_refused(test, name, bytes, n, &o, want);
 }
 
 static void test_malformed(void) {
@@ -330,6 +336,43 @@ static void test_malformed(void) {
   free(text);
   unlink(gz);
   free(gz);
+}
+
+// Lines and documents past the limit (made small here: max_doc) are refused
+// as soon as the reader has seen that many bytes of them; one of exactly the
+// limit is read.
+static void test_limits(void) {
+  enum { LIMIT = 4096 };
+  size_t cap = 5 * LIMIT;
+  char *text = ng_xmalloc(cap);
+  ng_data_options jsonl = {.jsonl_field = "text", .val_fraction = 0.5, .seed = 0, .max_doc = LIMIT};
+  // {"text": "xxx..."}: 12 bytes around the x's.
+  size_t n = (size_t)snprintf(text, cap, "{\"text\": \"a\"}\n{\"text\": \"%0*d\"}\n{\"text\": \"b\"}\n",
+                              LIMIT + LIMIT / 2 - 12, 0);
+  expect_refused("a JSONL line of 1.5 times the limit is refused", "long.jsonl", text, n, &jsonl,
+                 "line 2: longer than 4096 bytes");
+  n = (size_t)snprintf(text, cap, "{\"text\": \"a\"}\n{\"text\": \"%0*d\"}\n{\"text\": \"b\"}\n",
+                       LIMIT - 12, 0);
+  char *in = path_in(g_dir, "limit.jsonl"), *out = path_in(g_dir, "limit_out");
+  write_bytes(in, text, n);
+  const char *ins[] = {in};
+  ng_data_stats st;
+  int rc = ng_data_prepare(ins, 1, &jsonl, out, &st);
+  CHECK(rc == 0 && st.tokens[0] + st.tokens[1] == 2 + (LIMIT - 12) + 1 + 2,
+        "a JSONL line of exactly the limit is read", "rc %d (%s)", rc, ng_error());
+  ng_data_stats_free(&st);
+  memset(text, 'y', cap);
+  memcpy(text, "{\"text\": \"a\"}\n{\"text\": \"", 25);
+  expect_refused("a JSONL line without a newline past the limit is refused", "long2.jsonl", text, cap,
+                 &jsonl, "line 2: longer than 4096 bytes");
+  ng_data_options records = {.record_sep = "%", .val_fraction = 0.5, .seed = 0, .max_doc = LIMIT};
+  memset(text, 'y', cap);
+  memcpy(text, "a\n%\n", 4);
+  expect_refused("a record's line past the limit is refused", "long.txt", text, cap, &records,
+                 "line 3: longer than 4096 bytes");
+  free(in);
+  free(out);
+  free(text);
 }
 
 // A split that cannot be put in place (val.bin is a directory here) fails the
@@ -377,6 +420,7 @@ int main(void) {
   test_threads_and_gzip();
   test_malformed();
   test_no_half_output();
+  test_limits();
   remove_tree(g_dir);
   return TEST_RESULT();
 }

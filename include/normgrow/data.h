@@ -133,7 +133,9 @@ void ng_batch_fixed(const ng_shard *s, int64_t index, int64_t B, int64_t T, int3
 // splits go to <out_dir>/train and <out_dir>/val (ng_shard_writer: .bin, or
 // files and a manifest). Documents are tokenized by all OpenMP threads in
 // batches of a fixed size; the shards do not depend on the thread count.
-// Memory is bounded by a batch plus the largest document (at most 1 GiB).
+// Memory is bounded by a batch plus the largest document (at most max_doc
+// bytes, 1 GiB by default): a longer document, record or line is refused as
+// soon as that many of its bytes are read.
 // A malformed input fails with one message naming the file (and the line),
 // and leaves no shard behind.
 typedef struct {
@@ -146,8 +148,10 @@ typedef struct {
                          // (its last document cut there); input stops being read
   uint64_t file_tokens;  // tokens per shard file; 0: NG_DATA_FILE_TOKENS
   bool progress;         // progress lines on stderr (bytes/s, tokens/s, ETA)
+  uint64_t max_doc;      // bytes of the longest document, record or line; 0: NG_DATA_MAX_DOC
 } ng_data_options;
 #define NG_DATA_FILE_TOKENS ((uint64_t)1 << 28)  // 1 GiB files
+#define NG_DATA_MAX_DOC ((uint64_t)1 << 30)      // 1 GiB
 
 typedef struct {
   uint64_t docs[2], tokens[2];  // [train, val]
