@@ -385,11 +385,59 @@ static int encode_text(const encoder *e, ng_tok_state *st, const uint8_t *text, 
   return 0;
 }
 
-// The text of a JSON line: its string field (cJSON, so up to a NUL).
+// The first NUL of a JSON line as a column from 1 (0: none): a NUL byte, or
+// a \u0000 escape (one whose backslash is not itself escaped, i.e. follows an
+// even number of backslashes).
+static size_t first_nul(const uint8_t *line, size_t len) {
+  const uint8_t *raw = memchr(line, 0, len);
+  size_t end = raw ? (size_t)(raw - line) : len;
+  for (const uint8_t *p = line; (p = memmem(p, end - (size_t)(p - line), "\\u0000", 6)) != NULL; p++) {
+    size_t at = (size_t)(p - line), before = 0;
+    while (before < at && line[at - 1 - before] == '\\') before++;
+    if (before % 2 == 0) return at + 1;
+  }
+  return raw ? end + 1 : 0;
+}
+
+// A key that the object holds twice, or NULL.
+static const char *twice(const cJSON *o) {
+  int n = cJSON_GetArraySize(o), i = 0;
+  const char **keys = ng_xmalloc((size_t)(n > 0 ? n : 1) * sizeof *keys);
+  for (const cJSON *it = o->child; it; it = it->next) keys[i++] = it->string;
+  qsort(keys, (size_t)n, sizeof *keys, by_name);
+  const char *dup = NULL;
+  for (i = 1; i < n && !dup; i++)
+    if (strcmp(keys[i - 1], keys[i]) == 0) dup = keys[i];
+  free(keys);
+  return dup;
+}
+
+// Up to 24 bytes of the line from `at`, its newline aside, for a message.
+static int excerpt(const uint8_t *line, size_t len, size_t at) {
+  size_t n = len - at < 24 ? len - at : 24;
+  while (n > 0 && (line[at + n - 1] == '\n' || line[at + n - 1] == '\r')) n--;
+  return (int)n;
+}
+
+// The text of a JSON line: its string field. The line is one JSON object and
+// nothing else but whitespace, holds no key twice (Python's json would take
+// the last, cJSON the first) and no NUL (cJSON's strings end at one).
 static int json_text(const encoder *e, const uint8_t *line, size_t len, cJSON **json,
                      const uint8_t **text, size_t *text_len) {
-  *json = cJSON_ParseWithLength((const char *)line, len);
+  size_t nul = first_nul(line, len);
+  if (nul) return ng_fail("a NUL character (\\u0000) at column %zu: documents hold none", nul);
+  const char *end = NULL, *s = (const char *)line;
+  *json = cJSON_ParseWithLengthOpts(s, len, &end, false);
+  size_t at = end ? (size_t)(end - s) : 0;
+  if (!*json)
+    return ng_fail("not valid JSON at column %zu: \"%.*s\"", at + 1, excerpt(line, len, at), s + at);
+  while (at < len && memchr(" \t\r\n", line[at], 4)) at++;
+  if (at < len)
+    return ng_fail("text after the JSON object at column %zu: \"%.*s\"", at + 1,
+                   excerpt(line, len, at), s + at);
   if (!cJSON_IsObject(*json)) return ng_fail("not a JSON object");
+  const char *dup = twice(*json);
+  if (dup) return ng_fail("the key \"%s\" twice", dup);
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(*json, e->o->jsonl_field);
   if (!cJSON_IsString(v)) return ng_fail("no string field \"%s\"", e->o->jsonl_field);
   *text = (const uint8_t *)v->valuestring;

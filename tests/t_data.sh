@@ -73,7 +73,7 @@ printf '{"text": "one"}\n{"text": "two"}\n{"text": 3}\n' >"$tmp/bad.jsonl"
 expect_error "a JSONL field that is not a string" "$tmp/bad.jsonl: line 3: no string field \"text\"" \
   "$tmp/bad.jsonl" --jsonl-field text
 printf '{"text": "one"}\n{"text" "two"}\n' >"$tmp/bad2.jsonl"
-expect_error "a JSONL line that is not JSON" "$tmp/bad2.jsonl: line 2: not a JSON object" \
+expect_error "a JSONL line that is not JSON" "$tmp/bad2.jsonl: line 2: not valid JSON at column 9" \
   "$tmp/bad2.jsonl" --jsonl-field text
 for i in $(seq 1 3000); do printf '{"text": "document %d"}\n' "$i"; done | gzip -c >"$tmp/c.jsonl.gz"
 head -c 2000 "$tmp/c.jsonl.gz" >"$tmp/cut.jsonl.gz"

@@ -218,6 +218,28 @@ static void test_inputs(void) {
   free(out);
 }
 
+// Lines that come close to what is refused are read: a backslash before
+// "u0000" (no NUL), whitespace and CR after the object, a key that another
+// object inside holds too.
+static void test_jsonl_edges(void) {
+  const char text[] = "{\"text\": \"a\\\\u0000\"}  \r\n"
+                      "{\"text\": \"b\", \"meta\": {\"text\": 1}}\n"
+                      "{\"text\": \"\\ud83d\\ude00\"}\n";
+  char *in = path_in(g_dir, "edges.jsonl"), *out = path_in(g_dir, "edges_out");
+  write_bytes(in, text, strlen(text));
+  const char *ins[] = {in};
+  ng_data_options o = {.jsonl_field = "text", .val_fraction = 0.5, .seed = 0};
+  ng_data_stats st;
+  int rc = ng_data_prepare(ins, 1, &o, out, &st);
+  // "a\u0000" (7 bytes), "b", U+1F600 (4 bytes), each and a separator.
+  CHECK(rc == 0 && st.docs[0] + st.docs[1] == 3 && st.tokens[0] + st.tokens[1] == 8 + 2 + 5,
+        "JSONL lines close to the refused ones are read", "rc %d (%s), %llu tokens", rc, ng_error(),
+        (unsigned long long)(st.tokens[0] + st.tokens[1]));
+  ng_data_stats_free(&st);
+  free(in);
+  free(out);
+}
+
 // Records of many lines, with 1 and 3 threads, whole and gzip'd: the same files.
 static void test_threads_and_gzip(void) {
   size_t cap = 1 << 22, n = 0;
@@ -303,16 +325,39 @@ static void expect_input_error(const char *test, const char *name, const void *b
   expect_refused(test, name, bytes, n, &o, want);
 }
 
+// JSONL lines refused, each with what is wrong where (after "<file>: "): what
+// Python's json reads otherwise, or what would be read wrongly, among them.
+static const struct {
+  const char *name, *text, *want;
+} bad_jsonl[] = {
+    {"a line that is not JSON", "{\"text\": \"ok\"}\n{\"text\": \"ok\"}\n{\"text\": oops}\n",
+     "line 3: not valid JSON at column 10: \"oops}\""},
+    {"a line that is not an object", "{\"text\": \"ok\"}\n[\"text\", \"ok\"]\n", "line 2: not a JSON object"},
+    {"a field with an escaped NUL", "{\"text\": \"ok\"}\n{\"text\": \"hello\\u0000world\"}\n",
+     "line 2: a NUL character (\\u0000) at column 16"},
+    {"a NUL in another field", "{\"text\": \"ok\"}\n{\"id\": \"\\\\\\u0000\", \"text\": \"b\"}\n",
+     "line 2: a NUL character (\\u0000) at column 11"},
+    {"two JSON objects on one line", "{\"text\": \"a\"} {\"text\": \"b\"}\n",
+     "line 1: text after the JSON object at column 15: \"{\"text\": \"b\"}\""},
+    {"text after the object", "{\"text\": \"ok\"}\n\n{\"text\": \"a\"}garbage\r\n",
+     "line 3: text after the JSON object at column 14: \"garbage\""},
+    {"a key twice", "{\"text\": \"a\", \"id\": 1, \"text\": \"b\"}\n", "line 1: the key \"text\" twice"},
+    {"a lone UTF-16 surrogate", "{\"text\": \"ok\"}\n{\"text\": \"a\\ud800\"}\n",
+     "line 2: not valid JSON at column 12: \"\\ud800\"}\""},
+    {"a line without the field", "{\"text\": \"ok\"}\n\n{\"body\": \"x\"}\n", "line 3: no string field \"text\""},
+    {"a field that is not a string", "{\"text\": 5}\n", "line 1: no string field \"text\""},
+};
+
 static void test_malformed(void) {
-  const char not_json[] = "{\"text\": \"ok\"}\n{\"text\": \"ok\"}\n{\"text\": oops}\n";
-  expect_input_error("a JSONL line that is not JSON", "a.jsonl", not_json, strlen(not_json), "text",
-                     "line 3: not a JSON object");
-  const char no_field[] = "{\"text\": \"ok\"}\n\n{\"body\": \"x\"}\n";
-  expect_input_error("a JSONL line without the field", "b.jsonl", no_field, strlen(no_field), "text",
-                     "line 3: no string field \"text\"");
-  const char not_string[] = "{\"text\": 5}\n";
-  expect_input_error("a JSONL field that is not a string", "c.jsonl", not_string, strlen(not_string),
-                     "text", "line 1: no string field \"text\"");
+  for (size_t i = 0; i < sizeof bad_jsonl / sizeof *bad_jsonl; i++) {
+    char name[128];
+    snprintf(name, sizeof name, "JSONL: %s is refused", bad_jsonl[i].name);
+    expect_input_error(name, "bad.jsonl", bad_jsonl[i].text, strlen(bad_jsonl[i].text), "text",
+                       bad_jsonl[i].want);
+  }
+  const char raw_nul[] = "{\"text\": \"ok\"}\n{\"text\": \"hello\0world\"}\n";
+  expect_input_error("JSONL: a line with a NUL byte is refused", "bad.jsonl", raw_nul, sizeof raw_nul - 1,
+                     "text", "line 2: a NUL character (\\u0000) at column 16");
 
   // A gzip file with its middle overwritten, and one cut short.
   char *gz = path_in(g_dir, "g.gz");
@@ -417,6 +462,7 @@ int main(void) {
   NG_ASSERT(mkdtemp(g_dir));
   test_writer_manifest();
   test_inputs();
+  test_jsonl_edges();
   test_threads_and_gzip();
   test_malformed();
   test_no_half_output();

@@ -124,7 +124,9 @@ void ng_batch_fixed(const ng_shard *s, int64_t index, int64_t B, int64_t T, int3
 //   - records: the text between lines equal to `record_sep`; the newline that
 //     ends a record's last line belongs to no document; or
 //   - JSONL: each non-blank line a JSON object whose string field
-//     `jsonl_field` is the document.
+//     `jsonl_field` is the document. The line holds that object and only
+//     whitespace after it, no key of the object twice, and no NUL character
+//     anywhere (escaped as \u0000 or a raw byte): documents hold none.
 // A document is tokenized, byte-level (ids 0..255 are bytes, NG_BYTE_EOT the
 // separator) or by `tokenizer` (its "<|endoftext|>" the separator), and
 // followed by the separator. Empty or whitespace-only documents are dropped;
