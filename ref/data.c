@@ -9,6 +9,7 @@
 #include <cJSON.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -162,12 +163,15 @@ static int open_manifest(ng_shard *s, const char *text) {
   return rc;
 }
 
-// A manifest starts with '{'; anything else is read as a shard file.
+// A manifest is a regular file that starts with '{'; anything else is read as
+// a shard file (which refuses what is not a regular file).
 static bool is_manifest(const char *path) {
-  FILE *fp = fopen(path, "rb");
-  int c = fp ? fgetc(fp) : EOF;
-  if (fp) fclose(fp);
-  return c == '{';
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  struct stat st;
+  char c = 0;
+  bool yes = fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && read(fd, &c, 1) == 1 && c == '{';
+  if (fd >= 0) close(fd);
+  return yes;
 }
 
 int ng_shard_open(ng_shard *s, const char *path) {

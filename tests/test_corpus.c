@@ -9,6 +9,7 @@
 
 #include <dirent.h>
 #include <omp.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,6 +73,13 @@ static int32_t *shard_tokens(const char *path, uint64_t *n) {
 
 // ---------------------------------------------------------------------------
 // Writer and manifest
+
+static void blocked(int sig) {
+  (void)sig;
+  static const char msg[] = "FAIL a reader waited on a FIFO for 20 s\n";
+  (void)!write(1, msg, sizeof msg - 1);
+  _exit(1);
+}
 
 static void test_writer_manifest(void) {
   char *dir = path_in(g_dir, "w");
@@ -139,8 +147,12 @@ static void test_writer_manifest(void) {
       {"another vocabulary", "\"vocab_size\":\t50", "\"vocab_size\":\t51", "vocab_size 51"},
       {"a path for a name", "many-00002.bin", "../many-00002.bin", "is not a file name"},
       {"not a manifest", "normgrow-shards", "other", "not a normgrow shard manifest"},
+      {"a FIFO for a file", "many-00002.bin", "fifo.bin", "fifo.bin: not a regular file"},
   };
-  char *bad_path = path_in(dir, "bad.manifest.json");
+  char *bad_path = path_in(dir, "bad.manifest.json"), *fifo = path_in(dir, "fifo.bin");
+  NG_ASSERT(mkfifo(fifo, 0600) == 0);
+  signal(SIGALRM, blocked);
+  alarm(20);  // nothing here may wait on a FIFO
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     char *at = strstr(manifest, bad[i].from);
     NG_ASSERT(at);
@@ -155,6 +167,13 @@ static void test_writer_manifest(void) {
     snprintf(name, sizeof name, "manifest with %s refused", bad[i].name);
     CHECK(rc != 0 && strstr(ng_error(), bad[i].want), name, "%s", ng_error());
   }
+  ng_shard s;
+  int rc = ng_shard_open(&s, fifo);
+  CHECK(rc != 0 && strstr(ng_error(), "fifo.bin: not a regular file"), "a FIFO for a shard refused",
+        "%s", ng_error());
+  alarm(0);
+  unlink(fifo);
+  free(fifo);
   free(bad_path);
   free(manifest);
   free(one_path);
