@@ -60,8 +60,11 @@ int ng_json_int_value(const cJSON *v, const char *what, int64_t min, int64_t max
   if (!cJSON_IsNumber(v) || d != floor(d)) return ng_fail("%s: expected an integer", what);
   // Beyond 2^53 - 1 a JSON number no longer names one integer (the next ones
   // round to it), and an int64 cast of it could be undefined.
-  if (fabs(d) > NG_JSON_MAX_INT)
-    return ng_fail("%s: %.17g is beyond 2^53 - 1, the largest integer JSON holds exactly", what, d);
+  if (fabs(d) > NG_JSON_MAX_INT) {
+    char got[NG_SHORTEST_CHARS];
+    ng_shortest(d, got);
+    return ng_fail("%s: %s is beyond 2^53 - 1, the largest integer JSON holds exactly", what, got);
+  }
   int64_t i = (int64_t)d;
   if (i < min || i > max) {
     char lo[32], hi[32];
