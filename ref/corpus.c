@@ -63,7 +63,7 @@ static int list_dir(file_list *l, const char *path, int depth) {
     names[n++] = ng_path_join(path, e->d_name);
   }
   closedir(d);
-  qsort(names, n, sizeof *names, by_name);
+  if (n) qsort(names, n, sizeof *names, by_name);
   int rc = 0;
   for (size_t i = 0; i < n; i++) {
     if (rc == 0) rc = list_path(l, names[i], depth + 1);

@@ -527,7 +527,7 @@ char **ng_shard_files(const char *dir, const char *name, int *n) {
   for (struct dirent *e; d && (e = readdir(d)) != NULL;)
     if (is_part(e->d_name, name)) add_path(&paths, n, ng_path_join(dir, e->d_name));
   if (d) closedir(d);
-  qsort(paths + first_part, (size_t)(*n - first_part), sizeof *paths, by_name);
+  if (*n > first_part) qsort(paths + first_part, (size_t)(*n - first_part), sizeof *paths, by_name);
   snprintf(file, sizeof file, "%.256s.bin", name);
   add_if_there(&paths, n, dir, file);
   return paths;

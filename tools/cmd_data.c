@@ -73,6 +73,11 @@ static void path_list_free(path_list *l) {
   free(l->path);
 }
 
+static void path_list_add(path_list *l, char *path) {
+  l->path = ng_xrealloc(l->path, (size_t)(l->n + 1) * sizeof *l->path);
+  l->path[l->n++] = path;
+}
+
 // Every file in `dir` that data writes there, in the order to remove them:
 // each split's shard in either form (ng_shard_files), then the tokenizer's files.
 static void outputs_in(const char *dir, path_list *l) {
@@ -80,20 +85,14 @@ static void outputs_in(const char *dir, path_list *l) {
   for (int k = 0; k < 2; k++) {
     int n;
     char **shard = ng_shard_files(dir, splits[k], &n);
-    l->path = ng_xrealloc(l->path, (size_t)(l->n + n) * sizeof *l->path);
-    memcpy(l->path + l->n, shard, (size_t)n * sizeof *shard);
-    l->n += n;
+    for (int i = 0; i < n; i++) path_list_add(l, shard[i]);
     free(shard);
   }
   for (int i = 0; ng_cli_tokenizer_files[i]; i++) {
     char *path = ng_path_join(dir, ng_cli_tokenizer_files[i]);
     struct stat st;
-    if (lstat(path, &st) != 0) {
-      free(path);
-      continue;
-    }
-    l->path = ng_xrealloc(l->path, (size_t)(l->n + 1) * sizeof *l->path);
-    l->path[l->n++] = path;
+    if (lstat(path, &st) == 0) path_list_add(l, path);
+    else free(path);
   }
 }
 

@@ -217,7 +217,7 @@ int cmd_runs(const ng_cli *c) {
   }
   run_list l = {0};
   find_runs(root, 0, &l);
-  qsort(l.runs, l.n, sizeof *l.runs, by_dir);
+  if (l.n) qsort(l.runs, l.n, sizeof *l.runs, by_dir);
   read_runs(root, &l);
   size_t bad = 0;
   for (size_t i = 0; i < l.n; i++) bad += l.runs[i].error != NULL;
