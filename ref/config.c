@@ -31,17 +31,47 @@ static const cJSON *field(const cJSON *obj, const char *where, const char *key) 
   return v;
 }
 
+void ng_shortest(double v, char out[NG_SHORTEST_CHARS]) {
+  for (int digits = 15; digits <= 17; digits++) {
+    snprintf(out, NG_SHORTEST_CHARS, "%.*g", digits, v);
+    if (strtod(out, NULL) == v) return;
+  }
+}
+
+// An integer bound as a person writes it: past 2^53 - 1 it is 2^53 - 1 (no
+// larger integer is read), and from 2^20 on a power of two or one less by name.
+static void int_limit(int64_t v, char out[32]) {
+  int64_t a = v < 0 ? -v : v;  // bounds are far from INT64_MIN
+  const char *sign = v < 0 ? "-" : "";
+  int k = 0;
+  while (k < 62 && ((int64_t)1 << (k + 1)) <= a) k++;
+  if (a >= NG_JSON_MAX_INT)
+    snprintf(out, 32, "%s2^53 - 1", sign);
+  else if (a >= ((int64_t)1 << 20) && a == (int64_t)1 << k)
+    snprintf(out, 32, "%s2^%d", sign, k);
+  else if (a >= ((int64_t)1 << 20) && a == ((int64_t)1 << (k + 1)) - 1)
+    snprintf(out, 32, "%s2^%d - 1", sign, k + 1);
+  else
+    snprintf(out, 32, "%lld", (long long)v);
+}
+
 int ng_json_int_value(const cJSON *v, const char *what, int64_t min, int64_t max, int64_t *out) {
   double d = cJSON_IsNumber(v) ? v->valuedouble : NAN;
   if (!cJSON_IsNumber(v) || d != floor(d)) return ng_fail("%s: expected an integer", what);
   // Beyond 2^53 - 1 a JSON number no longer names one integer (the next ones
   // round to it), and an int64 cast of it could be undefined.
-  if (fabs(d) > NG_JSON_MAX_INT)
-    return ng_fail("%s: %.17g is beyond 2^53 - 1, the largest integer JSON holds exactly", what, d);
+  if (fabs(d) > NG_JSON_MAX_INT) {
+    char got[NG_SHORTEST_CHARS];
+    ng_shortest(d, got);
+    return ng_fail("%s: %s is beyond 2^53 - 1, the largest integer JSON holds exactly", what, got);
+  }
   int64_t i = (int64_t)d;
-  if (i < min || i > max)
-    return ng_fail("%s: %lld is outside [%lld, %lld]", what, (long long)i, (long long)min,
-                   (long long)max);
+  if (i < min || i > max) {
+    char lo[32], hi[32];
+    int_limit(min, lo);
+    int_limit(max, hi);
+    return ng_fail("%s: %lld is outside [%s, %s]", what, (long long)i, lo, hi);
+  }
   *out = i;
   return 0;
 }
@@ -61,8 +91,13 @@ int ng_json_num(const cJSON *obj, const char *where, const char *key, double min
   if (!v) return -1;
   if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
     return ng_fail("%s.%s: expected a number", where, key);
-  if (v->valuedouble < min || v->valuedouble > max)
-    return ng_fail("%s.%s: %.17g is outside [%g, %g]", where, key, v->valuedouble, min, max);
+  if (v->valuedouble < min || v->valuedouble > max) {
+    char got[NG_SHORTEST_CHARS], lo[NG_SHORTEST_CHARS], hi[NG_SHORTEST_CHARS];
+    ng_shortest(v->valuedouble, got);
+    ng_shortest(min, lo);
+    ng_shortest(max, hi);
+    return ng_fail("%s.%s: %s is outside [%s, %s]", where, key, got, lo, hi);
+  }
   *out = v->valuedouble;
   return 0;
 }
@@ -88,11 +123,8 @@ int ng_json_str(const cJSON *obj, const char *where, const char *key, const char
 static void exact_numbers(cJSON *j) {
   for (cJSON *it = j; it; it = it->next) {
     if (cJSON_IsNumber(it) && isfinite(it->valuedouble)) {
-      char text[32];
-      for (int digits = 15; digits <= 17; digits++) {
-        snprintf(text, sizeof text, "%.*g", digits, it->valuedouble);
-        if (strtod(text, NULL) == it->valuedouble) break;
-      }
+      char text[NG_SHORTEST_CHARS];
+      ng_shortest(it->valuedouble, text);
       it->type = cJSON_Raw;
       it->valuestring = ng_xstrdup(text);
     }

@@ -24,7 +24,6 @@
 
 #define BATCH_BYTES ((size_t)32 << 20)
 #define BATCH_DOCS 65536
-#define MAX_DOC ((size_t)1 << 30)
 #define READ_CHUNK ((size_t)1 << 20)
 #define PROGRESS_EVERY 10.0  // seconds between progress lines
 
@@ -64,7 +63,7 @@ static int list_dir(file_list *l, const char *path, int depth) {
     names[n++] = ng_path_join(path, e->d_name);
   }
   closedir(d);
-  qsort(names, n, sizeof *names, by_name);
+  if (n) qsort(names, n, sizeof *names, by_name);
   int rc = 0;
   for (size_t i = 0; i < n; i++) {
     if (rc == 0) rc = list_path(l, names[i], depth + 1);
@@ -99,13 +98,16 @@ typedef struct {
   gzFile gz;
   uint8_t *buf;  // unread bytes: buf[start..end)
   size_t start, end, cap;
+  size_t scanned;  // of the unread bytes, how many are known to hold no '\n'
   bool eof;
   uint64_t line;  // of the next line, from 1
+  size_t max_line;  // bytes of the longest line (without its '\n')
 } stream;
 
-static int stream_open(stream *s, const char *path) {
+static int stream_open(stream *s, const char *path, size_t max_line) {
   s->path = path;
-  s->start = s->end = 0;
+  s->max_line = max_line;
+  s->start = s->end = s->scanned = 0;
   s->eof = false;
   s->line = 1;
   errno = 0;
@@ -130,7 +132,8 @@ static int stream_check(stream *s) {
 }
 
 // Reads more, keeping the unread bytes (moved to the front, buffer grown when
-// full, up to one document of MAX_DOC).
+// full). The unread bytes are at most one line (max_line), so the buffer
+// never grows past max_line + READ_CHUNK.
 static int stream_fill(stream *s) {
   if (s->start > 0) {
     memmove(s->buf, s->buf + s->start, s->end - s->start);
@@ -138,9 +141,10 @@ static int stream_fill(stream *s) {
     s->start = 0;
   }
   if (s->cap - s->end < READ_CHUNK) {
-    if (s->cap > MAX_DOC)
-      return ng_fail("%s: line %" PRIu64 ": longer than %zu bytes", s->path, s->line, MAX_DOC);
-    s->cap = s->cap ? 2 * s->cap : 4 * READ_CHUNK;
+    NG_ASSERT(s->end <= s->max_line);
+    size_t most = s->max_line + READ_CHUNK;
+    s->cap = s->cap == 0 ? 4 * READ_CHUNK : 2 * s->cap;
+    if (s->cap > most) s->cap = most;
     s->buf = ng_xrealloc(s->buf, s->cap);
   }
   int got = gzread(s->gz, s->buf + s->end, (unsigned)READ_CHUNK);
@@ -154,19 +158,26 @@ static int stream_fill(stream *s) {
 }
 
 // The next line (with its '\n', if it has one) into *line/*len: 1, or 0 at
-// the end of the file, or -1.
+// the end of the file, or -1. Each byte is searched for '\n' once, and a line
+// is refused as soon as more than max_line of its bytes are read.
 static int stream_line(stream *s, const uint8_t **line, size_t *len) {
   for (;;) {
-    uint8_t *nl = s->end > s->start ? memchr(s->buf + s->start, '\n', s->end - s->start) : NULL;
-    if (nl || (s->eof && s->end > s->start)) {
-      size_t n = nl ? (size_t)(nl - (s->buf + s->start)) + 1 : s->end - s->start;
-      *line = s->buf + s->start;
-      *len = n;
-      s->start += n;
+    size_t unread = s->end - s->start;
+    uint8_t *from = s->buf + s->start;
+    uint8_t *nl = unread > s->scanned ? memchr(from + s->scanned, '\n', unread - s->scanned) : NULL;
+    size_t n = nl ? (size_t)(nl - from) : unread;  // the line's bytes so far, without '\n'
+    if (n > s->max_line)
+      return ng_fail("%s: line %" PRIu64 ": longer than %zu bytes", s->path, s->line, s->max_line);
+    if (nl || (s->eof && unread > 0)) {
+      *line = from;
+      *len = n + (nl != NULL);
+      s->start += *len;
+      s->scanned = 0;
       s->line++;
       return 1;
     }
     if (s->eof) return 0;
+    s->scanned = unread;
     if (stream_fill(s) != 0) return -1;
   }
 }
@@ -226,6 +237,7 @@ typedef struct {
   stream s;
   uint64_t disk_done;  // on-disk bytes of the files finished
   uint64_t bytes;      // bytes read (decompressed)
+  size_t max_doc;      // bytes of the longest document and line
 } reader;
 
 // A new document at the end of the arena, from line `line` of the current file.
@@ -243,9 +255,9 @@ static int read_whole(reader *r, batch *b) {
     if (stream_fill(&r->s) != 0) return -1;
     arena_add(b, r->s.buf, r->s.end);
     r->bytes += r->s.end;
-    if (b->used - d->off > MAX_DOC)
+    if (b->used - d->off > r->max_doc)
       return ng_fail("%s: a whole-file document larger than %zu bytes (use --records-split or "
-                     "--jsonl-field)", r->s.path, MAX_DOC);
+                     "--jsonl-field)", r->s.path, r->max_doc);
     r->s.start = r->s.end = 0;
   }
   doc_end(b, d);
@@ -266,9 +278,9 @@ static int read_record(reader *r, batch *b) {
     size_t content = len - (line[len - 1] == '\n');
     if (content == sep_len && memcmp(line, r->record_sep, sep_len) == 0) break;
     arena_add(b, line, len);
-    if (b->used - d->off > MAX_DOC)
+    if (b->used - d->off > r->max_doc)
       return ng_fail("%s: line %" PRIu64 ": a record larger than %zu bytes", r->s.path, d->line,
-                     MAX_DOC);
+                     r->max_doc);
   }
   if (got < 0) return -1;
   if (got == 0) r->done = true;
@@ -310,7 +322,7 @@ static int reader_next(reader *r, batch *b) {
     if (r->open && r->done) reader_next_file(r);
     if (r->file == r->files->n) return 0;
     if (!r->open) {
-      if (stream_open(&r->s, r->files->path[r->file]) != 0) return -1;
+      if (stream_open(&r->s, r->files->path[r->file], r->max_doc) != 0) return -1;
       r->open = true;
       r->done = false;
     }
@@ -373,11 +385,59 @@ static int encode_text(const encoder *e, ng_tok_state *st, const uint8_t *text, 
   return 0;
 }
 
-// The text of a JSON line: its string field (cJSON, so up to a NUL).
+// The first NUL of a JSON line as a column from 1 (0: none): a NUL byte, or
+// a \u0000 escape (one whose backslash is not itself escaped, i.e. follows an
+// even number of backslashes).
+static size_t first_nul(const uint8_t *line, size_t len) {
+  const uint8_t *raw = memchr(line, 0, len);
+  size_t end = raw ? (size_t)(raw - line) : len;
+  for (const uint8_t *p = line; (p = memmem(p, end - (size_t)(p - line), "\\u0000", 6)) != NULL; p++) {
+    size_t at = (size_t)(p - line), before = 0;
+    while (before < at && line[at - 1 - before] == '\\') before++;
+    if (before % 2 == 0) return at + 1;
+  }
+  return raw ? end + 1 : 0;
+}
+
+// A key that the object holds twice, or NULL.
+static const char *twice(const cJSON *o) {
+  int n = cJSON_GetArraySize(o), i = 0;
+  const char **keys = ng_xmalloc((size_t)(n > 0 ? n : 1) * sizeof *keys);
+  for (const cJSON *it = o->child; it; it = it->next) keys[i++] = it->string;
+  qsort(keys, (size_t)n, sizeof *keys, by_name);
+  const char *dup = NULL;
+  for (i = 1; i < n && !dup; i++)
+    if (strcmp(keys[i - 1], keys[i]) == 0) dup = keys[i];
+  free(keys);
+  return dup;
+}
+
+// Up to 24 bytes of the line from `at`, its newline aside, for a message.
+static int excerpt(const uint8_t *line, size_t len, size_t at) {
+  size_t n = len - at < 24 ? len - at : 24;
+  while (n > 0 && (line[at + n - 1] == '\n' || line[at + n - 1] == '\r')) n--;
+  return (int)n;
+}
+
+// The text of a JSON line: its string field. The line is one JSON object and
+// nothing else but whitespace, holds no key twice (Python's json would take
+// the last, cJSON the first) and no NUL (cJSON's strings end at one).
 static int json_text(const encoder *e, const uint8_t *line, size_t len, cJSON **json,
                      const uint8_t **text, size_t *text_len) {
-  *json = cJSON_ParseWithLength((const char *)line, len);
+  size_t nul = first_nul(line, len);
+  if (nul) return ng_fail("a NUL character (\\u0000) at column %zu: documents hold none", nul);
+  const char *end = NULL, *s = (const char *)line;
+  *json = cJSON_ParseWithLengthOpts(s, len, &end, false);
+  size_t at = end ? (size_t)(end - s) : 0;
+  if (!*json)
+    return ng_fail("not valid JSON at column %zu: \"%.*s\"", at + 1, excerpt(line, len, at), s + at);
+  while (at < len && memchr(" \t\r\n", line[at], 4)) at++;
+  if (at < len)
+    return ng_fail("text after the JSON object at column %zu: \"%.*s\"", at + 1,
+                   excerpt(line, len, at), s + at);
   if (!cJSON_IsObject(*json)) return ng_fail("not a JSON object");
+  const char *dup = twice(*json);
+  if (dup) return ng_fail("the key \"%s\" twice", dup);
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(*json, e->o->jsonl_field);
   if (!cJSON_IsString(v)) return ng_fail("no string field \"%s\"", e->o->jsonl_field);
   *text = (const uint8_t *)v->valuestring;
@@ -515,6 +575,16 @@ static int run(reader *r, const encoder *e, splits *sp, const file_list *files, 
   return got < 0 ? -1 : check_splits(sp);
 }
 
+static void remove_shard(const char *dir, const char *name) {
+  int n;
+  char **files = ng_shard_files(dir, name, &n);
+  for (int i = 0; i < n; i++) {
+    remove(files[i]);
+    free(files[i]);
+  }
+  free(files);
+}
+
 static bool dir_exists(const char *dir) {
   struct stat st;
   return stat(dir, &st) == 0 && S_ISDIR(st.st_mode);
@@ -555,6 +625,7 @@ int ng_data_prepare(const char *const *inputs, int n_inputs, const ng_data_optio
   reader r = {.files = &files,
               .kind = o->jsonl_field ? DOCS_JSONL : o->record_sep ? DOCS_RECORDS : DOCS_WHOLE,
               .record_sep = o->record_sep};
+  r.max_doc = o->max_doc ? (size_t)o->max_doc : (size_t)NG_DATA_MAX_DOC;
   double t0 = ng_now();
   rc = run(&r, &e, &sp, &files, t0);
   for (int k = 0; k < 2; k++) {
@@ -562,6 +633,7 @@ int ng_data_prepare(const char *const *inputs, int n_inputs, const ng_data_optio
     int wrc = ng_shard_writer_finish(sp.w[k], rc, &st->path[k]);
     if (rc == 0) rc = wrc;
   }
+  if (rc != 0 && st->path[0]) remove_shard(out_dir, "train");  // in place before val failed
   stream_close(&r.s);
   free(r.s.buf);
   if (rc == 0) {

@@ -7,11 +7,14 @@
 #include "normgrow/fileio.h"
 
 #include <cJSON.h>
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 // Tokens are read from and written to the file as host u32 values.
@@ -160,12 +163,15 @@ static int open_manifest(ng_shard *s, const char *text) {
   return rc;
 }
 
-// A manifest starts with '{'; anything else is read as a shard file.
+// A manifest is a regular file that starts with '{'; anything else is read as
+// a shard file (which refuses what is not a regular file).
 static bool is_manifest(const char *path) {
-  FILE *fp = fopen(path, "rb");
-  int c = fp ? fgetc(fp) : EOF;
-  if (fp) fclose(fp);
-  return c == '{';
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  struct stat st;
+  char c = 0;
+  bool yes = fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && read(fd, &c, 1) == 1 && c == '{';
+  if (fd >= 0) close(fd);
+  return yes;
 }
 
 int ng_shard_open(ng_shard *s, const char *path) {
@@ -479,4 +485,50 @@ int ng_shard_writer_finish(ng_shard_writer *w, int rc, char **path) {
   free(w->name);
   free(w);
   return rc;
+}
+
+// ---------------------------------------------------------------------------
+// A shard's files
+
+// Whether `file` is "<name>-NNNNN.bin" (five or more digits): a part of the
+// shard `name`, as start_file names them.
+static bool is_part(const char *file, const char *name) {
+  size_t k = strlen(name);
+  if (strncmp(file, name, k) != 0 || file[k] != '-') return false;
+  const char *digits = file + k + 1, *end = digits;
+  while (*end >= '0' && *end <= '9') end++;
+  return end - digits >= 5 && strcmp(end, ".bin") == 0;
+}
+
+static int by_name(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static void add_path(char ***paths, int *n, char *path) {
+  *paths = ng_xrealloc(*paths, (size_t)(*n + 1) * sizeof **paths);
+  (*paths)[(*n)++] = path;
+}
+
+// `file` in dir, when something is there under that name.
+static void add_if_there(char ***paths, int *n, const char *dir, const char *file) {
+  char *path = ng_path_join(dir, file);
+  struct stat st;
+  if (lstat(path, &st) == 0) add_path(paths, n, path);
+  else free(path);
+}
+
+char **ng_shard_files(const char *dir, const char *name, int *n) {
+  char **paths = NULL, file[64 + 256];
+  *n = 0;
+  snprintf(file, sizeof file, "%.256s.manifest.json", name);
+  add_if_there(&paths, n, dir, file);
+  int first_part = *n;
+  DIR *d = opendir(dir);
+  for (struct dirent *e; d && (e = readdir(d)) != NULL;)
+    if (is_part(e->d_name, name)) add_path(&paths, n, ng_path_join(dir, e->d_name));
+  if (d) closedir(d);
+  if (*n > first_part) qsort(paths + first_part, (size_t)(*n - first_part), sizeof *paths, by_name);
+  snprintf(file, sizeof file, "%.256s.bin", name);
+  add_if_there(&paths, n, dir, file);
+  return paths;
 }

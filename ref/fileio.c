@@ -49,7 +49,7 @@ int ng_make_dir(const char *dir) {
 int ng_map_file(const char *path, size_t min_size, const char *what, uint8_t **map,
                 size_t *size) {
   NG_ASSERT(min_size > 0);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // a FIFO is refused, not waited on
   if (fd < 0) return ng_fail("%s: cannot open: %s", path, strerror(errno));
   struct stat st;
   int rc = 0;

@@ -77,7 +77,12 @@ static int parse_lr(const cJSON *o, const char *where, ng_lr_schedule *lr) {
       ng_json_int(o, where, "warmup_tokens", 0, INT64_MAX / 4, &lr->warmup_tokens) ||
       json_enum(o, where, "shape", lr_shapes, &shape))
     return -1;
-  if (lr->floor > lr->peak) return ng_fail("%s.floor: %g is above peak %g", where, lr->floor, lr->peak);
+  if (lr->floor > lr->peak) {
+    char floor[NG_SHORTEST_CHARS], peak[NG_SHORTEST_CHARS];
+    ng_shortest(lr->floor, floor);
+    ng_shortest(lr->peak, peak);
+    return ng_fail("%s.floor: %s is above peak %s", where, floor, peak);
+  }
   lr->shape = (ng_lr_shape)shape;
   return 0;
 }

@@ -73,7 +73,7 @@ printf '{"text": "one"}\n{"text": "two"}\n{"text": 3}\n' >"$tmp/bad.jsonl"
 expect_error "a JSONL field that is not a string" "$tmp/bad.jsonl: line 3: no string field \"text\"" \
   "$tmp/bad.jsonl" --jsonl-field text
 printf '{"text": "one"}\n{"text" "two"}\n' >"$tmp/bad2.jsonl"
-expect_error "a JSONL line that is not JSON" "$tmp/bad2.jsonl: line 2: not a JSON object" \
+expect_error "a JSONL line that is not JSON" "$tmp/bad2.jsonl: line 2: not valid JSON at column 9" \
   "$tmp/bad2.jsonl" --jsonl-field text
 for i in $(seq 1 3000); do printf '{"text": "document %d"}\n' "$i"; done | gzip -c >"$tmp/c.jsonl.gz"
 head -c 2000 "$tmp/c.jsonl.gz" >"$tmp/cut.jsonl.gz"
@@ -109,4 +109,47 @@ if [ -f "$qwen/tokenizer.json" ]; then
   fi
 else
   echo "skip data --tokenizer copy: no Qwen3 tokenizer at $qwen"
+fi
+
+# --force replaces every layout data writes, not only the one it writes now: a
+# single file by parts, parts by fewer parts and by a single file, a tokenizer's
+# files by byte-level shards (export would copy them beside a model they do not
+# fit). A rebuild that fails leaves the old outputs as they were.
+L=$tmp/layout
+layout() { (cd "$L" && ls | tr '\n' ' '); }
+data_into() { "$bin" data "$tmp/f" --records-split % --val-fraction 0.25 --seed 3 --out "$L" "$@" >/dev/null 2>"$tmp/err"; }
+check_layout() {  # NAME WANT: the names in $L after the last command
+  if [ "$(layout)" = "$2" ]; then echo "ok data --force $1: $2"; else echo "FAIL data --force $1: $(layout) ($(cat "$tmp/err"))"; fi
+}
+data_into
+data_into --file-tokens 300 --force
+check_layout "replaces train.bin by parts" "train-00000.bin train-00001.bin train-00002.bin train.manifest.json val.bin "
+data_into --file-tokens 100 --force
+data_into --file-tokens 300 --force
+check_layout "replaces 7 parts by 3" "train-00000.bin train-00001.bin train-00002.bin train.manifest.json val.bin "
+data_into --force
+check_layout "replaces parts and a manifest by train.bin" "train.bin val.bin "
+printf '{"version": "1.0"}' >"$L/tokenizer.json"
+printf '{"model_max_length": 32}' >"$L/tokenizer_config.json"
+data_into --force
+check_layout "removes a tokenizer's files for byte-level shards" "train.bin val.bin "
+for stale in tokenizer.json train-00004.bin val.manifest.json; do
+  rm -rf "$L" && mkdir "$L" && : >"$L/$stale"
+  if ! data_into && [ "$(wc -l <"$tmp/err")" -eq 1 ] && grep -q -- "$L/$stale already exists.*--force" "$tmp/err" &&
+    [ "$(layout)" = "$stale " ]; then
+    echo "ok data without --force keeps $stale"
+  else
+    echo "FAIL data without --force over $stale: $(layout) ($(cat "$tmp/err"))"
+  fi
+done
+rm -rf "$L"
+data_into --file-tokens 300
+before=$(cat "$L"/* | cksum)
+printf '{"text": "one"}\n{"text": 3}\n' >"$tmp/bad3.jsonl"
+"$bin" data "$tmp/bad3.jsonl" --jsonl-field text --out "$L" --force >/dev/null 2>"$tmp/err"
+if [ $? -ne 0 ] && [ "$(cat "$L"/* | cksum)" = "$before" ] &&
+  [ "$(layout)" = "train-00000.bin train-00001.bin train-00002.bin train.manifest.json val.bin " ]; then
+  echo "ok data --force that fails leaves the old shards as they were"
+else
+  echo "FAIL data --force that fails: $(layout) ($(cat "$tmp/err"))"
 fi

@@ -136,10 +136,10 @@ check "--extend-tokens 25600 after 400 steps: weights bit-identical to a run of 
   bash -c 'cmp -s "$1" "$2" && grep -q "\"step\":500," "$3"' _ "$tmp/short/final.safetensors" "$tmp/long/final.safetensors" "$tmp/short/metrics.jsonl"
 
 # runs: every run directory with its state, step, final CE and differences.
-"$bin" runs "$tmp" >"$tmp/runs.out" 2>&1
+"$bin" runs "$tmp" --long >"$tmp/runs.out" 2>&1
 check "runs lists the finished runs and the stopped one" \
-  bash -c 'grep -q "/whole  *finished  *800/800  *[0-9.]" "$1" && grep -q "/slow  *stopped (no checkpoint)" "$1" &&
-           grep -q "/long .*stages=" "$1" && ! grep -q "/data " "$1" && ! grep -q "notrun" "$1"' _ "$tmp/runs.out"
+  bash -c 'grep -q "^whole  *finished  *800/800  *[0-9.]" "$1" && grep -q "^slow  *stopped (no checkpoint)" "$1" &&
+           grep -A30 "^long " "$1" | grep -q "^    stages = " && ! grep -q "^data " "$1" && ! grep -q "notrun" "$1"' _ "$tmp/runs.out"
 
 # diag of a run: the run's own evaluation (validation shard, batches, batch,
 # seq, structural ids, teacher, loss) and the checkpoint's step, so it
@@ -205,7 +205,7 @@ check "tokenizer files beside the run's shards are copied into the export" \
 
 "$bin" runs "$tmp" >"$tmp/runs.out" 2>&1
 check "runs does not take a Hugging Face export for a run" \
-  bash -c 'grep -q "/whole  *finished" "$1" && ! grep -q "/hf" "$1"' _ "$tmp/runs.out"
+  bash -c 'grep -q "^whole  *finished" "$1" && ! grep -q "^hf" "$1"' _ "$tmp/runs.out"
 
 # teacher-cache and report refuse to replace their output too.
 : >"$tmp/cache.topk"

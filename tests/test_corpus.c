@@ -9,6 +9,7 @@
 
 #include <dirent.h>
 #include <omp.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,6 +73,13 @@ static int32_t *shard_tokens(const char *path, uint64_t *n) {
 
 // ---------------------------------------------------------------------------
 // Writer and manifest
+
+static void blocked(int sig) {
+  (void)sig;
+  static const char msg[] = "FAIL a reader waited on a FIFO for 20 s\n";
+  (void)!write(1, msg, sizeof msg - 1);
+  _exit(1);
+}
 
 static void test_writer_manifest(void) {
   char *dir = path_in(g_dir, "w");
@@ -139,8 +147,12 @@ static void test_writer_manifest(void) {
       {"another vocabulary", "\"vocab_size\":\t50", "\"vocab_size\":\t51", "vocab_size 51"},
       {"a path for a name", "many-00002.bin", "../many-00002.bin", "is not a file name"},
       {"not a manifest", "normgrow-shards", "other", "not a normgrow shard manifest"},
+      {"a FIFO for a file", "many-00002.bin", "fifo.bin", "fifo.bin: not a regular file"},
   };
-  char *bad_path = path_in(dir, "bad.manifest.json");
+  char *bad_path = path_in(dir, "bad.manifest.json"), *fifo = path_in(dir, "fifo.bin");
+  NG_ASSERT(mkfifo(fifo, 0600) == 0);
+  signal(SIGALRM, blocked);
+  alarm(20);  // nothing here may wait on a FIFO
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     char *at = strstr(manifest, bad[i].from);
     NG_ASSERT(at);
@@ -155,6 +167,13 @@ static void test_writer_manifest(void) {
     snprintf(name, sizeof name, "manifest with %s refused", bad[i].name);
     CHECK(rc != 0 && strstr(ng_error(), bad[i].want), name, "%s", ng_error());
   }
+  ng_shard s;
+  int rc = ng_shard_open(&s, fifo);
+  CHECK(rc != 0 && strstr(ng_error(), "fifo.bin: not a regular file"), "a FIFO for a shard refused",
+        "%s", ng_error());
+  alarm(0);
+  unlink(fifo);
+  free(fifo);
   free(bad_path);
   free(manifest);
   free(one_path);
@@ -215,6 +234,28 @@ static void test_inputs(void) {
   free(b);
   free(sub);
   free(dir);
+  free(out);
+}
+
+// Lines that come close to what is refused are read: a backslash before
+// "u0000" (no NUL), whitespace and CR after the object, a key that another
+// object inside holds too.
+static void test_jsonl_edges(void) {
+  const char text[] = "{\"text\": \"a\\\\u0000\"}  \r\n"
+                      "{\"text\": \"b\", \"meta\": {\"text\": 1}}\n"
+                      "{\"text\": \"\\ud83d\\ude00\"}\n";
+  char *in = path_in(g_dir, "edges.jsonl"), *out = path_in(g_dir, "edges_out");
+  write_bytes(in, text, strlen(text));
+  const char *ins[] = {in};
+  ng_data_options o = {.jsonl_field = "text", .val_fraction = 0.5, .seed = 0};
+  ng_data_stats st;
+  int rc = ng_data_prepare(ins, 1, &o, out, &st);
+  // "a\u0000" (7 bytes), "b", U+1F600 (4 bytes), each and a separator.
+  CHECK(rc == 0 && st.docs[0] + st.docs[1] == 3 && st.tokens[0] + st.tokens[1] == 8 + 2 + 5,
+        "JSONL lines close to the refused ones are read", "rc %d (%s), %llu tokens", rc, ng_error(),
+        (unsigned long long)(st.tokens[0] + st.tokens[1]));
+  ng_data_stats_free(&st);
+  free(in);
   free(out);
 }
 
@@ -280,14 +321,13 @@ static void test_threads_and_gzip(void) {
 }
 
 // A malformed input: -1, one line naming the file and line, no directory left.
-static void expect_input_error(const char *test, const char *name, const void *bytes, size_t n,
-                               const char *field, const char *want) {
+static void expect_refused(const char *test, const char *name, const void *bytes, size_t n,
+                           const ng_data_options *o, const char *want) {
   char *in = path_in(g_dir, name), *out = path_in(g_dir, "bad_out");
   write_bytes(in, bytes, n);
   const char *ins[] = {in};
-  ng_data_options o = {.jsonl_field = field, .val_fraction = 0.5, .seed = 1};
   ng_data_stats st;
-  int rc = ng_data_prepare(ins, 1, &o, out, &st);
+  int rc = ng_data_prepare(ins, 1, o, out, &st);
   char full[256];
   snprintf(full, sizeof full, "%s: %s", in, want);
   CHECK(rc == -1 && strstr(ng_error(), full) && !strchr(ng_error(), '\n') && access(out, F_OK) != 0,
@@ -297,16 +337,46 @@ static void expect_input_error(const char *test, const char *name, const void *b
   free(out);
 }
 
+// The same for a JSONL file whose documents are the string field `field`.
+static void expect_input_error(const char *test, const char *name, const void *bytes, size_t n,
+                               const char *field, const char *want) {
+  ng_data_options o = {.jsonl_field = field, .val_fraction = 0.5, .seed = 1};
+  expect_refused(test, name, bytes, n, &o, want);
+}
+
+// JSONL lines refused, each with what is wrong where (after "<file>: "): what
+// Python's json reads otherwise, or what would be read wrongly, among them.
+static const struct {
+  const char *name, *text, *want;
+} bad_jsonl[] = {
+    {"a line that is not JSON", "{\"text\": \"ok\"}\n{\"text\": \"ok\"}\n{\"text\": oops}\n",
+     "line 3: not valid JSON at column 10: \"oops}\""},
+    {"a line that is not an object", "{\"text\": \"ok\"}\n[\"text\", \"ok\"]\n", "line 2: not a JSON object"},
+    {"a field with an escaped NUL", "{\"text\": \"ok\"}\n{\"text\": \"hello\\u0000world\"}\n",
+     "line 2: a NUL character (\\u0000) at column 16"},
+    {"a NUL in another field", "{\"text\": \"ok\"}\n{\"id\": \"\\\\\\u0000\", \"text\": \"b\"}\n",
+     "line 2: a NUL character (\\u0000) at column 11"},
+    {"two JSON objects on one line", "{\"text\": \"a\"} {\"text\": \"b\"}\n",
+     "line 1: text after the JSON object at column 15: \"{\"text\": \"b\"}\""},
+    {"text after the object", "{\"text\": \"ok\"}\n\n{\"text\": \"a\"}garbage\r\n",
+     "line 3: text after the JSON object at column 14: \"garbage\""},
+    {"a key twice", "{\"text\": \"a\", \"id\": 1, \"text\": \"b\"}\n", "line 1: the key \"text\" twice"},
+    {"a lone UTF-16 surrogate", "{\"text\": \"ok\"}\n{\"text\": \"a\\ud800\"}\n",
+     "line 2: not valid JSON at column 12: \"\\ud800\"}\""},
+    {"a line without the field", "{\"text\": \"ok\"}\n\n{\"body\": \"x\"}\n", "line 3: no string field \"text\""},
+    {"a field that is not a string", "{\"text\": 5}\n", "line 1: no string field \"text\""},
+};
+
 static void test_malformed(void) {
-  const char not_json[] = "{\"text\": \"ok\"}\n{\"text\": \"ok\"}\n{\"text\": oops}\n";
-  expect_input_error("a JSONL line that is not JSON", "a.jsonl", not_json, strlen(not_json), "text",
-                     "line 3: not a JSON object");
-  const char no_field[] = "{\"text\": \"ok\"}\n\n{\"body\": \"x\"}\n";
-  expect_input_error("a JSONL line without the field", "b.jsonl", no_field, strlen(no_field), "text",
-                     "line 3: no string field \"text\"");
-  const char not_string[] = "{\"text\": 5}\n";
-  expect_input_error("a JSONL field that is not a string", "c.jsonl", not_string, strlen(not_string),
-                     "text", "line 1: no string field \"text\"");
+  for (size_t i = 0; i < sizeof bad_jsonl / sizeof *bad_jsonl; i++) {
+    char name[128];
+    snprintf(name, sizeof name, "JSONL: %s is refused", bad_jsonl[i].name);
+    expect_input_error(name, "bad.jsonl", bad_jsonl[i].text, strlen(bad_jsonl[i].text), "text",
+                       bad_jsonl[i].want);
+  }
+  const char raw_nul[] = "{\"text\": \"ok\"}\n{\"text\": \"hello\0world\"}\n";
+  expect_input_error("JSONL: a line with a NUL byte is refused", "bad.jsonl", raw_nul, sizeof raw_nul - 1,
+                     "text", "line 2: a NUL character (\\u0000) at column 16");
 
   // A gzip file with its middle overwritten, and one cut short.
   char *gz = path_in(g_dir, "g.gz");
@@ -332,6 +402,66 @@ static void test_malformed(void) {
   free(gz);
 }
 
+// Lines and documents past the limit (made small here: max_doc) are refused
+// as soon as the reader has seen that many bytes of them; one of exactly the
+// limit is read.
+static void test_limits(void) {
+  enum { LIMIT = 4096 };
+  size_t cap = 5 * LIMIT;
+  char *text = ng_xmalloc(cap);
+  ng_data_options jsonl = {.jsonl_field = "text", .val_fraction = 0.5, .seed = 0, .max_doc = LIMIT};
+  // {"text": "xxx..."}: 12 bytes around the x's.
+  size_t n = (size_t)snprintf(text, cap, "{\"text\": \"a\"}\n{\"text\": \"%0*d\"}\n{\"text\": \"b\"}\n",
+                              LIMIT + LIMIT / 2 - 12, 0);
+  expect_refused("a JSONL line of 1.5 times the limit is refused", "long.jsonl", text, n, &jsonl,
+                 "line 2: longer than 4096 bytes");
+  n = (size_t)snprintf(text, cap, "{\"text\": \"a\"}\n{\"text\": \"%0*d\"}\n{\"text\": \"b\"}\n",
+                       LIMIT - 12, 0);
+  char *in = path_in(g_dir, "limit.jsonl"), *out = path_in(g_dir, "limit_out");
+  write_bytes(in, text, n);
+  const char *ins[] = {in};
+  ng_data_stats st;
+  int rc = ng_data_prepare(ins, 1, &jsonl, out, &st);
+  CHECK(rc == 0 && st.tokens[0] + st.tokens[1] == 2 + (LIMIT - 12) + 1 + 2,
+        "a JSONL line of exactly the limit is read", "rc %d (%s)", rc, ng_error());
+  ng_data_stats_free(&st);
+  memset(text, 'y', cap);
+  memcpy(text, "{\"text\": \"a\"}\n{\"text\": \"", 25);
+  expect_refused("a JSONL line without a newline past the limit is refused", "long2.jsonl", text, cap,
+                 &jsonl, "line 2: longer than 4096 bytes");
+  ng_data_options records = {.record_sep = "%", .val_fraction = 0.5, .seed = 0, .max_doc = LIMIT};
+  memset(text, 'y', cap);
+  memcpy(text, "a\n%\n", 4);
+  expect_refused("a record's line past the limit is refused", "long.txt", text, cap, &records,
+                 "line 3: longer than 4096 bytes");
+  free(in);
+  free(out);
+  free(text);
+}
+
+// A split that cannot be put in place (val.bin is a directory here) fails the
+// whole prepare and takes the split already in place with it.
+static void test_no_half_output(void) {
+  char *out = path_in(g_dir, "half"), *blocker = path_in(out, "val.bin"), *in = path_in(g_dir, "half.txt");
+  char *inside = path_in(blocker, "x");
+  NG_ASSERT(ng_make_dir(blocker) == 0);
+  write_bytes(inside, "x", 1);
+  const char text[] = "one\n%\ntwo\n%\nthree\n%\nfour\n";
+  write_bytes(in, text, strlen(text));
+  const char *ins[] = {in};
+  ng_data_options o = {.record_sep = "%", .val_fraction = 0.5, .seed = 1};
+  ng_data_stats st;
+  int rc = ng_data_prepare(ins, 1, &o, out, &st);
+  CHECK(rc == -1 && count_entries(out) == 1, "a split that cannot be put in place leaves no other split",
+        "rc %d, %d entries (%s)", rc, count_entries(out), ng_error());
+  unlink(inside);
+  rmdir(blocker);
+  free(inside);
+  free(in);
+  free(blocker);
+  free(out);
+}
+
 static void remove_tree(const char *dir) {
   DIR *d = opendir(dir);
   if (!d) return;
@@ -351,8 +481,11 @@ int main(void) {
   NG_ASSERT(mkdtemp(g_dir));
   test_writer_manifest();
   test_inputs();
+  test_jsonl_edges();
   test_threads_and_gzip();
   test_malformed();
+  test_no_half_output();
+  test_limits();
   remove_tree(g_dir);
   return TEST_RESULT();
 }

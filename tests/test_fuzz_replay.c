@@ -13,6 +13,7 @@
 #include "fuzz/fuzz_manifest.c"
 #include "fuzz/fuzz_model_config.c"
 #include "fuzz/fuzz_run_config.c"
+#include "fuzz/fuzz_rundir.c"
 #include "fuzz/fuzz_safetensors.c"
 #include "fuzz/fuzz_safetensors_sized.c"
 #include "fuzz/fuzz_shard.c"
@@ -27,7 +28,7 @@ static const struct {
     {"checkpoint", fuzz_checkpoint}, {"hf", fuzz_hf}, {"model_config", fuzz_model_config},
     {"run_config", fuzz_run_config}, {"safetensors", fuzz_safetensors},
     {"safetensors_sized", fuzz_safetensors_sized}, {"shard", fuzz_shard}, {"manifest", fuzz_manifest},
-    {"tokenizer", fuzz_tokenizer}, {"topk", fuzz_topk},
+    {"tokenizer", fuzz_tokenizer}, {"topk", fuzz_topk}, {"rundir", fuzz_rundir},
 };
 
 static int replay_dir(const char *dir, int (*run)(const uint8_t *, size_t)) {

@@ -88,6 +88,48 @@ static void test_int_bounds(void) {
         "%s", ng_error());
 }
 
+// A range message shows the value and its bounds as a person writes them: the
+// shortest decimal that reads back to each double, and the large integer
+// limits by name (a bound past 2^53 - 1 is 2^53 - 1: nothing above it is read).
+static void test_range_messages(void) {
+  static const struct {
+    const char *json;
+    double min, max;
+    const char *want;
+  } nums[] = {
+      {"{\"x\": -0.003}", 0.0, 10.0, "t.x: -0.003 is outside [0, 10]"},
+      {"{\"x\": 1}", 0.0, 0.999999999, "t.x: 1 is outside [0, 0.999999999]"},
+      {"{\"x\": 0.30000000000000004}", 0.0, 0.1 * 3 - 0.1, "t.x: 0.30000000000000004 is outside [0, 0.20000000000000004]"},
+  };
+  for (size_t i = 0; i < sizeof nums / sizeof *nums; i++) {
+    cJSON *o = cJSON_Parse(nums[i].json);
+    double v;
+    int rc = ng_json_num(o, "t", "x", nums[i].min, nums[i].max, &v);
+    cJSON_Delete(o);
+    char name[160];
+    snprintf(name, sizeof name, "range message \"%s\"", nums[i].want);
+    CHECK(rc != 0 && strcmp(ng_error(), nums[i].want) == 0, name, "got \"%s\"", ng_error());
+  }
+  static const struct {
+    const char *json;
+    int64_t min, max;
+    const char *want;
+  } ints[] = {
+      {"{\"n\": 0}", 1, INT64_MAX / 4, "t.n: 0 is outside [1, 2^53 - 1]"},
+      {"{\"n\": 0}", 1, INT32_MAX, "t.n: 0 is outside [1, 2^31 - 1]"},
+      {"{\"n\": 2000000}", 1, 1 << 20, "t.n: 2000000 is outside [1, 2^20]"},
+      {"{\"n\": 5000}", 1, 4096, "t.n: 5000 is outside [1, 4096]"},
+      {"{\"n\": 1}", -5, 0, "t.n: 1 is outside [-5, 0]"},
+  };
+  for (size_t i = 0; i < sizeof ints / sizeof *ints; i++) {
+    int64_t v;
+    int rc = parse_int(ints[i].json, ints[i].min, ints[i].max, &v);
+    char name[160];
+    snprintf(name, sizeof name, "range message \"%s\"", ints[i].want);
+    CHECK(rc != 0 && strcmp(ng_error(), ints[i].want) == 0, name, "got \"%s\"", ng_error());
+  }
+}
+
 // ---------------------------------------------------------------- run configs
 
 // Values a script computes: each is one ulp or so from the decimal a person writes.
@@ -445,6 +487,7 @@ int main(void) {
   test_placement_keys();
   test_unknown_placement();
   test_int_bounds();
+  test_range_messages();
   test_run_round_trip();
   test_extend_exact();
   test_run_bounds();

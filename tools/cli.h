@@ -42,6 +42,9 @@ ng_backend *ng_cli_backend(const ng_cli *c);
 // Prints "normgrow: <message>" on stderr; returns 1 (the exit status).
 int ng_cli_error(const char *msg);
 
+// The files of a Hugging Face tokenizer that transformers' AutoTokenizer reads
+// (NULL-terminated).
+extern const char *const ng_cli_tokenizer_files[];
 // Copies the files of a Hugging Face tokenizer (tokenizer.json, its config,
 // ...) from the directory of `tokenizer` (a tokenizer.json or a model
 // directory) into `out`, so that shards carry the tokenizer that made them and

@@ -20,8 +20,7 @@
 
 #define MAX_TOKENIZER_BYTES ((size_t)256 << 20)
 
-// The files of a Hugging Face tokenizer that transformers' AutoTokenizer reads.
-static const char *const tokenizer_files[] = {"tokenizer.json", "tokenizer_config.json",
+const char *const ng_cli_tokenizer_files[] = {"tokenizer.json", "tokenizer_config.json",
                                               "special_tokens_map.json", "vocab.json",
                                               "merges.txt", NULL};
 
@@ -45,11 +44,12 @@ static int copy_file(const char *from, const char *to) {
   return rc;
 }
 
-// Every file of tokenizer_files that `from` holds, into `to`.
+// Every file of ng_cli_tokenizer_files that `from` holds, into `to`.
 static int copy_tokenizer_files(const char *from, const char *to) {
   int rc = 0;
-  for (int i = 0; tokenizer_files[i] && rc == 0; i++) {
-    char *src = ng_path_join(from, tokenizer_files[i]), *dst = ng_path_join(to, tokenizer_files[i]);
+  for (int i = 0; ng_cli_tokenizer_files[i] && rc == 0; i++) {
+    char *src = ng_path_join(from, ng_cli_tokenizer_files[i]);
+    char *dst = ng_path_join(to, ng_cli_tokenizer_files[i]);
     if (access(src, F_OK) == 0) rc = copy_file(src, dst);
     free(src);
     free(dst);
@@ -94,7 +94,7 @@ static char *run_data_dir(const char *checkpoint) {
 static int copy_tokenizer(const char *checkpoint, const char *out, char **copied) {
   *copied = NULL;
   char *data = run_data_dir(checkpoint);
-  char *probe = data ? ng_path_join(data, tokenizer_files[0]) : NULL;
+  char *probe = data ? ng_path_join(data, ng_cli_tokenizer_files[0]) : NULL;
   int rc = 0;
   if (probe && access(probe, F_OK) == 0) {
     rc = copy_tokenizer_files(data, out);

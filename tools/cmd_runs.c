@@ -1,6 +1,12 @@
-// normgrow runs [DIR]: the run directories under DIR (default "runs"; a run
-// directory holds a run's config.json, rundir.h), one line each: its state, step, final
-// validation CE and the settings in which it differs from the others listed.
+// normgrow runs [DIR] [--long]: the run directories under DIR (default "runs";
+// a run directory holds a run's config.json, rundir.h), one line each within
+// LINE_COLS columns: its path under DIR, its state, step, final validation CE
+// and the settings in which it differs from the others listed, as many as fit
+// (--long adds every one of them in full, one a line, below its run). When DIR
+// is itself a run directory: that run, with every setting. A directory that
+// cannot be read gets its line with the reason, the others are listed, and
+// the status is 1. Links below DIR are not followed (a link back into the tree
+// would list its runs again, without end).
 #include <dirent.h>
 #include <math.h>
 #include <stdio.h>
@@ -13,23 +19,34 @@
 #include "normgrow/fileio.h"
 #include "rundir.h"
 
-#define MAX_DEPTH 4          // runs/study/arm is 2 deep
-#define MAX_VALUE_CHARS 40   // longer values (stage lists) are cut
+#define MAX_DEPTH 4        // runs/study/arm is 2 deep
+#define LINE_COLS 100      // a run's line
+#define NAME_COLS 30       // longer paths are cut at the front
+#define STATE_COLS 23      // "stopped (no checkpoint)"
+#define SHORT_VALUE_COLS 24  // values in a run's line are cut there
+
+typedef struct {
+  char *dir, *name;    // its path, and the part under DIR
+  ng_rundir r;
+  char *error;         // why it could not be read (NULL: it was)
+  ng_flat_config flat;
+} run_entry;
 
 typedef struct {
   size_t n;
-  char **dirs;
-} dir_list;
+  run_entry *runs;
+} run_list;
 
-static int by_name(const void *a, const void *b) {
-  return strcmp(*(char *const *)a, *(char *const *)b);
+static int by_dir(const void *a, const void *b) {
+  return strcmp(((const run_entry *)a)->dir, ((const run_entry *)b)->dir);
 }
 
-// Every run directory at or below `dir`, not below a run directory.
-static void find_runs(const char *dir, int depth, dir_list *out) {
+// Every run directory at or below `dir`, not below a run directory; entries
+// that are links are passed by.
+static void find_runs(const char *dir, int depth, run_list *out) {
   if (ng_rundir_is_run(dir)) {
-    out->dirs = ng_xrealloc(out->dirs, (out->n + 1) * sizeof(char *));
-    out->dirs[out->n++] = ng_xstrdup(dir);
+    out->runs = ng_xrealloc(out->runs, (out->n + 1) * sizeof *out->runs);
+    out->runs[out->n++] = (run_entry){.dir = ng_xstrdup(dir)};
     return;
   }
   DIR *d = depth < MAX_DEPTH ? opendir(dir) : NULL;
@@ -37,26 +54,35 @@ static void find_runs(const char *dir, int depth, dir_list *out) {
     if (e->d_name[0] == '.') continue;
     char *sub = ng_path_join(dir, e->d_name);
     struct stat st;
-    if (stat(sub, &st) == 0 && S_ISDIR(st.st_mode)) find_runs(sub, depth + 1, out);
+    if (lstat(sub, &st) == 0 && S_ISDIR(st.st_mode)) find_runs(sub, depth + 1, out);
     free(sub);
   }
   if (d) closedir(d);
 }
 
-static void state_of(const ng_rundir *r, char *buf, size_t n) {
-  if (r->finished)
-    snprintf(buf, n, "finished");
-  else if (r->ckpt_step >= 0)
-    snprintf(buf, n, "stopped (checkpoint at step %lld)", (long long)r->ckpt_step);
-  else if (r->last_step > 0)
-    snprintf(buf, n, "stopped (no checkpoint)");
-  else
-    snprintf(buf, n, "not started");
+// Each run read; the part of its path under root is its name.
+static void read_runs(const char *root, run_list *l) {
+  for (size_t i = 0; i < l->n; i++) {
+    run_entry *e = &l->runs[i];
+    const char *under = e->dir + strlen(root);
+    while (*under == '/') under++;
+    e->name = ng_xstrdup(*under ? under : e->dir);
+    if (ng_rundir_read(e->dir, &e->r) != 0) {
+      const char *msg = ng_error();
+      size_t n = strlen(e->dir);  // the line names the directory already
+      e->error = ng_xstrdup(strncmp(msg, e->dir, n) == 0 && msg[n] == '/' ? msg + n + 1 : msg);
+    }
+    ng_flatten_config(e->r.config, &e->flat);
+  }
 }
 
-// The keys of every config, each once, in order of first appearance, that
-// differ between the runs (run_dir aside: it always does).
-static size_t differing_keys(const ng_flat_config *flat, size_t n, const char ***out) {
+// The keys of the readable runs' configs, each once, in order of first
+// appearance, that differ between them (run_dir aside: it always does).
+static size_t differing_keys(const run_list *l, const char ***out) {
+  ng_flat_config *flat = ng_xcalloc(l->n ? l->n : 1, sizeof *flat);
+  size_t n = 0;
+  for (size_t i = 0; i < l->n; i++)
+    if (!l->runs[i].error) flat[n++] = l->runs[i].flat;
   const char **keys = NULL;
   size_t nk = 0;
   for (size_t i = 0; i < n; i++)
@@ -68,20 +94,118 @@ static size_t differing_keys(const ng_flat_config *flat, size_t n, const char **
       keys = ng_xrealloc(keys, (nk + 1) * sizeof *keys);
       keys[nk++] = key;
     }
+  free(flat);
   *out = keys;
   return nk;
 }
 
-// "key=value, ..." of one run for the differing keys ("-" when none).
-static void put_differences(const ng_flat_config *f, const char **keys, size_t nk) {
-  for (size_t k = 0; k < nk; k++) {
+// `text` in at most `room` columns: cut with "..." when longer.
+static void put_cut(const char *text, size_t room) {
+  size_t len = strlen(text);
+  if (len <= room) fputs(text, stdout);
+  else if (room >= 3) printf("%.*s...", (int)(room - 3), text);
+}
+
+// "key=value, ..." (values cut at SHORT_VALUE_COLS) for as many of the keys as
+// fit in `room` columns, then ", +N more".
+static void put_differences(const ng_flat_config *f, const char **keys, size_t nk, size_t room) {
+  if (nk == 0) fputs("-", stdout);
+  size_t used = 0, k = 0;
+  for (; k < nk; k++) {
     const char *v = ng_flat_value(f, keys[k]);
     if (!v) v = "(absent)";
-    int len = (int)strlen(v);
-    printf("%s%s=%.*s%s", k ? ", " : "", keys[k], len > MAX_VALUE_CHARS ? MAX_VALUE_CHARS : len, v,
-           len > MAX_VALUE_CHARS ? "..." : "");
+    char item[256];
+    size_t vlen = strlen(v);
+    snprintf(item, sizeof item, "%s=%.*s%s", keys[k],
+             (int)(vlen > SHORT_VALUE_COLS ? SHORT_VALUE_COLS - 3 : vlen), v,
+             vlen > SHORT_VALUE_COLS ? "..." : "");
+    size_t len = strlen(item) + (k ? 2 : 0), rest = nk - k - 1;
+    size_t tail = rest ? (size_t)snprintf(NULL, 0, ", +%zu more", rest) : 0;
+    if (used + len + tail > room) break;
+    printf("%s%s", k ? ", " : "", item);
+    used += len;
   }
-  if (nk == 0) fputs("-", stdout);
+  if (k < nk) printf("%s+%zu more", k ? ", " : "", nk - k);
+}
+
+// A path in `cols` columns: its end when it is longer.
+static void put_name(const char *name, int cols) {
+  int len = (int)strlen(name);
+  if (len <= cols) printf("%-*s", cols, name);
+  else printf("...%s", name + len - (cols - 3));
+}
+
+// One run's line: name, state, step, final CE, then its differences in what
+// is left of LINE_COLS; or name and why it could not be read.
+static void put_line(const run_entry *e, int name_cols, const char **keys, size_t nk) {
+  put_name(e->name, name_cols);
+  if (e->error) {
+    int used = name_cols + printf("  unreadable: ");
+    put_cut(e->error, used < LINE_COLS ? (size_t)(LINE_COLS - used) : 0);
+    putchar('\n');
+    return;
+  }
+  char state[64], step[48], ce[24] = "-";
+  ng_rundir_state(&e->r, state, sizeof state);
+  snprintf(step, sizeof step, "%lld/%lld", (long long)e->r.last_step, (long long)e->r.steps_total);
+  if (e->r.has_eval) snprintf(ce, sizeof ce, "%.4f", e->r.final_ce);
+  int used = name_cols + printf("  %-*s %13s %8s  ", STATE_COLS, state, step, ce);
+  put_differences(&e->flat, keys, nk, used < LINE_COLS ? (size_t)(LINE_COLS - used) : 0);
+  putchar('\n');
+}
+
+// Below a run's line: the keys given, in full, one a line (or the reason it
+// could not be read).
+static void put_details(const run_entry *e, const char **keys, size_t nk) {
+  if (e->error) printf("    %s\n", e->error);
+  for (size_t k = 0; k < nk && !e->error; k++) {
+    const char *v = ng_flat_value(&e->flat, keys[k]);
+    printf("    %s = %s\n", keys[k], v ? v : "(absent)");
+  }
+}
+
+static void put_header(int name_cols) {
+  printf("%-*s  %-*s %13s %8s  %s\n", name_cols, "run", STATE_COLS, "state", "step", "final CE",
+         "differs in");
+}
+
+static void list_free(run_list *l) {
+  for (size_t i = 0; i < l->n; i++) {
+    run_entry *e = &l->runs[i];
+    ng_rundir_free(&e->r);
+    ng_flat_config_free(&e->flat);
+    free(e->dir);
+    free(e->name);
+    free(e->error);
+  }
+  free(l->runs);
+}
+
+// DIR itself a run: its line, then every setting.
+static void show_one(const run_entry *e) {
+  int cols = (int)strlen(e->name);
+  put_header(cols < NAME_COLS ? cols : NAME_COLS);
+  put_line(e, cols < NAME_COLS ? cols : NAME_COLS, NULL, 0);
+  const char **all = ng_xcalloc(e->flat.n ? e->flat.n : 1, sizeof *all);
+  for (size_t k = 0; k < e->flat.n; k++) all[k] = e->flat.key[k];
+  put_details(e, all, e->flat.n);
+  free(all);
+}
+
+static void show_list(const run_list *l, bool details) {
+  const char **keys = NULL;
+  size_t nk = differing_keys(l, &keys);
+  int cols = 3;
+  for (size_t i = 0; i < l->n; i++) {
+    int len = (int)strlen(l->runs[i].name);
+    if (len > cols) cols = len < NAME_COLS ? len : NAME_COLS;
+  }
+  put_header(cols);
+  for (size_t i = 0; i < l->n; i++) {
+    put_line(&l->runs[i], cols, keys, nk);
+    if (details) put_details(&l->runs[i], keys, nk);
+  }
+  free(keys);
 }
 
 int cmd_runs(const ng_cli *c) {
@@ -91,38 +215,22 @@ int cmd_runs(const ng_cli *c) {
     ng_fail("runs: %s is not a directory", root);
     return ng_cli_error(ng_error());
   }
-  dir_list runs = {0};
-  find_runs(root, 0, &runs);
-  qsort(runs.dirs, runs.n, sizeof(char *), by_name);
-  ng_rundir *r = ng_xcalloc(runs.n ? runs.n : 1, sizeof *r);
-  ng_flat_config *flat = ng_xcalloc(runs.n ? runs.n : 1, sizeof *flat);
-  int rc = 0;
-  for (size_t i = 0; i < runs.n && rc == 0; i++) {
-    rc = ng_rundir_read(runs.dirs[i], &r[i]);
-    ng_flatten_config(r[i].config, &flat[i]);
-  }
-  const char **keys = NULL;
-  size_t nk = rc == 0 ? differing_keys(flat, runs.n, &keys) : 0;
-  if (rc == 0 && runs.n == 0) printf("runs: no run directory (one with a run's config.json) under %s\n", root);
-  if (rc == 0 && runs.n > 0)
-    printf("%-36s %-34s %13s %9s  %s\n", "run", "state", "step", "final CE", "differs in");
-  for (size_t i = 0; i < runs.n && rc == 0; i++) {
-    char state[64], step[32], ce[16] = "-";
-    state_of(&r[i], state, sizeof state);
-    snprintf(step, sizeof step, "%lld/%lld", (long long)r[i].last_step, (long long)r[i].steps_total);
-    if (r[i].has_eval) snprintf(ce, sizeof ce, "%.4f", r[i].final_ce);
-    printf("%-36s %-34s %13s %9s  ", runs.dirs[i], state, step, ce);
-    put_differences(&flat[i], keys, nk);
-    putchar('\n');
-  }
-  for (size_t i = 0; i < runs.n; i++) {
-    ng_rundir_free(&r[i]);
-    ng_flat_config_free(&flat[i]);
-    free(runs.dirs[i]);
-  }
-  free(keys);
-  free(runs.dirs);
-  free(r);
-  free(flat);
-  return rc ? ng_cli_error(ng_error()) : 0;
+  run_list l = {0};
+  find_runs(root, 0, &l);
+  if (l.n) qsort(l.runs, l.n, sizeof *l.runs, by_dir);
+  read_runs(root, &l);
+  size_t bad = 0;
+  for (size_t i = 0; i < l.n; i++) bad += l.runs[i].error != NULL;
+  if (l.n == 0)
+    printf("runs: no run directory (one with a run's config.json) under %s\n", root);
+  else if (l.n == 1 && strcmp(l.runs[0].dir, root) == 0)
+    show_one(&l.runs[0]);
+  else
+    show_list(&l, ng_cli_opt(c, "long") != NULL);
+  size_t n = l.n;
+  list_free(&l);
+  if (bad == 0) return 0;
+  ng_fail("runs: %zu of %zu run directories could not be read (the reason is on each one's line)",
+          bad, n);
+  return ng_cli_error(ng_error());
 }

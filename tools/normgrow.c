@@ -58,9 +58,10 @@ static const command commands[] = {
     {"report", cmd_report, 1, MANY, false, LIST("out"), LIST("force"),
      "report RUN_DIR... [--out DIR] [--force]\n"
      "    tables and plots comparing runs (unfinished ones marked) -> DIR/report.md"},
-    {"runs", cmd_runs, 0, 1, false, NONE, NONE,
-     "runs [DIR]\n"
-     "    the run directories under DIR (default runs): state, step, final CE, differences"},
+    {"runs", cmd_runs, 0, 1, false, NONE, LIST("long"),
+     "runs [DIR] [--long]\n"
+     "    the run directories under DIR (default runs), one a line: state (running: the pid),\n"
+     "    step, final CE, differences; --long: every difference in full; DIR a run: all of it"},
     {"export", cmd_export, 2, 2, false, LIST("dtype", "shard-mib"), LIST("force"),
      "export CHECKPOINT DIR [--dtype bf16|f32] [--shard-mib N] [--force]\n"
      "    a student as a Hugging Face directory: Qwen3, or a normgrow model that transformers\n"

@@ -2,23 +2,38 @@
 #include "rundir.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "normgrow/common.h"
 #include "normgrow/config.h"
 #include "normgrow/fileio.h"
+#include "normgrow/run.h"
 #include "normgrow/safetensors.h"
 
 #define MAX_CONFIG_BYTES (1 << 20)
 
+// 1 when `path` is a regular file, 0 when nothing is there; otherwise -1 and a
+// message (a FIFO would block the reader that opened it).
+static int regular_file(const char *path) {
+  struct stat st;
+  if (stat(path, &st) != 0)
+    return errno == ENOENT ? 0 : ng_fail("%s: cannot open: %s", path, strerror(errno));
+  return S_ISREG(st.st_mode) ? 1 : ng_fail("%s: not a regular file", path);
+}
+
 bool ng_rundir_is_run(const char *dir) {
   char *path = ng_path_join(dir, "config.json"), *text = NULL;
-  bool yes = access(path, F_OK) == 0;
-  if (yes && ng_read_file(path, MAX_CONFIG_BYTES, &text, NULL) == 0) {
+  int there = regular_file(path);
+  bool yes = there != 0;
+  if (there == 1 && ng_read_file(path, MAX_CONFIG_BYTES, &text, NULL) == 0) {
     cJSON *j = cJSON_Parse(text);
     yes = !cJSON_IsObject(j) || cJSON_GetObjectItemCaseSensitive(j, "stages");
     cJSON_Delete(j);
@@ -28,59 +43,62 @@ bool ng_rundir_is_run(const char *dir) {
   return yes;
 }
 
+// config.json through the run config's own parser: its steps, and its tree.
 static int read_config(const char *dir, ng_rundir *r) {
-  char *path = ng_path_join(dir, "config.json"), *text;
-  int rc = ng_read_file(path, MAX_CONFIG_BYTES, &text, NULL);
-  if (rc == 0) {
+  char *path = ng_path_join(dir, "config.json"), *text = NULL;
+  ng_run_config rc;
+  int there = regular_file(path);
+  int err = there != 1 || ng_read_file(path, MAX_CONFIG_BYTES, &text, NULL) ||
+            ng_run_config_parse(text, path, &rc);
+  if (there == 0) ng_fail("%s: missing", path);
+  if (!err) {
+    r->steps_total = ng_run_steps(&rc);
     r->config = cJSON_Parse(text);
-    free(text);
-    if (!cJSON_IsObject(r->config)) rc = ng_fail("%s: not a valid JSON object", path);
+    ng_run_config_free(&rc);
   }
-  const cJSON *data = cJSON_GetObjectItemCaseSensitive(r->config, "data"), *s;
-  int64_t batch = 0, seq = 0, tokens = 0, t;
-  if (rc == 0 && (ng_json_int(data, "config.json: data", "batch", 1, INT64_MAX, &batch) ||
-                  ng_json_int(data, "config.json: data", "seq", 1, INT64_MAX, &seq)))
-    rc = ng_fail_prefix(dir);
-  const cJSON *stages = rc == 0 ? cJSON_GetObjectItemCaseSensitive(r->config, "stages") : NULL;
-  cJSON_ArrayForEach(s, stages) {
-    if (ng_json_int(s, "config.json: stages[]", "tokens", 1, INT64_MAX / 4, &t)) {
-      rc = ng_fail_prefix(dir);
-      break;
-    }
-    tokens += t;
-  }
-  if (rc == 0) r->steps_total = tokens / (batch * seq);
+  free(text);
   free(path);
+  return err ? -1 : 0;
+}
+
+// One record of metrics.jsonl: its step, and the val_ce of an eval record.
+static int metrics_record(const char *line, const char *where, ng_rundir *r) {
+  cJSON *j = cJSON_Parse(line);
+  const cJSON *ev = cJSON_GetObjectItemCaseSensitive(j, "event");
+  const cJSON *ce = cJSON_GetObjectItemCaseSensitive(j, "val_ce");
+  char what[PATH_MAX + 48];
+  snprintf(what, sizeof what, "%s: step", where);
+  int rc = 0;
+  if (!cJSON_IsObject(j) || !cJSON_IsString(ev))
+    rc = ng_fail("%s: not a metrics record (\"event\" and \"step\")", where);
+  else
+    rc = ng_json_int_value(cJSON_GetObjectItemCaseSensitive(j, "step"), what, 0, NG_JSON_MAX_INT,
+                           &r->last_step);
+  if (rc == 0 && strcmp(ev->valuestring, "eval") == 0) {
+    r->has_eval = true;
+    r->final_ce = cJSON_IsNumber(ce) ? ce->valuedouble : NAN;
+    r->finished = r->last_step == r->steps_total;
+  } else {
+    r->finished = false;
+  }
+  cJSON_Delete(j);
   return rc;
 }
 
 // The step of the last record and the val_ce of the last eval record.
 static int read_metrics(const char *dir, ng_rundir *r) {
   char *path = ng_path_join(dir, "metrics.jsonl"), *line = NULL;
-  FILE *f = fopen(path, "r");
+  int there = regular_file(path);
+  FILE *f = there == 1 ? fopen(path, "r") : NULL;
   size_t cap = 0;
-  int rc = 0;
+  int rc = there < 0 ? -1 : 0;
+  if (there == 1 && !f) rc = ng_fail("%s: cannot open: %s", path, strerror(errno));
   for (long no = 1; f && rc == 0 && getline(&line, &cap, f) > 0; no++) {
     if (line[strspn(line, " \t\r\n")] == 0) continue;
-    cJSON *j = cJSON_Parse(line);
-    const cJSON *step = cJSON_GetObjectItemCaseSensitive(j, "step");
-    const cJSON *ev = cJSON_GetObjectItemCaseSensitive(j, "event");
-    const cJSON *ce = cJSON_GetObjectItemCaseSensitive(j, "val_ce");
-    if (!cJSON_IsNumber(step) || !cJSON_IsString(ev)) {
-      rc = ng_fail("%s:%ld: not a metrics record (\"event\" and \"step\")", path, no);
-    } else {
-      r->last_step = (int64_t)step->valuedouble;
-      if (strcmp(ev->valuestring, "eval") == 0) {
-        r->has_eval = true;
-        r->final_ce = cJSON_IsNumber(ce) ? ce->valuedouble : NAN;
-        r->finished = r->last_step == r->steps_total;
-      } else {
-        r->finished = false;
-      }
-    }
-    cJSON_Delete(j);
+    char where[PATH_MAX + 32];
+    snprintf(where, sizeof where, "%s:%ld", path, no);
+    rc = metrics_record(line, where, r);
   }
-  if (!f && errno != ENOENT) rc = ng_fail("%s: %s", path, strerror(errno));
   if (f) fclose(f);
   free(line);
   free(path);
@@ -92,26 +110,63 @@ static void read_checkpoint_step(const char *dir, ng_rundir *r) {
   char *path = ng_path_join(dir, "checkpoint.safetensors");
   ng_st_file f;
   r->ckpt_step = -1;
-  if (access(path, F_OK) == 0 && ng_st_open(&f, path) == 0) {
+  if (regular_file(path) == 1 && ng_st_open(&f, path) == 0) {
     cJSON *state = ng_st_meta(&f, "state") ? cJSON_Parse(ng_st_meta(&f, "state")) : NULL;
-    const cJSON *step = cJSON_GetObjectItemCaseSensitive(state, "step");
-    if (cJSON_IsNumber(step)) r->ckpt_step = (int64_t)step->valuedouble;
+    int64_t step;
+    if (ng_json_int(state, "state", "step", 0, NG_JSON_MAX_INT, &step) == 0) r->ckpt_step = step;
     cJSON_Delete(state);
     ng_st_close(&f);
   }
   free(path);
 }
 
+// Whether a process holds train.lock (train.c's lock_run_dir), and its pid,
+// which the file holds.
+static void read_trainer(const char *dir, ng_rundir *r) {
+  char *path = ng_path_join(dir, "train.lock");
+  int fd = regular_file(path) == 1 ? open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK) : -1;
+  r->trainer = 0;
+  if (fd >= 0 && flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
+    char pid[24] = "";
+    ssize_t n = pread(fd, pid, sizeof pid - 1, 0);
+    pid[n > 0 ? n : 0] = 0;
+    char *end;
+    long v = strtol(pid, &end, 10);
+    r->trainer = v > 0 && end != pid && *end == '\n' ? v : -1;
+  }
+  if (fd >= 0) close(fd);  // releases a lock taken here
+  free(path);
+}
+
 int ng_rundir_read(const char *dir, ng_rundir *r) {
   memset(r, 0, sizeof *r);
-  if (read_config(dir, r) || read_metrics(dir, r)) return -1;
+  if (read_config(dir, r) || read_metrics(dir, r)) {
+    ng_rundir_free(r);
+    return -1;
+  }
   read_checkpoint_step(dir, r);
+  read_trainer(dir, r);
   return 0;
 }
 
 void ng_rundir_free(ng_rundir *r) {
   cJSON_Delete(r->config);
   r->config = NULL;
+}
+
+void ng_rundir_state(const ng_rundir *r, char *buf, size_t n) {
+  if (r->trainer > 0)
+    snprintf(buf, n, "running (pid %ld)", r->trainer);
+  else if (r->trainer < 0)
+    snprintf(buf, n, "running");
+  else if (r->finished)
+    snprintf(buf, n, "finished");
+  else if (r->ckpt_step >= 0)
+    snprintf(buf, n, "stopped (checkpoint %lld)", (long long)r->ckpt_step);
+  else if (r->last_step > 0)
+    snprintf(buf, n, "stopped (no checkpoint)");
+  else
+    snprintf(buf, n, "not started");
 }
 
 // ---------------------------------------------------------------- settings

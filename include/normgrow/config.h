@@ -114,6 +114,11 @@ int ng_json_expect_object(const cJSON *obj, const char *where);
 // every smaller one: 2^53 - 1.
 #define NG_JSON_MAX_INT 9007199254740991LL
 
+// The shortest decimal (%.15g to %.17g) that reads back to the finite v, as
+// messages and JSON show a number.
+#define NG_SHORTEST_CHARS 32
+void ng_shortest(double v, char out[NG_SHORTEST_CHARS]);
+
 // JSON text of j (caller frees) in which every number reads back to the same
 // double: cJSON alone prints 15 significant digits whenever those come back
 // within DBL_EPSILON, which loses the last bits (0.1 * 3 -> 0.3). Everything

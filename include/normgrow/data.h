@@ -73,6 +73,12 @@ uint64_t ng_shard_writer_count(const ng_shard_writer *w);
 // Frees the writer either way.
 int ng_shard_writer_finish(ng_shard_writer *w, int rc, char **path);
 
+// The files of the shard `name` that are in `dir`, in either form, in the
+// order to remove them: <name>.manifest.json, the parts <name>-NNNNN.bin (any
+// number of them, whatever the manifest says), <name>.bin. Sets *n; the paths
+// and the array are malloc'd.
+char **ng_shard_files(const char *dir, const char *name, int *n);
+
 // Training batch: B windows of T+1 consecutive tokens, each starting at a
 // uniform position drawn from r: tokens [B*T] = w[0..T), targets [B*T] = w[1..T].
 // Fails if the shard holds fewer than T+1 tokens.
@@ -118,7 +124,9 @@ void ng_batch_fixed(const ng_shard *s, int64_t index, int64_t B, int64_t T, int3
 //   - records: the text between lines equal to `record_sep`; the newline that
 //     ends a record's last line belongs to no document; or
 //   - JSONL: each non-blank line a JSON object whose string field
-//     `jsonl_field` is the document.
+//     `jsonl_field` is the document. The line holds that object and only
+//     whitespace after it, no key of the object twice, and no NUL character
+//     anywhere (escaped as \u0000 or a raw byte): documents hold none.
 // A document is tokenized, byte-level (ids 0..255 are bytes, NG_BYTE_EOT the
 // separator) or by `tokenizer` (its "<|endoftext|>" the separator), and
 // followed by the separator. Empty or whitespace-only documents are dropped;
@@ -127,7 +135,9 @@ void ng_batch_fixed(const ng_shard *s, int64_t index, int64_t B, int64_t T, int3
 // splits go to <out_dir>/train and <out_dir>/val (ng_shard_writer: .bin, or
 // files and a manifest). Documents are tokenized by all OpenMP threads in
 // batches of a fixed size; the shards do not depend on the thread count.
-// Memory is bounded by a batch plus the largest document (at most 1 GiB).
+// Memory is bounded by a batch plus the largest document (at most max_doc
+// bytes, 1 GiB by default): a longer document, record or line is refused as
+// soon as that many of its bytes are read.
 // A malformed input fails with one message naming the file (and the line),
 // and leaves no shard behind.
 typedef struct {
@@ -140,8 +150,10 @@ typedef struct {
                          // (its last document cut there); input stops being read
   uint64_t file_tokens;  // tokens per shard file; 0: NG_DATA_FILE_TOKENS
   bool progress;         // progress lines on stderr (bytes/s, tokens/s, ETA)
+  uint64_t max_doc;      // bytes of the longest document, record or line; 0: NG_DATA_MAX_DOC
 } ng_data_options;
 #define NG_DATA_FILE_TOKENS ((uint64_t)1 << 28)  // 1 GiB files
+#define NG_DATA_MAX_DOC ((uint64_t)1 << 30)      // 1 GiB
 
 typedef struct {
   uint64_t docs[2], tokens[2];  // [train, val]

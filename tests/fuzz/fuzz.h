@@ -75,4 +75,25 @@ static inline int ng_fuzz_parts(const uint8_t *data, size_t n, const uint8_t **p
   return k;
 }
 
+// An input of several files written as the files `names[0..count)` of the
+// directory <fuzz dir>/<sub> (its path into dir [dir_len]), none left from an input before;
+// the parts the input has not got are missing.
+static inline const char *ng_fuzz_write_files(const uint8_t *data, size_t n, const char *sub,
+                                              const char *const *names, int count, char *dir,
+                                              size_t dir_len) {
+  const uint8_t *ptr[8];
+  size_t len[8];
+  NG_ASSERT(count <= 8);
+  int k = ng_fuzz_parts(data, n, ptr, len, count);
+  ng_fuzz_path(dir, dir_len, sub);
+  mkdir(dir, 0700);
+  char path[1200];
+  for (int i = 0; i < count; i++) {
+    snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+    unlink(path);
+    if (i < k) ng_fuzz_write(path, ptr[i], len[i]);
+  }
+  return dir;
+}
+
 #endif

@@ -6,20 +6,8 @@
 
 static int fuzz_manifest(const uint8_t *data, size_t n) {
   static const char *const names[] = {"train.manifest.json", "train-00000.bin", "train-00001.bin"};
-  const uint8_t *ptr[3];
-  size_t len[3];
-  int k = ng_fuzz_parts(data, n, ptr, len, 3);
   char dir[512], path[600];
-  ng_fuzz_path(dir, sizeof dir, "manifest");
-  mkdir(dir, 0700);
-  for (int i = 0; i < 3; i++) {  // nothing left from the input before
-    snprintf(path, sizeof path, "%s/%s", dir, names[i]);
-    unlink(path);
-  }
-  for (int i = 0; i < k; i++) {
-    snprintf(path, sizeof path, "%s/%s", dir, names[i]);
-    ng_fuzz_write(path, ptr[i], len[i]);
-  }
+  ng_fuzz_write_files(data, n, "manifest", names, 3, dir, sizeof dir);
   snprintf(path, sizeof path, "%s/%s", dir, names[0]);
   ng_fuzz_shard_file(path);
   return 0;

@@ -2,10 +2,11 @@
 # Seed corpora for the fuzz targets, made from real files: the golden cases,
 # the repository's configs, and a tiny run made here with the normgrow binary
 # (shards, single and in two files with a manifest, a trained checkpoint with
-# its state, a top-k cache, a Hugging Face export, single and sharded), and the
-# inputs kept in tests/fuzz/regress (the tokenizer's seed is kept there: the
-# first 600 ids of Qwen3's tokenizer.json with their merges and added tokens). Multi-file inputs are joined with the
-# separator line of tests/fuzz/fuzz.h.
+# its state, the run directory's config.json and metrics.jsonl, a top-k cache,
+# a Hugging Face export, single and sharded), and the inputs kept in
+# tests/fuzz/regress (the tokenizer's seed is kept there: the first 600 ids of
+# Qwen3's tokenizer.json with their merges and added tokens). Multi-file
+# inputs are joined with the separator line of tests/fuzz/fuzz.h.
 #   tests/fuzz/seeds.sh NORMGROW_BIN OUT_DIR
 set -euo pipefail
 bin=$1 out=$2
@@ -13,7 +14,7 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 rm -rf "$out"
-mkdir -p "$out"/{safetensors,safetensors_sized,hf,model_config,run_config,shard,manifest,tokenizer,topk,checkpoint}
+mkdir -p "$out"/{safetensors,safetensors_sized,hf,model_config,run_config,shard,manifest,tokenizer,topk,checkpoint,rundir}
 sep=$'\n--normgrow-fuzz-part--\n'
 join() {  # OUT FILE...: the files joined by the separator
   local first=1 f
@@ -55,6 +56,7 @@ cp "$tmp/run/config.json" "$out/run_config/resolved.json"
 cp "$root"/configs/paper/qwen3-8b-base.json "$out/model_config/"
 join "$out/topk/val" "$tmp/data/val.bin" "$tmp/val.topk"
 join "$out/manifest/two-files" "$tmp/parts/train.manifest.json" "$tmp/parts/train-00000.bin" "$tmp/parts/train-00001.bin"
+join "$out/rundir/trained" "$tmp/run/config.json" "$tmp/run/metrics.jsonl"
 for d in "$root"/tests/fuzz/regress/*/; do cp "$d"* "$out/$(basename "$d")/"; done
 join "$out/hf/single" "$tmp/hf/config.json" "$tmp/hf/model.safetensors"
 
