@@ -859,6 +859,11 @@ ng_backend *ng_backend_cpu(void) { return &cpu_backend; }
 const char *ng_blas_corename(void) { return openblas_get_corename(); }
 const char *ng_blas_config(void) { return openblas_get_config(); }
 
+const char *ng_blas_family_origin(void) {
+  if (!getenv("OPENBLAS_CORETYPE")) return "chosen by OpenBLAS";
+  return getenv(NG_BLAS_CORETYPE_MARK) ? "chosen by normgrow" : "preset by OPENBLAS_CORETYPE";
+}
+
 // OpenBLAS kernel families by the instruction set they use: 0 generic SSE,
 // 1 AVX, 2 AVX2, 3 AVX-512. Families not listed (other vendors, newer Intel
 // names) are never replaced.

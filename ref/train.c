@@ -904,6 +904,7 @@ static int log_backend(trainer *t, bool resume) {
   if (t->comm->size > 1) cJSON_AddNumberToObject(j, "ranks", t->comm->size);  // data-parallel
   if (t->comm->kind != NG_COMM_SINGLE) cJSON_AddStringToObject(j, "comm", t->comm->name);  // mpirun's
   cJSON_AddStringToObject(j, "blas_kernels", ng_blas_corename());
+  cJSON_AddStringToObject(j, "blas_kernels_origin", ng_blas_family_origin());
   cJSON_AddNumberToObject(j, "time", wall_clock());
   log_line(f, j);
   bool ok = !ferror(f);

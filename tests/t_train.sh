@@ -188,7 +188,7 @@ case "$bes" in
   "$bin" train "$tmp/cross.json" --precision bf16 --stop-after 11 2>/dev/null &&
     "$bin" train --resume "$tmp/cross" --backend cpu --precision fp32 2>/dev/null
   rc=$?
-  log=$(sed -E 's/,"normgrow":"[^"]*","threads":[0-9]+,"blas_kernels":"[A-Za-z0-9]+","time":[0-9.]+//' \
+  log=$(sed -E 's/,"normgrow":"[^"]*","threads":[0-9]+,"blas_kernels":"[A-Za-z0-9]+","blas_kernels_origin":"[a-zA-Z_ ]+","time":[0-9.]+//' \
     "$tmp/cross/backend.jsonl" 2>/dev/null | tr -d ' \n')
   want='{"step":0,"backend":"onednn","precision":"bf16"}{"step":7,"backend":"cpu","precision":"fp32"}'
   if [ "$rc" -eq 0 ] && [ "$log" = "$want" ] && [ -f "$tmp/cross/final.safetensors" ] &&

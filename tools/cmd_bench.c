@@ -459,7 +459,7 @@ int cmd_bench(const ng_cli *c) {
     run_open(&runs[i], &s, be);
   }
   const ng_model_config *mc = &s.mc;
-  printf("BLAS: %s; kernels %s\n", ng_blas_config(), ng_blas_corename());
+  printf("BLAS: %s; kernels %s (%s)\n", ng_blas_config(), ng_blas_corename(), ng_blas_family_origin());
   printf("bench: %d threads; teacher and student: D=%lld L=%lld H=%lld KV=%lld hd=%lld F=%lld "
          "V=%lld; batch %lld x %lld tokens; %d rounds, each one step of every backend and the "
          "ceilings (medians reported)\n",

@@ -295,14 +295,15 @@ static void prepare_runtime(char **argv, bool computes) {
               "(set OPENBLAS_CORETYPE to choose)\n",
               ng_blas_corename(), better);
     setenv("OPENBLAS_CORETYPE", better, 1);
+    setenv(NG_BLAS_CORETYPE_MARK, "1", 1);
     again = true;
   }
   if (again) execv("/proc/self/exe", argv);  // returns only on failure: go on as we are
 }
 
 static void version(void) {
-  printf("normgrow %s\nbackends: %s\nBLAS: %s; kernels %s\n", NG_VERSION,
-         ng_backend_names(), ng_blas_config(), ng_blas_corename());
+  printf("normgrow %s\nbackends: %s\nBLAS: %s; kernels %s (%s)\n", NG_VERSION,
+         ng_backend_names(), ng_blas_config(), ng_blas_corename(), ng_blas_family_origin());
 }
 
 int main(int argc, char **argv) {

@@ -215,6 +215,12 @@ ng_backend *ng_backend_onednn_open(ng_precision p);
 // and its build configuration.
 const char *ng_blas_corename(void);
 const char *ng_blas_config(void);
+// Who chose that family, in words for logs: "preset by OPENBLAS_CORETYPE" (the
+// environment set it before normgrow started), "chosen by normgrow" (over
+// OpenBLAS's generic fallback, see below; normgrow marks its own setting with
+// NG_BLAS_CORETYPE_BY_NORMGROW=1) or "chosen by OpenBLAS" (by CPU model).
+const char *ng_blas_family_origin(void);
+#define NG_BLAS_CORETYPE_MARK "NG_BLAS_CORETYPE_BY_NORMGROW"
 // OpenBLAS picks its kernels by CPU model and falls back to generic ones
 // (Prescott: SSE3, about 6x slower sgemm) on models it does not know, even
 // when the CPU has AVX2 or AVX-512. Returns the family this CPU's features
