@@ -9,8 +9,11 @@
 # of every object each process mapped must name the bundle's lib/ or a library the
 # bundle takes from the machine (tools/gpu_bundle.sh outside: glibc's, libstdc++,
 # libgcc, CUDA's cuBLAS and NCCL), and the build's own normgrow must fail to start
-# there (the hiding works). Where make test builds no bundle (no CUDA backend, a
-# sanitizer build) it says so in one skip line.
+# there (the hiding works). Then tools/gpu_check.sh --rehearse on the bundle: every step
+# in its order, the limits within the 6 minutes, the steps that need a GPU skipped saying
+# what they would run, the toy arm's comparison on the CPU's metrics, OUTDIR holding
+# gpu_check.tgz (the logs) and summary.txt alone, the summary printed last. Where make
+# test builds no bundle (no CUDA backend, a sanitizer build) it says so in one skip line.
 set -u
 root=${NG_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
 bin=${NG_BIN:-$root/build/normgrow}
@@ -128,4 +131,27 @@ for name in version golden golden_onednn test_cuda bench_cuda test_backends; do
     '[ $n -ge 17 ] && [ ${#stray[@]} -eq 0 ]' "${stray[*]:-only $n mapped}"
 done
 
+# The rehearsal.
+"$root/tools/gpu_check.sh" --rehearse --prebuilt "$bundle" "$tmp/out" >"$tmp/stdout" 2>"$tmp/stderr"
+rc=$?
+check "gpu_check --rehearse exits 0" '[ $rc -eq 0 ]' "status $rc: $(tail -3 "$tmp/stderr")"
+s=$tmp/out/summary.txt
+check "OUTDIR holds gpu_check.tgz and summary.txt alone" \
+  '[ "$(cd "$tmp/out" && ls | tr "\n" " ")" = "gpu_check.tgz summary.txt " ]' "$(ls "$tmp/out" | tr '\n' ' ')"
+order=$(sed -n 's/^\([a-z_]*\) \{1,\}\(ok\|FAIL\|skipped\).*/\1/p' "$s" | tr '\n' ' ')
+check "the steps in order: $order" '[ "$order" = "libs relink op_test sanitize op_table golden bench toy nccl " ]'
+limits=$(sed -n 's/^step limits: \([0-9]*\)s in all.*/\1/p' "$s")
+check "the step limits add up to ${limits}s, at most 360s" '[ -n "$limits" ] && [ "$limits" -le 360 ]'
+declared=$(sed -n 's/^#   \([a-z_]*\) \{1,\}\([0-9]\{1,\}\) .*/\2/p' "$root/tools/gpu_check.sh" | awk "{ s += \$1 } END { print s }")
+check "the limits of the script's header add up to the same ${declared}s" '[ "$declared" = "$limits" ]'
+check "libs: the bundle unpacks and every binary's libraries resolve" \
+  'grep -q "^libs *ok" "$s" && grep -q "^relink *skipped (every binary loads)" "$s"'
+check "every GPU step skipped saying what it would run" \
+  '[ "$(grep -c "skipped (rehearsal: needs a GPU; would run: " "$s")" -eq 6 ]'
+check "toy: the comparison ran on the CPU metrics" \
+  'grep -q "^toy .*the comparison ran on the CPU.s metrics against themselves: ok" "$s"'
+check "the summary is the last thing printed" '[ "$(tail -n "$(wc -l <"$s")" "$tmp/stdout")" = "$(cat "$s")" ]'
+mkdir "$tmp/x" && tar xzf "$tmp/out/gpu_check.tgz" -C "$tmp/x"
+check "gpu_check.tgz holds the logs and the bundle's MANIFEST" \
+  '[ -f "$tmp/x/gpu_check/libs.log" ] && [ -f "$tmp/x/gpu_check/toy.log" ] && [ -f "$tmp/x/gpu_check/MANIFEST" ] && [ -f "$tmp/x/gpu_check/summary.txt" ]'
 [ $fails -eq 0 ]
