@@ -147,9 +147,11 @@ static void test_memory(const target *t, int64_t n) {
   free(x);
 }
 
+// With beta 0, C holds NaN: beta 0 must not read C.
 static void test_matmul(const target *t, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
                         float beta) {
   float *A = randn(M * K, 1.0), *B = randn(K * N, 1.0), *C = randn(M * N, 1.0), *r[2];
+  for (int64_t i = 0; beta == 0.0f && i < M * N; i++) C[i] = NAN;
   for (int i = 0; i < 2; i++) {
     bufs b = {.be = run_be(t, i)};
     float *dA = upf(&b, A, M * K), *dB = upf(&b, B, K * N), *dC = upf(&b, C, M * N);
@@ -157,8 +159,8 @@ static void test_matmul(const target *t, bool ta, bool tb, int64_t M, int64_t N,
     r[i] = down(&b, dC, M * N);
     release(&b);
   }
-  compare_runs(t, FWD, r, M * N, "matmul ta=%d tb=%d M=%lld N=%lld K=%lld beta=%g", ta, tb,
-           (long long)M, (long long)N, (long long)K, beta);
+  compare_runs(t, FWD, r, M * N, "matmul ta=%d tb=%d M=%lld N=%lld K=%lld beta=%g%s", ta, tb,
+           (long long)M, (long long)N, (long long)K, beta, beta == 0.0f ? " (C NaN before)" : "");
   free(A);
   free(B);
   free(C);
