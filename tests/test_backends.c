@@ -69,21 +69,11 @@ static float *randn(int64_t n, double std) {
 
 // ---------------------------------------------------------------- comparison
 
-static double rel_l2(const float *got, const float *exp, int64_t n) {
-  double d = 0.0, s = 0.0;
-  for (int64_t i = 0; i < n; i++) {
-    d += ((double)got[i] - exp[i]) * ((double)got[i] - exp[i]);
-    s += (double)exp[i] * exp[i];
-  }
-  if (isnan(d)) return INFINITY;
-  return s > 0.0 ? sqrt(d / s) : sqrt(d);
-}
-
 // got against exp [n] by the rule of t's precision; frees got.
 static void compare(const target *t, const char *what, kind k, float *got, const float *exp,
                     int64_t n) {
   bool bf16 = t->be->precision == NG_PREC_BF16;
-  double err = bf16 && k == GRAD ? rel_l2(got, exp, n) : ng_test_max_rel(got, exp, n);
+  double err = bf16 && k == GRAD ? ng_test_rel_l2(got, exp, n) : ng_test_max_rel(got, exp, n);
   double tol = bf16 ? (k == GRAD ? 0.1 : 3e-2) : (k == GRAD ? 1e-3 : 1e-4);
   char name[256];
   snprintf(name, sizeof name, "%s: %s: %s error %.1e", t->label, what,
@@ -320,7 +310,7 @@ static void attention_as_cpu_bf16(const target *t, ng_attn_shape s, const float 
   ng_cpu_attention_forward(s, q, k, v, want[0], want[1], true);
   ng_cpu_attention_backward(s, q, k, v, want[0], want[1], dout, want[2], want[3], want[4], true);
   for (int p = 0; p < 5; p++) {
-    double err = rel_l2(got[p][1], want[p], sizes[p]);
+    double err = ng_test_rel_l2(got[p][1], want[p], sizes[p]);
     char name[256];
     snprintf(name, sizeof name,
              "%s: attention B=%lld T=%lld H=%lld KV=%lld hd=%lld %s as the CPU's bf16 kernel: "
@@ -420,10 +410,10 @@ static void test_elementwise(const target *t, int64_t R, int64_t C) {
 }
 
 // ce_kd with a full teacher (or none), and ce_kd_topk from the teacher's top k.
-// The fused loss at [N, V] (top-k teacher of k when k > 0), averaged over
-// n_norm rows (0: the call's valid rows).
+// The fused loss at [N, V] (top-k teacher of k when k > 0) under divergence dv (jsd:
+// beta 0.3), averaged over n_norm rows (0: the call's valid rows).
 static void test_loss(const target *t, int64_t N, int64_t V, bool teacher, int64_t k,
-                      int64_t n_norm) {
+                      int64_t n_norm, ng_divergence dv) {
   float *logits = randn(N * V, 3.0), *tl = randn(N * V, 3.0), *dl[2];
   int32_t *y = ng_xmalloc((size_t)N * sizeof(int32_t)), *ids = ng_xmalloc((size_t)(N * k) * 4);
   float *vals = ng_xmalloc((size_t)(N * k) * sizeof(float)), *lse = ng_xmalloc((size_t)N * 4);
@@ -437,7 +427,7 @@ static void test_loss(const target *t, int64_t N, int64_t V, bool teacher, int64
       vals[i * k + j] = tl[i * V + j];
     }
   }
-  ng_loss_params lp = {0.5, 2.0, V - 1, n_norm, NG_DIV_FORWARD_KL, 0.0};
+  ng_loss_params lp = {0.5, 2.0, V - 1, n_norm, dv, dv == NG_DIV_JSD ? 0.3 : 0.0};
   double ce[2], kd[2];
   int64_t nv[2];
   for (int i = 0; i < 2; i++) {
@@ -455,8 +445,9 @@ static void test_loss(const target *t, int64_t N, int64_t V, bool teacher, int64
     release(&b);
   }
   char name[192], what[64];
-  snprintf(what, sizeof what, "%s N=%lld V=%lld n_norm=%lld",
-           k ? "ce_kd_topk" : teacher ? "ce_kd" : "ce", (long long)N, (long long)V,
+  snprintf(what, sizeof what, "%s%s%s N=%lld V=%lld n_norm=%lld",
+           k ? "ce_kd_topk" : teacher ? "ce_kd" : "ce", teacher || k ? " " : "",
+           teacher || k ? ng_divergence_name(dv) : "", (long long)N, (long long)V,
            (long long)n_norm);
   snprintf(name, sizeof name, "%s: %s: valid rows %lld", t->label, what, (long long)nv[1]);
   CHECK(nv[1] == nv[0], name, "expected %lld", (long long)nv[0]);
@@ -587,16 +578,21 @@ static void test_backend(const target *t) {
   test_swiglu(t, 1027);
   test_elementwise(t, 1, 1);
   test_elementwise(t, 9, 131);
-  test_loss(t, 1, 2, false, 0, 0);
-  test_loss(t, 13, 37, false, 0, 0);
-  test_loss(t, 13, 37, true, 0, 0);
-  test_loss(t, 9, 29, false, 5, 0);
+  test_loss(t, 1, 2, false, 0, 0, NG_DIV_FORWARD_KL);
+  test_loss(t, 13, 37, false, 0, 0, NG_DIV_FORWARD_KL);
+  test_loss(t, 13, 37, true, 0, 0, NG_DIV_FORWARD_KL);
+  test_loss(t, 9, 29, false, 5, 0, NG_DIV_FORWARD_KL);
   test_adamw(t, 1, true);
   test_adamw(t, 999, false);
   draw = &rng_late;
-  test_loss(t, 13, 37, true, 0, 40);
-  test_loss(t, 9, 29, false, 5, 17);
+  test_loss(t, 13, 37, true, 0, 40, NG_DIV_FORWARD_KL);
+  test_loss(t, 9, 29, false, 5, 17, NG_DIV_FORWARD_KL);
   test_loss_chunks(t, 11, 23, 4);
+  for (int dv = NG_DIV_REVERSE_KL; dv <= NG_DIV_LAST; dv++) {  // the other divergences
+    test_loss(t, 13, 37, true, 0, 0, (ng_divergence)dv);
+    test_loss(t, 9, 29, false, 5, 17, (ng_divergence)dv);
+    test_loss(t, 9, 29, false, 28, 0, (ng_divergence)dv);  // k = vocab_used: the exact one
+  }
   test_widen_bf16(t, 7);
   test_widen_bf16(t, 1000);
   test_channel_scale(t, 1, 1, true);

@@ -118,7 +118,7 @@ static const char *cu_kernels(ng_backend *be) { return ngc(be)->kernels; }
 static const ng_backend cuda_table = {
     .name = "cuda",
     .precision = NG_PREC_FP32,
-    .divergences = 1u << NG_DIV_FORWARD_KL,  // reverse_kl and jsd: not yet on the device
+    .divergences = 1u << NG_DIV_FORWARD_KL | 1u << NG_DIV_REVERSE_KL | 1u << NG_DIV_JSD,
     .host_memory = false,
     .bind_comm = ng_cuda_bind_comm,
     .ctx = NULL,
