@@ -68,7 +68,7 @@ NG_DEPS   += $(CUDA_LIB)
 # NCCL when the toolkit has it (accel/cuda/comm_nccl.c: without it, cuda ranks
 # under mpirun are refused in one line).
 LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 $(if $(wildcard $(CUDA_HOME)/include/nccl.h),-lnccl) -lcublas -lcudart -lstdc++
-$(BUILD)/accel/cuda/comm_nccl.o $(BUILD)/tests/test_cuda.o: CPPFLAGS += -I$(CUDA_HOME)/include
+$(BUILD)/accel/cuda/comm_nccl.o $(BUILD)/tests/test_cuda.o $(BUILD)/accel/cuda/bench_cuda.o: CPPFLAGS += -I$(CUDA_HOME)/include
 $(BUILD)/ref/backend.o: CPPFLAGS += -DNG_WITH_CUDA
 all: $(CUDA_LIB) $(BUILD)/bench_cuda
 
