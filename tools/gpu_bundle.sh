@@ -5,9 +5,10 @@
 # and nothing of normgrow's Debian packages.
 #
 #   tools/gpu_bundle.sh pack BUILD BUNDLE    (make gpu-bundle) next to BUNDLE/bin, which make
-#       links, writes lib.tgz, lib.list, toy/, relink/, MANIFEST and SHA256SUMS; fails when
-#       the folder passes 48 MiB
-#   tools/gpu_bundle.sh unpack BUNDLE DIR    checks SHA256SUMS; DIR/bin, DIR/lib, DIR/toy
+#       links, writes lib.tgz, lib.list, needed, toy/, relink/, MANIFEST and SHA256SUMS;
+#       fails when the folder passes 48 MiB
+#   tools/gpu_bundle.sh unpack BUNDLE DIR    checks SHA256SUMS; DIR/bin, DIR/lib, DIR/toy,
+#       DIR/needed
 #   tools/gpu_bundle.sh cuda-libs DIR        the directories holding the CUDA libraries that
 #       DIR/bin needs from the machine, colon-separated (for LD_LIBRARY_PATH); fails naming
 #       any it cannot find
@@ -26,8 +27,9 @@
 #               lib.list says where each came from
 #   toy/        the toy distillation arm of tools/gpu_toy (arm.json, its data, its teacher's
 #               final checkpoint) and cpu.jsonl, the arm's metrics trained on this CPU
+#   needed      the libraries bin/ names (DT_NEEDED), for cuda-libs and relink
 #   relink/     the objects of bin/ but CUDA's, the CUDA sources and the headers they include
-#               (cJSON.h among them), nvcc's flags, the libraries bin/ links (needed)
+#               (cJSON.h among them), nvcc's flags
 #   MANIFEST    commit, compilers, glibc, what the machine must have; SHA256SUMS of every file
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -154,7 +156,6 @@ pack_relink() {
   cp -r "$root/include" "$r/src/"
   cp /usr/include/cjson/cJSON.h "$r/src/cjson/"
   echo "${CUDA_FLAGS:?CUDA_FLAGS: the nvcc flags of the build (make gpu-bundle sets it)}" >"$r/nvcc-flags"
-  readelf -d "$bundle/bin/normgrow" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' >"$r/needed"
   rm -rf "$bundle/relink"
   mv "$r" "$bundle/relink"
 }
@@ -165,6 +166,14 @@ glibc_needed() {
   { for b in "${bins[@]}"; do objdump -T "$bundle/bin/$b"; done
     cut -d' ' -f2 "$bundle/lib.list" | xargs objdump -T
   } | grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -1
+}
+
+# needed: every library the binaries name (their DT_NEEDED), read here so that the
+# machine needs no binutils.
+pack_needed() {
+  local bundle=$1 b
+  for b in "${bins[@]}"; do readelf -d "$bundle/bin/$b"; done |
+    sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | awk '!seen[$0]++' >"$bundle/needed"
 }
 
 pack_manifest() {
@@ -180,7 +189,7 @@ pack_manifest() {
     echo "from the machine: $(outside | tr '\n' ' ')"
     echo "bundled (lib.tgz): $(cut -d' ' -f1 "$bundle/lib.list" | tr '\n' ' ')"
   } >"$bundle/MANIFEST"
-  (cd "$bundle" && find bin lib.tgz lib.list toy relink MANIFEST -type f -print0 | sort -z |
+  (cd "$bundle" && find bin lib.tgz lib.list needed toy relink MANIFEST -type f -print0 | sort -z |
     xargs -0 sha256sum >SHA256SUMS)
 }
 
@@ -191,6 +200,7 @@ pack() {
   pack_libs "$bundle"
   pack_toy "$build" "$bundle"
   pack_relink "$build" "$bundle"
+  pack_needed "$bundle"
   pack_manifest "$bundle"
   local bytes
   bytes=$(du -sb "$bundle" | cut -f1)
@@ -207,7 +217,7 @@ unpack() {
   bad=$(cd "$bundle" && sha256sum -c --quiet SHA256SUMS 2>&1) || die "$bundle: files differ from SHA256SUMS: $bad"
   mkdir -p "$dir"
   [ -z "$(ls -A "$dir")" ] || die "$dir: not empty"
-  cp -r "$bundle/bin" "$bundle/toy" "$dir/"
+  cp -r "$bundle/bin" "$bundle/toy" "$bundle/needed" "$dir/"
   tar xzf "$bundle/lib.tgz" -C "$dir"
 }
 
@@ -234,10 +244,9 @@ cuda_find() {
 }
 
 cuda_libs() {
-  local dir=$1 b name found=() missing=() d
+  local dir=$1 name found=() missing=() d
   mapfile -t pats < <(cuda_names)
-  mapfile -t names < <(for b in "${bins[@]}"; do readelf -d "$dir/bin/$b"; done |
-    sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | sort -u)
+  mapfile -t names <"$dir/needed"
   # cuBLAS loads cuBLASLt: searched for too, where it is not beside it.
   for name in "${names[@]}" $(printf '%s\n' "${names[@]}" | sed -n 's/^libcublas\.so/libcublasLt.so/p'); do
     matches "$name" "${pats[@]}" || continue
@@ -270,7 +279,7 @@ relink() {
       libs+=("$d/$name")
     elif [[ $name != libcudart.so.* ]]; then libs+=("-l:$name")
     fi
-  done <"$r/needed"
+  done <"$1/needed"
   local static=
   for f in "$cuda"/lib64/libcudart_static.a "$cuda"/targets/x86_64-linux/lib/libcudart_static.a; do
     [ -z "$static" ] && [ -f "$f" ] && static=$f

@@ -13,13 +13,14 @@
 #       the same script on a machine without a GPU: the steps that need one are skipped,
 #       saying what they would have run; the toy arm's comparison runs on the CPU's
 #       metrics against themselves
+#   --relink: the relink step runs even where every binary loads (nvcc needed)
 #
 # Steps, in order of value (limit in seconds; the limits add up to at most 360):
 #   libs      15  the bundle unpacked and its checksums; every binary's libraries as the
 #                 loader resolves them; cuBLAS and NCCL found; nvidia-smi. Anything
 #                 missing stops the check here, unless relink mends it
-#   relink    60  only where a binary does not load: the bundle's .cu sources compiled
-#                 with this machine's nvcc, the binaries linked anew (tools/gpu_bundle.sh)
+#   relink    60  only where a binary does not load (or --relink): the bundle's .cu sources
+#                 compiled with this machine's nvcc, the binaries linked anew (gpu_bundle.sh)
 #   op_test   40  test_cuda, fp32 and bf16, every op against the CPU (NG_REQUIRE_GPU: a
 #                 skip is a failure)
 #   sanitize  60  compute-sanitizer memcheck, then racecheck, on test_cuda's small set
@@ -36,17 +37,18 @@
 #                 build/tests/test_mpi are there, else test_cuda's single-process smoke
 #
 # OUTDIR (default $OUT, else gpu-check-out) receives two files: gpu_check.tgz (every step's
-# log, the toy runs' metrics, the bundle's MANIFEST; no checkpoints, no data) and
-# summary.txt (a line per step: "ok", "FAIL (why)", "skipped (why)"; then every FAIL
-# line of the logs). The summary and the FAIL lines are printed last. Exits non-zero when
-# a step failed.
+# log, compute-sanitizer's output, the toy runs' metrics, every FAIL line in fails.txt,
+# the bundle's MANIFEST; no checkpoints, no data) and summary.txt (a line per step: "ok",
+# "FAIL (why)", "skipped (why)"; then the logs' first 30 FAIL lines). The summary is
+# printed last. Exits non-zero when a step failed.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-usage="usage: tools/gpu_check.sh [--rehearse] [--prebuilt BUNDLE] [OUTDIR]"
-rehearse=0 bundle='' outdir=''
+usage="usage: tools/gpu_check.sh [--rehearse] [--prebuilt BUNDLE] [--relink] [OUTDIR]"
+rehearse=0 force_relink=0 bundle='' outdir=''
 while [ $# -gt 0 ]; do
   case $1 in
     --rehearse) rehearse=1; shift ;;
+    --relink) force_relink=1; shift ;;
     --prebuilt) [ $# -ge 2 ] || { echo "$usage" >&2; exit 2; }; bundle=$2; shift 2 ;;
     -*) echo "$usage" >&2; exit 2 ;;
     *) [ -z "$outdir" ] || { echo "$usage" >&2; exit 2; }; outdir=$1; shift ;;
@@ -90,7 +92,7 @@ if [ -z "$bundle" ]; then
 fi
 bundle=$(cd "$bundle" 2>/dev/null && pwd) || { echo "gpu_check: no bundle at ${bundle}" >&2; exit 2; }
 {
-  echo "gpu_check $(date -u +%Y-%m-%dT%H:%M:%SZ) $([ $rehearse -eq 1 ] && echo "REHEARSAL (no GPU steps)")"
+  echo "gpu_check $(date -u +%Y-%m-%dT%H:%M:%SZ)$([ $rehearse -eq 1 ] && echo ": REHEARSAL (no GPU steps)")"
   echo "bundle: $bundle, $(sed -n 's/^commit: //p' "$bundle/MANIFEST" 2>/dev/null); tree at $(git -C "$root" describe --always --dirty 2>/dev/null || echo "(no git)")"
   echo "step limits: ${sum}s in all (at most ${budget}s)"
 } >>"$summary"
@@ -149,8 +151,11 @@ libs() {
   tools/gpu_bundle.sh cuda-libs "$dir" >"$dir/cuda-path" && echo "ok CUDA's libraries: $(cat "$dir/cuda-path")"
   if [ "$rehearse" -eq 1 ]; then
     echo "rehearsal: nvidia-smi not asked"
+  elif ! command -v nvidia-smi >/dev/null; then
+    echo "FAIL nvidia-smi: not on this machine (no GPU driver)"; exit 1
+  elif ! nvidia-smi; then
+    echo "FAIL nvidia-smi: no GPU answers"; exit 1
   else
-    nvidia-smi
     echo "ok device: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader)"
   fi
 }
@@ -172,24 +177,27 @@ run_bin() { LD_LIBRARY_PATH=$(cat "$dir/cuda-path") "$@"; }
 op_test() { run_bin "$dir/bin/test_cuda"; }
 rehearse_op_test() { echo "test_cuda"; }
 sanitize() {
-  set -o pipefail
-  local cs tool rc ran=0
+  local cs tool rc ran=0 raw
   cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
   [ -n "$cs" ] || { echo "compute-sanitizer: not on this machine"; exit 3; }
   "$cs" --version | tail -1
-  for tool in memcheck racecheck; do
-    echo "== compute-sanitizer --tool $tool test_cuda sanitize"
-    run_bin "$cs" --tool "$tool" --error-exitcode 9 --print-limit 20 "$dir/bin/test_cuda" sanitize 2>&1 | tee "$dir/$tool.txt"
+  for tool in memcheck racecheck; do  # each under half the step's limit; output in sanitize-TOOL.txt
+    raw=$logs/sanitize-$tool.txt
+    run_bin timeout -k 3 27 "$cs" --tool "$tool" --error-exitcode 9 --print-limit 20 \
+      "$dir/bin/test_cuda" sanitize >"$raw" 2>&1
     rc=$?
-    if grep -q 'ERROR SUMMARY' "$dir/$tool.txt"; then
+    if grep -q 'ERROR SUMMARY' "$raw"; then
       ran=$((ran + 1))
-      echo "$tool ran: $(grep 'ERROR SUMMARY' "$dir/$tool.txt" | tail -1)"
-      [ "$rc" -eq 0 ] || echo "FAIL $tool: status $rc"
+      echo "$tool ran: $(grep -c '^ok' "$raw") checks ok; $(grep 'ERROR SUMMARY' "$raw" | tail -1)"
+      grep '^FAIL' "$raw"
+      [ "$rc" -eq 0 ] || echo "FAIL $tool: status $rc (see sanitize-$tool.txt)"
+    elif [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+      echo "$tool did not finish in 27s ($(grep -c '^ok' "$raw") checks ok by then)"
     else
-      echo "$tool did not run (no ERROR SUMMARY): $(grep -m1 -i 'error\|not supported' "$dir/$tool.txt")"
+      echo "$tool did not run (status $rc): $(grep -m1 -iE 'error|not supported' "$raw")"
     fi
   done
-  [ "$ran" -gt 0 ] || { echo "compute-sanitizer did not run on this device (see sanitize.log)"; exit 3; }
+  [ "$ran" -gt 0 ] || { echo "compute-sanitizer did not run to its end here (see sanitize.log)"; exit 3; }
 }
 rehearse_sanitize() { echo "compute-sanitizer --tool memcheck|racecheck test_cuda sanitize"; }
 op_table() { run_bin "$dir/bin/test_backends"; }
@@ -235,12 +243,12 @@ rehearse_nccl() { echo "mpirun -np 1 test_mpi ranks 1 cuda, or test_cuda nccl"; 
 export -f run_bin op_test sanitize op_table golden bench toy nccl
 
 cd "$root" || exit 2
-step libs host libs || stop="libs failed"
-if [ -n "$stop" ] && [ -f "$dir/cuda-path" ] && grep -q 'a library is missing' "$logs/libs.log"; then
-  stop=
-  step relink host relink || stop="the bundle does not load here, relinked or not"
+step libs host libs || stop="libs failed: $(grep -m1 '^FAIL' "$logs/libs.log" || tail -1 "$logs/libs.log")"
+if { [ -n "$stop" ] && grep -q 'a library is missing' "$logs/libs.log"; } || { [ -z "$stop" ] && [ $force_relink -eq 1 ]; }; then
+  stop=''
+  step relink host relink || stop="the bundle does not run here, relinked or not"
 else
-  say relink "skipped ($([ -n "$stop" ] && echo "$stop" || echo "every binary loads"))"
+  say relink "skipped (${stop:-every binary loads})"
 fi
 [ $rehearse -eq 0 ] && [ -z "$stop" ] && ! grep -q '^ok device' "$logs/libs.log" && stop="no GPU (nvidia-smi)"
 step op_test gpu op_test
@@ -261,8 +269,14 @@ fi
 step nccl gpu nccl
 
 say total "$(($(date +%s) - start))s of ${budget}s"
-grep -h '^FAIL' "$logs"/*.log >"$work/fails" 2>/dev/null
-{ [ -s "$work/fails" ] && { echo "FAIL lines of the logs:"; cat "$work/fails"; }; } >>"$summary"
+# Every FAIL line of the logs into fails.txt; the first 30 (240 characters each) into
+# the summary, so that it stays within what a terminal's tail shows.
+grep -h '^FAIL' "$logs"/*.log >"$logs/fails.txt" 2>/dev/null
+nfail=$(wc -l <"$logs/fails.txt")
+if [ "$nfail" -gt 0 ]; then
+  echo "FAIL lines of the logs ($nfail; all in fails.txt):"
+  head -30 "$logs/fails.txt" | cut -c1-240
+fi >>"$summary"
 cp "$bundle/MANIFEST" "$logs/" 2>/dev/null
 tar czf "$out/gpu_check.tgz" -C "$work" gpu_check
 cp "$summary" "$out/summary.txt"
