@@ -51,7 +51,12 @@ $(BUILD)/ref/backend.o: $(CUDA_STAMP)
 # also libnormgrow_cuda.a, in one group (each calls into the other).
 NG_LIBS   := $(LIB)
 NG_DEPS   := $(LIB)
-.PHONY: bench-cuda cuda-ptxas
+.PHONY: bench-cuda cuda-ptxas gpu-bundle
+comma     := ,
+BUNDLE    := $(BUILD)/gpu-bundle
+# make test proves the bundle runs bare (tests/t_gpu_bundle.sh) where one can be built:
+# with the CUDA backend and without sanitizers; otherwise the test says why not.
+BUNDLE_SKIP := $(if $(filter 1,$(CUDA)),$(if $(SAN),this is a sanitizer build,),this build has no CUDA backend (nvcc not found$(comma) or CUDA=0))
 ifeq ($(CUDA),1)
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 CUDA_ARCH ?= -gencode arch=compute_90,code=[sm_90,compute_90]
@@ -63,7 +68,7 @@ NG_DEPS   += $(CUDA_LIB)
 # NCCL when the toolkit has it (accel/cuda/comm_nccl.c: without it, cuda ranks
 # under mpirun are refused in one line).
 LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 $(if $(wildcard $(CUDA_HOME)/include/nccl.h),-lnccl) -lcublas -lcudart -lstdc++
-$(BUILD)/accel/cuda/comm_nccl.o: CPPFLAGS += -I$(CUDA_HOME)/include
+$(BUILD)/accel/cuda/comm_nccl.o $(BUILD)/tests/test_cuda.o $(BUILD)/accel/cuda/bench_cuda.o: CPPFLAGS += -I$(CUDA_HOME)/include
 $(BUILD)/ref/backend.o: CPPFLAGS += -DNG_WITH_CUDA
 all: $(CUDA_LIB) $(BUILD)/bench_cuda
 
@@ -87,11 +92,35 @@ cuda-ptxas:
 	for f in accel/cuda/*.cu; do $(NVCC) -Iinclude $(NVCCFLAGS) $(CUDA_ARCH) -Xptxas -v -c $$f -o /dev/null || exit 1; done 2>$(BUILD)/cuda-ptxas.txt
 	@grep -c 'Compiling entry' $(BUILD)/cuda-ptxas.txt | sed 's|$$| kernels: $(BUILD)/cuda-ptxas.txt|'
 
+# The GPU bundle (docs/cuda.md "The GPU window"): normgrow, test_cuda, test_backends
+# and bench_cuda linked again from the same objects into $(BUNDLE)/bin, with the CUDA
+# runtime static, no debug sections and DT_RPATH $ORIGIN/../lib (searched for the
+# libraries' own dependencies too); tools/gpu_bundle.sh packs beside them the shared
+# libraries a bare CUDA machine lacks (lib.tgz), the toy arm and its CPU metrics, and
+# the objects and sources that relink them on such a machine.
+BUNDLE_BIN := $(addprefix $(BUNDLE)/bin/,normgrow test_cuda test_backends bench_cuda)
+BUNDLE_LDFLAGS = $(filter-out -Wl$(comma)-rpath$(comma)%,$(LDFLAGS)) -Wl,-S -Wl,--disable-new-dtags -Wl,-rpath,'$$ORIGIN/../lib'
+BUNDLE_LDLIBS  = $(filter-out -Wl$(comma)-rpath$(comma)% -lcudart,$(LDLIBS)) -lcudart_static -ldl -lrt -lpthread
+.SECONDARY: $(BUILD)/tests/test_cuda.o $(BUILD)/tests/test_backends.o
+$(BUNDLE)/bin/normgrow: $(TOOL_OBJ) $(NG_DEPS)
+	@mkdir -p $(dir $@)
+	$(CC) $(BUNDLE_LDFLAGS) $(TOOL_OBJ) $(NG_LIBS) $(BUNDLE_LDLIBS) -o $@
+$(BUNDLE)/bin/bench_cuda: $(BUILD)/accel/cuda/bench_cuda.o $(NG_DEPS)
+	@mkdir -p $(dir $@)
+	$(CC) $(BUNDLE_LDFLAGS) $< $(NG_LIBS) $(BUNDLE_LDLIBS) -o $@
+$(BUNDLE)/bin/test_%: $(BUILD)/tests/test_%.o $(NG_DEPS)
+	@mkdir -p $(dir $@)
+	$(CC) $(BUNDLE_LDFLAGS) $< $(NG_LIBS) $(BUNDLE_LDLIBS) -o $@
+gpu-bundle: $(BUNDLE_BIN) $(BUILD)/normgrow
+	NVCC='$(NVCC)' CUDA_FLAGS='$(OPT) -std=c++17 $(CUDA_ARCH)' tools/gpu_bundle.sh pack $(BUILD) $(BUNDLE)
+
 -include $(CUDA_OBJ:.o=.d) $(BUILD)/accel/cuda/bench_cuda.d
 else
 TEST_BIN  := $(filter-out $(BUILD)/tests/test_cuda,$(TEST_BIN))
 bench-cuda:
 	@echo "bench-cuda: this build has no CUDA backend (nvcc not found, or CUDA=0)" >&2; exit 1
+gpu-bundle:
+	@echo "gpu-bundle: this build has no CUDA backend (nvcc not found, or CUDA=0)" >&2; exit 1
 endif
 # ---- end of the CUDA backend ------------------------------------------------------
 
@@ -121,8 +150,8 @@ $(BUILD)/normgrow: $(TOOL_OBJ) $(NG_DEPS)
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(NG_DEPS)
 	$(CC) $(LDFLAGS) $< $(NG_LIBS) $(LDLIBS) -o $@
 
-test: $(BUILD)/normgrow $(TEST_BIN)
-	@tests/run.sh $(BUILD)
+test: $(BUILD)/normgrow $(TEST_BIN) $(if $(BUNDLE_SKIP),,gpu-bundle)
+	@NG_BUNDLE_SKIP='$(BUNDLE_SKIP)' tests/run.sh $(BUILD)
 
 # The same tests under AddressSanitizer (leaks included) and UBSan, in their own build dir.
 asan:

@@ -185,8 +185,9 @@ static void onednn_matmul(ng_backend *be, bool ta, bool tb, int64_t M, int64_t N
                           const float *A, const float *B, float beta, float *C) {
   onednn *o = ctx_of(be);
   if (M == 0 || N == 0) return;
-  if (K == 0) {  // no products: C = beta C
-    be->scale(be, C, beta, M * N, C);
+  if (K == 0) {  // no products: C = beta C, and beta 0 does not read C
+    if (beta == 0.0f) be->zero(be, C, (size_t)(M * N) * sizeof(float));
+    else be->scale(be, C, beta, M * N, C);
     return;
   }
   const void *a = A, *b = B;

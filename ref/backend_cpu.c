@@ -15,6 +15,7 @@
 #include "normgrow/backend.h"
 #include "normgrow/backend_cpu.h"
 #include "normgrow/common.h"
+#include "normgrow/divergence.h"
 
 // Rows per block in reductions over rows (independent of the thread count).
 #define ROW_BLOCK 64
@@ -559,38 +560,12 @@ static double kd_topk_row(const int32_t *ids, const float *vals, float lse, int6
   return kl;
 }
 
-// Reverse KL and JSD over buckets: the contribution of bucket b to D, with lq,
-// lp the log-probabilities of the teacher's and the student's bucket, and in *g
-// dD/dP_b up to a constant (which the softmax's gradient cancels):
-//   reverse_kl: P (lp - lq),                      g = lp - lq;
-//   jsd:        beta Q (lq - lm) + (1-beta) P (lp - lm), g = (1-beta) (lp - lm),
-// lm = log(beta Q + (1-beta) P). An empty bucket (probability 0) adds nothing.
-static double bucket_term(ng_divergence d, double beta, double lq, double lp, double *g) {
-  double P = exp(lp), Q = exp(lq);
-  *g = 0.0;
-  if (P == 0.0 && Q == 0.0) return 0.0;
-  switch (d) {
-    case NG_DIV_FORWARD_KL: break;  // kd_full_row and kd_topk_row
-    case NG_DIV_REVERSE_KL:
-      *g = P > 0.0 ? lp - lq : 0.0;
-      return P > 0.0 ? P * (lp - lq) : 0.0;
-    case NG_DIV_JSD: {
-      double a = log(beta) + lq, b = log1p(-beta) + lp, hi = a > b ? a : b;
-      double lm = hi + log(exp(a - hi) + exp(b - hi));
-      *g = P > 0.0 ? (1.0 - beta) * (lp - lm) : 0.0;
-      return (Q > 0.0 ? beta * Q * (lq - lm) : 0.0) + (P > 0.0 ? (1.0 - beta) * P * (lp - lm) : 0.0);
-    }
-  }
-  NG_ASSERT(!"bucket_term: forward_kl has its own rows");
-  return 0.0;
-}
-
 // Reverse KL or JSD of one row between bucketed distributions: every id its
 // own bucket with a full teacher t [V]; with a top-k cache (ids, vals [k], lse)
 // each cached id and "every other id" (Q_rest = max(0, 1 - sum Q_j), P_rest
 // the student's mass there). Student: lp_j = (s_j - ms)/tau - log zd, in
 // double. Returns D and writes dz [V] = dD/dz (z = s / tau):
-//   dz_i = p_i (g_b(i) - sum_b P_b g_b).
+//   dz_i = p_i (g_b(i) - sum_b P_b g_b), g_b from ng_bucket_term (divergence.h).
 static double div_bucket_row(ng_divergence d, double beta, const float *s, float ms,
                              const float *t, const int32_t *ids, const float *vals, float lse,
                              int64_t k, int64_t V, double tau, double *dz) {
@@ -604,7 +579,7 @@ static double div_bucket_row(ng_divergence d, double beta, const float *s, float
     double log_zt = log(zt);
     for (int64_t j = 0; j < V; j++) {
       double lp = ((double)s[j] - ms) * inv_tau - log_zd, lq = ((double)t[j] - mt) * inv_tau - log_zt;
-      D += bucket_term(d, beta, lq, lp, &dz[j]);
+      D += ng_bucket_term(d, beta, lq, lp, &dz[j]);
       gbar += exp(lp) * dz[j];
     }
   } else {
@@ -616,13 +591,13 @@ static double div_bucket_row(ng_divergence d, double beta, const float *s, float
     for (int64_t j = 0; j < k; j++) q_sum += exp((double)vals[j] * inv_tau - lse);
     if (k < V) {  // the cache holds every id: no rest bucket
       double q_rest = fmax(1.0 - q_sum, 0.0);
-      D += bucket_term(d, beta, log(q_rest), log(p_rest), &g_rest);
+      D += ng_bucket_term(d, beta, log(q_rest), log(p_rest), &g_rest);
       gbar += p_rest * g_rest;
     }
     for (int64_t j = 0; j < V; j++) dz[j] = g_rest;
     for (int64_t j = 0; j < k; j++) {
       double lp = ((double)s[ids[j]] - ms) * inv_tau - log_zd, lq = (double)vals[j] * inv_tau - lse;
-      D += bucket_term(d, beta, lq, lp, &dz[ids[j]]);
+      D += ng_bucket_term(d, beta, lq, lp, &dz[ids[j]]);
       gbar += exp(lp) * dz[ids[j]];
     }
   }

@@ -36,4 +36,16 @@ static inline double ng_test_max_rel(const float *got, const float *want, int64_
   return s > 0.0 ? d / s : d;
 }
 
+// sqrt(sum (got - want)^2 / sum want^2) (the root of the first sum when want is
+// all zero); a NaN gives infinity.
+static inline double ng_test_rel_l2(const float *got, const float *want, int64_t n) {
+  double d = 0.0, s = 0.0;
+  for (int64_t i = 0; i < n; i++) {
+    d += ((double)got[i] - want[i]) * ((double)got[i] - want[i]);
+    s += (double)want[i] * want[i];
+  }
+  if (isnan(d)) return INFINITY;
+  return s > 0.0 ? sqrt(d / s) : sqrt(d);
+}
+
 #endif

@@ -76,22 +76,12 @@ static double sumsq(const float *x, int64_t n) {
   return s;
 }
 
-static double rel_l2(const float *got, const float *exp, int64_t n) {
-  double d = 0.0, s = 0.0;
-  for (int64_t i = 0; i < n; i++) {
-    d += ((double)got[i] - exp[i]) * ((double)got[i] - exp[i]);
-    s += (double)exp[i] * exp[i];
-  }
-  if (isnan(d)) return INFINITY;
-  return s > 0.0 ? sqrt(d / s) : sqrt(d);
-}
-
 // got against exp [n] by the rule of t's precision; frees got. A gradient is
 // compared alone here: the op's only one (its own scale is the floor's).
 static void compare(const target *t, const char *what, kind k, float *got, const float *exp,
                     int64_t n) {
   bool bf16 = t->be->precision == NG_PREC_BF16;
-  double err = bf16 && k == GRAD ? rel_l2(got, exp, n) : ng_test_max_rel(got, exp, n);
+  double err = bf16 && k == GRAD ? ng_test_rel_l2(got, exp, n) : ng_test_max_rel(got, exp, n);
   double tol = bf16 ? (k == GRAD ? 0.1 : 3e-2) : (k == GRAD ? 1e-3 : 1e-4);
   char name[256];
   snprintf(name, sizeof name, "%s: %s: %s error %.1e", t->label, what,
@@ -205,9 +195,11 @@ static void test_memory(const target *t, int64_t n) {
   free(x);
 }
 
+// With beta 0, C holds NaN: beta 0 must not read C.
 static void test_matmul(const target *t, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
                         float beta) {
   float *A = randn(M * K, 1.0), *B = randn(K * N, 1.0), *C = randn(M * N, 1.0), *r[2];
+  for (int64_t i = 0; beta == 0.0f && i < M * N; i++) C[i] = NAN;
   for (int i = 0; i < 2; i++) {
     bufs b = {.be = run_be(t, i)};
     float *dA = upf(&b, A, M * K), *dB = upf(&b, B, K * N), *dC = upf(&b, C, M * N);
@@ -215,8 +207,8 @@ static void test_matmul(const target *t, bool ta, bool tb, int64_t M, int64_t N,
     r[i] = down(&b, dC, M * N);
     release(&b);
   }
-  compare_runs(t, FWD, r, M * N, "matmul ta=%d tb=%d M=%lld N=%lld K=%lld beta=%g", ta, tb,
-           (long long)M, (long long)N, (long long)K, beta);
+  compare_runs(t, FWD, r, M * N, "matmul ta=%d tb=%d M=%lld N=%lld K=%lld beta=%g%s", ta, tb,
+           (long long)M, (long long)N, (long long)K, beta, beta == 0.0f ? " (C NaN before)" : "");
   free(A);
   free(B);
   free(C);
@@ -486,10 +478,10 @@ static void test_elementwise(const target *t, int64_t R, int64_t C) {
 }
 
 // ce_kd with a full teacher (or none), and ce_kd_topk from the teacher's top k.
-// The fused loss at [N, V] (top-k teacher of k when k > 0), averaged over
-// n_norm rows (0: the call's valid rows).
+// The fused loss at [N, V] (top-k teacher of k when k > 0) under divergence dv (jsd:
+// beta 0.3), averaged over n_norm rows (0: the call's valid rows).
 static void test_loss(const target *t, int64_t N, int64_t V, bool teacher, int64_t k,
-                      int64_t n_norm) {
+                      int64_t n_norm, ng_divergence dv) {
   float *logits = randn(N * V, 3.0), *tl = randn(N * V, 3.0), *dl[2];
   int32_t *y = ng_xmalloc((size_t)N * sizeof(int32_t)), *ids = ng_xmalloc((size_t)(N * k) * 4);
   float *vals = ng_xmalloc((size_t)(N * k) * sizeof(float)), *lse = ng_xmalloc((size_t)N * 4);
@@ -503,7 +495,7 @@ static void test_loss(const target *t, int64_t N, int64_t V, bool teacher, int64
       vals[i * k + j] = tl[i * V + j];
     }
   }
-  ng_loss_params lp = {0.5, 2.0, V - 1, n_norm, NG_DIV_FORWARD_KL, 0.0};
+  ng_loss_params lp = {0.5, 2.0, V - 1, n_norm, dv, dv == NG_DIV_JSD ? 0.3 : 0.0};
   double ce[2], kd[2];
   int64_t nv[2];
   for (int i = 0; i < 2; i++) {
@@ -521,8 +513,9 @@ static void test_loss(const target *t, int64_t N, int64_t V, bool teacher, int64
     release(&b);
   }
   char name[192], what[64];
-  snprintf(what, sizeof what, "%s N=%lld V=%lld n_norm=%lld",
-           k ? "ce_kd_topk" : teacher ? "ce_kd" : "ce", (long long)N, (long long)V,
+  snprintf(what, sizeof what, "%s%s%s N=%lld V=%lld n_norm=%lld",
+           k ? "ce_kd_topk" : teacher ? "ce_kd" : "ce", teacher || k ? " " : "",
+           teacher || k ? ng_divergence_name(dv) : "", (long long)N, (long long)V,
            (long long)n_norm);
   snprintf(name, sizeof name, "%s: %s: valid rows %lld", t->label, what, (long long)nv[1]);
   CHECK(nv[1] == nv[0], name, "expected %lld", (long long)nv[0]);
@@ -653,15 +646,20 @@ static void test_backend(const target *t) {
   test_swiglu(t, 1027);
   test_elementwise(t, 1, 1);
   test_elementwise(t, 9, 131);
-  test_loss(t, 1, 2, false, 0, 0);
-  test_loss(t, 13, 37, false, 0, 0);
-  test_loss(t, 13, 37, true, 0, 0);
-  test_loss(t, 9, 29, false, 5, 0);
+  test_loss(t, 1, 2, false, 0, 0, NG_DIV_FORWARD_KL);
+  test_loss(t, 13, 37, false, 0, 0, NG_DIV_FORWARD_KL);
+  test_loss(t, 13, 37, true, 0, 0, NG_DIV_FORWARD_KL);
+  test_loss(t, 9, 29, false, 5, 0, NG_DIV_FORWARD_KL);
   test_adamw(t, 1, true);
   test_adamw(t, 999, false);
-  test_loss(t, 13, 37, true, 0, 40);
-  test_loss(t, 9, 29, false, 5, 17);
+  test_loss(t, 13, 37, true, 0, 40, NG_DIV_FORWARD_KL);
+  test_loss(t, 9, 29, false, 5, 17, NG_DIV_FORWARD_KL);
   test_loss_chunks(t, 11, 23, 4);
+  for (int dv = NG_DIV_REVERSE_KL; dv <= NG_DIV_LAST; dv++) {  // the other divergences
+    test_loss(t, 13, 37, true, 0, 0, (ng_divergence)dv);
+    test_loss(t, 9, 29, false, 5, 17, (ng_divergence)dv);
+    test_loss(t, 9, 29, false, 28, 0, (ng_divergence)dv);  // k = vocab_used: the exact one
+  }
   test_widen_bf16(t, 7);
   test_widen_bf16(t, 1000);
   test_channel_scale(t, 1, 1, true);

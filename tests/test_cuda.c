@@ -1,16 +1,31 @@
 // The CUDA backend against the CPU reference, op by op, at odd shapes (tiles
-// cut by every size), through upload and download; NCCL's refusals (the
-// communicator of its ranks). Without a usable device it checks only the
-// launch geometry and those refusals and prints one "skip" line saying why (a
-// failure instead when NG_REQUIRE_GPU is set, as tools/gpu_check.sh does).
+// cut by every size), through upload and download; the checks a first run on a
+// GPU needs (cuBLAS's bf16 rounding and fp32 without TF32, bf16 attention against
+// the CPU's own bf16 kernel, the loss at Qwen3's vocabulary under every
+// divergence, RMSNorm's dw past 131k rows, NG_CUDA_SYNC naming a faulting
+// launch); a single-process NCCL smoke; NCCL's refusals (the communicator of its
+// ranks). Without a usable device it checks only the launch geometry and those
+// refusals and prints one "skip" line saying why (a failure instead when
+// NG_REQUIRE_GPU is set, as tools/gpu_check.sh does).
+//
+//   test_cuda [GROUP...]   only those groups (default: all); "sanitize" is the small
+//                          set compute-sanitizer runs: attention_wide, loss, optimizer
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#if __has_include(<nccl.h>)
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+#define HAVE_NCCL 1
+#endif
 
 #include "../accel/cuda/launch.h"
 #include "check.h"
 #include "normgrow/backend.h"
+#include "normgrow/backend_cpu.h"
 #include "normgrow/backend_cuda.h"
 #include "normgrow/common.h"
 #include "normgrow/rng.h"
@@ -92,6 +107,40 @@ static void expect(const char *what, const float *d, const float *h, int64_t n, 
   free(got);
 }
 
+// Gradients by the golden contract (docs/golden-contract.md). fp32: per tensor
+// with its scale floor: with G the largest max|expected| of the n tensors, tensor
+// i's error is max|got - exp| / max(max|exp|, 1e-3 G), so that a gradient zero by
+// symmetry (T = 1: dq, dk) is rounding noise compared with the others' scale, not
+// with its own; at most 1e-3. bf16: all of them together by relative L2, at most
+// 0.1 (there such a gradient is bf16 noise of about 1e-3 G).
+static void expect_grads(const char *what, const char *const names[], float *const d[],
+                         float *const h[], const int64_t n[], int count) {
+  double G = 0.0, dsum = 0.0, ssum = 0.0;
+  for (int i = 0; i < count; i++)
+    for (int64_t j = 0; j < n[i]; j++) G = fmax(G, fabs((double)h[i][j]));
+  char name[240];
+  for (int i = 0; i < count; i++) {
+    float *got = downf(d[i], n[i]);
+    double diff = 0.0, scale = 0.0;
+    for (int64_t j = 0; j < n[i]; j++) {
+      double e = (double)got[j] - h[i][j];
+      diff = fmax(diff, isnan(got[j]) ? INFINITY : fabs(e));
+      scale = fmax(scale, fabs((double)h[i][j]));
+      dsum += isnan(got[j]) ? INFINITY : e * e;
+      ssum += (double)h[i][j] * h[i][j];
+    }
+    free(got);
+    if (bf16_mode) continue;
+    double e = diff / fmax(fmax(scale, 1e-3 * G), 1e-30);
+    snprintf(name, sizeof name, "%s %s %s (scale floor 1e-3 x %.3g)", label, what, names[i], G);
+    CHECK(e <= 1e-3, name, "error %.3g > 1e-3", e);
+  }
+  if (!bf16_mode) return;
+  double e = sqrt(dsum / fmax(ssum, 1e-300));
+  snprintf(name, sizeof name, "%s %s, all gradients: relative L2 %.2g", label, what, e);
+  CHECK(e <= 0.1, name, "above 0.1");
+}
+
 static void test_matmul(void) {
   const int64_t M = 37, N = 29, K = 53;
   for (int t = 0; t < 4; t++) {
@@ -110,8 +159,62 @@ static void test_matmul(void) {
   cpu->matmul(cpu, false, false, 2, 3, 0, NULL, NULL, 0.25f, C);
   dev->matmul(dev, false, false, 2, 3, 0, NULL, NULL, 0.25f, dC);
   expect("matmul K=0 scales C by beta", dC, C, 6, 0.0);
+  for (int i = 0; i < 6; i++) C[i] = NAN;  // beta 0 must not read C
+  dev->upload(dev, dC, C, 6 * sizeof(float));
+  dev->matmul(dev, false, false, 2, 3, 0, NULL, NULL, 0.0f, dC);
+  float zero[6] = {0};
+  expect("matmul K=0 beta=0 writes zeros, not reading C (NaN there)", dC, zero, 6, 0.0);
   free(C);
   dev->free(dev, dC);
+}
+
+// What cuBLAS does to the inputs, exactly: A [M, K] times the identity [K, K] is A
+// as the matmul's inputs see it (every product is a * 1 or a * 0, every sum exact).
+// fp32 mode keeps 1 + 2^-12 and 1 + 2^-20 (TF32's 10-bit mantissa would round them
+// to 1); bf16 mode rounds A to nearest, ties to even, as the CPU's ng_round_bf16
+// does, on values where truncation or ties away from zero would differ.
+static void test_matmul_rounding(void) {
+  enum { M = 8, K = 16 };
+  static const float ulp7 = 1.0f / 128, ulp8 = 1.0f / 256;
+  float A[M * K], I[K * K] = {0}, want[M * K], trunc[M * K];
+  for (int i = 0; i < M * K; i++) {
+    float base = (float)(1 + i % 5) * (i % 2 ? -1.0f : 1.0f);
+    switch (i % 4) {  // fp32 probes, and bf16 ties and near-ties
+      case 0: A[i] = bf16_mode ? base * (1.0f + ulp8) : base * (1.0f + 1.0f / 4096); break;
+      case 1: A[i] = bf16_mode ? base * (1.0f + ulp7 + ulp8) : base * (1.0f + 1.0f / 1048576); break;
+      case 2: A[i] = base * (1.0f + ulp8 + 1.0f / 65536); break;
+      default: A[i] = base * (1.0f + 3.0f / 65536); break;
+    }
+  }
+  for (int k = 0; k < K; k++) I[k * K + k] = 1.0f;
+  if (bf16_mode) {
+    ng_round_bf16(A, M * K, want);
+    for (int i = 0; i < M * K; i++) {
+      uint32_t u;
+      memcpy(&u, &A[i], sizeof u);
+      u &= 0xffff0000u;
+      memcpy(&trunc[i], &u, sizeof u);
+    }
+  } else {
+    memcpy(want, A, sizeof A);
+  }
+  float *dA = upf(A, M * K), *dI = upf(I, K * K), *dC = upf(want, M * K);
+  dev->matmul(dev, false, false, M, K, K, dA, dI, 0.0f, dC);
+  float *got = downf(dC, M * K);
+  char name[160];
+  if (bf16_mode) {
+    bool differ = memcmp(want, trunc, sizeof want) != 0;
+    snprintf(name, sizeof name, "%s matmul rounds its inputs to bf16 to nearest even (%s)", label,
+             "a truncating or ties-away rounding fails it");
+    CHECK(differ && memcmp(got, want, sizeof want) == 0, name, "got %.9g for %.9g (want %.9g)",
+          got[0], A[0], want[0]);
+  } else {
+    snprintf(name, sizeof name, "%s matmul is plain fp32, no TF32: 1 + 2^-12 and 1 + 2^-20 survive",
+             label);
+    CHECK(memcmp(got, want, sizeof want) == 0, name, "got %.9g for %.9g", got[0], A[0]);
+  }
+  free(got);
+  dev->free(dev, dA), dev->free(dev, dI), dev->free(dev, dC);
 }
 
 static void test_embedding(void) {
@@ -131,27 +234,37 @@ static void test_embedding(void) {
   dev->free(dev, dtok), dev->free(dev, dWd), dev->free(dev, dout), dev->free(dev, ddW);
 }
 
-static void test_rmsnorm(void) {
-  const int64_t R = 131, C = 70;
+// RMSNorm forward and backward at R rows of C; dw sums R / 64 row-block partials
+// (131139 rows: 2050 of them, past q/k norms' 2^17 rows of a micro-batch).
+static void test_rmsnorm(int64_t R, int64_t C) {
   float *x = rnd(R * C, 2.0), *w = rnd(C, 1.0), *y = rnd(R * C, 1.0), *rs = rnd(R, 1.0);
   float *dy = rnd(R * C, 1.0), *dx = rnd(R * C, 1.0), *dw = rnd(C, 1.0);
   float *dxd = upf(x, R * C), *dwd = upf(w, C), *dyd = upf(y, R * C), *drs = upf(rs, R);
   float *ddy = upf(dy, R * C), *ddx = upf(dx, R * C), *ddw = upf(dw, C);
+  char what[120];
+  int len = snprintf(what, sizeof what, "rmsnorm R=%lld C=%lld ", (long long)R, (long long)C);
   cpu->rmsnorm_forward(cpu, x, w, R, C, 1e-6f, y, rs);
   dev->rmsnorm_forward(dev, dxd, dwd, R, C, 1e-6f, dyd, drs);
-  expect("rmsnorm_forward y", dyd, y, R * C, tol_fwd());
-  expect("rmsnorm_forward rstd", drs, rs, R, tol_fwd());
+  snprintf(what + len, sizeof what - len, "forward y");
+  expect(what, dyd, y, R * C, tol_fwd());
+  snprintf(what + len, sizeof what - len, "forward rstd");
+  expect(what, drs, rs, R, tol_fwd());
   cpu->rmsnorm_backward(cpu, x, w, rs, dy, R, C, dx, dw);
   dev->rmsnorm_backward(dev, dxd, dwd, drs, ddy, R, C, ddx, ddw);
-  expect("rmsnorm_backward dx (accumulates)", ddx, dx, R * C, tol_grad());
-  expect("rmsnorm_backward dw (accumulates, 3 row blocks)", ddw, dw, C, tol_grad());
+  snprintf(what + len, sizeof what - len, "backward dx (accumulates)");
+  expect(what, ddx, dx, R * C, tol_grad());
+  snprintf(what + len, sizeof what - len, "backward dw (accumulates, %lld row blocks)",
+           (long long)ngc_tiles(R, NORM_ROW_BLOCK));
+  expect(what, ddw, dw, C, tol_grad());
   cpu->rmsnorm_backward(cpu, x, w, rs, dy, R, C, dx, NULL);
   dev->rmsnorm_backward(dev, dxd, dwd, drs, ddy, R, C, ddx, NULL);
-  expect("rmsnorm_backward without dw", ddx, dx, R * C, tol_grad());
+  snprintf(what + len, sizeof what - len, "backward without dw");
+  expect(what, ddx, dx, R * C, tol_grad());
   float *rms = rnd(R, 1.0), *drms = upf(rms, R);
   cpu->row_rms(cpu, x, R, C, rms);
   dev->row_rms(dev, dxd, R, C, drms);
-  expect("row_rms", drms, rms, R, tol_fwd());
+  snprintf(what + len, sizeof what - len, "row_rms");
+  expect(what, drms, rms, R, tol_fwd());
   free(x), free(w), free(y), free(rs), free(dy), free(dx), free(dw), free(rms);
   float *all[] = {dxd, dwd, dyd, drs, ddy, ddx, ddw, drms};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dev->free(dev, all[i]);
@@ -194,7 +307,41 @@ static void test_rope(void) {
   dev->free(dev, dx);
 }
 
-static void test_attention(ng_attn_shape s) {
+// bf16 attention on tensor cores against the CPU's own bf16 kernel on the same
+// inputs (ng_cpu_attention_*, bf16: q, k, v, dout, P and dS rounded to bf16, fp32
+// sums), relative L2 per tensor. The kernels round the same values but for P in
+// the forward: the GPU rounds exp(s - running max) per tile of 64 keys before
+// normalizing, the CPU the normalized P; that alone moves out, and through
+// rowsum(dO * O) dq and dk, by about 2e-3 (a float64 simulation of both at T 130,
+// GQA 3, hd 64 and 128: at most 2.1e-3 out, 2.4e-3 dq and dk), while lse and dv
+// differ only by fp32 summation order. Bounds: 5e-3, and 2e-5 (lse), 5e-4 (dv);
+// against fp32 the bf16 bounds are 3e-2 and 0.1.
+static void as_cpu_bf16(ng_attn_shape s, const float *q, const float *k, const float *v,
+                        const float *dout, const float *od, const float *ld, float *const dd[3]) {
+  int64_t nq = s.B * s.T * s.H * s.hd, nk = s.B * s.T * s.KV * s.hd, nl = s.B * s.H * s.T;
+  const int64_t n[5] = {nq, nl, nq, nk, nk};
+  const double tol[5] = {5e-3, 2e-5, 5e-3, 5e-3, 5e-4};
+  const char *const part[5] = {"out", "lse", "dq", "dk", "dv"};
+  const float *dev_t[5] = {od, ld, dd[0], dd[1], dd[2]};
+  float *want[5];
+  for (int p = 0; p < 5; p++) want[p] = ng_xcalloc((size_t)n[p], sizeof(float));
+  ng_cpu_attention_forward(s, q, k, v, want[0], want[1], true);
+  ng_cpu_attention_backward(s, q, k, v, want[0], want[1], dout, want[2], want[3], want[4], true);
+  for (int p = 0; p < 5; p++) {
+    float *got = downf(dev_t[p], n[p]);
+    double e = ng_test_rel_l2(got, want[p], n[p]);
+    char name[200];
+    snprintf(name, sizeof name,
+             "%s attention B=%lld T=%lld H=%lld KV=%lld hd=%lld %s as the CPU's bf16 kernel: "
+             "relative L2 %.2g", label, (long long)s.B, (long long)s.T, (long long)s.H,
+             (long long)s.KV, (long long)s.hd, part[p], e);
+    CHECK(e <= tol[p], name, "above %.0e", tol[p]);
+    free(got);
+    free(want[p]);
+  }
+}
+
+static void test_attention_shape(ng_attn_shape s) {
   int64_t nq = s.B * s.T * s.H * s.hd, nk = s.B * s.T * s.KV * s.hd, nl = s.B * s.H * s.T;
   float *q = rnd(nq, 1.0), *k = rnd(nk, 1.0), *v = rnd(nk, 1.0), *o = rnd(nq, 1.0), *l = rnd(nl, 1.0);
   float *dout = rnd(nq, 1.0), *dq = rnd(nq, 1.0), *dk = rnd(nk, 1.0), *dv = rnd(nk, 1.0);
@@ -211,13 +358,12 @@ static void test_attention(ng_attn_shape s) {
   expect(what, ld, l, nl, tol_fwd());
   cpu->attention_backward(cpu, s, q, k, v, o, l, dout, dq, dk, dv);
   dev->attention_backward(dev, s, qd, kd, vd, od, ld, doutd, dqd, dkd, dvd);
-  const float *dd[] = {dqd, dkd, dvd}, *hh[] = {dq, dk, dv};
+  float *const dd[] = {dqd, dkd, dvd}, *const hh[] = {dq, dk, dv};
   const int64_t nn[] = {nq, nk, nk};
-  const char *nm[] = {"dq", "dk", "dv"};
-  for (int i = 0; i < 3; i++) {
-    snprintf(what + len, sizeof what - len, "backward %s", nm[i]);
-    expect(what, dd[i], hh[i], nn[i], tol_grad());
-  }
+  const char *const nm[] = {"dq", "dk", "dv"};
+  snprintf(what + len, sizeof what - len, "backward");
+  expect_grads(what, nm, dd, hh, nn, 3);
+  if (bf16_mode && ngc_att_wmma_ok(s.hd) && s.T > 1) as_cpu_bf16(s, q, k, v, dout, od, ld, dd);
   // Determinism: a second backward gives the same bits.
   float *first = downf(dkd, nk);
   dev->attention_backward(dev, s, qd, kd, vd, od, ld, doutd, dqd, dkd, dvd);
@@ -257,59 +403,69 @@ static void test_elementwise(void) {
   for (int i = 0; i < 6; i++) free(hb[i]), dev->free(dev, db[i]);
 }
 
-// ce, kd and dlogits of the fused loss with a full teacher, none, or a top-k
-// cache of k, averaged over n_norm rows (0: the valid rows).
-static void test_loss(int64_t k, int64_t n_norm) {
-  const int64_t N = 9, V = 300;
-  ng_loss_params lp = {0.4, 2.0, 290, n_norm, NG_DIV_FORWARD_KL, 0.0};
-  int32_t tg[9] = {3, -1, 17, 289, 0, -1, 100, 5, 250};
+// The loss's inputs and dlogits on one side (host for the CPU, device memory).
+typedef struct {
+  float *s, *t, *vals, *lse, *ds;
+  int32_t *tg, *ids;
+} loss_bufs;
+
+// One call of the fused loss on be: with the top-k cache (k > 0 and a teacher), the
+// full teacher, or none.
+static void loss_call(ng_backend *be, const loss_bufs *b, bool teacher, int64_t k, int64_t N,
+                      int64_t V, ng_loss_params lp, double *ce, double *kd, int64_t *nv) {
+  if (k && teacher)
+    be->ce_kd_topk(be, b->s, b->ids, b->vals, b->lse, k, b->tg, N, V, lp, b->ds, ce, kd, nv);
+  else
+    be->ce_kd(be, b->s, teacher ? b->t : NULL, b->tg, N, V, lp, b->ds, ce, kd, nv);
+}
+
+// ce, kd and dlogits of the fused loss over N rows of V (softmaxes over Vu) with a
+// full teacher, none (forward_kl only: the same for every divergence), or a top-k
+// cache of k, under divergence dv (jsd: beta 0.3), averaged over n_norm rows (0:
+// the valid rows); every fourth row from the second ignored.
+static void test_loss(int64_t N, int64_t V, int64_t Vu, int64_t k, int64_t n_norm, ng_divergence dv) {
+  ng_loss_params lp = {0.4, 2.0, Vu, n_norm, dv, dv == NG_DIV_JSD ? 0.3 : 0.0};
+  int32_t *tg = ng_xmalloc((size_t)N * sizeof(int32_t));
+  for (int64_t i = 0; i < N; i++) tg[i] = i % 4 == 1 ? -1 : (int32_t)ng_rng_below(&rng, (uint64_t)Vu);
   float *s = rnd(N * V, 3.0), *t = rnd(N * V, 3.0), *ds = rnd(N * V, 1.0);
   int32_t *ids = ng_xmalloc((size_t)(N * k + 1) * sizeof(int32_t));
-  float *vals = ng_xmalloc((size_t)(N * k + 1) * sizeof(float)), *lse = ng_xmalloc(N * sizeof(float));
+  float *vals = ng_xmalloc((size_t)(N * k + 1) * sizeof(float)), *lse = ng_xmalloc((size_t)N * sizeof(float));
   for (int64_t i = 0; k && i < N; i++) {
-    ng_top_k(t + i * V, lp.vocab_used, k, (uint32_t *)ids + i * k, vals + i * k);
-    lse[i] = ng_logsumexp(t + i * V, lp.vocab_used, 1.0 / lp.temperature);
+    ng_top_k(t + i * V, Vu, k, (uint32_t *)ids + i * k, vals + i * k);
+    lse[i] = ng_logsumexp(t + i * V, Vu, 1.0 / lp.temperature);
   }
-  float *sd = upf(s, N * V), *td = upf(t, N * V), *dsd = upf(ds, N * V);
-  int32_t *tgd = up(tg, sizeof tg), *idsd = up(ids, (size_t)(N * k + 1) * sizeof(int32_t));
-  float *valsd = upf(vals, N * k + 1), *lsed = upf(lse, N);
-  for (int teacher = 0; teacher < 2; teacher++) {
-    double ce[2], kd[2];
-    int64_t nv[2];
-    if (k && teacher) {
-      cpu->ce_kd_topk(cpu, s, ids, vals, lse, k, tg, N, V, lp, ds, &ce[0], &kd[0], &nv[0]);
-      dev->ce_kd_topk(dev, sd, idsd, valsd, lsed, k, tgd, N, V, lp, dsd, &ce[1], &kd[1], &nv[1]);
-    } else {
-      cpu->ce_kd(cpu, s, teacher ? t : NULL, tg, N, V, lp, ds, &ce[0], &kd[0], &nv[0]);
-      dev->ce_kd(dev, sd, teacher ? td : NULL, tgd, N, V, lp, dsd, &ce[1], &kd[1], &nv[1]);
-    }
-    char what[120];
-    const char *kind = !teacher ? "no teacher" : k ? "top-k teacher" : "full teacher";
-    snprintf(what, sizeof what, "%s ce_kd%s (%s, k=%lld, n_norm=%lld): ce, kd, n_valid",
-             label, k && teacher ? "_topk" : "", kind, (long long)k, (long long)n_norm);
+  loss_bufs h = {s, t, vals, lse, ds, tg, ids};
+  loss_bufs d = {upf(s, N * V), upf(t, N * V), upf(vals, N * k + 1), upf(lse, N), upf(ds, N * V),
+                 up(tg, (size_t)N * sizeof(int32_t)), up(ids, (size_t)(N * k + 1) * sizeof(int32_t))};
+  for (int teacher = dv == NG_DIV_FORWARD_KL ? 0 : 1; teacher < 2; teacher++) {
+    double ce[3], kd[3];
+    int64_t nv[3];
+    loss_call(cpu, &h, teacher, k, N, V, lp, &ce[0], &kd[0], &nv[0]);
+    loss_call(dev, &d, teacher, k, N, V, lp, &ce[1], &kd[1], &nv[1]);
+    char what[200];
+    int len = snprintf(what, sizeof what, "ce_kd%s %s (%s, N=%lld V=%lld k=%lld n_norm=%lld)",
+                       k && teacher ? "_topk" : "", ng_divergence_name(dv),
+                       !teacher ? "no teacher" : k ? "top-k teacher" : "full teacher", (long long)N,
+                       (long long)V, (long long)k, (long long)n_norm);
+    snprintf(what + len, sizeof what - len, " dlogits");
+    expect(what, d.ds, ds, N * V, 1e-3);
+    char name[260];
+    snprintf(name, sizeof name, "%s %.*s: ce, kd, n_valid", label, len, what);
     CHECK(fabs(ce[1] - ce[0]) <= 1e-4 * fabs(ce[0]) && fabs(kd[1] - kd[0]) <= 1e-4 * fabs(kd[0]) + 1e-12 &&
               nv[0] == nv[1],
-          what, "ce %.9g vs %.9g, kd %.9g vs %.9g, n %lld vs %lld", ce[1], ce[0], kd[1], kd[0],
+          name, "ce %.9g vs %.9g, kd %.9g vs %.9g, n %lld vs %lld", ce[1], ce[0], kd[1], kd[0],
           (long long)nv[1], (long long)nv[0]);
-    snprintf(what, sizeof what, "ce_kd%s (%s, k=%lld, n_norm=%lld) dlogits",
-             k && teacher ? "_topk" : "", kind, (long long)k, (long long)n_norm);
-    expect(what, dsd, ds, N * V, 1e-3);
     // Determinism: the same call again gives the same bits.
-    float *first = downf(dsd, N * V);
-    double ce2, kd2;
-    if (k && teacher)
-      dev->ce_kd_topk(dev, sd, idsd, valsd, lsed, k, tgd, N, V, lp, dsd, &ce2, &kd2, &nv[1]);
-    else
-      dev->ce_kd(dev, sd, teacher ? td : NULL, tgd, N, V, lp, dsd, &ce2, &kd2, &nv[1]);
-    float *second = downf(dsd, N * V);
-    snprintf(what, sizeof what, "%s ce_kd%s (%s) twice: identical bits", label,
-             k && teacher ? "_topk" : "", kind);
-    CHECK(ce2 == ce[1] && kd2 == kd[1] && memcmp(first, second, (size_t)(N * V) * sizeof(float)) == 0,
-          what, "results differ");
+    float *first = downf(d.ds, N * V);
+    loss_call(dev, &d, teacher, k, N, V, lp, &ce[2], &kd[2], &nv[2]);
+    float *second = downf(d.ds, N * V);
+    snprintf(name, sizeof name, "%s %.*s twice: identical bits", label, len, what);
+    CHECK(ce[2] == ce[1] && kd[2] == kd[1] && memcmp(first, second, (size_t)(N * V) * sizeof(float)) == 0,
+          name, "results differ");
     free(first), free(second);
   }
-  free(s), free(t), free(ds), free(ids), free(vals), free(lse);
-  void *db[] = {sd, td, dsd, tgd, idsd, valsd, lsed};
+  free(tg), free(s), free(t), free(ds), free(ids), free(vals), free(lse);
+  void *db[] = {d.s, d.t, d.vals, d.lse, d.ds, d.tg, d.ids};
   for (int i = 0; i < 7; i++) dev->free(dev, db[i]);
 }
 
@@ -358,30 +514,142 @@ static void test_memory(void) {
   dev->free(dev, NULL);
 }
 
-static void run_all(void) {
-  test_memory();
-  test_matmul();
-  test_embedding();
-  test_rmsnorm();
-  test_rope();
-  test_elementwise();
+static void test_rmsnorm_all(void) {
+  test_rmsnorm(131, 70);
+  test_rmsnorm(131139, 128);
+}
+
+// Head dims 16, 40 (no tensor cores: fp32 tiles in bf16 mode too), 8 at T = 1, 128
+// and 64 at other cuts of the tiles.
+static void test_attention(void) {
   ng_attn_shape shapes[] = {
       {2, 67, 4, 2, 16}, {1, 130, 6, 2, 40}, {1, 1, 2, 1, 8}, {1, 70, 2, 2, 128}, {1, 64, 3, 1, 64}};
-  for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) test_attention(shapes[i]);
-  test_loss(0, 0);
-  test_loss(0, 20);  // chunked-loss normalisation: 20 rows, not this call's 7
-  test_loss(7, 0);
-  test_loss(7, 11);
-  test_loss(290, 0);  // k = vocab_used: the exact divergence
-  test_optimizer();
-  test_channel_scale();
+  for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) test_attention_shape(shapes[i]);
+}
+
+// Head dims 64 and 128 at T = 130 (a third tile of 2 rows), GQA 3.
+static void test_attention_wide(void) {
+  test_attention_shape((ng_attn_shape){1, 130, 6, 2, 64});
+  test_attention_shape((ng_attn_shape){1, 130, 6, 2, 128});
+}
+
+static void test_loss_all(void) {
+  test_loss(9, 300, 290, 0, 0, NG_DIV_FORWARD_KL);
+  test_loss(9, 300, 290, 0, 20, NG_DIV_FORWARD_KL);  // chunked-loss normalisation: 20 rows, not 7
+  test_loss(9, 300, 290, 7, 0, NG_DIV_FORWARD_KL);
+  test_loss(9, 300, 290, 7, 11, NG_DIV_FORWARD_KL);
+  test_loss(9, 300, 290, 290, 0, NG_DIV_FORWARD_KL);  // k = vocab_used: the exact divergence
+  for (int dv = NG_DIV_REVERSE_KL; dv <= NG_DIV_LAST; dv++) {
+    test_loss(9, 300, 290, 0, 0, (ng_divergence)dv);
+    test_loss(9, 300, 290, 7, 11, (ng_divergence)dv);
+    test_loss(9, 300, 290, 290, 0, (ng_divergence)dv);
+  }
+  // Qwen3's vocabulary (151936 rows for 151669 tokens), a top-64 cache.
+  for (int dv = NG_DIV_FORWARD_KL; dv <= NG_DIV_LAST; dv++) test_loss(3, 151936, 151669, 64, 0, (ng_divergence)dv);
+}
+
+static void test_kernels(void) {
   dev->synchronize(dev);
   const char *k = dev->kernels(dev);
   char name[300];
   snprintf(name, sizeof name, "%s names its matmul kernels: %.200s", label, k);
-  bool bf16 = dev->precision == NG_PREC_BF16;
-  CHECK(strstr(k, "cuBLAS") && strstr(k, bf16 ? "FAST_16BF" : "no TF32"), name,
+  CHECK(strstr(k, "cuBLAS") && strstr(k, bf16_mode ? "FAST_16BF" : "no TF32"), name,
         "expected cuBLAS and its compute type");
+}
+
+// The groups of device checks, run in each precision.
+typedef struct {
+  const char *name;
+  void (*run)(void);
+  bool sanitize;  // in the set compute-sanitizer runs
+} group;
+static const group groups[] = {
+    {"memory", test_memory, false},           {"matmul", test_matmul, false},
+    {"rounding", test_matmul_rounding, false}, {"embedding", test_embedding, false},
+    {"rmsnorm", test_rmsnorm_all, false},      {"rope", test_rope, false},
+    {"elementwise", test_elementwise, false},  {"attention", test_attention, false},
+    {"attention_wide", test_attention_wide, true}, {"loss", test_loss_all, true},
+    {"optimizer", test_optimizer, true},      {"channel_scale", test_channel_scale, false},
+    {"kernels", test_kernels, false},
+};
+
+// Whether the command line asks for group `name` (nothing asks for all).
+static int n_asked;
+static char **asked;
+static bool wanted(const char *name, bool sanitize) {
+  if (n_asked == 0) return true;
+  for (int i = 0; i < n_asked; i++)
+    if (strcmp(asked[i], name) == 0 || (sanitize && strcmp(asked[i], "sanitize") == 0)) return true;
+  return false;
+}
+
+// NG_CUDA_SYNC=1: a kernel reading an illegal address, in a child process (the
+// fault ends its CUDA context), is named by its own launch, not by the download
+// that follows it.
+static void test_sync(void) {
+  char self[400], cmd[600];
+  ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+  self[len > 0 ? len : 0] = 0;
+  snprintf(cmd, sizeof cmd, "NG_CUDA_SYNC=1 '%s' --fault 2>&1", self);
+  FILE *f = popen(cmd, "r");
+  char out[2000] = "";
+  size_t n = f ? fread(out, 1, sizeof out - 1, f) : 0;
+  out[n] = 0;
+  int st = f ? pclose(f) : -1;
+  CHECK(st != 0 && strstr(out, "launched by axpby") && strstr(out, "NG_CUDA_SYNC=1") &&
+            strstr(out, "elementwise.cu"),
+        "NG_CUDA_SYNC=1: a kernel's illegal address names its launch (axpby, elementwise.cu)",
+        "status %d: %.300s", st, out);
+}
+
+// The child of test_sync: add over an address no allocation holds, then a download.
+static int fault(void) {
+  ng_backend *be = ng_backend_open("cuda", NG_PREC_FP32);
+  if (!be) return 2;
+  float *bad = (float *)(uintptr_t)0x100, x, *ok = be->alloc(be, sizeof x);
+  be->add(be, bad, bad, 1 << 20, bad);
+  be->download(be, &x, ok, sizeof x);
+  return 0;
+}
+
+// NCCL on one GPU without MPI: a communicator of one rank (ncclCommInitAll), an
+// all-reduce and a broadcast on device buffers, destroyed. NCCL over several ranks
+// waits for a machine of several GPUs (tools/gpu_check.sh runs mpirun -np 1 where
+// it is there).
+static void test_nccl_smoke(void) {
+#ifdef HAVE_NCCL
+  enum { n = 1000 };
+  int device = 0, version = 0;
+  ncclComm_t comm;
+  ncclGetVersion(&version);
+  ncclResult_t r = ncclCommInitAll(&comm, 1, &device);
+  char name[120];
+  snprintf(name, sizeof name, "nccl %d: a communicator of one rank on device 0", version);
+  CHECK(r == ncclSuccess, name, "%s", ncclGetErrorString(r));
+  if (r != ncclSuccess) return;
+  float h[n], back[n], *send, *recv;
+  for (int i = 0; i < n; i++) h[i] = (float)i - 0.5f;
+  cudaError_t e = cudaMalloc((void **)&send, sizeof h);
+  if (e == cudaSuccess) e = cudaMalloc((void **)&recv, sizeof h);
+  if (e == cudaSuccess) e = cudaMemcpy(send, h, sizeof h, cudaMemcpyHostToDevice);
+  if (e == cudaSuccess) e = cudaMemset(recv, 0, sizeof h);
+  r = e == cudaSuccess ? ncclAllReduce(send, recv, n, ncclFloat, ncclSum, comm, 0) : ncclSuccess;
+  if (e == cudaSuccess && r == ncclSuccess) e = cudaMemcpy(back, recv, sizeof h, cudaMemcpyDeviceToHost);
+  CHECK(e == cudaSuccess && r == ncclSuccess && memcmp(back, h, sizeof h) == 0,
+        "nccl: all-reduce of 1000 floats over one rank, device to device: the values", "%s, %s",
+        cudaGetErrorString(e), ncclGetErrorString(r));
+  if (e == cudaSuccess) e = cudaMemset(recv, 0, sizeof h);
+  r = e == cudaSuccess ? ncclBroadcast(send, recv, sizeof h, ncclChar, 0, comm, 0) : ncclSuccess;
+  if (e == cudaSuccess && r == ncclSuccess) e = cudaMemcpy(back, recv, sizeof h, cudaMemcpyDeviceToHost);
+  CHECK(e == cudaSuccess && r == ncclSuccess && memcmp(back, h, sizeof h) == 0,
+        "nccl: broadcast from rank 0: the bytes", "%s, %s", cudaGetErrorString(e), ncclGetErrorString(r));
+  cudaFree(send);
+  cudaFree(recv);
+  r = ncclCommDestroy(comm);
+  CHECK(r == ncclSuccess, "nccl: the communicator destroyed", "%s", ncclGetErrorString(r));
+#else
+  CHECK(false, "nccl: a communicator of one rank", "this build has no nccl.h");
+#endif
 }
 
 // NCCL's refusals, on communicators whose ops are never called: one that is not
@@ -403,7 +671,18 @@ static void test_nccl_refusals(const char *no_device) {
   ng_comm_close(one);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  if (argc == 2 && strcmp(argv[1], "--fault") == 0) return fault();
+  n_asked = argc - 1, asked = argv + 1;
+  for (int i = 0; i < n_asked; i++) {
+    bool known = strcmp(asked[i], "sanitize") == 0 || strcmp(asked[i], "sync") == 0 ||
+                 strcmp(asked[i], "nccl") == 0;
+    for (size_t g = 0; g < sizeof groups / sizeof groups[0]; g++) known |= strcmp(asked[i], groups[g].name) == 0;
+    if (!known) {
+      fprintf(stderr, "test_cuda: unknown group \"%s\"\n", asked[i]);
+      return 2;
+    }
+  }
   test_launch_geometry();
   const char *why;
   bool gpu = ng_cuda_available(&why);
@@ -425,8 +704,11 @@ int main(void) {
     CHECK(dev != NULL, bf16_mode ? "cuda bf16 opens" : "cuda fp32 opens", "%s", ng_error());
     if (!dev) continue;
     ng_rng_seed(&rng, 7);
-    run_all();
+    for (size_t g = 0; g < sizeof groups / sizeof groups[0]; g++)
+      if (wanted(groups[g].name, groups[g].sanitize)) groups[g].run();
     ng_backend_close(dev);
   }
+  if (wanted("sync", false)) test_sync();
+  if (wanted("nccl", false)) test_nccl_smoke();
   return TEST_RESULT();
 }

@@ -12,6 +12,7 @@ need=(gcc make pkg-config libopenblas-openmp-dev libcjson-dev)
 need+=(libpcre2-dev libutf8proc-dev zlib1g-dev)  # tokenizer and corpus reader
 need+=(libdnnl-dev)  # the oneDNN backend
 need+=(libopenmpi-dev openmpi-bin)  # data-parallel runs over MPI (ref/comm_mpi.c)
+need+=(patchelf)  # make gpu-bundle (tools/gpu_bundle.sh)
 if [ "${1:-}" = "demo" ]; then
   need+=(python3 python3-matplotlib python3-numpy fortunes fortunes-min dict-gcide)
 fi

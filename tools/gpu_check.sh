@@ -1,182 +1,285 @@
 #!/usr/bin/env bash
-# normgrow gpu_check: what the CUDA backend must show on one GPU, from a fresh
-# copy of the tree, in at most 8 minutes. Usage: tools/gpu_check.sh OUTDIR
+# shellcheck disable=SC2317  # the steps' functions run through bash -c
+# normgrow gpu_check: what the CUDA backend must show on one GPU, in at most 6 minutes,
+# every step under its own time limit (docs/cuda.md, "The GPU window").
 #
-# Steps (each logs to OUTDIR/STEP.log; OUTDIR/summary.txt gets one line per
-# step: "ok", "FAIL (why)" or "skipped (why)"):
-#   env          nvidia-smi, nvcc and driver versions
-#   build        make with the CUDA backend (no network: tools/bootstrap.sh only
-#                checks that the Debian packages are there)
-#   op_test      build/tests/test_cuda: every op of the table on cuda fp32 and
-#                bf16 against the CPU reference, at odd shapes (NG_REQUIRE_GPU:
-#                a skip is a failure)
-#   op_table     build/tests/test_backends: the generic op test over every
-#                backend of the registry, cuda included (n_norm, widen_bf16)
-#   version      `normgrow --version` lists cuda; kernels as cuda names them
-#   golden_fp32  golden-check --backend cuda on every case (fp32 contract)
-#   golden_bf16  the same with --precision bf16 (bf16 contract)
-#   bench_block  build/bench_cuda: one block forward + backward at the toy-medium
-#                and the paper shape, TFLOP/s, MFU and per-op times
-#   bench_step   normgrow bench --backend cuda, fp32 and bf16
-#   toy_arm      a short toy pretraining arm on cpu, cuda (twice) and cuda bf16:
-#                fp32 step losses within 1e-3 nats of the CPU's at every step,
-#                bf16's final loss within 0.01 nats, the two cuda runs' final
-#                checkpoints identical
-#   nccl         under mpirun -np 1 (one GPU): build/tests/test_mpi ranks 1 cuda
-#                (the communicator bound to cuda is NCCL; every collective on
-#                device and host buffers; the ZeRO-1 step through NCCL against
-#                AdamW), then the toy arm trained by one NCCL rank: its run says
-#                comm "nccl", its step losses within 1e-3 nats of the CPU's, its
-#                final checkpoint identical to the plain cuda run's (one rank
-#                takes no ZeRO step)
-#   crosscheck   tools/crosscheck_torch.py with golden-eval --backend cuda
-#                (skipped, saying so, when python3 has no torch)
-# Exits non-zero when a step failed (skipped steps do not fail it).
+#   tools/gpu_check.sh [OUTDIR]
+#       on a GPU machine with normgrow's Debian packages: make gpu-bundle (not timed),
+#       then the steps on build/gpu-bundle
+#   tools/gpu_check.sh --prebuilt BUNDLE [OUTDIR]
+#       on a bare CUDA machine, with a bundle of make gpu-bundle carried there: no make,
+#       no installs
+#   tools/gpu_check.sh --rehearse [--prebuilt BUNDLE] [OUTDIR]
+#       the same script on a machine without a GPU: the steps that need one are skipped,
+#       saying what they would have run; the toy arm's comparison runs on the CPU's
+#       metrics against themselves
+#   --relink: the relink step runs even where every binary loads (nvcc needed)
+#
+# Steps, in order of value (limit in seconds; the limits add up to at most 360):
+#   libs      15  the bundle unpacked and its checksums; every binary's libraries as the
+#                 loader resolves them; cuBLAS and NCCL found; nvidia-smi. Anything
+#                 missing stops the check here, unless relink mends it
+#   relink    60  only where a binary does not load (or --relink): the bundle's .cu sources
+#                 compiled with this machine's nvcc, the binaries linked anew (gpu_bundle.sh)
+#   op_test   40  test_cuda, fp32 and bf16, every op against the CPU (NG_REQUIRE_GPU: a
+#                 skip is a failure)
+#   sanitize  60  compute-sanitizer memcheck, then racecheck, on test_cuda's small set
+#                 (attention at head dims 64 and 128 in both precisions, the loss, AdamW);
+#                 says whether the tool ran at all
+#   op_table  35  test_backends: the generic op test over every backend, cuda included
+#   golden    40  golden-check --backend cuda on every case, fp32 then bf16
+#   bench     50  bench_cuda paper: the paper's block (hidden 4096, 32/8 heads of 128, FFN
+#                 12288, T 2048) in bf16 and fp32, a cuBLAS bf16 GEMM 4096 x 12288 x 4096
+#                 as the ceiling, MFU
+#   toy       50  the toy distillation arm of the bundle on cuda fp32 twice (identical
+#                 checkpoints) and cuda bf16, against the CPU's metrics carried in the bundle
+#   nccl      10  NCCL on one GPU: mpirun -np 1 test_mpi ranks 1 cuda where mpirun and
+#                 build/tests/test_mpi are there, else test_cuda's single-process smoke
+#
+# OUTDIR (default $OUT, else gpu-check-out) receives two files: gpu_check.tgz (every step's
+# log, compute-sanitizer's output, the toy runs' metrics, every FAIL line in fails.txt,
+# the bundle's MANIFEST; no checkpoints, no data) and summary.txt (a line per step: "ok",
+# "FAIL (why)", "skipped (why)"; then the logs' first 30 FAIL lines). The summary is
+# printed last. Exits non-zero when a step failed.
 set -uo pipefail
-[ $# -eq 1 ] || { echo "usage: tools/gpu_check.sh OUTDIR" >&2; exit 2; }
-mkdir -p "$1" || exit 2
-out=$(cd "$1" && pwd)
 root=$(cd "$(dirname "$0")/.." && pwd)
-cd "$root" || exit 2
-bin=build/normgrow
-start=$(date +%s) deadline=$(($(date +%s) + 480)) failed=0
-: >"$out/summary.txt"
+usage="usage: tools/gpu_check.sh [--rehearse] [--prebuilt BUNDLE] [--relink] [OUTDIR]"
+rehearse=0 force_relink=0 bundle='' outdir=''
+while [ $# -gt 0 ]; do
+  case $1 in
+    --rehearse) rehearse=1; shift ;;
+    --relink) force_relink=1; shift ;;
+    --prebuilt) [ $# -ge 2 ] || { echo "$usage" >&2; exit 2; }; bundle=$2; shift 2 ;;
+    -*) echo "$usage" >&2; exit 2 ;;
+    *) [ -z "$outdir" ] || { echo "$usage" >&2; exit 2; }; outdir=$1; shift ;;
+  esac
+done
+outdir=${outdir:-${OUT:-gpu-check-out}}
+mkdir -p "$outdir" || exit 2
+out=$(cd "$outdir" && pwd)
+budget=360
+steps=(libs relink op_test sanitize op_table golden bench toy nccl)
+declare -A limit=([libs]=15 [relink]=60 [op_test]=40 [sanitize]=60 [op_table]=35 [golden]=40
+  [bench]=50 [toy]=50 [nccl]=10)
+sum=0
+for s in "${steps[@]}"; do sum=$((sum + limit[$s])); done
+[ $sum -le $budget ] || { echo "gpu_check: the step limits add up to ${sum}s, over ${budget}s" >&2; exit 2; }
 
-note() { printf '%-12s %s\n' "$1" "$2" | tee -a "$out/summary.txt"; }
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+logs=$work/gpu_check dir=$work/bundle
+mkdir -p "$logs"
+summary=$logs/summary.txt failed=0
+# A step's line, into the summary (printed whole at the end) and, as it happens, to stderr.
+say() {
+  printf '%-9s %s\n' "$1" "$2" >>"$summary"
+  echo "gpu_check: $1: $2" >&2
+}
 
-# run NAME LIMIT_S CMD...: runs CMD under the smaller of LIMIT_S and the time
-# left, logging to OUTDIR/NAME.log; a non-zero status or a FAIL line fails it.
-run() {
-  local name=$1 limit=$2 left rc
-  shift 2
-  left=$((deadline - $(date +%s)))
-  if [ "$left" -lt 15 ]; then
-    note "$name" "FAIL (not run: the 8-minute budget is spent)"; failed=1; return 1
+if [ -z "$bundle" ]; then
+  if [ $rehearse -eq 1 ]; then
+    bundle=$root/build/gpu-bundle
+  else  # an ordinary GPU machine: build here first (outside the 6 minutes)
+    t0=$(date +%s)
+    if ! make -C "$root" -j"$(nproc)" gpu-bundle build/tests/test_mpi >"$logs/build.log" 2>&1; then
+      say build "FAIL (make gpu-bundle; see build.log)"
+      failed=1
+    else
+      say build "ok ($(($(date +%s) - t0))s, not counted)"
+    fi
+    bundle=$root/build/gpu-bundle
   fi
-  [ "$limit" -gt "$left" ] && limit=$left
-  local t0
+fi
+bundle=$(cd "$bundle" 2>/dev/null && pwd) || { echo "gpu_check: no bundle at ${bundle}" >&2; exit 2; }
+{
+  echo "gpu_check $(date -u +%Y-%m-%dT%H:%M:%SZ)$([ $rehearse -eq 1 ] && echo ": REHEARSAL (no GPU steps)")"
+  echo "bundle: $bundle, $(sed -n 's/^commit: //p' "$bundle/MANIFEST" 2>/dev/null); tree at $(git -C "$root" describe --always --dirty 2>/dev/null || echo "(no git)")"
+  echo "step limits: ${sum}s in all (at most ${budget}s)"
+} >>"$summary"
+
+start=$(date +%s) deadline=$(($(date +%s) + budget)) stop=
+export LD_LIBRARY_PATH='' NG_REQUIRE_GPU=1
+
+# step NAME gpu|host FUNC: runs FUNC under the smaller of NAME's limit and the time
+# left, logging to NAME.log; a non-zero status or a FAIL line fails it. A gpu step in
+# a rehearsal, or any step after the check stopped, is skipped saying why.
+step() {
+  local name=$1 kind=$2 fn=$3 lim=${limit[$1]} left rc t0
+  if [ -n "$stop" ]; then say "$name" "skipped ($stop)"; return 0; fi
+  if [ "$kind" = gpu ] && [ $rehearse -eq 1 ]; then
+    say "$name" "skipped (rehearsal: needs a GPU; would run: $(rehearse_"$fn"))"
+    return 0
+  fi
+  left=$((deadline - $(date +%s)))
+  if [ $left -lt 3 ]; then say "$name" "FAIL (not run: the ${budget}s are spent)"; failed=1; return 1; fi
+  [ "$lim" -gt "$left" ] && lim=$left
+  echo "gpu_check: $name (at most ${lim}s) ..." >&2
   t0=$(date +%s)
-  timeout "$limit" "$@" >"$out/$name.log" 2>&1
+  timeout -k 5 "$lim" bash -c "$fn" >"$logs/$name.log" 2>&1
   rc=$?
   local took=$(($(date +%s) - t0))
-  if [ "$rc" -eq 124 ]; then
-    note "$name" "FAIL (timed out after ${limit}s; see $name.log)"; failed=1; return 1
-  elif [ "$rc" -ne 0 ] || grep -q '^FAIL ' "$out/$name.log"; then
-    note "$name" "FAIL (status $rc, ${took}s; see $name.log)"; failed=1; return 1
-  fi
-  note "$name" "ok (${took}s)"
-}
-
-{ nvidia-smi; "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)" --version; uname -a; nproc; } >"$out/env.log" 2>&1
-note env "$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo 'nvidia-smi not found')"
-
-run build 240 make -j"$(nproc)" CUDA=1 all build/tests/test_cuda build/tests/test_backends build/tests/test_mpi || {
-  echo "gpu_check: the build failed; nothing else can run (see $out/build.log)" >&2; exit 1; }
-
-run op_test 90 env NG_REQUIRE_GPU=1 build/tests/test_cuda
-run op_table 90 env NG_REQUIRE_GPU=1 build/tests/test_backends
-
-# shellcheck disable=SC2317  # run through `bash -c version_check`
-version_check() {
-  "$bin" --version || return 1
-  if "$bin" --version | grep -Eq '^backends:.*\bcuda\b'; then echo "ok --version lists cuda"
-  else echo "FAIL --version does not list cuda"; fi
-}
-export -f version_check
-export out bin
-run version 15 bash -c version_check
-
-run golden_fp32 90 "$bin" golden-check --backend cuda golden/*.safetensors
-run golden_bf16 90 "$bin" golden-check --backend cuda --precision bf16 golden/*.safetensors
-
-run bench_block 100 build/bench_cuda --reps 5
-# shellcheck disable=SC2317  # run through `bash -c bench_step`
-bench_step() {
-  "$bin" bench --backend cuda --steps 5 && "$bin" bench --backend cuda --precision bf16 --steps 5
-}
-export -f bench_step
-run bench_step 90 bash -c bench_step
-
-# shellcheck disable=SC2317  # run through `bash -c toy_arm`
-# A short pretraining arm (the toy teacher's shape, 4 layers, 64 steps) on text
-# from the tree.
-toy_arm() {
-  local d=$out/toy cfg=$out/toy/arm.json
-  mkdir -p "$d"
-  "$bin" data README.md docs/*.md ref/*.c include/normgrow/*.h --val-fraction 0.25 --out "$d/data" || return 1
-  python3 - "$d" >"$cfg" <<'PY' || return 1
-import json, sys
-d = sys.argv[1]
-c = json.load(open("configs/toy/teacher.json"))
-c["data"]["train"], c["data"]["val"] = d + "/data/train.bin", d + "/data/val.bin"
-c["stages"] = [{"depth": 4, "tokens": 131072}]
-c["model"]["num_hidden_layers"] = 4
-c["lr"]["warmup_tokens"] = 16384
-c["eval"] = {"every_steps": 32, "batches": 4}
-c["checkpoint_every_steps"] = 64
-print(json.dumps(c, indent=1))
-PY
-  OMP_NUM_THREADS=$(nproc) "$bin" train "$cfg" --run-dir "$d/cpu" || return 1
-  "$bin" train "$cfg" --run-dir "$d/cuda" --backend cuda || return 1
-  "$bin" train "$cfg" --run-dir "$d/cuda2" --backend cuda || return 1
-  if cmp -s "$d/cuda/final.safetensors" "$d/cuda2/final.safetensors"; then
-    echo "ok two cuda runs write identical checkpoints"
+  if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+    say "$name" "FAIL (timed out after ${lim}s; see $name.log)"
+  elif [ $rc -eq 3 ]; then
+    say "$name" "skipped ($(tail -1 "$logs/$name.log"))"; return 0
+  elif [ $rc -ne 0 ] || grep -q '^FAIL' "$logs/$name.log"; then
+    say "$name" "FAIL (status $rc, ${took}s; see $name.log)"
   else
-    echo "FAIL two cuda runs write different checkpoints"
+    say "$name" "ok (${took}s)"; return 0
   fi
-  "$bin" train "$cfg" --run-dir "$d/bf16" --backend cuda --precision bf16 || return 1
-  python3 - "$d" <<'PY'
-import json, sys
-d = sys.argv[1]
-def losses(run):
-    return [r["loss"] for r in map(json.loads, open(f"{d}/{run}/metrics.jsonl")) if r.get("event") == "step"]
-cpu, gpu, bf = losses("cpu"), losses("cuda"), losses("bf16")
-ok = len(cpu) == len(gpu) == len(bf) and len(cpu) > 0
-worst = max((abs(a - b) for a, b in zip(cpu, gpu)), default=float("inf"))
-end = abs(bf[-1] - cpu[-1]) if ok else float("inf")
-print(f"steps {len(cpu)}; fp32: max |loss cuda - cpu| {worst:.3g} nats (bound 1e-3); "
-      f"bf16: final loss {bf[-1] if bf else float('nan'):.4f} vs cpu {cpu[-1] if cpu else float('nan'):.4f}, "
-      f"difference {end:.3g} nats (bound 0.01)")
-print("ok toy arm" if ok and worst <= 1e-3 and end <= 0.01 else "FAIL toy arm")
-PY
+  failed=1
+  return 1
 }
-export -f toy_arm
-run toy_arm 200 bash -c toy_arm
 
-# shellcheck disable=SC2317  # run through `bash -c nccl_check`
-nccl_check() {
-  local d=$out/toy
-  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-  mpirun -np 1 build/tests/test_mpi ranks 1 cuda || return 1
-  [ -f "$d/cuda/final.safetensors" ] || { echo "FAIL nccl: the toy arm's cuda run is missing"; return 1; }
-  mpirun -np 1 "$bin" train "$d/arm.json" --run-dir "$d/nccl" --backend cuda || return 1
-  if grep -q '"comm":"nccl"' "$d/nccl/backend.jsonl"; then echo "ok nccl: the run's communicator is nccl"
-  else echo "FAIL nccl: backend.jsonl does not name nccl: $(head -1 "$d/nccl/backend.jsonl")"; fi
-  if cmp -s "$d/cuda/final.safetensors" "$d/nccl/final.safetensors"; then
-    echo "ok nccl: one NCCL rank writes the plain cuda run's final checkpoint"
+# Each step's function runs in bash -c: it sees what is exported. Status 3 with a last
+# line "why" means skipped (why).
+export dir bundle root logs rehearse
+
+libs() {
+  set -e
+  tools/gpu_bundle.sh unpack "$bundle" "$dir"
+  echo "ok unpacked $bundle into $dir: checksums match"
+  sed 's/^/  /' "$bundle/MANIFEST"
+  local b bad=0
+  for b in "$dir"/bin/*; do
+    if LD_TRACE_LOADED_OBJECTS=1 LD_LIBRARY_PATH=$(tools/gpu_bundle.sh cuda-libs "$dir" 2>/dev/null) \
+      "$b" 2>&1 | grep -E 'not found|error'; then
+      echo "FAIL $(basename "$b"): a library is missing"; bad=1
+    fi
+  done
+  [ "$bad" -eq 0 ] && echo "ok every binary's libraries resolve"
+  tools/gpu_bundle.sh cuda-libs "$dir" >"$dir/cuda-path" && echo "ok CUDA's libraries: $(cat "$dir/cuda-path")"
+  if [ "$rehearse" -eq 1 ]; then
+    echo "rehearsal: nvidia-smi not asked"
+  elif ! command -v nvidia-smi >/dev/null; then
+    echo "FAIL nvidia-smi: not on this machine (no GPU driver)"; exit 1
+  elif ! nvidia-smi; then
+    echo "FAIL nvidia-smi: no GPU answers"; exit 1
   else
-    echo "FAIL nccl: one NCCL rank and the plain cuda run end differently"
+    echo "ok device: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader)"
   fi
-  python3 - "$d" <<'PY'
-import json, sys
-d = sys.argv[1]
-def losses(run):
-    return [r["loss"] for r in map(json.loads, open(f"{d}/{run}/metrics.jsonl")) if r.get("event") == "step"]
-cpu, nccl = losses("cpu"), losses("nccl")
-worst = max((abs(a - b) for a, b in zip(cpu, nccl)), default=float("inf"))
-print(f"steps {len(nccl)}; max |loss nccl - cpu| {worst:.3g} nats (bound 1e-3)")
-print("ok nccl toy arm" if len(cpu) == len(nccl) > 0 and worst <= 1e-3 else "FAIL nccl toy arm")
-PY
 }
-export -f nccl_check
-run nccl 120 bash -c nccl_check
+relink() {
+  tools/gpu_bundle.sh relink "$bundle" "$dir" && libs_again
+}
+libs_again() {
+  local b
+  for b in "$dir"/bin/*; do
+    if LD_TRACE_LOADED_OBJECTS=1 LD_LIBRARY_PATH=$(cat "$dir/cuda-path" 2>/dev/null) "$b" 2>&1 | grep -E 'not found|error'; then
+      echo "FAIL $(basename "$b") still does not load"
+    fi
+  done
+}
+export -f libs relink libs_again
 
-if ! python3 -c 'import torch' 2>/dev/null; then
-  note crosscheck "skipped (python3 has no torch: install python3-torch to run it)"
+# The binaries with CUDA's libraries found.
+run_bin() { LD_LIBRARY_PATH=$(cat "$dir/cuda-path") "$@"; }
+op_test() { run_bin "$dir/bin/test_cuda"; }
+rehearse_op_test() { echo "test_cuda"; }
+sanitize() {
+  local cs tool rc ran=0 raw
+  cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+  [ -n "$cs" ] || { echo "compute-sanitizer: not on this machine"; exit 3; }
+  "$cs" --version | tail -1
+  for tool in memcheck racecheck; do  # each under half the step's limit; output in sanitize-TOOL.txt
+    raw=$logs/sanitize-$tool.txt
+    run_bin timeout -k 3 27 "$cs" --tool "$tool" --error-exitcode 9 --print-limit 20 \
+      "$dir/bin/test_cuda" sanitize >"$raw" 2>&1
+    rc=$?
+    if grep -q 'ERROR SUMMARY' "$raw"; then
+      ran=$((ran + 1))
+      echo "$tool ran: $(grep -c '^ok' "$raw") checks ok; $(grep 'ERROR SUMMARY' "$raw" | tail -1)"
+      grep '^FAIL' "$raw"
+      [ "$rc" -eq 0 ] || echo "FAIL $tool: status $rc (see sanitize-$tool.txt)"
+    elif [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+      echo "$tool did not finish in 27s ($(grep -c '^ok' "$raw") checks ok by then)"
+    else
+      echo "$tool did not run (status $rc): $(grep -m1 -iE 'error|not supported' "$raw")"
+    fi
+  done
+  [ "$ran" -gt 0 ] || { echo "compute-sanitizer did not run to its end here (see sanitize.log)"; exit 3; }
+}
+rehearse_sanitize() { echo "compute-sanitizer --tool memcheck|racecheck test_cuda sanitize"; }
+op_table() { run_bin "$dir/bin/test_backends"; }
+rehearse_op_table() { echo "test_backends"; }
+golden() {
+  run_bin "$dir/bin/normgrow" golden-check --backend cuda golden/*.safetensors &&
+    run_bin "$dir/bin/normgrow" golden-check --backend cuda --precision bf16 golden/*.safetensors
+}
+rehearse_golden() {
+  local cases=(golden/*.safetensors)
+  echo "normgrow golden-check --backend cuda [--precision bf16] on ${#cases[@]} cases"
+}
+bench() { run_bin "$dir/bin/bench_cuda" paper --reps 5; }
+rehearse_bench() { echo "bench_cuda paper --reps 5"; }
+toy() {
+  cd "$dir/toy" || exit 1
+  local nb=$dir/bin/normgrow
+  run_bin "$nb" train arm.json --run-dir cuda --backend cuda &&
+    run_bin "$nb" train arm.json --run-dir cuda2 --backend cuda &&
+    run_bin "$nb" train arm.json --run-dir bf16 --backend cuda --precision bf16 || exit 1
+  if cmp -s cuda/final.safetensors cuda2/final.safetensors; then
+    echo "ok toy: two cuda fp32 runs write identical checkpoints"
+  else
+    echo "FAIL toy: two cuda fp32 runs write different checkpoints"
+  fi
+  mkdir -p "$logs/toy"
+  for r in cuda cuda2 bf16; do
+    for f in metrics.jsonl backend.jsonl; do cp "$r/$f" "$logs/toy/$r-$f"; done
+  done
+  python3 "$root/tools/gpu_toy/compare.py" cpu.jsonl cuda/metrics.jsonl bf16/metrics.jsonl
+}
+rehearse_toy() { echo "normgrow train toy/arm.json on cuda twice and cuda bf16"; }
+nccl() {
+  if command -v mpirun >/dev/null && [ -x "$root/build/tests/test_mpi" ]; then
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 run_bin mpirun -np 1 "$root/build/tests/test_mpi" ranks 1 cuda
+  else
+    echo "no mpirun (or no build/tests/test_mpi): the single-process NCCL smoke of test_cuda;" \
+      "NCCL over several ranks waits for a machine of several GPUs"
+    run_bin "$dir/bin/test_cuda" nccl
+  fi
+}
+rehearse_nccl() { echo "mpirun -np 1 test_mpi ranks 1 cuda, or test_cuda nccl"; }
+export -f run_bin op_test sanitize op_table golden bench toy nccl
+
+cd "$root" || exit 2
+step libs host libs || stop="libs failed: $(grep -m1 '^FAIL' "$logs/libs.log" || tail -1 "$logs/libs.log")"
+if { [ -n "$stop" ] && grep -q 'a library is missing' "$logs/libs.log"; } || { [ -z "$stop" ] && [ $force_relink -eq 1 ]; }; then
+  stop=''
+  step relink host relink || stop="the bundle does not run here, relinked or not"
 else
-  run crosscheck 120 python3 tools/crosscheck_torch.py --cases 20 --seed 1 --bin "$bin" \
-    --eval-args "--backend cuda"
+  say relink "skipped (${stop:-every binary loads})"
 fi
+[ $rehearse -eq 0 ] && [ -z "$stop" ] && ! grep -q '^ok device' "$logs/libs.log" && stop="no GPU (nvidia-smi)"
+step op_test gpu op_test
+step sanitize gpu sanitize
+step op_table gpu op_table
+step golden gpu golden
+step bench gpu bench
+if [ $rehearse -eq 1 ] && [ -z "$stop" ]; then  # the comparison, on the CPU's metrics alone
+  if python3 tools/gpu_toy/compare.py "$dir/toy/cpu.jsonl" "$dir/toy/cpu.jsonl" "$dir/toy/cpu.jsonl" >"$logs/toy.log" 2>&1 &&
+    ! grep -q '^FAIL' "$logs/toy.log"; then
+    say toy "skipped (rehearsal: needs a GPU; the comparison ran on the CPU's metrics against themselves: ok)"
+  else
+    say toy "FAIL (the comparison failed on the CPU's metrics against themselves; see toy.log)"; failed=1
+  fi
+else
+  step toy gpu toy
+fi
+step nccl gpu nccl
 
-note total "$(($(date +%s) - start))s; logs in $out"
-exit "$failed"
+say total "$(($(date +%s) - start))s of ${budget}s"
+# Every FAIL line of the logs into fails.txt; the first 30 (240 characters each) into
+# the summary, so that it stays within what a terminal's tail shows.
+grep -h '^FAIL' "$logs"/*.log >"$logs/fails.txt" 2>/dev/null
+nfail=$(wc -l <"$logs/fails.txt")
+if [ "$nfail" -gt 0 ]; then
+  echo "FAIL lines of the logs ($nfail; all in fails.txt):"
+  head -30 "$logs/fails.txt" | cut -c1-240
+fi >>"$summary"
+cp "$bundle/MANIFEST" "$logs/" 2>/dev/null
+tar czf "$out/gpu_check.tgz" -C "$work" gpu_check
+cp "$summary" "$out/summary.txt"
+echo
+cat "$summary"
+exit $failed

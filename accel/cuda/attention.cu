@@ -532,13 +532,14 @@ __global__ void __launch_bounds__(ATT_THREADS) att_bwd_dkv_wmma_k(ng_attn_shape 
 
 // ------------------------------------------------------------------ launchers
 
-// Launches kernel `kern` with `smem` bytes of dynamic shared memory (opting in above 48 KiB).
+// Launches kernel `kern` (`what` names it) with `smem` bytes of dynamic shared
+// memory (opting in above 48 KiB).
 template <typename K, typename... Args>
-static void launch(K kern, dim3 grid, size_t smem, Args... args) {
+static void launch(const char *what, K kern, dim3 grid, size_t smem, Args... args) {
   NG_ASSERT(smem <= NGC_SMEM_OPTIN && grid.y <= NGC_GRID_Y_MAX);
   CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
   kern<<<grid, ATT_THREADS, smem>>>(args...);
-  CK_LAUNCH();
+  ngc_check_launch(what, __FILE__, __LINE__);
 }
 
 // `call` with the constant NC = hd / 16 rounded up (registers per thread and
@@ -571,8 +572,8 @@ void ngc_attention_forward(ng_backend *be, ng_attn_shape s, const float *q, cons
   bool w = use_wmma(be, s.hd);
   size_t smem = ngc_att_smem(NGC_ATT_FWD, s.hd, w);
   att_args a = {q, k, v, NULL, NULL, NULL, out, lse, NULL, NULL, NULL};
-  if (w) BY_NC(s.hd, launch(att_fwd_wmma_k<NC>, grid, smem, s, scale, a));
-  else BY_NC(s.hd, launch(att_fwd_k<NC>, grid, smem, s, scale, a));
+  if (w) BY_NC(s.hd, launch("attention forward (bf16)", att_fwd_wmma_k<NC>, grid, smem, s, scale, a));
+  else BY_NC(s.hd, launch("attention forward", att_fwd_k<NC>, grid, smem, s, scale, a));
 }
 
 void ngc_attention_backward(ng_backend *be, ng_attn_shape s, const float *q, const float *k,
@@ -589,9 +590,9 @@ void ngc_attention_backward(ng_backend *be, ng_attn_shape s, const float *q, con
   bool w = use_wmma(be, s.hd);
   size_t sq = ngc_att_smem(NGC_ATT_BWD_DQ, s.hd, w), skv = ngc_att_smem(NGC_ATT_BWD_DKV, s.hd, w);
   if (w)
-    BY_NC(s.hd, launch(att_bwd_dq_wmma_k<NC>, gq, sq, s, scale, a);
-          launch(att_bwd_dkv_wmma_k<NC>, gkv, skv, s, scale, a));
+    BY_NC(s.hd, launch("attention backward dQ (bf16)", att_bwd_dq_wmma_k<NC>, gq, sq, s, scale, a);
+          launch("attention backward dK, dV (bf16)", att_bwd_dkv_wmma_k<NC>, gkv, skv, s, scale, a));
   else
-    BY_NC(s.hd, launch(att_bwd_dq_k<NC>, gq, sq, s, scale, a);
-          launch(att_bwd_dkv_k<NC>, gkv, skv, s, scale, a));
+    BY_NC(s.hd, launch("attention backward dQ", att_bwd_dq_k<NC>, gq, sq, s, scale, a);
+          launch("attention backward dK, dV", att_bwd_dkv_k<NC>, gkv, skv, s, scale, a));
 }

@@ -3,6 +3,7 @@
 #include <cublas_v2.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "ngcuda.h"
 #include "normgrow/backend_cuda.h"
@@ -10,6 +11,22 @@
 void ngc_die(const char *what, const char *detail, const char *file, int line) {
   fprintf(stderr, "normgrow: cuda: %s failed: %s (%s:%d)\n", what, detail, file, line);
   abort();
+}
+
+void ngc_check_launch(const char *where, const char *file, int line) {
+  static int sync = -1;  // NG_CUDA_SYNC, read once
+  if (sync < 0) {
+    const char *e = getenv("NG_CUDA_SYNC");
+    sync = e && strcmp(e, "1") == 0;
+  }
+  cudaError_t e = cudaGetLastError();
+  if (e == cudaSuccess && sync) e = cudaDeviceSynchronize();
+  if (e != cudaSuccess) {
+    char what[160];
+    snprintf(what, sizeof what, "the kernel launched by %s%s", where,
+             sync ? " (NG_CUDA_SYNC=1: waited for it)" : "");
+    ngc_die(what, cudaGetErrorString(e), file, line);
+  }
 }
 
 #define CK_BLAS(call)                                                                   \
@@ -83,8 +100,9 @@ static void cu_matmul(ng_backend *be, bool ta, bool tb, int64_t M, int64_t N, in
                       const float *A, const float *B, float beta, float *C) {
   ngc_ctx *c = ngc(be);
   if (M == 0 || N == 0) return;
-  if (K == 0) {  // op(A) op(B) is zero
-    ngc_scale(be, C, beta, M * N, C);
+  if (K == 0) {  // op(A) op(B) is zero; beta 0 does not read C (it may hold NaN)
+    if (beta == 0.0f) CK(cudaMemsetAsync(C, 0, (size_t)(M * N) * sizeof(float), 0));
+    else ngc_scale(be, C, beta, M * N, C);
     return;
   }
   NG_ASSERT(M <= INT32_MAX && N <= INT32_MAX && K <= INT32_MAX);
@@ -94,6 +112,7 @@ static void cu_matmul(ng_backend *be, bool ta, bool tb, int64_t M, int64_t N, in
                        ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)N, (int)M, (int)K, &one, B,
                        CUDA_R_32F, tb ? (int)K : (int)N, A, CUDA_R_32F, ta ? (int)M : (int)K,
                        &beta, C, CUDA_R_32F, (int)N, ct, CUBLAS_GEMM_DEFAULT));
+  CK_LAUNCH();
 }
 
 // ------------------------------------------------------------------ the backend
@@ -118,7 +137,7 @@ static const char *cu_kernels(ng_backend *be) { return ngc(be)->kernels; }
 static const ng_backend cuda_table = {
     .name = "cuda",
     .precision = NG_PREC_FP32,
-    .divergences = 1u << NG_DIV_FORWARD_KL,  // reverse_kl and jsd: not yet on the device
+    .divergences = 1u << NG_DIV_FORWARD_KL | 1u << NG_DIV_REVERSE_KL | 1u << NG_DIV_JSD,
     .host_memory = false,
     .bind_comm = ng_cuda_bind_comm,
     .ctx = NULL,

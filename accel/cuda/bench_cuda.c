@@ -1,21 +1,27 @@
 // normgrow bench_cuda: one Qwen3 transformer block (Pre-Norm, q/k norms, RoPE,
 // causal GQA attention, SwiGLU MLP) forward + backward through the CUDA
-// backend's op table, in fp32 and bf16, at the toy-medium shape of `normgrow
-// bench` and at one paper-scale block. Reports the step time (median of
-// repeats), TFLOP/s and MFU against the H200's dense peak (bf16 tensor cores
-// 989 TFLOP/s, fp32 without tensor cores 67 TFLOP/s), and each op's share of
-// one step (each op timed between synchronizations).
+// backend's op table, in bf16 and fp32, at the toy-medium shape of `normgrow
+// bench` and at the paper's block (hidden 4096, 32 query and 8 key-value heads
+// of 128, FFN 12288, T 2048). First, in the same run, the ceiling: a cuBLAS bf16
+// GEMM (bf16 in and out, fp32 accumulation) at 4096 x 12288 x 4096, the block's
+// widest product. Reports the step time (median of repeats), TFLOP/s, MFU against
+// the H200's dense peak (bf16 tensor cores 989 TFLOP/s, fp32 without tensor cores
+// 67 TFLOP/s) and against the measured ceiling, and each op's share of one step
+// (each op timed between synchronizations).
 //
 // FLOPs are counted as in `normgrow bench`: 2 x matmul-params x tokens forward
 // and twice that backward, plus causal attention 4 x hd x H x T(T+1)/2 per
 // sequence forward and twice that backward (recomputation is not counted).
 //
 //   bench_cuda [toy|paper] [fp32|bf16] [--reps N]    (default: all, 5 repeats)
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "normgrow/backend.h"
+#include "normgrow/backend_cpu.h"
 #include "normgrow/backend_cuda.h"
 #include "normgrow/common.h"
 #include "normgrow/rng.h"
@@ -195,7 +201,72 @@ static int cmp_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-static void bench(ng_backend *be, bool bf16, const block_shape *s, int reps) {
+// A CUDA or cuBLAS call of the ceiling (both succeed with 0): failure ends the bench.
+#define CU(call)                                                                         \
+  do {                                                                                   \
+    int rc_ = (int)(call);                                                               \
+    if (rc_ != 0) {                                                                      \
+      fprintf(stderr, "bench_cuda: %s failed (%d) at %s:%d\n", #call, rc_, __FILE__, __LINE__); \
+      exit(1);                                                                           \
+    }                                                                                    \
+  } while (0)
+
+// The ceiling: C [M, N] = A [M, K] B [K, N] in bf16 on cuBLAS (random inputs of
+// std 1; fp32 accumulation, bf16 output), M x N x K = 4096 x 12288 x 4096, the
+// median of `reps` runs timed with CUDA events after 3 warm-ups. TFLOP/s.
+static double gemm_ceiling(int reps) {
+  const int64_t M = 4096, N = 12288, K = 4096;
+  size_t na = (size_t)(M * K), nb = (size_t)(K * N);
+  uint16_t *h = ng_xmalloc((nb > na ? nb : na) * sizeof(uint16_t));
+  float *f = ng_xmalloc((nb > na ? nb : na) * sizeof(float));
+  ng_rng r;
+  ng_rng_seed(&r, 2);
+  void *A, *B, *C;
+  CU(cudaMalloc(&A, na * 2));
+  CU(cudaMalloc(&B, nb * 2));
+  CU(cudaMalloc(&C, (size_t)(M * N) * 2));
+  ng_rng_fill_normal(&r, f, na, 0.0, 1.0);
+  ng_to_bf16(f, (int64_t)na, h);
+  CU(cudaMemcpy(A, h, na * 2, cudaMemcpyHostToDevice));
+  ng_rng_fill_normal(&r, f, nb, 0.0, 1.0);
+  ng_to_bf16(f, (int64_t)nb, h);
+  CU(cudaMemcpy(B, h, nb * 2, cudaMemcpyHostToDevice));
+  free(h);
+  free(f);
+  cublasHandle_t blas;
+  CU(cublasCreate(&blas));
+  cudaEvent_t t0, t1;
+  CU(cudaEventCreate(&t0));
+  CU(cudaEventCreate(&t1));
+  const float one = 1.0f, zero = 0.0f;
+  double *ms = ng_xcalloc((size_t)reps, sizeof(double));
+  for (int i = -3; i < reps; i++) {  // row-major C = A B is column-major C^T = B^T A^T
+    CU(cudaEventRecord(t0, 0));
+    CU(cublasGemmEx(blas, CUBLAS_OP_N, CUBLAS_OP_N, (int)N, (int)M, (int)K, &one, B, CUDA_R_16BF,
+                    (int)N, A, CUDA_R_16BF, (int)K, &zero, C, CUDA_R_16BF, (int)N,
+                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    CU(cudaEventRecord(t1, 0));
+    CU(cudaEventSynchronize(t1));
+    float e;
+    CU(cudaEventElapsedTime(&e, t0, t1));
+    if (i >= 0) ms[i] = e;
+  }
+  qsort(ms, (size_t)reps, sizeof(double), cmp_double);
+  double tflops = 2.0 * (double)M * (double)N * (double)K / (ms[reps / 2] * 1e-3) / 1e12;
+  printf("ceiling: cuBLAS bf16 GEMM %lld x %lld x %lld (bf16 in and out, fp32 accumulation): "
+         "%.3f ms, %.1f TFLOP/s (median of %d), %.1f%% of 989\n",
+         (long long)M, (long long)N, (long long)K, ms[reps / 2], tflops, reps, 100.0 * tflops / 989.0);
+  free(ms);
+  CU(cudaEventDestroy(t0));
+  CU(cudaEventDestroy(t1));
+  CU(cublasDestroy(blas));
+  CU(cudaFree(A));
+  CU(cudaFree(B));
+  CU(cudaFree(C));
+  return tflops;
+}
+
+static void bench(ng_backend *be, bool bf16, const block_shape *s, int reps, double ceiling) {
   block b;
   block_create(be, s, &b);
   forward(be, s, &b);  // warm-up (also sizes the scratch and the RoPE tables)
@@ -212,10 +283,12 @@ static void bench(ng_backend *be, bool bf16, const block_shape *s, int reps) {
   qsort(t, (size_t)reps, sizeof(double), cmp_double);
   double step = t[reps / 2], flops = block_flops(s), peak = bf16 ? 989e12 : 67e12;
   printf("%s %s: B=%lld T=%lld D=%lld H=%lld KV=%lld hd=%lld F=%lld; forward + backward %.3f ms "
-         "(median of %d), %.1f GFLOP, %.1f TFLOP/s, MFU %.1f%% of %s %.0f TFLOP/s\n",
+         "(median of %d), %.1f GFLOP, %.1f TFLOP/s, MFU %.1f%% of %s %.0f TFLOP/s, %.1f%% of the "
+         "measured bf16 GEMM ceiling\n",
          s->name, be->name, (long long)s->B, (long long)s->T, (long long)s->D, (long long)s->H,
          (long long)s->KV, (long long)s->hd, (long long)s->F, step * 1e3, reps, flops / 1e9,
-         flops / step / 1e12, 100.0 * flops / step / peak, bf16 ? "bf16" : "fp32", peak / 1e12);
+         flops / step / 1e12, 100.0 * flops / step / peak, bf16 ? "bf16" : "fp32", peak / 1e12,
+         100.0 * flops / step / 1e12 / ceiling);
   memset(&timing, 0, sizeof timing);
   timing.on = true;
   sync(be, b.dx);
@@ -235,7 +308,7 @@ static void bench(ng_backend *be, bool bf16, const block_shape *s, int reps) {
 int main(int argc, char **argv) {
   const block_shape shapes[] = {
       {"toy-medium", 8, 256, 512, 8, 4, 64, 1536},
-      {"paper", 1, 4096, 4096, 32, 8, 128, 12288},
+      {"paper", 1, 2048, 4096, 32, 8, 128, 12288},
   };
   const char *shape = NULL, *prec = NULL;
   int reps = 5;
@@ -257,7 +330,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "bench_cuda: %s\n", why);
     return 1;
   }
-  for (int p = 0; p < 2; p++) {
+  double ceiling = gemm_ceiling(20);
+  for (int p = 1; p >= 0; p--) {  // bf16, then fp32
     if (prec && strcmp(prec, p ? "bf16" : "fp32") != 0) continue;
     ng_backend *be = ng_backend_open("cuda", p ? NG_PREC_BF16 : NG_PREC_FP32);
     if (!be) {
@@ -266,7 +340,7 @@ int main(int argc, char **argv) {
     }
     printf("%s %s: %s\n", be->name, ng_precision_name(be->precision), be->kernels(be));
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
-      if (!shape || strncmp(shapes[i].name, shape, strlen(shape)) == 0) bench(be, p, &shapes[i], reps);
+      if (!shape || strncmp(shapes[i].name, shape, strlen(shape)) == 0) bench(be, p, &shapes[i], reps, ceiling);
     ng_backend_close(be);
   }
   return 0;

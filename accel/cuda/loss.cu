@@ -1,11 +1,16 @@
 // normgrow CUDA backend: the fused softmax + CE + KD over the vocabulary, with
-// a full teacher or a top-k cache. One block per row; the formulas (and the
-// float/double split of every term) are those of ref/backend_cpu.c. Per-row ce
-// and kl come back to the host and are summed there in row order.
+// a full teacher or a top-k cache, under every divergence (forward KL, reverse
+// KL, JSD). One block per row; the formulas (and the float/double split of every
+// term) are those of ref/backend_cpu.c, the bucket term of reverse KL and JSD the
+// very code it runs (normgrow/divergence.h). Per-row ce and kd come back to the
+// host and are summed there in row order.
 #include <math.h>
 #include <stdlib.h>
 
 #include "ngcuda.h"
+extern "C" {
+#include "normgrow/divergence.h"
+}
 
 // The teacher: full logits [N, V], or a top-k cache (ids, vals [N, k], lse [N]), or neither.
 struct teacher_ref {
@@ -16,11 +21,24 @@ struct teacher_ref {
 };
 
 // Per-call constants: a_ce, a_kd the weights of the two gradients, w = 1 / n_norm
-// (lp.n_norm, or this call's valid rows when it is 0).
+// (lp.n_norm, or this call's valid rows when it is 0); the divergence and its beta.
 struct loss_consts {
-  double a_ce, a_kd, w, tau;
+  double a_ce, a_kd, w, tau, beta;
   float inv_tau;
   bool teacher;
+  ng_divergence div;
+};
+
+// What the gradient of a row's kd term, dz = dD/dz (z = s / tau), needs besides the
+// row. forward_kl: dz_j = est_j / zst - tgt_j tgt_scale, with the full teacher's max
+// mt, or the top-k tail = q_r / p_r on the ids not cached (kd_full, kd_topk).
+// reverse_kl, jsd: dz_j = p_j (g_j - gbar), lp_j = (s_j - ms) / tau - log_zd, g_j the
+// bucket term's of column j (full teacher: lq_j from mt and log_zt), or g_rest for
+// the ids a top-k cache does not hold (kd_bucket).
+struct kd_grad {
+  double zst, tgt_scale, tail;
+  float mt;
+  double log_zd, log_zt, g_rest, gbar;
 };
 
 struct row_red {
@@ -80,6 +98,88 @@ __device__ double kd_topk(const row_red &r, const unsigned *bits, const int32_t 
   return kl;
 }
 
+// Reverse KL or JSD of the row between bucketed distributions (div_bucket_row of
+// the reference): every id its own bucket with a full teacher row t; with a top-k
+// cache (ids, vals [k], lse; bits marks the ids) each cached id and "every other
+// id". Returns D; fills log_zd, mt, log_zt, g_rest and gbar of *kg.
+__device__ double kd_bucket(const row_red &r, const loss_consts &lc, const unsigned *bits,
+                            const float *t, const int32_t *ids, const float *vals, float lse,
+                            int64_t k, const float *s, float ms, int64_t V, kd_grad *kg) {
+  double inv_tau = 1.0 / lc.tau, zd = 0.0, D = 0.0, gbar = 0.0, g;
+  for (int64_t j = threadIdx.x; j < V; j += blockDim.x) zd += exp(((double)s[j] - ms) * inv_tau);
+  kg->log_zd = log(r.sum(zd));
+  if (t) {
+    kg->mt = r.max(t, V);
+    double zt = 0.0;
+    for (int64_t j = threadIdx.x; j < V; j += blockDim.x) zt += exp(((double)t[j] - kg->mt) * inv_tau);
+    kg->log_zt = log(r.sum(zt));
+    for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
+      double lp = ((double)s[j] - ms) * inv_tau - kg->log_zd;
+      double lq = ((double)t[j] - kg->mt) * inv_tau - kg->log_zt;
+      D += ng_bucket_term(lc.div, lc.beta, lq, lp, &g);
+      gbar += exp(lp) * g;
+    }
+  } else {
+    double p_rest = 0.0, q_sum = 0.0;
+    for (int64_t j = threadIdx.x; j < V; j += blockDim.x)
+      if (!cached(bits, j)) p_rest += exp(((double)s[j] - ms) * inv_tau - kg->log_zd);
+    for (int64_t j = threadIdx.x; j < k; j += blockDim.x) q_sum += exp((double)vals[j] * inv_tau - lse);
+    p_rest = r.sum(p_rest);
+    q_sum = r.sum(q_sum);
+    kg->g_rest = 0.0;
+    if (k < V) {  // the cache holds every id: no rest bucket
+      double d_rest = ng_bucket_term(lc.div, lc.beta, log(fmax(1.0 - q_sum, 0.0)), log(p_rest), &kg->g_rest);
+      if (threadIdx.x == 0) D += d_rest, gbar += p_rest * kg->g_rest;  // once in the block's sums
+    }
+    for (int64_t j = threadIdx.x; j < k; j += blockDim.x) {
+      double lp = ((double)s[ids[j]] - ms) * inv_tau - kg->log_zd, lq = (double)vals[j] * inv_tau - lse;
+      D += ng_bucket_term(lc.div, lc.beta, lq, lp, &g);
+      gbar += exp(lp) * g;
+    }
+  }
+  kg->gbar = r.sum(gbar);
+  return r.sum(D);
+}
+
+// dz of column j of the row (see kd_grad); t the full teacher's row or NULL, in_cache
+// whether a top-k cache holds j (its dz is kd_dz_cached's).
+__device__ double kd_dz(const loss_consts &lc, const kd_grad &kg, const float *s, float ms,
+                        const float *t, bool in_cache, int64_t j) {
+  switch (lc.div) {
+    case NG_DIV_FORWARD_KL: {
+      float est = expf((s[j] - ms) * lc.inv_tau);
+      float tgt = t ? expf((t[j] - kg.mt) * lc.inv_tau) : in_cache ? 0.0f : (float)(est * kg.tail);
+      return est / kg.zst - tgt * kg.tgt_scale;
+    }
+    case NG_DIV_REVERSE_KL:
+    case NG_DIV_JSD: {
+      double inv_tau = 1.0 / lc.tau, lp = ((double)s[j] - ms) * inv_tau - kg.log_zd, g = kg.g_rest;
+      if (t) ng_bucket_term(lc.div, lc.beta, ((double)t[j] - kg.mt) * inv_tau - kg.log_zt, lp, &g);
+      return exp(lp) * (g - kg.gbar);
+    }
+  }
+  return 0.0;
+}
+
+// dz of the cached id `id`, its cached logit `val`, the cache's lse.
+__device__ double kd_dz_cached(const loss_consts &lc, const kd_grad &kg, const float *s, float ms,
+                               int32_t id, float val, float lse) {
+  double inv_tau = 1.0 / lc.tau, lq = (double)val * inv_tau - lse;
+  switch (lc.div) {
+    case NG_DIV_FORWARD_KL: {
+      float est = expf((s[id] - ms) * lc.inv_tau), tgt = (float)(exp(lq) * kg.zst);
+      return est / kg.zst - tgt * kg.tgt_scale;
+    }
+    case NG_DIV_REVERSE_KL:
+    case NG_DIV_JSD: {
+      double lp = ((double)s[id] - ms) * inv_tau - kg.log_zd, g;
+      ng_bucket_term(lc.div, lc.beta, lq, lp, &g);
+      return exp(lp) * (g - kg.gbar);
+    }
+  }
+  return 0.0;
+}
+
 // One row of the fused loss (grid: N rows of stride V; softmaxes over Vu columns).
 __global__ void __launch_bounds__(ROW_THREADS) ce_kd_k(const float *logits, teacher_ref t,
                                                        const int32_t *targets, int64_t V,
@@ -100,27 +200,35 @@ __global__ void __launch_bounds__(ROW_THREADS) ce_kd_k(const float *logits, teac
   for (int64_t j = Vu + threadIdx.x; ds && j < V; j += blockDim.x) ds[j] = 0.0f;  // padding ids
   const float *s = logits + i * V;
   float ms = r.max(s, Vu);
-  double zs = r.exp_sum(s, Vu, ms, 1.0f), zst = 1.0, kl = 0.0, tail = 0.0, tgt_scale = 0.0;
-  float mt = 0.0f;
-  if (t.ids) {
+  double zs = r.exp_sum(s, Vu, ms, 1.0f), kl = 0.0;
+  const float *trow = t.logits ? t.logits + i * V : NULL;
+  const int32_t *ids = t.ids ? t.ids + i * t.k : NULL;
+  const float *vals = t.ids ? t.vals + i * t.k : NULL;
+  kd_grad kg = {};
+  if (ids) {
     for (int64_t j = threadIdx.x; j < ngc_tiles(V, 32); j += blockDim.x) bits[j] = 0u;
     __syncthreads();
-    for (int64_t j = threadIdx.x; j < t.k; j += blockDim.x) {
-      int32_t id = t.ids[i * t.k + j];
-      atomicOr(&bits[id / 32], 1u << (id % 32));  // integer: order-independent
-    }
+    for (int64_t j = threadIdx.x; j < t.k; j += blockDim.x)
+      atomicOr(&bits[ids[j] / 32], 1u << (ids[j] % 32));  // integer: order-independent
     __syncthreads();
   }
   if (lc.teacher) {
-    zst = r.exp_sum(s, Vu, ms, lc.inv_tau);
-    if (t.logits) {
-      double zt;
-      kl = kd_full(r, s, t.logits + i * V, Vu, ms, zst, lc.inv_tau, &mt, &zt);
-      tgt_scale = 1.0 / zt;
-    } else {
-      kl = kd_topk(r, bits, t.ids + i * t.k, t.vals + i * t.k, t.lse[i], t.k, s, ms, zst, Vu,
-                   lc.tau, lc.inv_tau, &tail);
-      tgt_scale = 1.0 / zst;
+    switch (lc.div) {
+      case NG_DIV_FORWARD_KL:
+        kg.zst = r.exp_sum(s, Vu, ms, lc.inv_tau);
+        if (trow) {
+          double zt;
+          kl = kd_full(r, s, trow, Vu, ms, kg.zst, lc.inv_tau, &kg.mt, &zt);
+          kg.tgt_scale = 1.0 / zt;
+        } else {
+          kl = kd_topk(r, bits, ids, vals, t.lse[i], t.k, s, ms, kg.zst, Vu, lc.tau, lc.inv_tau, &kg.tail);
+          kg.tgt_scale = 1.0 / kg.zst;
+        }
+        break;
+      case NG_DIV_REVERSE_KL:
+      case NG_DIV_JSD:
+        kl = kd_bucket(r, lc, bits, trow, ids, vals, ids ? t.lse[i] : 0.0f, t.k, s, ms, Vu, &kg);
+        break;
     }
   }
   if (threadIdx.x == 0) {
@@ -128,25 +236,17 @@ __global__ void __launch_bounds__(ROW_THREADS) ce_kd_k(const float *logits, teac
     row_kl[i] = kl;
   }
   if (!ds) return;
-  // d/ds_j = w (a_ce ps_j + a_kd (pst_j - tgt_j)), ps, pst, tgt as in the reference.
+  // d/ds_j = w (a_ce ps_j + a_kd dz_j), ps = softmax(s), dz as in the reference.
   for (int64_t j = threadIdx.x; j < Vu; j += blockDim.x) {
     double g = lc.a_ce * expf(s[j] - ms) / zs;
-    if (lc.teacher) {
-      float est = expf((s[j] - ms) * lc.inv_tau);
-      float tgt = t.logits ? expf((t.logits[i * V + j] - mt) * lc.inv_tau)
-                  : cached(bits, j) ? 0.0f : (float)(est * tail);
-      g += lc.a_kd * (est / zst - tgt * tgt_scale);
-    }
+    if (lc.teacher) g += lc.a_kd * kd_dz(lc, kg, s, ms, trow, ids && cached(bits, j), j);
     ds[j] = (float)(lc.w * g);
   }
   __syncthreads();
-  if (t.ids) {  // the cached ids: tgt_j = q_j zst
-    for (int64_t j = threadIdx.x; j < t.k; j += blockDim.x) {
-      int32_t id = t.ids[i * t.k + j];
-      float est = expf((s[id] - ms) * lc.inv_tau);
-      float tgt = (float)(exp((double)t.vals[i * t.k + j] * (1.0 / lc.tau) - t.lse[i]) * zst);
-      ds[id] = (float)(lc.w * (lc.a_ce * expf(s[id] - ms) / zs + lc.a_kd * (est / zst - tgt * tgt_scale)));
-    }
+  if (ids) {  // the cached ids
+    for (int64_t j = threadIdx.x; j < t.k; j += blockDim.x)
+      ds[ids[j]] = (float)(lc.w * (lc.a_ce * expf(s[ids[j]] - ms) / zs +
+                                   lc.a_kd * kd_dz_cached(lc, kg, s, ms, ids[j], vals[j], t.lse[i])));
     __syncthreads();
   }
   if (threadIdx.x == 0) ds[y] -= (float)(lc.w * lc.a_ce);
@@ -158,9 +258,6 @@ static void ce_kd_run(ng_backend *be, const float *logits, teacher_ref t, const 
                       int64_t N, int64_t V, ng_loss_params lp, float *dlogits, double *ce,
                       double *kd, int64_t *n_valid) {
   int64_t Vu = lp.vocab_used > 0 && lp.vocab_used < V ? lp.vocab_used : V, nv = 0;
-  // reverse_kl and jsd: not on the device; callers refuse them first
-  // (ng_backend_check_divergence, from be->divergences).
-  NG_ASSERT(lp.divergence == NG_DIV_FORWARD_KL);
   *ce = *kd = 0.0;
   *n_valid = 0;
   if (N == 0) return;
@@ -171,8 +268,8 @@ static void ce_kd_run(ng_backend *be, const float *logits, teacher_ref t, const 
   bool teacher = t.logits || t.ids;
   int64_t n_norm = lp.n_norm > 0 ? lp.n_norm : nv;
   loss_consts lc = {teacher ? 1.0 - lp.kd_weight : 1.0, teacher ? lp.kd_weight * lp.temperature : 0.0,
-                    n_norm ? 1.0 / (double)n_norm : 0.0, lp.temperature, (float)(1.0 / lp.temperature),
-                    teacher};
+                    n_norm ? 1.0 / (double)n_norm : 0.0, lp.temperature, lp.beta,
+                    (float)(1.0 / lp.temperature), teacher, lp.divergence};
   double *rows = (double *)ngc_scratch(ngc(be), 2 * (size_t)N * sizeof(double));  // ce [N], kl [N]
   size_t smem = t.ids ? ngc_topk_smem(V) : 0;
   NG_ASSERT(smem <= NGC_SMEM_OPTIN);

@@ -23,8 +23,12 @@ void ngc_die(const char *what, const char *detail, const char *file, int line);
     cudaError_t e_ = (call);                                                      \
     if (e_ != cudaSuccess) ngc_die(#call, cudaGetErrorString(e_), __FILE__, __LINE__); \
   } while (0)
-// After a kernel launch: launch-configuration errors surface here.
-#define CK_LAUNCH() CK(cudaGetLastError())
+// After a kernel launch, naming the launching function: launch-configuration
+// errors surface here; with NG_CUDA_SYNC=1 in the environment it also waits for
+// the kernel, so that a fault while it runs (an illegal address) names its own
+// launch rather than the next synchronizing call.
+void ngc_check_launch(const char *where, const char *file, int line);
+#define CK_LAUNCH() ngc_check_launch(__func__, __FILE__, __LINE__)
 
 // The backend's context (be.ctx): the op table first, one per opened backend.
 struct ngc_ctx {
