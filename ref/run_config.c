@@ -186,6 +186,21 @@ static int parse_growth_scale(cJSON *o, ng_run_config *rc) {
   return 0;
 }
 
+// A run ends with every growth gate open: the last growth has gate_steps
+// steps after it (final.safetensors, weights without a training state, is
+// read with its gates open).
+static int check_ramps_end(const ng_run_config *rc) {
+  int last = 0;
+  for (int s = 1; s < rc->n_stages; s++)
+    if (rc->stages[s].depth != rc->stages[s - 1].depth) last = s;
+  int64_t after = 0;
+  for (int s = last; last > 0 && s < rc->n_stages; s++) after += ng_stage_steps(rc, s);
+  if (last == 0 || after >= rc->gate_steps) return 0;
+  return ng_fail("growth.gate_steps: %lld, but the last growth (stages[%d]) has %lld steps after "
+                 "it: a run must end with its gates open",
+                 (long long)rc->gate_steps, last, (long long)after);
+}
+
 static int parse_growth(cJSON *o, ng_run_config *rc) {
   static const char *const keys[] = {"position",       "init",          "gate_steps", "teacher_layers",
                                      "rescale_stream", "depth_scaled_init", NULL};
@@ -204,6 +219,7 @@ static int parse_growth(cJSON *o, ng_run_config *rc) {
   if (parse_growth_scale(o, rc)) return -1;
   if (rc->grow_init == NG_INIT_GATE && rc->gate_steps < 1)
     return ng_fail("growth.gate_steps: the gate init needs at least 1 ramp step");
+  if (rc->grow_init == NG_INIT_GATE && check_ramps_end(rc)) return -1;
   int64_t added = rc->stages[rc->n_stages - 1].depth - rc->stages[0].depth;
   if (rc->grow_init == NG_INIT_TEACHER && rc->n_grow_teacher_layers != added)
     return ng_fail("growth.teacher_layers: %lld entries for %lld new blocks",

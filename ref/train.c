@@ -165,6 +165,7 @@ static int init_student(trainer *t) {
   t->opt = ng_adamw_create(t->student);
   t->st.gate_origin = ng_xmalloc((size_t)cfg.num_hidden_layers * sizeof(int64_t));
   for (int64_t l = 0; l < cfg.num_hidden_layers; l++) t->st.gate_origin[l] = -1;
+  t->st.gate_steps = rc->gate_steps;
   ng_rng_seed(&t->st.rng, rc->seed);
   return 0;
 }
@@ -524,15 +525,6 @@ static int grow(trainer *t, int stage) {
 
 // ---------------------------------------------------------------- one step
 
-// Growth gates ramp linearly from 0 (at growth) to 1 over gate_steps steps.
-static void set_gates(trainer *t) {
-  for (int64_t l = 0; l < t->student->cfg.num_hidden_layers; l++) {
-    int64_t o = t->st.gate_origin[l];
-    t->student->gate[l] = o < 0 ? 1.0f
-                                : (float)fmin(1.0, (double)(t->st.step - o + 1) / (double)t->rc.gate_steps);
-  }
-}
-
 // FLOPs of one step, by the rule of plan.h (which `normgrow plan` uses too).
 static double step_flops(const trainer *t) {
   const ng_model *s = t->student;
@@ -618,7 +610,7 @@ static int train_step(trainer *t) {
   int64_t N = rc->batch * rc->seq;
   double t0 = ng_now(), lr = ng_lr_at(rc, (int)t->st.stage, t->st.step_in_stage * N), ce, kd;
   if (next_batch(t)) return -1;
-  set_gates(t);
+  ng_set_gates(t->student, &t->st, t->st.step + 1);  // growth gates ramp from 0 to 1
   ng_loss_params lp = batch_loss_params(t);
   ce = kd = 0.0;
   ng_model_zero_grad(t->student);
@@ -911,6 +903,19 @@ static int log_backend(trainer *t, bool resume) {
   return ok ? 0 : ng_fail("%s: cannot append: %s", path, strerror(log_errno ? log_errno : EIO));
 }
 
+// The checkpoint's gate ramps run over the config's growth.gate_steps (a
+// change would make another run): checked once a ramp has begun.
+static int check_gate_steps(trainer *t, const char *config, const char *path) {
+  for (int64_t l = 0; l < t->student->cfg.num_hidden_layers; l++)
+    if (t->st.gate_origin[l] >= 0 && t->st.gate_steps != t->rc.gate_steps)
+      return ng_fail("%s: growth.gate_steps is %lld, but the gate ramps of %s run over %lld "
+                     "steps (block %lld's from step %lld); growth must stay as it was",
+                     config, (long long)t->rc.gate_steps, path, (long long)t->st.gate_steps,
+                     (long long)l + 1, (long long)t->st.gate_origin[l]);
+  t->st.gate_steps = t->rc.gate_steps;
+  return 0;
+}
+
 // The run in `dir` at its checkpoint, on the overrides' backend and precision
 // when given; config.json is extended (rewritten) only once the checkpoint has
 // loaded.
@@ -935,6 +940,7 @@ static int resume_from(trainer *t, const char *dir, const ng_run_overrides *ov,
     return ng_fail("%s: tensor %s holds a NaN or an Inf: this checkpoint cannot be resumed", path,
                    bad->name);
   if (t->st.stage >= t->rc.n_stages) return ng_fail("%s: stage %lld of %d", path, (long long)t->st.stage, t->rc.n_stages);
+  if (check_gate_steps(t, config, path)) return -1;
   if (extend_tokens > 0 && extend_run(t, config, extend_tokens)) return -1;
   snprintf(t->rc.run_dir, sizeof t->rc.run_dir, "%s", dir);
   return 0;

@@ -32,7 +32,10 @@
 //            "embeddings": "random" | "teacher", "freeze_embeddings": false},
 //   "growth": {"position": "top"|"interleave"|"middle",
 //              "init": "random"|"copy_below"|"zero_out"|"gate"|"teacher",
-//              "gate_steps": 50, "teacher_layers": [..one per new block, in order..],
+//              "gate_steps": 50,  (the gate init's ramp, in steps; the last growth
+//                                  must have as many after it: a run ends with
+//                                  every gate open)
+//              "teacher_layers": [..one per new block, in order..],
 //              "rescale_stream": false,  (at each growth, the stream of the model
 //                                        before it multiplied by 1 / its RMS over
 //                                        the first fixed training batch: unit RMS at
