@@ -60,6 +60,23 @@ for args in "--precision bf16:cpu" "--backend nosuch:nosuch" "--precision fp16:f
   fi
 done
 
+# Nothing is replaced without --force (docs/runs.md): golden-eval's OUT and
+# golden-make's CASE are refused in one line and left as they were; --force
+# replaces them.
+spec=$(ls "$root"/golden/specs/*.json | head -n 1)
+for form in "golden-eval $case_file" "golden-make $spec"; do
+  printf 'taken' >"$tmp/taken"
+  "$bin" $form "$tmp/taken" >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  if [ "$rc" -ne 0 ] && [ "$rc" -lt 128 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && grep -q -- "--force" "$tmp/err" &&
+    [ "$(cat "$tmp/taken")" = taken ] && "$bin" $form "$tmp/taken" --force >/dev/null 2>&1 &&
+    [ "$(stat -c %s "$tmp/taken")" -gt 5 ]; then
+    echo "ok ${form%% *} refuses to replace its output without --force: $(cat "$tmp/err")"
+  else
+    echo "FAIL ${form%% *} with an existing output: exit $rc, stderr: $(cat "$tmp/err")"
+  fi
+done
+
 if "$bin" --version >"$tmp/out" 2>&1 && grep -q '^normgrow [0-9]' "$tmp/out" && grep -q '^backends: .*cpu' "$tmp/out" &&
   grep -q '^BLAS: .*kernels [A-Za-z0-9]' "$tmp/out"; then
   echo "ok --version: $(tr '\n' ' ' <"$tmp/out" | cut -c1-160)"

@@ -49,10 +49,10 @@ static const command commands[] = {
     {"diag", cmd_diag, 1, 1, true,
      LIST("backend", "precision", "data", "teacher", "batches", "batch", "seq", "structural",
           "top", "kd-weight", "temperature", "out"),
-     NONE,
+     LIST("force"),
      "diag MODEL [--data SHARD] [--teacher CKPT] [--batches N] [--batch B] [--seq T]\n"
-     "         [--structural ID,...] [--top K] [--kd-weight A] [--temperature TAU] [--out FILE]\n"
-     "         [--backend NAME] [--precision fp32|bf16]\n"
+     "         [--structural ID,...] [--top K] [--kd-weight A] [--temperature TAU]\n"
+     "         [--out FILE [--force]] [--backend NAME] [--precision fp32|bf16]\n"
      "    residual RMS statistics and block-removal ablation (JSON) of a run directory, a\n"
      "    checkpoint or a Hugging Face directory; a run's own evaluation settings by default"},
     {"report", cmd_report, 1, MANY, false, LIST("out"), LIST("force"),
@@ -89,13 +89,14 @@ static const command commands[] = {
      "         [--recompute on|off]\n"
      "    recompute each case and compare with its stored out.* (docs/golden-contract.md)"},
     {"golden-eval", cmd_golden_eval, 2, 2, true,
-     LIST("backend", "precision", "loss-chunk", "recompute"), NONE,
+     LIST("backend", "precision", "loss-chunk", "recompute"), LIST("force"),
      "golden-eval CASE OUT [--backend NAME] [--precision fp32|bf16] [--loss-chunk ROWS]\n"
-     "         [--recompute on|off]\n"
-     "    write every out.* tensor of CASE to OUT"},
-    {"golden-make", cmd_golden_make, 2, 2, true, NONE, NONE,
-     "golden-make SPEC.json CASE\n"
-     "    a new case: random inputs from the spec, outputs of the fp32 reference"},
+     "         [--recompute on|off] [--force]\n"
+     "    write every out.* tensor of CASE to OUT (--force: replace an existing OUT)"},
+    {"golden-make", cmd_golden_make, 2, 2, true, NONE, LIST("force"),
+     "golden-make SPEC.json CASE [--force]\n"
+     "    a new case: random inputs from the spec, outputs of the fp32 reference\n"
+     "    (--force: replace an existing CASE)"},
     {"golden-update", cmd_golden_update, 1, MANY, true, NONE, NONE,
      "golden-update CASE...\n"
      "    recompute the stored out.* from the case's inputs on the fp32 reference"},
