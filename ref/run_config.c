@@ -413,11 +413,28 @@ static void apply_overrides(cJSON *root, const ng_run_overrides *ov) {
     }
 }
 
+const char *ng_config_not_run(const cJSON *root) {
+  if (!cJSON_IsObject(root) || cJSON_GetObjectItemCaseSensitive(root, "stages")) return NULL;
+  if (cJSON_GetObjectItemCaseSensitive(root, "architectures") ||
+      cJSON_GetObjectItemCaseSensitive(root, "model_type"))
+    return "a Hugging Face model's config, not a run config: its directory serves as a run's "
+           "\"teacher\", or in `normgrow diag DIR --data SHARD`";
+  if (cJSON_GetObjectItemCaseSensitive(root, "vocab_size"))
+    return "a model config, not a run config: it is what a run config's \"model\" holds, and "
+           "`normgrow plan RUN.json --teacher-config FILE` takes it";
+  return NULL;
+}
+
 static int parse_with(const char *text, const char *where, const ng_run_overrides *ov,
                       ng_run_config *rc) {
   memset(rc, 0, sizeof *rc);
   cJSON *root = cJSON_Parse(text);
   if (!root) return ng_fail("%s: not valid JSON (near byte %td)", where, cJSON_GetErrorPtr() - text);
+  const char *other = ng_config_not_run(root);
+  if (other) {
+    cJSON_Delete(root);
+    return ng_fail("%s: %s", where, other);
+  }
   apply_overrides(root, ov);
   int r = parse_root(root, rc);
   if (r == 0) rc->json = ng_json_print(root, true);

@@ -2,6 +2,7 @@
 // depth-growth curriculum, evaluation, checkpoints, metrics and resume.
 #include <errno.h>
 #include <fcntl.h>
+#include <libgen.h>
 #include <math.h>
 #include <omp.h>
 #include <signal.h>
@@ -9,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -21,6 +23,7 @@
 #include "normgrow/grow.h"
 #include "normgrow/plan.h"
 #include "normgrow/run.h"
+#include "normgrow/safetensors.h"
 #include "normgrow/topk.h"
 
 typedef struct {
@@ -916,6 +919,57 @@ static int check_gate_steps(trainer *t, const char *config, const char *path) {
   return 0;
 }
 
+// --resume FILE: a checkpoint of a run (then the run's directory resumes),
+// another checkpoint, or another file.
+static int resume_file(const char *file) {
+  ng_st_file f;
+  bool ckpt = ng_st_open(&f, file) == 0;
+  if (ckpt) {
+    const char *format = ng_st_meta(&f, "format");
+    ckpt = format && strcmp(format, NG_CKPT_FORMAT) == 0;
+    ng_st_close(&f);
+  }
+  char *copy = ng_xstrdup(file), *run = dirname(copy), config[600];
+  snprintf(config, sizeof config, "%s/config.json", run);
+  int rc = ckpt && access(config, F_OK) == 0
+               ? ng_fail("%s: a checkpoint file of the run in %s, not a run directory: resume that "
+                         "run with `normgrow train --resume %s`", file, run, run)
+           : ckpt ? ng_fail("%s: a checkpoint file, not a run directory: --resume takes the "
+                            "directory a run trains in; a checkpoint serves as a run's "
+                            "\"teacher\", or in `normgrow diag` and `normgrow export`", file)
+                  : ng_fail("%s: a file, not a run directory: --resume takes the directory a run "
+                            "trains in (`normgrow runs` lists those under runs/)", file);
+  free(copy);
+  return rc;
+}
+
+// --resume DIR: refused, saying what DIR is and what would work, when it is
+// no run directory: nothing there, a file, a data directory, or a directory
+// without config.json (a config.json that is not a run's is the run config
+// loader's to name).
+static int check_resumable(const char *dir) {
+  static const char *const shards[] = {"train.bin", "train.manifest.json", "val.bin",
+                                       "val.manifest.json", NULL};
+  struct stat st;
+  char path[600];
+  if (stat(dir, &st) != 0)
+    return ng_fail("%s: nothing there; --resume takes the directory of a run (`normgrow runs` "
+                   "lists those under runs/)", dir);
+  if (!S_ISDIR(st.st_mode)) return resume_file(dir);
+  for (int i = 0; shards[i]; i++) {
+    snprintf(path, sizeof path, "%s/%s", dir, shards[i]);
+    if (access(path, F_OK) == 0)
+      return ng_fail("%s: a data directory (it holds %s), not a run directory: a run config names "
+                     "its shards in data.train and data.val, and --resume takes the directory a "
+                     "run trains in", dir, shards[i]);
+  }
+  snprintf(path, sizeof path, "%s/config.json", dir);
+  if (access(path, F_OK) != 0)
+    return ng_fail("%s: no config.json, so no run to resume (start one with `normgrow train "
+                   "RUN.json --run-dir %s`)", dir, dir);
+  return 0;
+}
+
 // The run in `dir` at its checkpoint, on the overrides' backend and precision
 // when given; config.json is extended (rewritten) only once the checkpoint has
 // loaded.
@@ -923,12 +977,11 @@ static int resume_from(trainer *t, const char *dir, const ng_run_overrides *ov,
                        int64_t extend_tokens) {
   char config[600], path[600];
   snprintf(config, sizeof config, "%s/config.json", dir);
-  if (access(config, F_OK) != 0)
-    return ng_fail("%s: no config.json, so no run to resume (start one with `normgrow train "
-                   "RUN.json --run-dir %s`)", dir, dir);
-  if (lock_run_dir(t, dir)) return -1;
   ng_run_overrides where = {.seed = -1, .backend = ov->backend, .precision = ov->precision};
-  if (ng_run_config_load(config, &where, &t->rc) || open_backend(t)) return -1;
+  // What DIR is, and its config read, before the lock writes anything there.
+  if (check_resumable(dir) || ng_run_config_load(config, &where, &t->rc) ||
+      lock_run_dir(t, dir) || open_backend(t))
+    return -1;
   snprintf(path, sizeof path, "%s/checkpoint.safetensors", dir);
   if (access(path, F_OK) != 0)
     return ng_fail("%s: a run's config.json but no checkpoint.safetensors (the first is written "

@@ -73,6 +73,20 @@ check "resuming a finished run says so and changes nothing: $(cat "$tmp/err")" \
 mkdir -p "$tmp/notrun"
 "$bin" train --resume "$tmp/notrun" 2>"$tmp/err"
 refused "resume of a directory without a run" "$tmp/err" $? "no config.json" "normgrow train RUN.json --run-dir"
+# --resume on a path that is no run says what it is and what would work, and
+# writes nothing there.
+"$bin" train --resume "$tmp/nothing" 2>"$tmp/err"
+refused "resume of a path with nothing there" "$tmp/err" $? "$tmp/nothing: nothing there" "normgrow runs"
+"$bin" train --resume "$tmp/data" 2>"$tmp/err"
+refused "resume of a data directory" "$tmp/err" $? "$tmp/data: a data directory" "data.train"
+"$bin" train --resume "$tmp/whole/final.safetensors" 2>"$tmp/err"
+refused "resume of a run's checkpoint file" "$tmp/err" $? "a checkpoint file of the run in $tmp/whole" \
+  "normgrow train --resume $tmp/whole\`"
+"$bin" export "$tmp/whole/final.safetensors" "$tmp/hf-notrun" >/dev/null
+"$bin" train --resume "$tmp/hf-notrun" 2>"$tmp/err"
+refused "resume of a Hugging Face model directory" "$tmp/err" $? "a Hugging Face model's config, not a run config" "\"teacher\""
+check "a refused resume left no train.lock in the data and Hugging Face directories" \
+  bash -c '[ ! -e "$1/train.lock" ] && [ ! -e "$2/train.lock" ]' _ "$tmp/data" "$tmp/hf-notrun"
 
 # SIGINT while training: the step finishes, a checkpoint is written (none was
 # due: checkpoints every 1000 steps), exit 130 with how to resume; the resumed

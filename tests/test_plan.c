@@ -612,6 +612,15 @@ static void test_bad_input(void) {
   write_text(small, "{\"vocab_size\": 151936}");
   expect_error("teacher config missing a key", args, "small.json");
   expect_error("missing run config", "configs/paper/absent.json", "absent.json");
+  // A model's config given as the run config: what it is, and what takes it.
+  expect_error("the teacher's model config as the run config", "configs/paper/qwen3-8b-base.json",
+               "qwen3-8b-base.json: a model config, not a run config");
+  expect_error("  ... naming the option that takes it", "configs/paper/qwen3-8b-base.json", "--teacher-config");
+  snprintf(small, sizeof small, "%s/hf-config.json", dir);
+  write_text(small, hf_config);
+  snprintf(args, sizeof args, "'%s'", small);
+  expect_error("a Hugging Face config.json as the run config", args,
+               "hf-config.json: a Hugging Face model's config, not a run config");
 }
 
 int main(void) {
