@@ -590,22 +590,40 @@ static const ng_param *first_nonfinite(const ng_model *m, bool grads) {
   return NULL;
 }
 
+// A training CE (nats per token) above this many times ln(vocabulary), the CE
+// of a uniform guess, is no sane training: a weight has run away while every
+// number stays finite (docs/runs.md).
+#define CE_BOUND_UNIFORMS 100.0
+
 // After the update of step t->st.step: a non-finite loss, gradient norm or
-// weight stops the run, before anything of the step is logged or written, with
-// one line naming the step, the stage and the first non-finite tensor.
-static int check_finite(const trainer *t, double loss, double gnorm) {
+// weight, or a CE above the bound, stops the run, before anything of the step
+// is logged or written, with one line naming the step, the stage and what
+// went wrong (the first non-finite tensor).
+static int check_sane(const trainer *t, double loss, double ce, double gnorm) {
   bool bad = !isfinite(loss) || !isfinite(gnorm);
   const ng_param *g = bad ? first_nonfinite(t->student, true) : NULL;
   const ng_param *w = g ? NULL : first_nonfinite(t->student, false);
-  if (!bad && !w) return 0;
-  char what[160] = "the loss";
-  if (g) snprintf(what, sizeof what, "the gradient of %s", g->name);
-  if (w) snprintf(what, sizeof what, "%s (updated)", w->name);
-  return ng_fail("%s: step %lld (stage %lld): non-finite training (loss %g, grad norm %g), first in "
-                 "%s; stopped with nothing of it written (the last checkpoint in %s stands): lower "
-                 "lr in %s/config.json and `normgrow train --resume %s`",
-                 t->rc.name, (long long)t->st.step, (long long)t->st.stage + 1, loss, gnorm, what,
-                 t->rc.run_dir, t->rc.run_dir, t->rc.run_dir);
+  double bound = CE_BOUND_UNIFORMS * log((double)t->train.vocab_size);
+  char why[320];
+  if (bad || w) {
+    char what[160] = "the loss";
+    if (g) snprintf(what, sizeof what, "the gradient of %s", g->name);
+    if (w) snprintf(what, sizeof what, "%s (updated)", w->name);
+    snprintf(why, sizeof why, "non-finite training (loss %g, grad norm %g), first in %s", loss, gnorm,
+             what);
+  } else if (ce > bound) {
+    snprintf(why, sizeof why,
+             "training CE %g nats per token, above %g x ln(vocabulary %u) = %.1f (a uniform guess "
+             "costs ln %u): a weight has run away",
+             ce, CE_BOUND_UNIFORMS, t->train.vocab_size, bound, t->train.vocab_size);
+  } else {
+    return 0;
+  }
+  return ng_fail("%s: step %lld (stage %lld): %s; stopped with nothing of it written (the last "
+                 "checkpoint in %s stands): lower lr in %s/config.json and `normgrow train "
+                 "--resume %s`",
+                 t->rc.name, (long long)t->st.step, (long long)t->st.stage + 1, why, t->rc.run_dir,
+                 t->rc.run_dir, t->rc.run_dir);
 }
 
 static int train_step(trainer *t) {
@@ -636,7 +654,7 @@ static int train_step(trainer *t) {
   t->st.tokens += N;
   t->st.layer_tokens += N * t->student->cfg.num_hidden_layers;
   double loss = rc->distill ? rc->loss.kd_weight * kd + (1.0 - rc->loss.kd_weight) * ce : ce;
-  if (check_finite(t, loss, gnorm)) return -1;
+  if (check_sane(t, loss, ce, gnorm)) return -1;
   cJSON *j = record(t, "step");
   cJSON_AddNumberToObject(j, "lr", lr);
   cJSON_AddNumberToObject(j, "loss", loss);
