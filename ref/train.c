@@ -671,11 +671,20 @@ static int train_step(trainer *t) {
 // ---------------------------------------------------------------- signals
 
 // The first SIGINT or SIGTERM asks the loop to stop after its current step;
-// a second one ends the process at once.
-static volatile sig_atomic_t stop_signal;
+// a second one ends the process at once, after one line saying what stands:
+// quit_line[quit_which], made ready (the other buffer written, then the index
+// flipped) at the start and after every checkpoint, since the handler may only
+// write it.
+static volatile sig_atomic_t stop_signal, quit_which;
+static char quit_line[2][1536];
 
 static void on_signal(int sig) {
-  if (stop_signal) _exit(128 + sig);
+  if (stop_signal) {
+    const char *line = quit_line[quit_which];
+    ssize_t w = write(STDERR_FILENO, line, strlen(line));  // async-signal-safe
+    (void)w;
+    _exit(128 + sig);
+  }
   stop_signal = sig;
   static const char msg[] =
       "\nnormgrow: stopping after this step to write a checkpoint (signal again to quit at once)\n";
@@ -686,6 +695,23 @@ static void on_signal(int sig) {
 typedef struct {
   struct sigaction old_int, old_term;
 } signal_handlers;
+
+// The line of a second signal: the run's checkpoint at `step` stands (none
+// yet: step < 0).
+static void ready_quit_line(const trainer *t, int64_t step) {
+  char *line = quit_line[!quit_which];
+  const char *dir = t->rc.run_dir;
+  if (step < 0)
+    snprintf(line, sizeof quit_line[0],
+             "\nnormgrow: quit at once by a second signal, before the run's first checkpoint: "
+             "start it again with `normgrow train %s/config.json --force`\n", dir);
+  else
+    snprintf(line, sizeof quit_line[0],
+             "\nnormgrow: quit at once by a second signal: %s/checkpoint.safetensors (step %lld) "
+             "stands, the steps after it are lost; continue with `normgrow train --resume %s`\n",
+             dir, (long long)step, dir);
+  quit_which = !quit_which;
+}
 
 static void catch_signals(signal_handlers *h) {
   struct sigaction sa = {.sa_handler = on_signal};
@@ -739,7 +765,9 @@ static int save_checkpoint(trainer *t, const char *file, bool with_state) {
     return rc;
   }
   if (!is_root(t)) return 0;
-  return ng_checkpoint_save(path, t->student, with_state ? t->opt : NULL, with_state ? &t->st : NULL);
+  int rc = ng_checkpoint_save(path, t->student, with_state ? t->opt : NULL, with_state ? &t->st : NULL);
+  if (rc == 0 && with_state) ready_quit_line(t, t->st.step);
+  return rc;
 }
 
 // 0 at the end (or at --stop-after), a signal's number when one stopped the
@@ -1102,8 +1130,7 @@ int ng_train(const ng_train_args *args) {
   if (open_comm(&t)) return -1;
   int rc = resume_dir ? resume_from(&t, resume_dir, &args->overrides, args->extend_tokens)
                       : (ng_run_config_load(args->config_path, &args->overrides, &t.rc) ||
-                         open_backend(&t) || lock_run_dir(&t, t.rc.run_dir) ||
-                                 claim_run_dir(&t, args->force)
+                                 open_backend(&t)
                              ? -1
                              : 0);
   t.steps_total = rc == 0 ? ng_run_steps(&t.rc) : 0;
@@ -1116,7 +1143,16 @@ int ng_train(const ng_train_args *args) {
     return 0;
   }
   if (rc == 0) rc = open_data(&t) || open_caches(&t) || check_run_memory(&t) || load_teacher(&t) ? -1 : 0;
-  if (rc == 0 && !resume_dir) rc = init_student(&t) || make_run_dir(&t) ? -1 : 0;
+  // A new run's directory is made (and claimed) once its inputs have opened.
+  if (rc == 0 && !resume_dir)
+    rc = init_student(&t) || lock_run_dir(&t, t.rc.run_dir) || claim_run_dir(&t, args->force) ||
+                 make_run_dir(&t)
+             ? -1
+             : 0;
+  if (rc == 0 && resume_dir && is_root(&t))
+    fprintf(stderr, "%s: resuming %s from its checkpoint at step %lld of %lld (stage %lld of %d)\n",
+            t.rc.name, resume_dir, (long long)t.st.step, (long long)t.steps_total,
+            (long long)t.st.stage + 1, t.rc.n_stages);
   if (rc == 0) {
     if (t.rc.freeze_embeddings) ng_model_freeze(t.student, -1, true);
     if (t.zero) ng_zero_shard_moments(t.student, t.opt, t.zero);
@@ -1130,6 +1166,7 @@ int ng_train(const ng_train_args *args) {
              ? -1
              : 0;
     signal_handlers h;
+    ready_quit_line(&t, resume ? t.st.step : -1);
     catch_signals(&h);
     if (rc == 0) rc = run_stages(&t);
     release_signals(&h);
