@@ -45,6 +45,30 @@ for cmd in $commands; do
   fi
 done
 
+# A mistyped command: one line naming the closest command (swapped letters,
+# a letter missing or wrong); a name close to none gets no guess.
+for typo in tarin:train diga:diag exprot:export golden-chek:golden-check plna:plan xyzzy:; do
+  "$bin" "${typo%%:*}" >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  want=${typo#*:}
+  if [ "$rc" -ne 0 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && grep -q "unknown command \"${typo%%:*}\"" "$tmp/err" &&
+    if [ -n "$want" ]; then grep -q "did you mean \"$want\"?" "$tmp/err"; else ! grep -q "did you mean" "$tmp/err"; fi; then
+    echo "ok mistyped command ${typo%%:*}: $(cat "$tmp/err")"
+  else
+    echo "FAIL mistyped command ${typo%%:*}: exit $rc, stderr: $(cat "$tmp/err")"
+  fi
+done
+
+# An option missing its value before the next option says so (not "2 arguments given").
+"$bin" train --seed --run-dir "$tmp/d" >"$tmp/out" 2>"$tmp/err"
+rc=$?
+if [ "$rc" -ne 0 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && grep -q "option --seed needs a value (--run-dir follows it)" "$tmp/err" &&
+  [ ! -e "$tmp/d" ]; then
+  echo "ok an option without its value: $(cat "$tmp/err")"
+else
+  echo "FAIL an option without its value: exit $rc, stderr: $(cat "$tmp/err")"
+fi
+
 # A backend or precision that is not there: one line naming it, no output.
 case_file=$root/golden/pre_gqa4_long.safetensors
 # ONEDNN_MAX_CPU_ISA=AVX512_CORE hides AVX-512 BF16 and AMX from oneDNN: a CPU without them.

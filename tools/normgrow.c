@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <math.h>
 #include <omp.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -199,6 +200,44 @@ typedef struct {
   ng_cli cli;
 } args;
 
+// Edit distance between a and b: insertions, deletions, substitutions and
+// swaps of two neighbours (optimal string alignment; the usual typos).
+static size_t edit_distance(const char *a, const char *b) {
+  size_t m = strlen(a), n = strlen(b), w = n + 1;
+  size_t *d = ng_xmalloc((m + 1) * w * sizeof(size_t));
+  for (size_t i = 0; i <= m; i++) d[i * w] = i;
+  for (size_t j = 0; j <= n; j++) d[j] = j;
+  for (size_t i = 1; i <= m; i++)
+    for (size_t j = 1; j <= n; j++) {
+      size_t best = d[(i - 1) * w + j - 1] + (a[i - 1] != b[j - 1]);
+      if (d[(i - 1) * w + j] + 1 < best) best = d[(i - 1) * w + j] + 1;
+      if (d[i * w + j - 1] + 1 < best) best = d[i * w + j - 1] + 1;
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+          d[(i - 2) * w + j - 2] + 1 < best)
+        best = d[(i - 2) * w + j - 2] + 1;
+      d[i * w + j] = best;
+    }
+  size_t dist = d[m * w + n];
+  free(d);
+  return dist;
+}
+
+// An unknown command, with the closest one by edit distance when it is close
+// (at most 2 edits, or a third of the name's length).
+static int unknown_command(const char *name) {
+  const command *best = NULL;
+  size_t best_d = SIZE_MAX;
+  for (int k = 0; k < N_COMMANDS; k++) {
+    size_t d = edit_distance(name, commands[k].name);
+    if (d < best_d) best = &commands[k], best_d = d;
+  }
+  size_t len = strlen(name), limit = len / 3 > 2 ? len / 3 : 2;
+  if (best_d <= limit)
+    return ng_fail("unknown command \"%s\": did you mean \"%s\"? (normgrow --help lists them)", name,
+                   best->name);
+  return ng_fail("unknown command \"%s\" (normgrow --help lists them)", name);
+}
+
 static int parse_threads(const char *v, ng_cli *c) {
   return ng_cli_parse_int(v, "--threads", 1, 4096, &c->threads);
 }
@@ -231,7 +270,7 @@ static int parse_args(int argc, char **argv, args *a) {
   }
   for (int k = 0; k < N_COMMANDS && !a->cmd; k++)
     if (strcmp(name, commands[k].name) == 0) a->cmd = &commands[k];
-  if (!a->cmd) return ng_fail("unknown command \"%s\" (normgrow --help lists them)", name);
+  if (!a->cmd) return unknown_command(name);
   const command *cmd = a->cmd;
   for (; i < argc; i++) {
     const char *arg = argv[i];
@@ -245,6 +284,8 @@ static int parse_args(int argc, char **argv, args *a) {
     } else if (strcmp(arg, "--threads") == 0 || listed(cmd->options, arg + 2)) {
       if (i + 1 >= argc) return ng_fail("%s: option %s needs a value", cmd->name, arg);
       const char *v = argv[++i];
+      if (strncmp(v, "--", 2) == 0 && v[2])
+        return ng_fail("%s: option %s needs a value (%s follows it)", cmd->name, arg, v);
       if (strcmp(arg, "--threads") == 0) {
         if (parse_threads(v, c)) return -1;
       } else if (strcmp(arg, "--backend") == 0) {
