@@ -88,7 +88,7 @@ case $study in
 esac
 say() { printf '[demo %4ds] %s\n' $(($(date +%s) - start)) "$*"; }
 
-tools/bootstrap.sh demo
+if [ "$corpus" = gcide ]; then tools/bootstrap.sh demo-large; else tools/bootstrap.sh demo; fi
 mkdir -p "$out"
 if [ ! -f "$demo/data/val.bin" ]; then
   case $corpus in
