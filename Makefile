@@ -188,7 +188,7 @@ golden: $(BUILD)/normgrow
 
 # Make every golden case anew from golden/specs/*.json (new random inputs from each seed).
 golden-new: $(BUILD)/normgrow
-	for s in golden/specs/*.json; do $(BUILD)/normgrow golden-make $$s golden/$$(basename $$s .json).safetensors || exit 1; done
+	for s in golden/specs/*.json; do $(BUILD)/normgrow golden-make $$s golden/$$(basename $$s .json).safetensors --force || exit 1; done
 
 # Independent float64 PyTorch cross-check on random cases (needs python3-torch).
 crosscheck: $(BUILD)/normgrow

@@ -4,15 +4,28 @@
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <libgen.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "normgrow/common.h"
+#include "normgrow/fileio.h"
 #include "normgrow/hf.h"
 #include "normgrow/plan.h"
 #include "normgrow/run.h"
+
+float ng_gate_at(int64_t origin, int64_t step, int64_t gate_steps) {
+  return origin < 0 ? 1.0f : (float)fmin(1.0, (double)(step - origin) / (double)gate_steps);
+}
+
+void ng_set_gates(ng_model *m, const ng_train_state *st, int64_t step) {
+  for (int64_t l = 0; l < m->cfg.num_hidden_layers; l++)
+    m->gate[l] = ng_gate_at(st->gate_origin[l], step, st->gate_steps);
+}
 
 // Host copies of backend buffers, kept until the writer has saved.
 typedef struct {
@@ -46,6 +59,7 @@ static cJSON *state_json(const ng_model *m, const ng_adamw *opt, const ng_train_
     snprintf(hex, sizeof hex, "%016" PRIx64, st->rng.s[i]);
     cJSON_AddItemToArray(rng, cJSON_CreateString(hex));
   }
+  cJSON_AddNumberToObject(s, "gate_steps", (double)st->gate_steps);
   cJSON *gates = cJSON_AddArrayToObject(s, "gate_origin");
   cJSON *frozen = cJSON_AddArrayToObject(s, "frozen");
   for (int64_t l = 0; l < m->cfg.num_hidden_layers; l++) {
@@ -176,12 +190,51 @@ static int bool_entries(const cJSON *a, const char *key) {
   return 0;
 }
 
+// growth.gate_steps of the run's config.json beside the checkpoint at `path`
+// (a state written before gate_steps was, whose block `l` began a ramp at
+// step `origin`).
+static int gate_steps_beside(const char *path, int64_t l, int64_t origin, int64_t *out) {
+  char *copy = ng_xstrdup(path), *config = ng_path_join(dirname(copy), "config.json"), *text = NULL;
+  cJSON *j = access(config, F_OK) == 0 && ng_read_file(config, 1 << 20, &text, NULL) == 0
+                 ? cJSON_Parse(text)
+                 : NULL;
+  const cJSON *g = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "growth"), "gate_steps");
+  int rc = cJSON_IsNumber(g) && g->valuedouble >= 1 && g->valuedouble <= (double)NG_JSON_MAX_INT
+               ? (*out = (int64_t)g->valuedouble, 0)
+               : ng_fail("state.gate_steps: missing (a checkpoint of an earlier normgrow), and no "
+                         "run config.json beside it gives growth.gate_steps; block %lld's gate "
+                         "ramp began at step %lld",
+                         (long long)l + 1, (long long)origin);
+  cJSON_Delete(j);
+  free(text);
+  free(config);
+  free(copy);
+  return rc;
+}
+
+// state.gate_steps: at least 1 once a ramp has begun; from the run's
+// config.json when an older file lacks it.
+static int parse_gate_steps(const cJSON *s, const char *path, int64_t L, ng_train_state *st) {
+  int64_t l = 0;
+  while (l < L && st->gate_origin[l] < 0) l++;
+  st->gate_steps = 0;
+  if (!cJSON_GetObjectItemCaseSensitive(s, "gate_steps"))
+    return l < L ? gate_steps_beside(path, l, st->gate_origin[l], &st->gate_steps) : 0;
+  if (ng_json_int(s, "state", "gate_steps", 0, NG_JSON_MAX_INT, &st->gate_steps)) return -1;
+  if (l < L && st->gate_steps < 1)
+    return ng_fail("state.gate_steps: 0, but block %lld's gate ramp began at step %lld",
+                   (long long)l + 1, (long long)st->gate_origin[l]);
+  return 0;
+}
+
 // Every field checked for its type and range before any is used: counts in
 // [0, 2^53 - 1], a gate origin in [-1, step], a parameter's Adam steps in
 // [0, step]. Sets st->gate_origin (allocated [L]) and the model's frozen flags.
-static int parse_state_json(const cJSON *s, ng_model *m, ng_adamw *o, ng_train_state *st) {
-  static const char *const keys[] = {"step", "stage", "step_in_stage", "tokens", "layer_tokens",
-                                     "flops", "rng", "gate_origin", "frozen", "adam_steps", NULL};
+static int parse_state_json(const cJSON *s, const char *path, ng_model *m, ng_adamw *o,
+                            ng_train_state *st) {
+  static const char *const keys[] = {"step",        "stage",      "step_in_stage", "tokens",
+                                     "layer_tokens", "flops",      "rng",           "gate_origin",
+                                     "gate_steps",  "frozen",     "adam_steps",    NULL};
   const int64_t max = NG_JSON_MAX_INT, L = m->cfg.num_hidden_layers;
   cJSON *rng = NULL, *gates = NULL, *frozen = NULL, *steps = NULL;
   st->gate_origin = ng_xcalloc((size_t)L, sizeof(int64_t));
@@ -195,7 +248,7 @@ static int parse_state_json(const cJSON *s, ng_model *m, ng_adamw *o, ng_train_s
       json_array_len(s, "rng", 4, &rng) || parse_rng(rng, &st->rng) ||
       json_array_len(s, "gate_origin", L, &gates) ||
       int_entries(gates, "gate_origin", -1, st->step, st->gate_origin) ||
-      json_array_len(s, "frozen", L, &frozen) || bool_entries(frozen, "frozen") ||
+      parse_gate_steps(s, path, L, st) || json_array_len(s, "frozen", L, &frozen) || bool_entries(frozen, "frozen") ||
       json_array_len(s, "adam_steps", m->n_params, &steps))
     return -1;
   int64_t *adam = ng_xcalloc((size_t)m->n_params, sizeof(int64_t));
@@ -207,9 +260,10 @@ static int parse_state_json(const cJSON *s, ng_model *m, ng_adamw *o, ng_train_s
   return rc;
 }
 
-static int parse_state(const char *text, ng_model *m, ng_adamw *o, ng_train_state *st) {
+static int parse_state(const char *text, const char *path, ng_model *m, ng_adamw *o,
+                       ng_train_state *st) {
   cJSON *s = cJSON_Parse(text);
-  int rc = s ? parse_state_json(s, m, o, st) : ng_fail("state: not valid JSON");
+  int rc = s ? parse_state_json(s, path, m, o, st) : ng_fail("state: not valid JSON");
   cJSON_Delete(s);
   return rc;
 }
@@ -236,17 +290,19 @@ int ng_checkpoint_load(const char *path, ng_backend *be, bool trainable, ng_mode
                : 0;
   ng_model *m = rc ? NULL : ng_model_create(be, &cfg, trainable);
   ng_adamw *o = m && opt ? ng_adamw_create(m) : NULL;
+  ng_train_state own = {0}, *s = st ? st : &own;  // the gates are read whoever asks
+  const char *state = ng_st_meta(&f, "state");
+  s->gate_origin = NULL;
   if (rc == 0) rc = ng_model_load(m, &f, "");
   if (rc == 0 && o) rc = load_optimizer(&f, m, o);
-  if (rc == 0 && st) {
-    const char *state = ng_st_meta(&f, "state");
-    rc = state ? parse_state(state, m, o, st) : ng_fail("__metadata__.state: missing");
-  }
+  if (rc == 0 && opt && !state) rc = ng_fail("__metadata__.state: missing");
+  if (rc == 0 && state) rc = parse_state(state, path, m, o, s);
+  if (rc == 0 && state) ng_set_gates(m, s, s->step);
   ng_st_close(&f);
+  if (rc || !st) free(s->gate_origin), s->gate_origin = NULL;
   if (rc) {
     ng_adamw_free(m, o);
     ng_model_free(m);
-    if (st) free(st->gate_origin), st->gate_origin = NULL;
     return ng_fail_prefix(path);
   }
   *out = m;

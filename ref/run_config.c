@@ -191,6 +191,21 @@ static int parse_growth_scale(cJSON *o, ng_run_config *rc) {
   return 0;
 }
 
+// A run ends with every growth gate open: the last growth has gate_steps
+// steps after it (final.safetensors, weights without a training state, is
+// read with its gates open).
+static int check_ramps_end(const ng_run_config *rc) {
+  int last = 0;
+  for (int s = 1; s < rc->n_stages; s++)
+    if (rc->stages[s].depth != rc->stages[s - 1].depth) last = s;
+  int64_t after = 0;
+  for (int s = last; last > 0 && s < rc->n_stages; s++) after += ng_stage_steps(rc, s);
+  if (last == 0 || after >= rc->gate_steps) return 0;
+  return ng_fail("growth.gate_steps: %lld, but the last growth (stages[%d]) has %lld steps after "
+                 "it: a run must end with its gates open",
+                 (long long)rc->gate_steps, last, (long long)after);
+}
+
 static int parse_growth(cJSON *o, ng_run_config *rc) {
   static const char *const keys[] = {"position",       "init",          "gate_steps", "teacher_layers",
                                      "rescale_stream", "depth_scaled_init", NULL};
@@ -209,6 +224,7 @@ static int parse_growth(cJSON *o, ng_run_config *rc) {
   if (parse_growth_scale(o, rc)) return -1;
   if (rc->grow_init == NG_INIT_GATE && rc->gate_steps < 1)
     return ng_fail("growth.gate_steps: the gate init needs at least 1 ramp step");
+  if (rc->grow_init == NG_INIT_GATE && check_ramps_end(rc)) return -1;
   int64_t added = rc->stages[rc->n_stages - 1].depth - rc->stages[0].depth;
   if (rc->grow_init == NG_INIT_TEACHER && rc->n_grow_teacher_layers != added)
     return ng_fail("growth.teacher_layers: %lld entries for %lld new blocks",
@@ -402,11 +418,28 @@ static void apply_overrides(cJSON *root, const ng_run_overrides *ov) {
     }
 }
 
+const char *ng_config_not_run(const cJSON *root) {
+  if (!cJSON_IsObject(root) || cJSON_GetObjectItemCaseSensitive(root, "stages")) return NULL;
+  if (cJSON_GetObjectItemCaseSensitive(root, "architectures") ||
+      cJSON_GetObjectItemCaseSensitive(root, "model_type"))
+    return "a Hugging Face model's config, not a run config: its directory serves as a run's "
+           "\"teacher\", or in `normgrow diag DIR --data SHARD`";
+  if (cJSON_GetObjectItemCaseSensitive(root, "vocab_size"))
+    return "a model config, not a run config: it is what a run config's \"model\" holds, and "
+           "`normgrow plan RUN.json --teacher-config FILE` takes it";
+  return NULL;
+}
+
 static int parse_with(const char *text, const char *where, const ng_run_overrides *ov,
                       ng_run_config *rc) {
   memset(rc, 0, sizeof *rc);
   cJSON *root = cJSON_Parse(text);
   if (!root) return ng_fail("%s: not valid JSON (near byte %td)", where, cJSON_GetErrorPtr() - text);
+  const char *other = ng_config_not_run(root);
+  if (other) {
+    cJSON_Delete(root);
+    return ng_fail("%s: %s", where, other);
+  }
   apply_overrides(root, ov);
   int r = parse_root(root, rc);
   if (r == 0) rc->json = ng_json_print(root, true);

@@ -2,6 +2,7 @@
 // depth-growth curriculum, evaluation, checkpoints, metrics and resume.
 #include <errno.h>
 #include <fcntl.h>
+#include <libgen.h>
 #include <math.h>
 #include <omp.h>
 #include <signal.h>
@@ -9,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -21,6 +23,7 @@
 #include "normgrow/grow.h"
 #include "normgrow/plan.h"
 #include "normgrow/run.h"
+#include "normgrow/safetensors.h"
 #include "normgrow/topk.h"
 
 typedef struct {
@@ -165,6 +168,7 @@ static int init_student(trainer *t) {
   t->opt = ng_adamw_create(t->student);
   t->st.gate_origin = ng_xmalloc((size_t)cfg.num_hidden_layers * sizeof(int64_t));
   for (int64_t l = 0; l < cfg.num_hidden_layers; l++) t->st.gate_origin[l] = -1;
+  t->st.gate_steps = rc->gate_steps;
   ng_rng_seed(&t->st.rng, rc->seed);
   return 0;
 }
@@ -524,15 +528,6 @@ static int grow(trainer *t, int stage) {
 
 // ---------------------------------------------------------------- one step
 
-// Growth gates ramp linearly from 0 (at growth) to 1 over gate_steps steps.
-static void set_gates(trainer *t) {
-  for (int64_t l = 0; l < t->student->cfg.num_hidden_layers; l++) {
-    int64_t o = t->st.gate_origin[l];
-    t->student->gate[l] = o < 0 ? 1.0f
-                                : (float)fmin(1.0, (double)(t->st.step - o + 1) / (double)t->rc.gate_steps);
-  }
-}
-
 // FLOPs of one step, by the rule of plan.h (which `normgrow plan` uses too).
 static double step_flops(const trainer *t) {
   const ng_model *s = t->student;
@@ -595,22 +590,40 @@ static const ng_param *first_nonfinite(const ng_model *m, bool grads) {
   return NULL;
 }
 
+// A training CE (nats per token) above this many times ln(vocabulary), the CE
+// of a uniform guess, is no sane training: a weight has run away while every
+// number stays finite (docs/runs.md).
+#define CE_BOUND_UNIFORMS 100.0
+
 // After the update of step t->st.step: a non-finite loss, gradient norm or
-// weight stops the run, before anything of the step is logged or written, with
-// one line naming the step, the stage and the first non-finite tensor.
-static int check_finite(const trainer *t, double loss, double gnorm) {
+// weight, or a CE above the bound, stops the run, before anything of the step
+// is logged or written, with one line naming the step, the stage and what
+// went wrong (the first non-finite tensor).
+static int check_sane(const trainer *t, double loss, double ce, double gnorm) {
   bool bad = !isfinite(loss) || !isfinite(gnorm);
   const ng_param *g = bad ? first_nonfinite(t->student, true) : NULL;
   const ng_param *w = g ? NULL : first_nonfinite(t->student, false);
-  if (!bad && !w) return 0;
-  char what[160] = "the loss";
-  if (g) snprintf(what, sizeof what, "the gradient of %s", g->name);
-  if (w) snprintf(what, sizeof what, "%s (updated)", w->name);
-  return ng_fail("%s: step %lld (stage %lld): non-finite training (loss %g, grad norm %g), first in "
-                 "%s; stopped with nothing of it written (the last checkpoint in %s stands): lower "
-                 "lr in %s/config.json and `normgrow train --resume %s`",
-                 t->rc.name, (long long)t->st.step, (long long)t->st.stage + 1, loss, gnorm, what,
-                 t->rc.run_dir, t->rc.run_dir, t->rc.run_dir);
+  double bound = CE_BOUND_UNIFORMS * log((double)t->train.vocab_size);
+  char why[320];
+  if (bad || w) {
+    char what[160] = "the loss";
+    if (g) snprintf(what, sizeof what, "the gradient of %s", g->name);
+    if (w) snprintf(what, sizeof what, "%s (updated)", w->name);
+    snprintf(why, sizeof why, "non-finite training (loss %g, grad norm %g), first in %s", loss, gnorm,
+             what);
+  } else if (ce > bound) {
+    snprintf(why, sizeof why,
+             "training CE %g nats per token, above %g x ln(vocabulary %u) = %.1f (a uniform guess "
+             "costs ln %u): a weight has run away",
+             ce, CE_BOUND_UNIFORMS, t->train.vocab_size, bound, t->train.vocab_size);
+  } else {
+    return 0;
+  }
+  return ng_fail("%s: step %lld (stage %lld): %s; stopped with nothing of it written (the last "
+                 "checkpoint in %s stands): lower lr in %s/config.json and `normgrow train "
+                 "--resume %s`",
+                 t->rc.name, (long long)t->st.step, (long long)t->st.stage + 1, why, t->rc.run_dir,
+                 t->rc.run_dir, t->rc.run_dir);
 }
 
 static int train_step(trainer *t) {
@@ -618,7 +631,7 @@ static int train_step(trainer *t) {
   int64_t N = rc->batch * rc->seq;
   double t0 = ng_now(), lr = ng_lr_at(rc, (int)t->st.stage, t->st.step_in_stage * N), ce, kd;
   if (next_batch(t)) return -1;
-  set_gates(t);
+  ng_set_gates(t->student, &t->st, t->st.step + 1);  // growth gates ramp from 0 to 1
   ng_loss_params lp = batch_loss_params(t);
   ce = kd = 0.0;
   ng_model_zero_grad(t->student);
@@ -641,7 +654,7 @@ static int train_step(trainer *t) {
   t->st.tokens += N;
   t->st.layer_tokens += N * t->student->cfg.num_hidden_layers;
   double loss = rc->distill ? rc->loss.kd_weight * kd + (1.0 - rc->loss.kd_weight) * ce : ce;
-  if (check_finite(t, loss, gnorm)) return -1;
+  if (check_sane(t, loss, ce, gnorm)) return -1;
   cJSON *j = record(t, "step");
   cJSON_AddNumberToObject(j, "lr", lr);
   cJSON_AddNumberToObject(j, "loss", loss);
@@ -658,11 +671,20 @@ static int train_step(trainer *t) {
 // ---------------------------------------------------------------- signals
 
 // The first SIGINT or SIGTERM asks the loop to stop after its current step;
-// a second one ends the process at once.
-static volatile sig_atomic_t stop_signal;
+// a second one ends the process at once, after one line saying what stands:
+// quit_line[quit_which], made ready (the other buffer written, then the index
+// flipped) at the start and after every checkpoint, since the handler may only
+// write it.
+static volatile sig_atomic_t stop_signal, quit_which;
+static char quit_line[2][1536];
 
 static void on_signal(int sig) {
-  if (stop_signal) _exit(128 + sig);
+  if (stop_signal) {
+    const char *line = quit_line[quit_which];
+    ssize_t w = write(STDERR_FILENO, line, strlen(line));  // async-signal-safe
+    (void)w;
+    _exit(128 + sig);
+  }
   stop_signal = sig;
   static const char msg[] =
       "\nnormgrow: stopping after this step to write a checkpoint (signal again to quit at once)\n";
@@ -673,6 +695,23 @@ static void on_signal(int sig) {
 typedef struct {
   struct sigaction old_int, old_term;
 } signal_handlers;
+
+// The line of a second signal: the run's checkpoint at `step` stands (none
+// yet: step < 0).
+static void ready_quit_line(const trainer *t, int64_t step) {
+  char *line = quit_line[!quit_which];
+  const char *dir = t->rc.run_dir;
+  if (step < 0)
+    snprintf(line, sizeof quit_line[0],
+             "\nnormgrow: quit at once by a second signal, before the run's first checkpoint: "
+             "start it again with `normgrow train %s/config.json --force`\n", dir);
+  else
+    snprintf(line, sizeof quit_line[0],
+             "\nnormgrow: quit at once by a second signal: %s/checkpoint.safetensors (step %lld) "
+             "stands, the steps after it are lost; continue with `normgrow train --resume %s`\n",
+             dir, (long long)step, dir);
+  quit_which = !quit_which;
+}
 
 static void catch_signals(signal_handlers *h) {
   struct sigaction sa = {.sa_handler = on_signal};
@@ -726,7 +765,9 @@ static int save_checkpoint(trainer *t, const char *file, bool with_state) {
     return rc;
   }
   if (!is_root(t)) return 0;
-  return ng_checkpoint_save(path, t->student, with_state ? t->opt : NULL, with_state ? &t->st : NULL);
+  int rc = ng_checkpoint_save(path, t->student, with_state ? t->opt : NULL, with_state ? &t->st : NULL);
+  if (rc == 0 && with_state) ready_quit_line(t, t->st.step);
+  return rc;
 }
 
 // 0 at the end (or at --stop-after), a signal's number when one stopped the
@@ -912,6 +953,70 @@ static int log_backend(trainer *t, bool resume) {
   return ok ? 0 : ng_fail("%s: cannot append: %s", path, strerror(log_errno ? log_errno : EIO));
 }
 
+// The checkpoint's gate ramps run over the config's growth.gate_steps (a
+// change would make another run): checked once a ramp has begun.
+static int check_gate_steps(trainer *t, const char *config, const char *path) {
+  for (int64_t l = 0; l < t->student->cfg.num_hidden_layers; l++)
+    if (t->st.gate_origin[l] >= 0 && t->st.gate_steps != t->rc.gate_steps)
+      return ng_fail("%s: growth.gate_steps is %lld, but the gate ramps of %s run over %lld "
+                     "steps (block %lld's from step %lld); growth must stay as it was",
+                     config, (long long)t->rc.gate_steps, path, (long long)t->st.gate_steps,
+                     (long long)l + 1, (long long)t->st.gate_origin[l]);
+  t->st.gate_steps = t->rc.gate_steps;
+  return 0;
+}
+
+// --resume FILE: a checkpoint of a run (then the run's directory resumes),
+// another checkpoint, or another file.
+static int resume_file(const char *file) {
+  ng_st_file f;
+  bool ckpt = ng_st_open(&f, file) == 0;
+  if (ckpt) {
+    const char *format = ng_st_meta(&f, "format");
+    ckpt = format && strcmp(format, NG_CKPT_FORMAT) == 0;
+    ng_st_close(&f);
+  }
+  char *copy = ng_xstrdup(file), *run = dirname(copy), config[600];
+  snprintf(config, sizeof config, "%s/config.json", run);
+  int rc = ckpt && access(config, F_OK) == 0
+               ? ng_fail("%s: a checkpoint file of the run in %s, not a run directory: resume that "
+                         "run with `normgrow train --resume %s`", file, run, run)
+           : ckpt ? ng_fail("%s: a checkpoint file, not a run directory: --resume takes the "
+                            "directory a run trains in; a checkpoint serves as a run's "
+                            "\"teacher\", or in `normgrow diag` and `normgrow export`", file)
+                  : ng_fail("%s: a file, not a run directory: --resume takes the directory a run "
+                            "trains in (`normgrow runs` lists those under runs/)", file);
+  free(copy);
+  return rc;
+}
+
+// --resume DIR: refused, saying what DIR is and what would work, when it is
+// no run directory: nothing there, a file, a data directory, or a directory
+// without config.json (a config.json that is not a run's is the run config
+// loader's to name).
+static int check_resumable(const char *dir) {
+  static const char *const shards[] = {"train.bin", "train.manifest.json", "val.bin",
+                                       "val.manifest.json", NULL};
+  struct stat st;
+  char path[600];
+  if (stat(dir, &st) != 0)
+    return ng_fail("%s: nothing there; --resume takes the directory of a run (`normgrow runs` "
+                   "lists those under runs/)", dir);
+  if (!S_ISDIR(st.st_mode)) return resume_file(dir);
+  for (int i = 0; shards[i]; i++) {
+    snprintf(path, sizeof path, "%s/%s", dir, shards[i]);
+    if (access(path, F_OK) == 0)
+      return ng_fail("%s: a data directory (it holds %s), not a run directory: a run config names "
+                     "its shards in data.train and data.val, and --resume takes the directory a "
+                     "run trains in", dir, shards[i]);
+  }
+  snprintf(path, sizeof path, "%s/config.json", dir);
+  if (access(path, F_OK) != 0)
+    return ng_fail("%s: no config.json, so no run to resume (start one with `normgrow train "
+                   "RUN.json --run-dir %s`)", dir, dir);
+  return 0;
+}
+
 // The run in `dir` at its checkpoint, on the overrides' backend and precision
 // when given; config.json is extended (rewritten) only once the checkpoint has
 // loaded.
@@ -919,12 +1024,11 @@ static int resume_from(trainer *t, const char *dir, const ng_run_overrides *ov,
                        int64_t extend_tokens) {
   char config[600], path[600];
   snprintf(config, sizeof config, "%s/config.json", dir);
-  if (access(config, F_OK) != 0)
-    return ng_fail("%s: no config.json, so no run to resume (start one with `normgrow train "
-                   "RUN.json --run-dir %s`)", dir, dir);
-  if (lock_run_dir(t, dir)) return -1;
   ng_run_overrides where = {.seed = -1, .backend = ov->backend, .precision = ov->precision};
-  if (ng_run_config_load(config, &where, &t->rc) || open_backend(t)) return -1;
+  // What DIR is, and its config read, before the lock writes anything there.
+  if (check_resumable(dir) || ng_run_config_load(config, &where, &t->rc) ||
+      lock_run_dir(t, dir) || open_backend(t))
+    return -1;
   snprintf(path, sizeof path, "%s/checkpoint.safetensors", dir);
   if (access(path, F_OK) != 0)
     return ng_fail("%s: a run's config.json but no checkpoint.safetensors (the first is written "
@@ -936,6 +1040,7 @@ static int resume_from(trainer *t, const char *dir, const ng_run_overrides *ov,
     return ng_fail("%s: tensor %s holds a NaN or an Inf: this checkpoint cannot be resumed", path,
                    bad->name);
   if (t->st.stage >= t->rc.n_stages) return ng_fail("%s: stage %lld of %d", path, (long long)t->st.stage, t->rc.n_stages);
+  if (check_gate_steps(t, config, path)) return -1;
   if (extend_tokens > 0 && extend_run(t, config, extend_tokens)) return -1;
   snprintf(t->rc.run_dir, sizeof t->rc.run_dir, "%s", dir);
   return 0;
@@ -1026,8 +1131,7 @@ int ng_train(const ng_train_args *args) {
   if (open_comm(&t)) return -1;
   int rc = resume_dir ? resume_from(&t, resume_dir, &args->overrides, args->extend_tokens)
                       : (ng_run_config_load(args->config_path, &args->overrides, &t.rc) ||
-                         open_backend(&t) || lock_run_dir(&t, t.rc.run_dir) ||
-                                 claim_run_dir(&t, args->force)
+                                 open_backend(&t)
                              ? -1
                              : 0);
   t.steps_total = rc == 0 ? ng_run_steps(&t.rc) : 0;
@@ -1040,7 +1144,16 @@ int ng_train(const ng_train_args *args) {
     return 0;
   }
   if (rc == 0) rc = open_data(&t) || open_caches(&t) || check_run_memory(&t) || load_teacher(&t) ? -1 : 0;
-  if (rc == 0 && !resume_dir) rc = init_student(&t) || make_run_dir(&t) ? -1 : 0;
+  // A new run's directory is made (and claimed) once its inputs have opened.
+  if (rc == 0 && !resume_dir)
+    rc = init_student(&t) || lock_run_dir(&t, t.rc.run_dir) || claim_run_dir(&t, args->force) ||
+                 make_run_dir(&t)
+             ? -1
+             : 0;
+  if (rc == 0 && resume_dir && is_root(&t))
+    fprintf(stderr, "%s: resuming %s from its checkpoint at step %lld of %lld (stage %lld of %d)\n",
+            t.rc.name, resume_dir, (long long)t.st.step, (long long)t.steps_total,
+            (long long)t.st.stage + 1, t.rc.n_stages);
   if (rc == 0) {
     if (t.rc.freeze_embeddings) ng_model_freeze(t.student, -1, true);
     if (t.zero) ng_zero_shard_moments(t.student, t.opt, t.zero);
@@ -1054,6 +1167,7 @@ int ng_train(const ng_train_args *args) {
              ? -1
              : 0;
     signal_handlers h;
+    ready_quit_line(&t, resume ? t.st.step : -1);
     catch_signals(&h);
     if (rc == 0) rc = run_stages(&t);
     release_signals(&h);

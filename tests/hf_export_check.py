@@ -50,7 +50,7 @@ def normgrow_logits(binary, export_dir, tokens, work):
                         "weight_decay": 0.0, "grad_clip": 0.0}}
     case_path, out_path = work / "export_case.safetensors", work / "export_out.safetensors"
     Case(config, tokens, tokens.roll(-1, dims=1), None, params).save(case_path)
-    proc = subprocess.run([binary, "golden-eval", str(case_path), str(out_path)],
+    proc = subprocess.run([binary, "golden-eval", str(case_path), str(out_path), "--force"],
                           capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"golden-eval failed: {proc.stderr.strip()}")

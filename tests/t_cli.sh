@@ -45,6 +45,30 @@ for cmd in $commands; do
   fi
 done
 
+# A mistyped command: one line naming the closest command (swapped letters,
+# a letter missing or wrong); a name close to none gets no guess.
+for typo in tarin:train diga:diag exprot:export golden-chek:golden-check plna:plan xyzzy:; do
+  "$bin" "${typo%%:*}" >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  want=${typo#*:}
+  if [ "$rc" -ne 0 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && grep -q "unknown command \"${typo%%:*}\"" "$tmp/err" &&
+    if [ -n "$want" ]; then grep -q "did you mean \"$want\"?" "$tmp/err"; else ! grep -q "did you mean" "$tmp/err"; fi; then
+    echo "ok mistyped command ${typo%%:*}: $(cat "$tmp/err")"
+  else
+    echo "FAIL mistyped command ${typo%%:*}: exit $rc, stderr: $(cat "$tmp/err")"
+  fi
+done
+
+# An option missing its value before the next option says so (not "2 arguments given").
+"$bin" train --seed --run-dir "$tmp/d" >"$tmp/out" 2>"$tmp/err"
+rc=$?
+if [ "$rc" -ne 0 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && grep -q "option --seed needs a value (--run-dir follows it)" "$tmp/err" &&
+  [ ! -e "$tmp/d" ]; then
+  echo "ok an option without its value: $(cat "$tmp/err")"
+else
+  echo "FAIL an option without its value: exit $rc, stderr: $(cat "$tmp/err")"
+fi
+
 # A backend or precision that is not there: one line naming it, no output.
 case_file=$root/golden/pre_gqa4_long.safetensors
 # ONEDNN_MAX_CPU_ISA=AVX512_CORE hides AVX-512 BF16 and AMX from oneDNN: a CPU without them.
@@ -57,6 +81,23 @@ for args in "--precision bf16:cpu" "--backend nosuch:nosuch" "--precision fp16:f
     echo "ok golden-eval ${args%%:*} refused: $(cat "$tmp/err")"
   else
     echo "FAIL golden-eval ${args%%:*}: exit $rc, stderr: $(cat "$tmp/err")"
+  fi
+done
+
+# Nothing is replaced without --force (docs/runs.md): golden-eval's OUT and
+# golden-make's CASE are refused in one line and left as they were; --force
+# replaces them.
+spec=$(ls "$root"/golden/specs/*.json | head -n 1)
+for form in "golden-eval $case_file" "golden-make $spec"; do
+  printf 'taken' >"$tmp/taken"
+  "$bin" $form "$tmp/taken" >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  if [ "$rc" -ne 0 ] && [ "$rc" -lt 128 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && grep -q -- "--force" "$tmp/err" &&
+    [ "$(cat "$tmp/taken")" = taken ] && "$bin" $form "$tmp/taken" --force >/dev/null 2>&1 &&
+    [ "$(stat -c %s "$tmp/taken")" -gt 5 ]; then
+    echo "ok ${form%% *} refuses to replace its output without --force: $(cat "$tmp/err")"
+  else
+    echo "FAIL ${form%% *} with an existing output: exit $rc, stderr: $(cat "$tmp/err")"
   fi
 done
 

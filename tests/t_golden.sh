@@ -65,8 +65,8 @@ case=$root/golden/post_untied_final_gqa2_teacher.safetensors
     echo "FAIL golden-eval with recompute: outputs differ"
   fi
 for threads in 1 2; do
-  "$bin" --threads "$threads" golden-eval "$case" "$tmp/a.safetensors" &&
-    "$bin" --threads "$threads" golden-eval "$case" "$tmp/b.safetensors" &&
+  "$bin" --threads "$threads" golden-eval "$case" "$tmp/a.safetensors" --force &&
+    "$bin" --threads "$threads" golden-eval "$case" "$tmp/b.safetensors" --force &&
     if cmp -s "$tmp/a.safetensors" "$tmp/b.safetensors"; then
       echo "ok golden-eval deterministic with $threads threads"
     else

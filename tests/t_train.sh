@@ -76,6 +76,58 @@ else
   echo "FAIL diag.jsonl's growth records do not match metrics.jsonl's growths"
 fi
 
+# A checkpoint taken inside a growth ramp (gated growth at step 8, a 32-step
+# ramp, stopped at step 16: block 2's gate at 0.25) is read with its gates by
+# every reader. diag's intact CE is the run's own evaluation at step 16 to the
+# bit: the same fixed validation batches, teacher and loss, one micro-batch per
+# batch and the default loss chunk, on the same backend and threads, so the
+# same operations in the same order. export refuses in one line (a Hugging Face
+# model has no gate). The resumed run logs its growth at step 16 from the same
+# model (val_ce_before = that evaluation) and ends as the uninterrupted run.
+for r in ramp ramp-whole; do
+  sed "s|\"run_dir\": \"[^\"]*\"|\"run_dir\": \"$tmp/$r\"|; s|\"init\": \"copy_below\"}|\"init\": \"gate\", \"gate_steps\": 32}|;
+       s|\"every_steps\": 50|\"every_steps\": 8|; s|\"checkpoint_every_steps\": 7|\"checkpoint_every_steps\": 8|;
+       s|\"tokens\": 30720}, {\"depth\": 2, \"tokens\": 30720}, {\"depth\": 3, \"tokens\": 30720}|\"tokens\": 2048}, {\"depth\": 2, \"tokens\": 2048}, {\"depth\": 3, \"tokens\": 10240}|" \
+    "$tmp/whole.json" >"$tmp/$r.json"
+done
+"$bin" train "$tmp/ramp-whole.json" 2>/dev/null && "$bin" train "$tmp/ramp.json" --stop-after 16 2>/dev/null
+rc=$?
+"$bin" diag "$tmp/ramp/checkpoint.safetensors" --out "$tmp/ramp-diag.json" 2>/dev/null
+"$bin" export "$tmp/ramp/checkpoint.safetensors" "$tmp/ramp-hf" 2>"$tmp/ramp-export.err"
+export_rc=$?
+cp "$tmp/ramp/metrics.jsonl" "$tmp/ramp-stopped.jsonl"
+"$bin" train --resume "$tmp/ramp" 2>/dev/null || rc=$?
+if [ "$rc" -eq 0 ] && python3 - "$tmp" <<'PY'; then
+import json, sys
+tmp = sys.argv[1]
+def records(path, event):
+    return [r for r in map(json.loads, open(path)) if r["event"] == event]
+own = [r["val_ce"] for r in records(f"{tmp}/ramp-stopped.jsonl", "eval") if r["step"] == 16]
+diag = json.load(open(f"{tmp}/ramp-diag.json"))["ablation"]["intact"]["ce"]
+grew = [r for r in records(f"{tmp}/ramp/metrics.jsonl", "growth") if r["step"] == 16]
+whole = [r for r in records(f"{tmp}/ramp-whole/metrics.jsonl", "growth") if r["step"] == 16]
+print("# step 16: own eval", own, "diag", diag, "resumed growth", [g["val_ce_before"] for g in grew],
+      "uninterrupted growth", [g["val_ce_before"] for g in whole])
+sys.exit(0 if len(own) == 1 and diag == own[0] and len(grew) == 1 and
+         grew[0]["val_ce_before"] == own[0] and grew[0] == {**whole[0], "time": grew[0]["time"]} else 1)
+PY
+  echo "ok a checkpoint inside a growth ramp: diag and the resumed growth read its evaluation's model"
+else
+  echo "FAIL a checkpoint inside a growth ramp: diag or the resumed run read another model than the run evaluated"
+fi
+if [ "$export_rc" -ne 0 ] && [ "$export_rc" -lt 128 ] && [ "$(wc -l <"$tmp/ramp-export.err")" -eq 1 ] &&
+   grep -q "step 16 is inside a growth ramp (gate 0.25 of block 2).*step 40" "$tmp/ramp-export.err" &&
+   [ ! -e "$tmp/ramp-hf/config.json" ]; then
+  echo "ok export of a checkpoint inside a growth ramp refused: $(cat "$tmp/ramp-export.err")"
+else
+  echo "FAIL export of a checkpoint inside a growth ramp: exit $export_rc, stderr: $(cat "$tmp/ramp-export.err")"
+fi
+if cmp -s "$tmp/ramp-whole/final.safetensors" "$tmp/ramp/final.safetensors"; then
+  echo "ok a run stopped inside a growth ramp and resumed ends bit-identical"
+else
+  echo "FAIL a run stopped inside a growth ramp and resumed: final weights differ"
+fi
+
 # The interventions on the stream's scale in a run: a Pre-Norm arm grown with
 # gated, depth-scaled blocks and its stream rescaled at each growth keeps its
 # function across the growth (val CE before = after, up to the norms' eps) and

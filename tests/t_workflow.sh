@@ -73,6 +73,20 @@ check "resuming a finished run says so and changes nothing: $(cat "$tmp/err")" \
 mkdir -p "$tmp/notrun"
 "$bin" train --resume "$tmp/notrun" 2>"$tmp/err"
 refused "resume of a directory without a run" "$tmp/err" $? "no config.json" "normgrow train RUN.json --run-dir"
+# --resume on a path that is no run says what it is and what would work, and
+# writes nothing there.
+"$bin" train --resume "$tmp/nothing" 2>"$tmp/err"
+refused "resume of a path with nothing there" "$tmp/err" $? "$tmp/nothing: nothing there" "normgrow runs"
+"$bin" train --resume "$tmp/data" 2>"$tmp/err"
+refused "resume of a data directory" "$tmp/err" $? "$tmp/data: a data directory" "data.train"
+"$bin" train --resume "$tmp/whole/final.safetensors" 2>"$tmp/err"
+refused "resume of a run's checkpoint file" "$tmp/err" $? "a checkpoint file of the run in $tmp/whole" \
+  "normgrow train --resume $tmp/whole\`"
+"$bin" export "$tmp/whole/final.safetensors" "$tmp/hf-notrun" >/dev/null
+"$bin" train --resume "$tmp/hf-notrun" 2>"$tmp/err"
+refused "resume of a Hugging Face model directory" "$tmp/err" $? "a Hugging Face model's config, not a run config" "\"teacher\""
+check "a refused resume left no train.lock in the data and Hugging Face directories" \
+  bash -c '[ ! -e "$1/train.lock" ] && [ ! -e "$2/train.lock" ]' _ "$tmp/data" "$tmp/hf-notrun"
 
 # SIGINT while training: the step finishes, a checkpoint is written (none was
 # due: checkpoints every 1000 steps), exit 130 with how to resume; the resumed
@@ -90,9 +104,22 @@ last=$(tail -n 1 "$tmp/sig.err")
 check "SIGINT: exit 130, checkpoint written, the last line says how to resume: $last" \
   bash -c '[ "$1" = 130 ] && [ -f "$2/checkpoint.safetensors" ] && [[ $3 == *"stopped by SIGINT after step"*"normgrow train --resume $2"* ]]' \
   _ "$rc" "$tmp/sig" "$last"
-"$bin" train --resume "$tmp/sig" 2>/dev/null || echo "FAIL train: resume after SIGINT failed"
+"$bin" train --resume "$tmp/sig" 2>"$tmp/resume.err" || echo "FAIL train: resume after SIGINT failed"
+check "a resume says where it starts: $(head -n 1 "$tmp/resume.err")" \
+  grep -q "^arm: resuming $tmp/sig from its checkpoint at step $(sed -n 's/.*after step \([0-9]*\).*/\1/p' <<<"$last") of 800 (stage [12] of 2)" "$tmp/resume.err"
 check "SIGINT at step $(sed -n 's/.*after step \([0-9]*\).*/\1/p' <<<"$last"), resumed: final weights bit-identical" \
   cmp -s "$tmp/whole/final.safetensors" "$tmp/sig/final.safetensors"
+
+# A run whose data or teacher is missing is refused before its directory is
+# made: nothing is left behind.
+sed 's|"run_dir": "[^"]*"|"run_dir": "'"$tmp"'/nodata"|; s|/data/train.bin|/data/none.bin|' "$tmp/whole.json" >"$tmp/nodata.json"
+sed 's|"run_dir": "[^"]*"|"run_dir": "'"$tmp"'/noteacher"|; s|"mode": "pretrain"|"mode": "distill", "teacher": "'"$tmp"'/none.safetensors", "loss": {"kd_weight": 0.5, "temperature": 2.0}|' \
+  "$tmp/whole.json" >"$tmp/noteacher.json"
+for r in nodata:none.bin noteacher:none.safetensors; do
+  "$bin" train "$tmp/${r%%:*}.json" 2>"$tmp/err"
+  refused "a run whose ${r%%:*} input is missing" "$tmp/err" $? "${r#*:}"
+  check "  ... leaves no run directory behind" test ! -e "$tmp/${r%%:*}"
+done
 
 # --resume on a run stopped before its first checkpoint explains what to do.
 config arm "$tmp/early" 204800 8 32 1000 post false >"$tmp/early.json"
@@ -122,8 +149,10 @@ for attempt in 1 2 3; do
   rc=$?
   grep -q "stopped by" "$tmp/slow.err" || break
 done
-check "a second SIGTERM quits at once: status $rc, no checkpoint" \
-  bash -c '[ "$1" = 143 ] && [ ! -f "$2/checkpoint.safetensors" ] && ! grep -q "stopped by" "$3"' _ "$rc" "$tmp/slow" "$tmp/slow.err"
+check "a second SIGTERM quits at once: status $rc, no checkpoint, one line saying so: $(tail -n 1 "$tmp/slow.err")" \
+  bash -c '[ "$1" = 143 ] && [ ! -f "$2/checkpoint.safetensors" ] && ! grep -q "stopped by" "$3" &&
+    tail -n 1 "$3" | grep -q "quit at once by a second signal, before the run.s first checkpoint.*--force"' \
+  _ "$rc" "$tmp/slow" "$tmp/slow.err"
 
 # --extend-tokens: a finished run trained on equals a run configured that long.
 config arm "$tmp/short" 102400 8 32 7 post false >"$tmp/short.json"

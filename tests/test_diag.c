@@ -618,8 +618,20 @@ static void test_command(void) {
   cJSON_free(got_text);
   cJSON_Delete(j);
   cJSON_free(want);
-  free(got);
   free(printed);
+
+  // an existing FILE is replaced only with --force: refused in one line, unchanged
+  snprintf(args, sizeof args, "'%s' --data '%s' --batches 1 --out '%s'", student_ckpt, shard_path, out);
+  expect_error("an existing --out FILE without --force", args, "--force");
+  char *kept = slurp(out);
+  CHECK(kept && got && strcmp(kept, got) == 0, "diag leaves an existing --out FILE as it was", "file changed");
+  free(kept);
+  snprintf(args, sizeof args, "'%s' --data '%s' --batches 1 --out '%s' --force", student_ckpt, shard_path, out);
+  rc = run_diag(args, stdout_path, err, sizeof err);
+  kept = slurp(out);
+  CHECK(rc == 0 && kept && got && strcmp(kept, got) != 0, "diag --out FILE --force replaces it", "status %d, %s", rc, err);
+  free(kept);
+  free(got);
 
   // defaults (4 x 8 x 128 tokens wrap around the shard) and stdout
   snprintf(args, sizeof args, "'%s' --data '%s'", student_ckpt, shard_path);

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -29,7 +30,8 @@ static ng_backend *be;
 
 static void path_of(char *out, size_t n, const char *file) { snprintf(out, n, "%s/%s", dir, file); }
 
-// A 2-block Pre-Norm model with optimizer and state after 9 steps.
+// A 2-block Pre-Norm model with optimizer and state after 9 steps, block 2
+// in a gate ramp of 8 steps begun at step 4.
 static void write_good_checkpoint(void) {
   ng_model_config c = {.vocab_size = 32, .hidden_size = 8, .intermediate_size = 12, .num_hidden_layers = 2,
                        .num_attention_heads = 2, .num_key_value_heads = 1, .head_dim = 4, .rope_theta = 1e4,
@@ -38,12 +40,22 @@ static void write_good_checkpoint(void) {
   ng_adamw *o = ng_adamw_create(m);
   int64_t origin[2] = {-1, 4};
   ng_train_state st = {.step = 9, .stage = 1, .step_in_stage = 4, .tokens = 288, .layer_tokens = 448,
-                       .flops = 1e6, .gate_origin = origin};
+                       .flops = 1e6, .gate_origin = origin, .gate_steps = 8};
   ng_rng_seed(&st.rng, 3);
   for (int i = 0; i < o->n; i++) o->steps[i] = 9;
   path_of(good_path, sizeof good_path, "good.safetensors");
   NG_ASSERT(ng_checkpoint_save(good_path, m, o, &st) == 0);
   ng_adamw_free(m, o);
+  ng_model_free(m);
+}
+
+// The good checkpoint's weights as a Hugging Face directory, its ramp taken
+// as done (a Hugging Face model has no gate).
+static void export_good(const char *hf) {
+  ng_model *m = NULL;
+  NG_ASSERT(ng_checkpoint_load(good_path, be, false, &m, NULL, NULL) == 0);
+  m->gate[1] = 1.0f;
+  NG_ASSERT(ng_hf_export(m, hf, NG_F32, 0) == 0);
   ng_model_free(m);
 }
 
@@ -101,9 +113,15 @@ static void test_state(void) {
   ng_adamw *o = NULL;
   ng_train_state st = {0};
   int rc = ng_checkpoint_load(good_path, be, true, &m, &o, &st);
-  CHECK(rc == 0 && st.step == 9 && st.gate_origin[1] == 4 && o->steps[0] == 9, "the good state loads",
-        "%s", ng_error());
+  CHECK(rc == 0 && st.step == 9 && st.gate_origin[1] == 4 && st.gate_steps == 8 && o->steps[0] == 9,
+        "the good state loads", "%s", ng_error());
   if (rc == 0) ng_adamw_free(m, o), ng_model_free(m), free(st.gate_origin);
+  // Any reader gets the gates of the state's step: (9 - 4) / 8 for block 2.
+  rc = ng_checkpoint_load(good_path, be, false, &m, NULL, NULL);
+  CHECK(rc == 0 && m->gate[0] == 1.0f && m->gate[1] == 0.625f,
+        "a model read from a checkpoint has its state's gates (1, 0.625)", "rc %d, gates %g %g", rc,
+        rc ? 0.0 : (double)m->gate[0], rc ? 0.0 : (double)m->gate[1]);
+  if (rc == 0) ng_model_free(m);
   bad_state("gate_origin of 1e300 (an out-of-range cast before)", "gate_origin", 1, "1e300", "state.gate_origin[1]");
   bad_state("gate_origin as a string", "gate_origin", 0, "\"4\"", "state.gate_origin[0]");
   bad_state("gate_origin of 1.5", "gate_origin", 1, "1.5", "state.gate_origin[1]");
@@ -129,7 +147,41 @@ static void test_state(void) {
   bad_state("stage of 1e300", "stage", -1, "1e300", "state.stage");
   bad_state("flops negative", "flops", -1, "-1", "state.flops");
   bad_state("gate_origin too short", "gate_origin", -1, "[-1]", "state.gate_origin");
+  bad_state("gate_steps of 0 with a ramp begun", "gate_steps", -1, "0", "state.gate_steps");
+  bad_state("gate_steps as a string", "gate_steps", -1, "\"8\"", "state.gate_steps");
+  bad_state("gate_steps of -1", "gate_steps", -1, "-1", "state.gate_steps");
   bad_state("an unknown key", "extra", -1, "1", "unknown key \"extra\"");
+}
+
+// A state of an earlier normgrow (no gate_steps) with a ramp begun: refused
+// naming state.gate_steps alone, read with growth.gate_steps of the run's
+// config.json beside it.
+static void test_older_state(void) {
+  ng_st_file f;
+  NG_ASSERT(ng_st_open(&f, good_path) == 0);
+  cJSON *s = cJSON_Parse(ng_st_meta(&f, "state"));
+  ng_st_close(&f);
+  NG_ASSERT(s);
+  cJSON_DeleteItemFromObjectCaseSensitive(s, "gate_steps");
+  char *text = ng_json_print(s, false), run[128], path[160], config[160];
+  cJSON_Delete(s);
+  path_of(run, sizeof run, "older");
+  NG_ASSERT(mkdir(run, 0777) == 0);
+  snprintf(path, sizeof path, "%s/checkpoint.safetensors", run);
+  snprintf(config, sizeof config, "%s/config.json", run);
+  write_with_meta(good_path, path, "state", text);
+  free(text);
+  ng_model *m = NULL;
+  int rc = ng_checkpoint_load(path, be, false, &m, NULL, NULL);
+  CHECK(rc != 0 && strstr(ng_error(), "state.gate_steps") && !strchr(ng_error(), '\n'),
+        "an older state with a ramp and no config.json beside it: refused", "rc %d: %s", rc, ng_error());
+  if (rc == 0) ng_model_free(m);
+  FILE *c = fopen(config, "w");
+  NG_ASSERT(c && fputs("{\"growth\": {\"init\": \"gate\", \"gate_steps\": 8}}", c) >= 0 && fclose(c) == 0);
+  rc = ng_checkpoint_load(path, be, false, &m, NULL, NULL);
+  CHECK(rc == 0 && m->gate[1] == 0.625f, "an older state takes gate_steps from the run's config.json",
+        "rc %d: %s", rc, rc ? ng_error() : "gate differs");
+  if (rc == 0) ng_model_free(m);
 }
 
 // ---------------------------------------------------------------- 100,000 layers
@@ -206,12 +258,9 @@ static void test_many_layers(void) {
                        open_checkpoint, path, 0, "100000 blocks");
 
   // A Hugging Face directory whose config.json says 100,000 layers.
-  ng_model *m = NULL;
-  NG_ASSERT(ng_checkpoint_load(good_path, be, false, &m, NULL, NULL) == 0);
   char hf[128];
   path_of(hf, sizeof hf, "hf");
-  NG_ASSERT(ng_hf_export(m, hf, NG_F32, 0) == 0);
-  ng_model_free(m);
+  export_good(hf);
   const char *keys[] = {"num_hidden_layers", "max_window_layers"};
   double values[] = {100000, 100000};
   patch_hf_config(hf, keys, values, 2);
@@ -314,10 +363,7 @@ static void test_model_memory(void) {
   // The same weights as a Hugging Face directory (the tiny model's export, widened).
   char hf[128], st[160];
   path_of(hf, sizeof hf, "hf-wide");
-  ng_model *m = NULL;
-  NG_ASSERT(ng_checkpoint_load(good_path, be, false, &m, NULL, NULL) == 0);
-  NG_ASSERT(ng_hf_export(m, hf, NG_F32, 0) == 0);
-  ng_model_free(m);
+  export_good(hf);
   const char *keys[] = {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "max_window_layers",
                         "num_attention_heads", "num_key_value_heads", "head_dim"};
   double values[] = {(double)c.vocab_size, 4096, 64, 1, 1, 2, 1, 4};
@@ -375,6 +421,7 @@ int main(void) {
   NG_ASSERT(mkdtemp(dir));
   write_good_checkpoint();
   test_state();
+  test_older_state();
   test_many_layers();
   test_memory();
   test_model_memory();

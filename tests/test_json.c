@@ -145,7 +145,7 @@ static const char *crafted_run =
     "   \"weight_decay\": 0.10000000000000002, \"grad_clip\": 1.0000000000000002},"
     " \"lr\": {\"peak\": 0.0030000000000000005, \"floor\": 0.00030000000000000003, \"warmup_tokens\": 64, \"shape\": \"cosine\"},"
     " \"init\": {\"std\": 0.020000000000000004},"
-    " \"growth\": {\"position\": \"interleave\", \"init\": \"gate\", \"gate_steps\": 9007199254740991},"
+    " \"growth\": {\"position\": \"interleave\", \"init\": \"gate\", \"gate_steps\": 10},"
     " \"stages\": [{\"depth\": 1, \"tokens\": 320}, {\"depth\": 2, \"tokens\": 320,"
     "   \"lr\": {\"peak\": 0.0030000000000000005, \"floor\": 0, \"warmup_tokens\": 0, \"shape\": \"linear\"}}],"
     " \"eval\": {\"every_steps\": 9007199254740991, \"batches\": 2}, \"checkpoint_every_steps\": 7}";
@@ -264,7 +264,8 @@ static void test_checkpoint_round_trip(void) {
   ng_adamw *o = ng_adamw_create(m);
   int64_t origin[2] = {-1, 3};
   ng_train_state st = {.step = 9, .stage = 1, .step_in_stage = 4, .tokens = NG_JSON_MAX_INT,
-                       .layer_tokens = NG_JSON_MAX_INT, .flops = 1e15 * 0.1 * 3, .gate_origin = origin};
+                       .layer_tokens = NG_JSON_MAX_INT, .flops = 1e15 * 0.1 * 3, .gate_origin = origin,
+                       .gate_steps = NG_JSON_MAX_INT};
   ng_rng_seed(&st.rng, 77);
   for (int i = 0; i < o->n; i++) o->steps[i] = i % 10;
   char path[128];
@@ -281,7 +282,7 @@ static void test_checkpoint_round_trip(void) {
                  st2.step_in_stage == st.step_in_stage && st2.tokens == st.tokens &&
                  st2.layer_tokens == st.layer_tokens && ng_same_bits(st2.flops, st.flops) &&
                  memcmp(&st2.rng, &st.rng, sizeof st.rng) == 0 && st2.gate_origin[0] == -1 &&
-                 st2.gate_origin[1] == 3 && memcmp(o2->steps, o->steps, (size_t)o->n * sizeof(int64_t)) == 0;
+                 st2.gate_origin[1] == 3 && st2.gate_steps == st.gate_steps && memcmp(o2->steps, o->steps, (size_t)o->n * sizeof(int64_t)) == 0;
   CHECK(st_same, "a checkpoint's training state reads back exactly (flops 3e14 x (0.1 x 3), counts of 2^53 - 1)",
         "%s", rc ? ng_error() : "state differs");
   if (rc == 0) {

@@ -5,7 +5,8 @@
 // and resumes from its last checkpoint once config.json has a sane learning
 // rate (the resume re-reads it). A checkpoint with one Inf weight (written by
 // the test into a real checkpoint) is refused on resume with the tensor named,
-// and left as it was.
+// and left as it was; one with a finite but absurd weight (1e30) stops at the
+// next step on the CE bound (100 x ln(vocabulary)).
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -104,7 +105,17 @@ static int read_steps(const char *path, int64_t *steps, double *lrs, int max) {
   return k;
 }
 
-// Stage 2 diverges: the run stops at a step of stage 2, names a tensor, keeps
+// Whether a stop's message names what stopped it: the first non-finite value
+// (the gradient of a tensor, an updated tensor, or the loss), or the CE bound.
+static bool stop_named(const char *msg) {
+  return (strstr(msg, "non-finite") &&
+          (strstr(msg, "first in the gradient of ") || strstr(msg, " (updated)") ||
+           strstr(msg, "first in the loss"))) ||
+         (strstr(msg, "training CE") && strstr(msg, "above 100 x ln(vocabulary 257) = 554.9"));
+}
+
+// Stage 2 diverges: the run stops at a step of stage 2 (the CE bound or a
+// non-finite value, whichever comes first), names what stopped it, keeps
 // the checkpoint of step 10 and writes no final weights; config.json then gets
 // a sane LR and weight decay and the run resumes from step 10 to the end.
 static void check_divergence(void) {
@@ -122,9 +133,7 @@ static void check_divergence(void) {
   const char *at = strstr(msg, ": step ");
   if (at) step = strtol(at + 7, NULL, 10);
   int64_t ckpt_step = -1;
-  bool named = strstr(msg, "(stage 2)") && strstr(msg, "non-finite") && strchr(msg, '\n') == NULL &&
-               (strstr(msg, "first in the gradient of ") || strstr(msg, " (updated)") ||
-                strstr(msg, "first in the loss"));
+  bool named = strstr(msg, "(stage 2)") && strchr(msg, '\n') == NULL && stop_named(msg);
   CHECK(rc == -1 && named && step > 10 && step <= 30, "a diverging run stops at its step with one line",
         "status %d: %s", rc, msg);
   printf("# %s\n", msg);
@@ -153,8 +162,8 @@ static void check_divergence(void) {
         "status %d (%s), %d step records", rc, rc ? ng_error() : "", n);
 }
 
-// A copy of the checkpoint `path` (in place) with element 3 of `name` set to +Inf.
-static void poison(const char *path, const char *name) {
+// A copy of the checkpoint `path` (in place) with element 3 of `name` set to `value`.
+static void poison(const char *path, const char *name, float value) {
   ng_st_file f;
   NG_ASSERT(ng_st_open(&f, path) == 0);
   ng_st_writer *w = ng_st_writer_new();
@@ -167,7 +176,7 @@ static void poison(const char *path, const char *name) {
       NG_ASSERT(t->dtype == NG_F32 && t->numel >= 4);
       bad = ng_xmalloc(t->numel * sizeof(float));
       memcpy(bad, t->data, t->numel * sizeof(float));
-      bad[3] = INFINITY;
+      bad[3] = value;
       data = bad;
     }
     ng_st_writer_add(w, t->name, t->dtype, t->ndim, t->shape, data);
@@ -191,7 +200,7 @@ static void check_poisoned(void) {
   ng_train_args a = {.config_path = config, .overrides = {.seed = -1}};
   bool trained = ng_train(&a) == 0;
   const char *tensor = "model.layers.1.mlp.down_proj.weight";
-  poison(ckpt, tensor);
+  poison(ckpt, tensor, INFINITY);
   size_t n0, n1, n2, c0, c1;
   char *before = slurp(ckpt, &n0), *final_before = slurp(final, &n1), *cfg = slurp(run_config, &c0);
   ng_train_args r = {.resume_dir = run, .extend_tokens = 640};
@@ -207,6 +216,45 @@ static void check_poisoned(void) {
   free(before), free(after), free(final_before), free(final_after), free(cfg), free(cfg_after);
 }
 
+// A checkpoint of step 10 (stage 1) with element 3 of the tied embedding
+// (token 0's row, which every position's logit of token 0 reads) set to
+// `value`: the resumed run stops at step 11 with one line that `want` is in;
+// the checkpoint it resumed from stays as it was, metrics.jsonl ends at step
+// 10, and no final weights are written.
+static void check_bad_weight(const char *name, float value, const char *want) {
+  char config[160], run[96], ckpt[160], final[160], metrics[160];
+  snprintf(config, sizeof config, "%s/%s.json", dir, name);
+  snprintf(run, sizeof run, "%s/%s", dir, name);
+  snprintf(ckpt, sizeof ckpt, "%s/checkpoint.safetensors", run);
+  snprintf(final, sizeof final, "%s/final.safetensors", run);
+  snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", run);
+  write_config(config, name, "0.001", "0.1");
+  ng_train_args a = {.config_path = config, .overrides = {.seed = -1}, .stop_after = 10};
+  bool trained = ng_train(&a) == 0;
+  poison(ckpt, "model.embed_tokens.weight", value);
+  size_t n0, n1;
+  char *before = slurp(ckpt, &n0);
+  ng_train_args r = {.resume_dir = run};
+  int rc = ng_train(&r);
+  const char *msg = ng_error();
+  char *after = slurp(ckpt, &n1);
+  int64_t steps[64];
+  double lrs[64];
+  int n = read_steps(metrics, steps, lrs, 64);
+  bool kept = n0 == n1 && memcmp(before, after, n0) == 0 && access(final, F_OK) != 0 && n == 10 &&
+              steps[n - 1] == 10;
+  char what[200];
+  snprintf(what, sizeof what, "a weight of %g: the run stops at the next step with one line, its checkpoint kept",
+           (double)value);
+  CHECK(trained && rc == -1 && strstr(msg, "step 11 (stage 2)") && strstr(msg, want) && stop_named(msg) &&
+            !strchr(msg, '\n') && kept,
+        what, "status %d: %s (checkpoint %s, %d step records, final %s)", rc, rc ? msg : "",
+        n0 == n1 && memcmp(before, after, n0) == 0 ? "unchanged" : "changed", n,
+        access(final, F_OK) == 0 ? "written" : "absent");
+  printf("# %s\n", msg);
+  free(before), free(after);
+}
+
 int main(void) {
   snprintf(dir, sizeof dir, "/tmp/ng_nonfinite_XXXXXX");
   NG_ASSERT(mkdtemp(dir));
@@ -218,6 +266,10 @@ int main(void) {
   }
   check_divergence();
   check_poisoned();
+  // Finite but absurd (the training CE ~1e29, all finite): the CE bound.
+  check_bad_weight("runaway", 1e30f, "training CE");
+  // Near the float range's end: the forward overflows, a non-finite loss.
+  check_bad_weight("overflow", 3e38f, "non-finite training");
   ng_backend_close(be);
   char cmd[96];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

@@ -478,12 +478,15 @@ static void with_teacher(const char *src, const char *teacher, const char *dst) 
   cJSON_Delete(j);
 }
 
-// Stages listed under "settings that fit" in a plan's output, and those of them with a setting.
-static void count_fitting(const char *out, int *listed, int *found) {
+// Stages listed under "settings that fit" in a plan's output, and those of
+// them with a setting; *in_order: the k-th listed is "stage k" (numbered from 1).
+static void count_fitting(const char *out, int *listed, int *found, bool *in_order) {
   const char *at = strstr(out, "settings that fit");
   *listed = *found = 0;
+  *in_order = true;
   for (const char *line = at; line && (line = strstr(line, "\n  stage ")); line++) {
     (*listed)++;
+    *in_order = *in_order && strtol(line + 9, NULL, 10) == *listed;
     const char *end = strchr(line + 1, '\n');
     const char *mb = strstr(line, "micro_batch");
     *found += mb && (!end || mb < end) && !strstr(line, ": none;");
@@ -506,11 +509,14 @@ static void test_every_arm_plans(void) {
     ng_run_config rc;
     NG_ASSERT(load_arm(arms[i], &rc) == 0);
     int listed, found;
-    count_fitting(r.out, &listed, &found);
-    snprintf(label, sizeof label, "plan %s on one 141 GiB device: a fitting setting for each of its %d stages",
+    bool in_order;
+    count_fitting(r.out, &listed, &found, &in_order);
+    snprintf(label, sizeof label,
+             "plan %s on one 141 GiB device: a fitting setting for each of its %d stages, numbered from 1",
              arms[i], rc.n_stages);
-    CHECK(r.status == 0 && strstr(r.out, "blocks held in bf16") && listed == rc.n_stages && found == listed,
-          label, "%d stages listed, %d with a setting", listed, found);
+    CHECK(r.status == 0 && strstr(r.out, "blocks held in bf16") && listed == rc.n_stages && found == listed &&
+              in_order,
+          label, "%d stages listed, %d with a setting, %s", listed, found, in_order ? "1, 2, ..." : "misnumbered");
     bool one_device_comm = strstr(r.out, "communication of the ZeRO-1 step") != NULL;
     snprintf(args, sizeof args, "configs/paper/%s.json --teacher-config configs/paper/qwen3-8b-base.json "
              "--devices 8 --bus-gbps 200", arms[i]);
@@ -612,6 +618,15 @@ static void test_bad_input(void) {
   write_text(small, "{\"vocab_size\": 151936}");
   expect_error("teacher config missing a key", args, "small.json");
   expect_error("missing run config", "configs/paper/absent.json", "absent.json");
+  // A model's config given as the run config: what it is, and what takes it.
+  expect_error("the teacher's model config as the run config", "configs/paper/qwen3-8b-base.json",
+               "qwen3-8b-base.json: a model config, not a run config");
+  expect_error("  ... naming the option that takes it", "configs/paper/qwen3-8b-base.json", "--teacher-config");
+  snprintf(small, sizeof small, "%s/hf-config.json", dir);
+  write_text(small, hf_config);
+  snprintf(args, sizeof args, "'%s'", small);
+  expect_error("a Hugging Face config.json as the run config", args,
+               "hf-config.json: a Hugging Face model's config, not a run config");
 }
 
 int main(void) {

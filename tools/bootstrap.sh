@@ -5,6 +5,9 @@
 # the package archive cannot be reached, it names what is missing and fails.
 #   tools/bootstrap.sh            build dependencies (OpenBLAS with OpenMP, cJSON)
 #   tools/bootstrap.sh demo       also what `make demo` needs (matplotlib, fortunes)
+#   tools/bootstrap.sh demo-large and GCIDE, the corpus of `make demo STUDY=large` only
+#                                 (dict-gcide, which depends on dictd, Debian's
+#                                 dictionary server)
 #   tools/bootstrap.sh fuzz       also what `make fuzz` needs (clang, libFuzzer, libomp, python3)
 set -euo pipefail
 
@@ -13,8 +16,11 @@ need+=(libpcre2-dev libutf8proc-dev zlib1g-dev)  # tokenizer and corpus reader
 need+=(libdnnl-dev)  # the oneDNN backend
 need+=(libopenmpi-dev openmpi-bin)  # data-parallel runs over MPI (ref/comm_mpi.c)
 need+=(patchelf)  # make gpu-bundle (tools/gpu_bundle.sh)
-if [ "${1:-}" = "demo" ]; then
-  need+=(python3 python3-matplotlib python3-numpy fortunes fortunes-min dict-gcide)
+if [ "${1:-}" = "demo" ] || [ "${1:-}" = "demo-large" ]; then
+  need+=(python3 python3-matplotlib python3-numpy fortunes fortunes-min)
+fi
+if [ "${1:-}" = "demo-large" ]; then
+  need+=(dict-gcide)
 fi
 if [ "${1:-}" = "fuzz" ]; then
   need+=(clang libclang-rt-dev libomp-dev python3)

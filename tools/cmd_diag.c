@@ -1,7 +1,7 @@
 // normgrow diag: residual statistics and block-removal ablation of a model.
 //   normgrow diag MODEL [--data SHARD] [--teacher CKPT] [--batches N] [--batch B]
 //                [--seq T] [--structural ID,ID...] [--top K] [--kd-weight A]
-//                [--temperature TAU] [--out FILE]
+//                [--temperature TAU] [--out FILE [--force]]
 // MODEL is a run directory (its final.safetensors, else its checkpoint), a
 // normgrow checkpoint, or a Hugging Face directory. When it belongs to a run
 // (a run directory, or a checkpoint beside the run's config.json), the run's
@@ -13,7 +13,8 @@
 // the checkpoint's (its training state; for final.safetensors the run's last
 // step), null when unknown (a Hugging Face directory). Prints the JSON of
 // diag.h (with the ablation, and "settings": what was used) or writes it
-// atomically to FILE; a one-line summary of the settings goes to stderr.
+// atomically to FILE (an existing FILE only with --force); a one-line summary
+// of the settings goes to stderr.
 #include <libgen.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -140,6 +141,7 @@ static int parse_args(const ng_cli *c, diag_args *a, char **structural_buf) {
   a->data = ng_cli_opt(c, "data") ? ng_cli_opt(c, "data") : rc ? rc->val_path : NULL;
   a->teacher = ng_cli_opt(c, "teacher") ? ng_cli_opt(c, "teacher") : teacher_runs ? rc->teacher_path : NULL;
   a->out = ng_cli_opt(c, "out");
+  if (a->out && ng_cli_may_replace(c, a->out, "diagnostics")) return -1;
   *structural_buf = rc && rc->n_structural ? structural_text(rc) : NULL;
   a->structural = ng_cli_opt(c, "structural") ? ng_cli_opt(c, "structural") : *structural_buf;
   if (int_opt(c, "batches", rc ? rc->eval_batches : 4, 1, &a->batches) ||

@@ -105,6 +105,25 @@ static int copy_tokenizer(const char *checkpoint, const char *out, char **copied
   return rc;
 }
 
+// A checkpoint inside a growth ramp (a gate below 1 at its step) is refused:
+// a Hugging Face model has no gate. Names the first such block and the step
+// after which every ramp is done.
+static int check_gates_open(const char *path, const ng_model *m, const ng_train_state *st) {
+  int64_t first = -1, done = 0;
+  for (int64_t l = 0; l < m->cfg.num_hidden_layers; l++) {
+    if (m->gate[l] == 1.0f) continue;
+    if (first < 0) first = l;
+    int64_t end = st->gate_origin[l] + st->gate_steps;
+    done = end > done ? end : done;
+  }
+  if (first < 0) return 0;
+  return ng_fail("%s: checkpoint at step %lld is inside a growth ramp (gate %g of block %lld), and "
+                 "a Hugging Face model has no gate: export a checkpoint of step %lld or later (or "
+                 "the run's final.safetensors)",
+                 path, (long long)st->step, (double)m->gate[first], (long long)first + 1,
+                 (long long)done);
+}
+
 int cmd_export(const ng_cli *c) {
   const char *dtype = ng_cli_opt(c, "dtype"), *out = c->pos[1];
   int64_t shard_mib = 4096;  // transformers' default max_shard_size is 5 GB; 4 GiB shards
@@ -118,7 +137,9 @@ int cmd_export(const ng_cli *c) {
   if (taken) return ng_cli_error(ng_error());
   ng_backend *be = ng_backend_cpu();
   ng_model *m = NULL;
-  int rc = ng_checkpoint_load(c->pos[0], be, false, &m, NULL, NULL) ||
+  ng_train_state st = {0};
+  int rc = ng_checkpoint_load(c->pos[0], be, false, &m, NULL, &st) ||
+           check_gates_open(c->pos[0], m, &st) ||
            ng_hf_export(m, out, dtype && strcmp(dtype, "f32") == 0 ? NG_F32 : NG_BF16,
                         (size_t)shard_mib << 20) ||
            copy_tokenizer(c->pos[0], out, &tokenizer);
@@ -132,6 +153,7 @@ int cmd_export(const ng_cli *c) {
            tokenizer ? tokenizer : "");
   }
   free(tokenizer);
+  free(st.gate_origin);
   ng_model_free(m);
   return rc ? ng_cli_error(ng_error()) : 0;
 }

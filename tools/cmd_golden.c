@@ -1,4 +1,6 @@
-// normgrow golden-eval / golden-check / golden-make / golden-update.
+// normgrow golden-eval / golden-check / golden-make / golden-update. golden-eval
+// and golden-make replace an existing output only with --force; golden-update
+// rewrites the cases it is given, which is what it is for.
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -30,6 +32,7 @@ static int open_and_eval(const ng_cli *c, ng_backend *be, const char *path, ng_g
 int cmd_golden_eval(const ng_cli *c) {
   ng_golden_case gc;
   ng_tensor_list out = {0};
+  if (ng_cli_may_replace(c, c->pos[1], "a golden case's outputs")) return ng_cli_error(ng_error());
   ng_backend *be = ng_cli_backend(c);
   if (!be || open_and_eval(c, be, c->pos[0], &gc, &out)) {
     ng_backend_close(be);
@@ -97,6 +100,7 @@ int cmd_golden_check(const ng_cli *c) {
 }
 
 int cmd_golden_make(const ng_cli *c) {
+  if (ng_cli_may_replace(c, c->pos[1], "a golden case")) return ng_cli_error(ng_error());
   ng_backend *be = ng_cli_backend(c);
   int rc = !be || ng_golden_make(c->pos[0], c->pos[1], be);
   ng_backend_close(be);

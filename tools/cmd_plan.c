@@ -321,13 +321,13 @@ static void print_fitting(const ng_run_config *rc, const ng_model_config *teache
       }
     }
     if (found) {
-      printf("  stage %d: micro_batch %lld, recompute %s, loss chunk %lld tokens: %.1f GiB\n", i,
+      printf("  stage %d: micro_batch %lld, recompute %s, loss chunk %lld tokens: %.1f GiB\n", i + 1,
              (long long)p.micro_batch, p.recompute ? "on" : "off", (long long)p.chunk,
              (double)p.total / 1073741824.0);
     } else {  // p: micro-batch 1 with recompute, the smallest setting
       printf("  stage %d: none; at micro_batch 1 with recompute %.1f GiB: weights, gradients and "
              "AdamW %.1f, teacher %.1f, activations %.1f, %s %.1f\n",
-             i, (double)p.total / 1073741824.0,
+             i + 1, (double)p.total / 1073741824.0,
              (double)(p.weights + p.grads + p.adamw) / 1073741824.0,
              (double)(p.teacher_weights + p.teacher_acts) / 1073741824.0,
              (double)(p.acts + p.eval_acts) / 1073741824.0, p.diag > p.checkpoint ? "diag" : "checkpoint",

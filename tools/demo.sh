@@ -88,7 +88,7 @@ case $study in
 esac
 say() { printf '[demo %4ds] %s\n' $(($(date +%s) - start)) "$*"; }
 
-tools/bootstrap.sh demo
+if [ "$corpus" = gcide ]; then tools/bootstrap.sh demo-large; else tools/bootstrap.sh demo; fi
 mkdir -p "$out"
 if [ ! -f "$demo/data/val.bin" ]; then
   case $corpus in
@@ -124,14 +124,26 @@ run_arm() {  # config seed dir
     "$bin" train "$1" --seed "$2" --run-dir "$3" --force "${where[@]}" "${arm_threads[@]}"
   fi
 }
+# The run directory of an arm's seed, whatever the number of seeds (so that
+# SEEDS=3 after a one-seed demo keeps its runs): ARM for seed 1, ARM-seedN for
+# seed N > 1. Demos before this rule named seed 1 ARM-seed1 when they ran
+# several seeds; such a run is taken where ARM holds none.
+seed_dir() {  # where arm seed
+  if [ "$3" -gt 1 ]; then
+    echo "$1/$2-seed$3"
+  elif [ ! -f "$1/$2/checkpoint.safetensors" ] && [ -f "$1/$2-seed1/checkpoint.safetensors" ]; then
+    echo "$1/$2-seed1"
+  else
+    echo "$1/$2"
+  fi
+}
 dirs=() running=0
 for seed in $(seq 1 "$seeds"); do
   for arm in "${arms[@]}"; do
     where_to=$out config=$configs/$arm.json
     case $main_arms in *" $arm "*) where_to=$demo config=configs/toy/$arm.json ;; esac
     [ -f "$config" ] || config=configs/toy/$arm.json
-    dir=$where_to/$arm
-    [ "$seeds" -gt 1 ] && dir=$where_to/$arm-seed$seed
+    dir=$(seed_dir "$where_to" "$arm" "$seed")
     dirs+=("$dir")
     if [ "$jobs" -eq 1 ]; then
       run_arm "$config" "$seed" "$dir"

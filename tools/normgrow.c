@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <math.h>
 #include <omp.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,10 +50,10 @@ static const command commands[] = {
     {"diag", cmd_diag, 1, 1, true,
      LIST("backend", "precision", "data", "teacher", "batches", "batch", "seq", "structural",
           "top", "kd-weight", "temperature", "out"),
-     NONE,
+     LIST("force"),
      "diag MODEL [--data SHARD] [--teacher CKPT] [--batches N] [--batch B] [--seq T]\n"
-     "         [--structural ID,...] [--top K] [--kd-weight A] [--temperature TAU] [--out FILE]\n"
-     "         [--backend NAME] [--precision fp32|bf16]\n"
+     "         [--structural ID,...] [--top K] [--kd-weight A] [--temperature TAU]\n"
+     "         [--out FILE [--force]] [--backend NAME] [--precision fp32|bf16]\n"
      "    residual RMS statistics and block-removal ablation (JSON) of a run directory, a\n"
      "    checkpoint or a Hugging Face directory; a run's own evaluation settings by default"},
     {"report", cmd_report, 1, MANY, false, LIST("out"), LIST("force"),
@@ -90,13 +91,14 @@ static const command commands[] = {
      "         [--recompute on|off]\n"
      "    recompute each case and compare with its stored out.* (docs/golden-contract.md)"},
     {"golden-eval", cmd_golden_eval, 2, 2, true,
-     LIST("backend", "precision", "loss-chunk", "recompute"), NONE,
+     LIST("backend", "precision", "loss-chunk", "recompute"), LIST("force"),
      "golden-eval CASE OUT [--backend NAME] [--precision fp32|bf16] [--loss-chunk ROWS]\n"
-     "         [--recompute on|off]\n"
-     "    write every out.* tensor of CASE to OUT"},
-    {"golden-make", cmd_golden_make, 2, 2, true, NONE, NONE,
-     "golden-make SPEC.json CASE\n"
-     "    a new case: random inputs from the spec, outputs of the fp32 reference"},
+     "         [--recompute on|off] [--force]\n"
+     "    write every out.* tensor of CASE to OUT (--force: replace an existing OUT)"},
+    {"golden-make", cmd_golden_make, 2, 2, true, NONE, LIST("force"),
+     "golden-make SPEC.json CASE [--force]\n"
+     "    a new case: random inputs from the spec, outputs of the fp32 reference\n"
+     "    (--force: replace an existing CASE)"},
     {"golden-update", cmd_golden_update, 1, MANY, true, NONE, NONE,
      "golden-update CASE...\n"
      "    recompute the stored out.* from the case's inputs on the fp32 reference"},
@@ -199,6 +201,44 @@ typedef struct {
   ng_cli cli;
 } args;
 
+// Edit distance between a and b: insertions, deletions, substitutions and
+// swaps of two neighbours (optimal string alignment; the usual typos).
+static size_t edit_distance(const char *a, const char *b) {
+  size_t m = strlen(a), n = strlen(b), w = n + 1;
+  size_t *d = ng_xmalloc((m + 1) * w * sizeof(size_t));
+  for (size_t i = 0; i <= m; i++) d[i * w] = i;
+  for (size_t j = 0; j <= n; j++) d[j] = j;
+  for (size_t i = 1; i <= m; i++)
+    for (size_t j = 1; j <= n; j++) {
+      size_t best = d[(i - 1) * w + j - 1] + (a[i - 1] != b[j - 1]);
+      if (d[(i - 1) * w + j] + 1 < best) best = d[(i - 1) * w + j] + 1;
+      if (d[i * w + j - 1] + 1 < best) best = d[i * w + j - 1] + 1;
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+          d[(i - 2) * w + j - 2] + 1 < best)
+        best = d[(i - 2) * w + j - 2] + 1;
+      d[i * w + j] = best;
+    }
+  size_t dist = d[m * w + n];
+  free(d);
+  return dist;
+}
+
+// An unknown command, with the closest one by edit distance when it is close
+// (at most 2 edits, or a third of the name's length).
+static int unknown_command(const char *name) {
+  const command *best = NULL;
+  size_t best_d = SIZE_MAX;
+  for (int k = 0; k < N_COMMANDS; k++) {
+    size_t d = edit_distance(name, commands[k].name);
+    if (d < best_d) best = &commands[k], best_d = d;
+  }
+  size_t len = strlen(name), limit = len / 3 > 2 ? len / 3 : 2;
+  if (best_d <= limit)
+    return ng_fail("unknown command \"%s\": did you mean \"%s\"? (normgrow --help lists them)", name,
+                   best->name);
+  return ng_fail("unknown command \"%s\" (normgrow --help lists them)", name);
+}
+
 static int parse_threads(const char *v, ng_cli *c) {
   return ng_cli_parse_int(v, "--threads", 1, 4096, &c->threads);
 }
@@ -231,7 +271,7 @@ static int parse_args(int argc, char **argv, args *a) {
   }
   for (int k = 0; k < N_COMMANDS && !a->cmd; k++)
     if (strcmp(name, commands[k].name) == 0) a->cmd = &commands[k];
-  if (!a->cmd) return ng_fail("unknown command \"%s\" (normgrow --help lists them)", name);
+  if (!a->cmd) return unknown_command(name);
   const command *cmd = a->cmd;
   for (; i < argc; i++) {
     const char *arg = argv[i];
@@ -245,6 +285,8 @@ static int parse_args(int argc, char **argv, args *a) {
     } else if (strcmp(arg, "--threads") == 0 || listed(cmd->options, arg + 2)) {
       if (i + 1 >= argc) return ng_fail("%s: option %s needs a value", cmd->name, arg);
       const char *v = argv[++i];
+      if (strncmp(v, "--", 2) == 0 && v[2])
+        return ng_fail("%s: option %s needs a value (%s follows it)", cmd->name, arg, v);
       if (strcmp(arg, "--threads") == 0) {
         if (parse_threads(v, c)) return -1;
       } else if (strcmp(arg, "--backend") == 0) {

@@ -32,7 +32,10 @@
 //            "embeddings": "random" | "teacher", "freeze_embeddings": false},
 //   "growth": {"position": "top"|"interleave"|"middle",
 //              "init": "random"|"copy_below"|"zero_out"|"gate"|"teacher",
-//              "gate_steps": 50, "teacher_layers": [..one per new block, in order..],
+//              "gate_steps": 50,  (the gate init's ramp, in steps; the last growth
+//                                  must have as many after it: a run ends with
+//                                  every gate open)
+//              "teacher_layers": [..one per new block, in order..],
 //              "rescale_stream": false,  (at each growth, the stream of the model
 //                                        before it multiplied by 1 / its RMS over
 //                                        the first fixed training batch: unit RMS at
@@ -154,6 +157,8 @@ typedef struct {
   const char *precision; // not NULL: replaces "precision"
 } ng_run_overrides;
 
+// Loading refuses a file that is no run config with one line saying what it
+// is and what takes it (ng_config_not_run), before any key is checked.
 int ng_run_config_load(const char *path, const ng_run_overrides *ov, ng_run_config *rc);
 int ng_run_config_parse(const char *text, const char *where, ng_run_config *rc);
 // *out: rc with one stage appended: `tokens` (a whole number of batches) at the
@@ -162,6 +167,11 @@ int ng_run_config_parse(const char *text, const char *where, ng_run_config *rc);
 // trains on (`normgrow train --resume DIR --extend-tokens N`).
 int ng_run_config_extend(const ng_run_config *rc, int64_t tokens, ng_run_config *out);
 void ng_run_config_free(ng_run_config *rc);
+
+// What a JSON object without "stages" is when it is a model's config, and
+// what takes it: a Hugging Face config.json ("architectures" or "model_type")
+// or a normgrow model config ("vocab_size"); NULL for anything else.
+const char *ng_config_not_run(const cJSON *root);
 
 // Steps of a stage (its tokens are a whole number of batches).
 int64_t ng_stage_steps(const ng_run_config *rc, int stage);
