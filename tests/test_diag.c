@@ -458,7 +458,9 @@ static void golden_ablation(const ng_golden_case *gc, ng_model *m, const char *n
   }
   char what[200];
   snprintf(what, sizeof what, "%s: intact ce, kd and skip ce of every block = out.ce, out.kd, out.ablation_ce", name);
-  CHECK(worst < 1e-5, what, "worst relative error %.3g", worst);
+  // the contract's forward bound: the case's outputs may come from another
+  // machine, BLAS kernel family or thread count (seen: 9e-8 under Haswell)
+  CHECK(worst <= NG_GOLDEN_TOL_FORWARD, what, "worst relative error %.3g", worst);
   if (ng_model_has_output_norms(&m->cfg)) {
     snprintf(what, sizeof what, "%s: norms_only ce differs from skip ce for every block with an output norm", name);
     CHECK(min_gap > 1e-5, what, "smallest |difference| %.3g", min_gap);
@@ -508,7 +510,9 @@ static void golden_hidden(const ng_golden_case *gc, ng_model *m, const char *nam
   }
   char what[200];
   snprintf(what, sizeof what, "%s: hidden.<l> mean RMS and max|h| = out.rms.<l>, out.hidden.<l>", name);
-  CHECK(worst < 1e-6, what, "worst relative error %.3g", worst);
+  // the contract's forward bound: the case's outputs may come from another
+  // machine, BLAS kernel family or thread count (seen: 4.3e-7 under Sandybridge)
+  CHECK(worst <= NG_GOLDEN_TOL_FORWARD, what, "worst relative error %.3g", worst);
   cJSON_Delete(j);
   ng_shard_close(&s);
   free(ids);
