@@ -15,6 +15,7 @@
 #include "normgrow/common.h"
 #include "normgrow/fileio.h"
 #include "normgrow/data.h"
+#include "normgrow/golden.h"
 #include "normgrow/run.h"
 #include "normgrow/topk.h"
 
@@ -284,26 +285,30 @@ static double loss_diff(const char *run_a, const char *run_b, int64_t steps, boo
   return worst;
 }
 
-// `run` against `base` after 30 steps (a growth at step 20 inside): worst
-// relative weight difference and loss difference, accounting equal; prints them.
-static bool close_after_30(const char *run, const char *base, double weight_tol, double loss_tol) {
+// `run` against `base` after 30 steps (a growth at step 20 inside): their
+// matmuls differ in shape, so they round apart, by an amount that depends on
+// the BLAS kernel family and thread count (after 30 AdamW steps, seen up to
+// 1.0e-5 of the weights and 2.2e-8 in the losses under Sandybridge, Haswell
+// and SkylakeX at 1 to 3 threads). The weights are held to the contract's
+// forward bound, relative; the losses to 1e-6; the accounting is equal.
+// Prints the differences.
+static bool close_after_30(const char *run, const char *base) {
   bool same_accounting;
   double w = weights_diff(run, base, "checkpoint.safetensors"), l = loss_diff(run, base, 30, &same_accounting);
   printf("# %s vs %s after 30 steps: weights %.3g relative, losses %.3g\n", run, base, w, l);
-  return w < weight_tol && l < loss_tol && same_accounting;
+  return w <= NG_GOLDEN_TOL_FORWARD && l < 1e-6 && same_accounting;
 }
 
 // The loss over chunks of 1 and 3 tokens against all 256 at once. The head's
 // weight gradient sums over tokens chunk by chunk (a reduction order of its
-// own, finer than micro-batches'): 30 AdamW steps carry that to a few 1e-6 of
-// the weights.
+// own, finer than micro-batches').
 static void check_chunks(void) {
   int rc = train_variant("chunk1", ", \"train\": {\"loss_chunk_tokens\": 1}", NULL, NULL, 30) ||
            train_variant("chunk3", ", \"train\": {\"loss_chunk_tokens\": 3}", NULL, NULL, 30);
-  bool c1 = rc == 0 && close_after_30("chunk1", "whole30", 5e-5, 1e-6);
-  bool c3 = rc == 0 && close_after_30("chunk3", "whole30", 5e-5, 1e-6);
+  bool c1 = rc == 0 && close_after_30("chunk1", "whole30");
+  bool c3 = rc == 0 && close_after_30("chunk3", "whole30");
   CHECK(c1 && c3, "loss in chunks of 1 and of 3 tokens vs all 256 at once: 30 steps, weights within "
-        "5e-5 relative, losses within 1e-6, accounting unchanged", "%s", rc ? ng_error() : "differ");
+        "1e-4 relative, losses within 1e-6, accounting unchanged", "%s", rc ? ng_error() : "differ");
 }
 
 // Micro-batches of 2 rows (4 per step) against the whole batch of 8, and a
@@ -311,8 +316,8 @@ static void check_chunks(void) {
 static void check_micro_batches(void) {
   const char *from = "\"batch\": 8,", *to = "\"batch\": 8, \"micro_batch\": 2,";
   int rc = train_variant("micro30", "", from, to, 30);
-  CHECK(rc == 0 && close_after_30("micro30", "whole30", 1e-5, 1e-6),
-        "micro-batches of 2 vs the batch of 8: 30 steps, weights within 1e-5 relative, losses within 1e-6, "
+  CHECK(rc == 0 && close_after_30("micro30", "whole30"),
+        "micro-batches of 2 vs the batch of 8: 30 steps, weights within 1e-4 relative, losses within 1e-6, "
         "tokens, layer-tokens and FLOPs unchanged", "%s", rc ? ng_error() : "differ");
   char path[160];
   snprintf(path, sizeof path, "%s/micro30", dir);
