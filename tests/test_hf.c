@@ -16,6 +16,7 @@
 
 #include "check.h"
 #include "normgrow/common.h"
+#include "normgrow/golden.h"
 #include "normgrow/rng.h"
 
 static char g_root[] = "/tmp/ng_test_hf_XXXXXX";
@@ -471,7 +472,9 @@ static void test_export_layer_scale(ng_norm_placement placement, const char *nam
     double err = ng_test_max_rel(have, want, (int64_t)n);
     snprintf(check, sizeof check, "%s layer_scale export: the same logits (relative error %.1e)",
              name, err);
-    CHECK(err <= 1e-5, check, "above 1e-5");
+    // the contract's forward bound: folded scales round apart from applied
+    // ones (seen up to 3.9e-6, under Sandybridge)
+    CHECK(err <= NG_GOLDEN_TOL_FORWARD, check, "above %.0e", NG_GOLDEN_TOL_FORWARD);
     free(want);
     free(have);
   }
