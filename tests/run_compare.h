@@ -1,6 +1,7 @@
 // normgrow tests: two parsed configurations compared field by field, doubles
 // bit for bit (the round-trip invariants of test_json and the run-config fuzz
-// target).
+// target): exact, because a config is written in digits that read back to the
+// same double, and parsing is correctly rounded.
 #ifndef NORMGROW_TESTS_RUN_COMPARE_H
 #define NORMGROW_TESTS_RUN_COMPARE_H
 

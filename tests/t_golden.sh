@@ -59,6 +59,7 @@ done
 case=$root/golden/post_untied_final_gqa2_teacher.safetensors
 "$bin" golden-eval "$case" "$tmp/kept.safetensors" &&
   "$bin" golden-eval "$case" "$tmp/recomputed.safetensors" --recompute on &&
+  # exact: recompute runs each block's forward again by the same calls at the same shapes
   if cmp -s "$tmp/kept.safetensors" "$tmp/recomputed.safetensors"; then
     echo "ok golden-eval with recompute: every output bit-identical"
   else
@@ -67,7 +68,7 @@ case=$root/golden/post_untied_final_gqa2_teacher.safetensors
 for threads in 1 2; do
   "$bin" --threads "$threads" golden-eval "$case" "$tmp/a.safetensors" --force &&
     "$bin" --threads "$threads" golden-eval "$case" "$tmp/b.safetensors" --force &&
-    if cmp -s "$tmp/a.safetensors" "$tmp/b.safetensors"; then
+    if cmp -s "$tmp/a.safetensors" "$tmp/b.safetensors"; then  # exact: one run against itself
       echo "ok golden-eval deterministic with $threads threads"
     else
       echo "FAIL golden-eval deterministic with $threads threads: outputs differ"

@@ -135,6 +135,7 @@ for n in 1 2 3; do
   rc=$?
   d=$(diff_of "$tmp/dp2/final.safetensors" "$tmp/resume$n/final.safetensors")
   if [ "$n" -eq 2 ]; then
+    # exact on 2 ranks: the resumed run repeats the same ops in the same order
     if [ "$rc" -eq 0 ] && cmp -s "$tmp/dp2/final.safetensors" "$tmp/resume2/final.safetensors"; then
       echo "ok mpi checkpoint of 2 ranks at step 15 resumed on 2: final weights bit-identical"
     else echo "FAIL mpi checkpoint of 2 ranks resumed on 2: status $rc, differs by $d"; fi

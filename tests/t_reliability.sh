@@ -116,6 +116,7 @@ for free in 0 2 4 6 8 12 16 32 64; do
   rc=$?
   last=$(tail -1 "$tmp/err")
   file=$(echo "$last" | grep -o "$small/run/[a-z_.]*" | head -1)
+  # cmp: the failed resume must leave the checkpoint's bytes untouched
   if [ "$rc" -ne 0 ] && [ -n "$file" ] && echo "$last" | grep -q 'No space left on device' &&
      cmp -s "$small/run/checkpoint.safetensors" "$tmp/run-10/checkpoint.safetensors" &&
      cmp -s "$small/run/config.json" "$tmp/run-10/config.json" && no_temps; then

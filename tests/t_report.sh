@@ -49,6 +49,9 @@ want_post=$(awk -v a="$ce1" -v b="$ce2" 'BEGIN {
   m = (a + b) / 2; printf "%.4f ± %.4f", m, sqrt(((a - m) ^ 2 + (b - m) ^ 2) / 1) }')
 want_pre=$(awk -v a="$ce3" 'BEGIN { printf "%.4f", a }')
 got=$(cell Arms grow-post "final val CE")
+# Printed numbers compared as text, here and below: both sides read the same
+# fixture digits and do the same double operations in the same order (mean
+# (a + b) / n, sample std, differences, ratios), with no BLAS in between.
 check "grow-post final CE is the mean ± std of its seeds' last val_ce ($ce1, $ce2): $got" test "$got" = "$want_post"
 got=$(cell Arms fixed-pre "final val CE")
 check "fixed-pre final CE is its last val_ce ($ce3): $got" test "$got" = "$want_pre"

@@ -46,6 +46,7 @@ done
 { kill -KILL "$pid" && wait "$pid"; } 2>/dev/null  # (bash reports the kill on stderr)
 killed_at=$(grep -c '"event":"step"' "$tmp/killed/metrics.jsonl")
 "$bin" train --resume "$tmp/killed" 2>/dev/null || echo "FAIL train: resume failed"
+# exact: the resumed run repeats the same ops in the same order (same shapes, threads, BLAS)
 if [ -f "$tmp/whole/final.safetensors" ] && cmp -s "$tmp/whole/final.safetensors" "$tmp/killed/final.safetensors"; then
   echo "ok SIGKILL after $killed_at of 360 steps, resumed: final weights bit-identical"
 else
@@ -166,6 +167,8 @@ def tensor(name):
 scales = [tensor("model.layers.%d.%s.layer_scale" % (l, s)) for l in range(3) for s in ("self_attn", "mlp")]
 print("#", [(g["val_ce_before"], g["val_ce_after"]) for g in growths],
       "mean |scale| per tensor", [round(sum(map(abs, v)) / len(v), 4) for v in scales])
+# exact: a new block's branches are scaled by 0 (x + 0 = x); the other blocks and
+# the head run the same calls at the same shapes and threads
 ok = len(growths) == 2 and all(g["val_ce_after"] == g["val_ce_before"] for g in growths)
 sys.exit(0 if ok and all(any(x != 0 for x in v) for v in scales) else 1)
 PY
@@ -183,6 +186,7 @@ short() {  # name teacher
   "$bin" train "$tmp/$1.json" 2>/dev/null
 }
 short from-ckpt "$tmp/teacher/final.safetensors" && short from-hf "$tmp/teacher-hf"
+# exact: the F32 export holds the checkpoint's bits, so both runs do the same ops
 if [ -f "$tmp/teacher-hf/config.json" ] && cmp -s "$tmp/from-ckpt/final.safetensors" "$tmp/from-hf/final.safetensors"; then
   echo "ok export to a Hugging Face directory, then distil from it: identical weights"
 else
@@ -256,6 +260,7 @@ case "$bes" in
   "$bin" train "$tmp/bf16-whole.json" --precision bf16 2>/dev/null &&
     "$bin" train "$tmp/bf16-stopped.json" --precision bf16 --stop-after 11 2>/dev/null &&
     "$bin" train --resume "$tmp/bf16-stopped" --backend onednn --precision bf16 2>/dev/null
+  # exact: the resumed run repeats the same ops in the same order
   if [ $? -eq 0 ] && cmp -s "$tmp/bf16-whole/final.safetensors" "$tmp/bf16-stopped/final.safetensors"; then
     echo "ok onednn bf16: stopped after step 11 and resumed, final weights bit-identical"
   else

@@ -64,6 +64,7 @@ check "every metrics record has a wall-clock time" \
 cp "$tmp/whole/metrics.jsonl" "$tmp/metrics.before"
 "$bin" train "$tmp/whole.json" 2>"$tmp/err"
 refused "train refuses a directory that holds a run" "$tmp/err" $? "--resume $tmp/whole" "--force"
+# exact, here and below where a file is compared with its copy: it must be left untouched
 check "the refused run left metrics.jsonl alone" cmp -s "$tmp/whole/metrics.jsonl" "$tmp/metrics.before"
 "$bin" train --resume "$tmp/whole" 2>"$tmp/err"
 rc=$?
@@ -107,6 +108,7 @@ check "SIGINT: exit 130, checkpoint written, the last line says how to resume: $
 "$bin" train --resume "$tmp/sig" 2>"$tmp/resume.err" || echo "FAIL train: resume after SIGINT failed"
 check "a resume says where it starts: $(head -n 1 "$tmp/resume.err")" \
   grep -q "^arm: resuming $tmp/sig from its checkpoint at step $(sed -n 's/.*after step \([0-9]*\).*/\1/p' <<<"$last") of 800 (stage [12] of 2)" "$tmp/resume.err"
+# exact: the resumed run repeats the same ops in the same order
 check "SIGINT at step $(sed -n 's/.*after step \([0-9]*\).*/\1/p' <<<"$last"), resumed: final weights bit-identical" \
   cmp -s "$tmp/whole/final.safetensors" "$tmp/sig/final.safetensors"
 
@@ -161,6 +163,7 @@ config arm "$tmp/short" 102400 8 32 7 post false >"$tmp/short.json"
 refused "--extend-tokens must be whole batches" "$tmp/err" $? "--extend-tokens" "256 tokens"
 "$bin" train --resume "$tmp/short" --extend-tokens 25600 2>/dev/null || echo "FAIL --extend-tokens run failed"
 "$bin" train "$tmp/short/config.json" --run-dir "$tmp/long" 2>/dev/null
+# exact: both train the same config from step 0 by the same ops in the same order
 check "--extend-tokens 25600 after 400 steps: weights bit-identical to a run of that config from the start" \
   bash -c 'cmp -s "$1" "$2" && grep -q "\"step\":500," "$3"' _ "$tmp/short/final.safetensors" "$tmp/long/final.safetensors" "$tmp/short/metrics.jsonl"
 
@@ -177,6 +180,7 @@ config kd "$tmp/kd" 5120 8 32 1000 post true |
   sed "s|\"mode\": \"pretrain\"|\"mode\": \"distill\", \"teacher\": \"$tmp/whole/final.safetensors\", \"loss\": {\"kd_weight\": 0.3, \"temperature\": 1.5}, \"structural_tokens\": [10, 32]|; s|\"batches\": 2|\"batches\": 3|" >"$tmp/kd.json"
 "$bin" train "$tmp/kd.json" 2>/dev/null || echo "FAIL train: distilled run failed"
 "$bin" diag "$tmp/kd" >"$tmp/diag.json" 2>"$tmp/diag.err"
+# exact: the same weights, batches, loss chunk and threads: the same forward calls
 check "diag RUN_DIR reproduces the run's diag_final.json (step 20, KD, structural ids) and names its settings" \
   bash -c 'cmp -s <(sed "/\"settings\"/,\$d" "$1" | sed "\$ s/,\$//") <(sed "\$d" "$2") &&
            grep -q "\"kd\":" "$2" && grep -q "\"step\":.20," "$2" && grep -q "\"batches\":.3," "$1" &&

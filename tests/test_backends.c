@@ -187,6 +187,7 @@ static void test_memory(const target *t, int64_t n) {
   char name[160];
   snprintf(name, sizeof name, "%s: upload, copy, download, zero of %lld floats", t->label,
            (long long)n);
+  // exact: copies and zero fills move bits; no arithmetic touches them.
   bool same = memcmp(r[1], x, (size_t)n * sizeof(float)) == 0;
   for (int64_t i = 0; i < n; i++) same &= z[1][i] == 0.0f;
   CHECK(same, name, "values changed");
@@ -567,6 +568,9 @@ static void test_loss_chunks(const target *t, int64_t N, int64_t V, int64_t spli
         name, "ce %.17g + %.17g vs %.17g, kd %.17g + %.17g vs %.17g, rows %lld + %lld vs %lld",
         ce_a, ce_b, ce, kd_a, kd_b, kd, (long long)n_a, (long long)n_b, (long long)n);
   snprintf(name, sizeof name, "%s: ce_kd over 2 chunks: the same dlogits, bit for bit", t->label);
+  // exact: each row's dlogits are computed from that row alone (one thread or
+  // one GPU block per row, no BLAS) and the same 1 / n_norm, whatever the rows
+  // around it; ce and kd above sum the rows in another grouping (1e-12).
   CHECK(memcmp(whole, chunks, (size_t)(N * V) * sizeof(float)) == 0, name, "dlogits differ");
   free(whole);
   free(chunks);
@@ -593,6 +597,7 @@ static void test_widen_bf16(const target *t, int64_t n) {
   float *got = down(&b, d_y, n);
   char name[128];
   snprintf(name, sizeof name, "%s: widen_bf16 n=%lld: exact bits", t->label, (long long)n);
+  // exact: every bf16 number is a float; widening appends 16 zero bits.
   CHECK(memcmp(got, exp, (size_t)n * sizeof(float)) == 0, name, "bits differ");
   free(got);
   release(&b);

@@ -202,6 +202,8 @@ static void test_matmul_rounding(void) {
   dev->matmul(dev, false, false, M, K, K, dA, dI, 0.0f, dC);
   float *got = downf(dC, M * K);
   char name[160];
+  // exact: A times the identity: each output is one product by 1 plus products
+  // by 0, whatever the order (and each input rounded to bf16 first in bf16 mode)
   if (bf16_mode) {
     bool differ = memcmp(want, trunc, sizeof want) != 0;
     snprintf(name, sizeof name, "%s matmul rounds its inputs to bf16 to nearest even (%s)", label,
@@ -367,7 +369,7 @@ static void test_attention_shape(ng_attn_shape s) {
   // Determinism: a second backward gives the same bits.
   float *first = downf(dkd, nk);
   dev->attention_backward(dev, s, qd, kd, vd, od, ld, doutd, dqd, dkd, dvd);
-  float *second = downf(dkd, nk);
+  float *second = downf(dkd, nk);  // exact: the same call again on the same inputs
   snprintf(what, sizeof what, "%s attention backward twice: identical dk (T=%lld)", label,
            (long long)s.T);
   CHECK(memcmp(first, second, (size_t)nk * sizeof(float)) == 0, what, "bits differ");
@@ -458,7 +460,7 @@ static void test_loss(int64_t N, int64_t V, int64_t Vu, int64_t k, int64_t n_nor
     // Determinism: the same call again gives the same bits.
     float *first = downf(d.ds, N * V);
     loss_call(dev, &d, teacher, k, N, V, lp, &ce[2], &kd[2], &nv[2]);
-    float *second = downf(d.ds, N * V);
+    float *second = downf(d.ds, N * V);  // exact: the same call again on the same inputs
     snprintf(name, sizeof name, "%s %.*s twice: identical bits", label, len, what);
     CHECK(ce[2] == ce[1] && kd[2] == kd[1] && memcmp(first, second, (size_t)(N * V) * sizeof(float)) == 0,
           name, "results differ");
@@ -499,7 +501,7 @@ static void test_memory(void) {
   float *d = dev->alloc(dev, sizeof h);
   dev->download(dev, back, d, sizeof back);
   bool zero = true;
-  for (int i = 0; i < 100; i++) zero = zero && back[i] == 0.0f;
+  for (int i = 0; i < 100; i++) zero = zero && back[i] == 0.0f;  // exact: zero-filled
   char name[100];
   snprintf(name, sizeof name, "%s alloc is zero-filled", label);
   CHECK(zero, name, "nonzero bytes");
@@ -635,6 +637,7 @@ static void test_nccl_smoke(void) {
   if (e == cudaSuccess) e = cudaMemset(recv, 0, sizeof h);
   r = e == cudaSuccess ? ncclAllReduce(send, recv, n, ncclFloat, ncclSum, comm, 0) : ncclSuccess;
   if (e == cudaSuccess && r == ncclSuccess) e = cudaMemcpy(back, recv, sizeof h, cudaMemcpyDeviceToHost);
+  // exact: a sum over one rank is its own values
   CHECK(e == cudaSuccess && r == ncclSuccess && memcmp(back, h, sizeof h) == 0,
         "nccl: all-reduce of 1000 floats over one rank, device to device: the values", "%s, %s",
         cudaGetErrorString(e), ncclGetErrorString(r));

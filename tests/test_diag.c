@@ -43,6 +43,7 @@ static int cmp_float(const void *a, const void *b) {
 
 static bool stats_are(ng_rms_stats s, int64_t count, double mean, double std, double max,
                       double ratio) {
+  // max exactly: it is one of the given values, chosen, not computed.
   return s.count == count && rel_err(s.mean, mean) < 1e-12 && fabs(s.std - std) < 1e-9 &&
          s.max == max && rel_err(s.p99_over_median, ratio) < 1e-12;
 }
@@ -298,6 +299,7 @@ static void check_top_and_empty(const cJSON *j) {
   cJSON_ArrayForEach(pt, at(j, "points")) {
     const cJSON *top = at(pt, "top");
     ok &= cJSON_GetArraySize(top) == 3;
+    // exact: the top list and the stats read the same stored RMS values.
     ok &= num(at(cJSON_GetArrayItem(top, 0), "rms")) == num(at(at(at(pt, "rms"), "all"), "max"));
     for (int i = 1; i < cJSON_GetArraySize(top); i++)
       ok &= num(at(cJSON_GetArrayItem(top, i), "rms")) <= num(at(cJSON_GetArrayItem(top, i - 1), "rms"));
@@ -348,6 +350,8 @@ static void check_ablation(ng_model *m, ng_model *teacher, const cJSON *abl) {
   snprintf(name, sizeof name, "%s ablation: one entry per block, 1-based, norms_only where the block has an output norm", p);
   CHECK(shape_ok, name, "%d blocks", cJSON_GetArraySize(at(abl, "blocks")));
   snprintf(name, sizeof name, "%s ablation: ce, kd, dce, dkd = mean over batches of the batch ablation", p);
+  // 1e-12: the report runs the same calls at the same shapes (one loss chunk of
+  // the batch); only the doubles of the mean over batches may sum apart
   CHECK(worst < 1e-12, name, "worst relative error %.3g", worst);
   snprintf(name, sizeof name, "%s ablation: kd with a teacher", p);
   CHECK(mean_kd[0] > 0.0, name, "kd %g", mean_kd[0]);
@@ -413,6 +417,9 @@ static void test_norms_mode(void) {
     char name[96];
     snprintf(name, sizeof name, "%s: the norms-only block = the block with its sublayers zeroed",
              ng_norm_placement_name((ng_norm_placement)p));
+    // exact: zeroed o_proj and down_proj make each sublayer's matmul exactly 0
+    // (sums of 0 x finite, in any order and kernel) and x + 0 = x; every other
+    // call is the same one, at the same shapes and threads, as the norms-only run.
     CHECK(memcmp(want, a->logits, n * sizeof(float)) == 0, name, "logits differ");
     free(want);
     ng_acts_free(m, a);
@@ -451,7 +458,9 @@ static void golden_ablation(const ng_golden_case *gc, ng_model *m, const char *n
   }
   char what[200];
   snprintf(what, sizeof what, "%s: intact ce, kd and skip ce of every block = out.ce, out.kd, out.ablation_ce", name);
-  CHECK(worst < 1e-5, what, "worst relative error %.3g", worst);
+  // the contract's forward bound: the case's outputs may come from another
+  // machine, BLAS kernel family or thread count (seen: 9e-8 under Haswell)
+  CHECK(worst <= NG_GOLDEN_TOL_FORWARD, what, "worst relative error %.3g", worst);
   if (ng_model_has_output_norms(&m->cfg)) {
     snprintf(what, sizeof what, "%s: norms_only ce differs from skip ce for every block with an output norm", name);
     CHECK(min_gap > 1e-5, what, "smallest |difference| %.3g", min_gap);
@@ -501,7 +510,9 @@ static void golden_hidden(const ng_golden_case *gc, ng_model *m, const char *nam
   }
   char what[200];
   snprintf(what, sizeof what, "%s: hidden.<l> mean RMS and max|h| = out.rms.<l>, out.hidden.<l>", name);
-  CHECK(worst < 1e-6, what, "worst relative error %.3g", worst);
+  // the contract's forward bound: the case's outputs may come from another
+  // machine, BLAS kernel family or thread count (seen: 4.3e-7 under Sandybridge)
+  CHECK(worst <= NG_GOLDEN_TOL_FORWARD, what, "worst relative error %.3g", worst);
   cJSON_Delete(j);
   ng_shard_close(&s);
   free(ids);

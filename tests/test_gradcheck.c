@@ -187,6 +187,7 @@ static void test_rope(void) {
   memcpy(c.work, c.x, n * 4);
   be->rope_forward(be, c.work, 2, 5, 3, 8, 100.0);
   double n0 = dot(c.x, c.x, n), n1 = dot(c.work, c.work, n);
+  // exact at position 0: cos 0 = 1 and sin 0 = 0, so x cos + rot(x) sin = x.
   CHECK(memcmp(c.work, c.x, 3 * 8 * 4) == 0 && fabs(n0 - n1) < 1e-4 * n0, "rope identity at 0, norm kept",
         "norms %g %g", n0, n1);
   free(c.x); free(c.work); free(c.r); free(dx);
@@ -232,6 +233,8 @@ static void test_attention_causal(void) {
   be->attention_forward(be, s, q, k, v, o1, lse);
   for (size_t i = 3 * 4; i < nk; i++) k[i] += 5.0f, v[i] -= 3.0f;  // change positions 3..5
   be->attention_forward(be, s, q, k, v, o2, lse);
+  // exact: the same call at the same shapes; the changed keys and values reach
+  // rows 0..2 only through P's masked entries, exact zeros (0 x v adds nothing).
   CHECK(memcmp(o1, o2, 3 * 2 * 4 * 4) == 0 && memcmp(o1, o2, nq * 4) != 0,
         "attention is causal", "outputs before position 3 changed, or none after");
   free(q); free(k); free(v); free(o1); free(o2); free(lse);
@@ -286,7 +289,7 @@ static void test_loss(bool teacher, double tau, ng_divergence dv, double beta) {
            ng_divergence_name(dv), beta);
   CHECK_GRAD(fd_error(c.logits, 35, d, loss_probe, &c, 100), name);
   bool ignored_zero = true;
-  for (int j = 0; j < 7; j++) ignored_zero &= d[7 + j] == 0.0f;
+  for (int j = 0; j < 7; j++) ignored_zero &= d[7 + j] == 0.0f;  // exact: an ignored row is zero-filled
   CHECK(nv == 4 && ignored_zero, "ce+kd ignores target -1", "n_valid %lld", (long long)nv);
   free(c.logits); free(c.teacher); free(d);
 }
@@ -348,6 +351,8 @@ static void test_loss_topk(ng_divergence dv, double beta) {
       be->ce_kd(be, c.logits, teacher, c.targets, 5, 7, c.lp, d_full, &ce_full, &kd_full, &nv);
       double dd = 0.0;
       for (int i = 0; i < 35; i++) dd = fmax(dd, fabs((double)d[i] - d_full[i]));
+      // ce exactly: the same row code on the same logits computes it under
+      // either teacher kind; only the kd term differs.
       CHECK(ce == ce_full && fabs(kd - kd_full) <= 1e-6 * kd_full && dd <= 1e-6,
             dv == NG_DIV_FORWARD_KL ? "ce+kd from a top-V cache equals the exact loss"
             : dv == NG_DIV_REVERSE_KL ? "reverse_kl from a top-V cache equals the exact one"
@@ -373,6 +378,8 @@ static void test_loss_padded_vocab(void) {
   int64_t nv;
   be->ce_kd(be, s7, t7, y, 5, 7, used, d7, &ce7, &kd7, &nv);
   be->ce_kd(be, s5, t5, y, 5, 5, full, d5, &ce5, &kd5, &nv);
+  // exact: each row's loss runs over its first 5 columns in the same order
+  // either way (row-wise code, no BLAS; rows summed in the same order).
   bool same = ce7 == ce5 && kd7 == kd5;
   for (int i = 0; i < 5; i++)
     for (int j = 0; j < 7; j++) same &= d7[i * 7 + j] == (j < 5 ? d5[i * 5 + j] : 0.0f);
@@ -396,6 +403,7 @@ static void test_loss_norm_rows(void) {
   be->ce_kd(be, logits, teacher, targets, 2, 7, lp, parts, &ce1, &kd1, &nv1);
   be->ce_kd(be, logits + 14, teacher + 14, targets + 2, 3, 7, lp, parts + 14, &ce2, &kd2, &nv2);
   double err = fmax(fabs(ce1 + ce2 - ce), fabs(kd1 + kd2 - kd));
+  // dlogits exactly: each row's come from that row alone and the same n_norm.
   CHECK(nv1 + nv2 == nv && err < 1e-12 && memcmp(whole, parts, 35 * 4) == 0,
         "ce_kd with n_norm: chunks of 2 and 3 rows add up to the whole call",
         "valid %lld + %lld of %lld, loss error %.3g, dlogits equal %d", (long long)nv1,
@@ -483,7 +491,7 @@ static void test_model(ng_norm_placement np, bool tied, bool final_norm, int64_t
     ng_param *p = &c.m->params[i];
     if (p->frozen) {
       bool zero = true;
-      for (size_t j = 0; j < p->numel; j++) zero &= p->grad[j] == 0.0f;
+      for (size_t j = 0; j < p->numel; j++) zero &= p->grad[j] == 0.0f;  // exact: zeroed, never written
       if (!zero) worst = INFINITY, worst_name = p->name;
       continue;
     }

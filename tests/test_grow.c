@@ -15,7 +15,11 @@ static ng_model *small_model(ng_norm_placement np, int64_t L, uint64_t seed) {
   return test_small_model(be, np, L, 23, seed, true);
 }
 
-// logits [B*T, V] of a fixed batch (caller frees)
+// logits [B*T, V] of a fixed batch (caller frees). Where a growth keeps the
+// function they are compared exactly: the old blocks run the same calls at the
+// same shapes and threads before and after, and a new block adds exact zeros
+// (gate 0: 1 x + 0 y = x; zeroed o_proj and down_proj, or layer scales 0: a
+// branch of 0 x finite terms is 0, and x + 0 = x).
 static float *logits_of(ng_model *m) {
   int32_t tokens[2 * 6] = {1, 5, 7, 2, 9, 22, 0, 3, 3, 14, 8, 11};
   ng_acts *a = ng_acts_create(m, 2, 6, false);
@@ -82,6 +86,7 @@ static void test_function_preservation(void) {
     for (int pos = 0; pos < 3; pos++) {
       double d = grow_change((ng_norm_placement)np, NG_INIT_GATE, (ng_grow_position)pos);
       snprintf(name, sizeof name, "gate init keeps the logits exactly (%s, position %d)", p, pos);
+      // exact: see logits_of
       CHECK(d == 0.0, name, "max change %.3e", d);
     }
     double d = grow_change((ng_norm_placement)np, NG_INIT_RANDOM, NG_GROW_TOP);
@@ -89,6 +94,7 @@ static void test_function_preservation(void) {
     CHECK(d > 1e-3, name, "max change %.3e", d);
   }
   double pre = grow_change(NG_NORM_PRE, NG_INIT_ZERO_OUT, NG_GROW_INTERLEAVE);
+  // exact: see logits_of
   CHECK(pre == 0.0, "zero_out init keeps the logits exactly under Pre-Norm", "max change %.3e", pre);
   // Under Post-Norm a block with zeroed o_proj and down_proj still computes
   // y = N_pf(N_pa(x)): the function changes. Documented, not a bug.
@@ -100,6 +106,7 @@ static void test_function_preservation(void) {
   double top = grow_change(NG_NORM_LNS, NG_INIT_GATE, NG_GROW_TOP);
   double zero_top = grow_change(NG_NORM_LNS, NG_INIT_ZERO_OUT, NG_GROW_TOP);
   double inter = grow_change(NG_NORM_LNS, NG_INIT_GATE, NG_GROW_INTERLEAVE);
+  // exact: see logits_of
   CHECK(top == 0.0 && zero_top == 0.0, "LNS: gate and zero_out on top keep the logits exactly",
         "max change %.3e, %.3e", top, zero_top);
   CHECK(inter > 1e-3, "LNS: new blocks interleaved below older ones change the function",
@@ -171,6 +178,7 @@ static void test_preservation_table(void) {
       }
       ng_model_free(m);
       double most = fmax(change[0], change[1]);
+      // exact: see logits_of (K)
       bool as_said = want == K ? most == 0.0 : want == E ? most > 0.0 && most < 1e-5 : most > 1e-3;
       char name[160];
       snprintf(name, sizeof name, "%s (P %lld): %s init at %s %s the function (every growth step)",
@@ -198,7 +206,7 @@ static void test_teacher_by_role(void) {
   const ng_param *in = ng_model_find(g, "model.layers.1.input_layernorm.weight");
   const ng_param *t_pa = ng_model_find(teacher, "model.layers.2.post_attention_layernorm.weight");
   const ng_param *t_in = ng_model_find(teacher, "model.layers.2.input_layernorm.weight");
-  bool ones = true;
+  bool ones = true;  // exact below: copies, and gains set to 1
   for (size_t j = 0; j < pa->numel; j++) ones &= pa->data[j] == 1.0f && pf->data[j] == 1.0f;
   CHECK(memcmp(ff->data, t_pa->data, ff->numel * 4) == 0 && memcmp(in->data, t_in->data, in->numel * 4) == 0 &&
             ones,
@@ -222,7 +230,7 @@ static void test_mixln_block_moves(void) {
   const ng_param *in = ng_model_find(g, "model.layers.2.input_layernorm.weight");
   const ng_param *pa = ng_model_find(g, "model.layers.2.post_attention_layernorm.weight");
   const ng_param *old_pa = ng_model_find(m, "model.layers.1.post_attention_layernorm.weight");
-  bool ones = in != NULL && from_old[2] == 1;
+  bool ones = in != NULL && from_old[2] == 1;  // exact below: gains set to 1, and a copy
   for (size_t j = 0; ones && j < in->numel; j++) ones &= in->data[j] == 1.0f;
   CHECK(ones && memcmp(pa->data, old_pa->data, pa->numel * 4) == 0 &&
             !ng_model_find(g, "model.layers.2.post_feedforward_layernorm.weight"),
@@ -241,6 +249,7 @@ static void test_deepnorm_init(void) {
   for (int i = 0; i < a->n_params; i++) {
     const ng_param *p = &a->params[i], *q = &b->params[i];
     bool scaled = strstr(p->name, "v_proj") || strstr(p->name, "o_proj") || strstr(p->name, "mlp.");
+    // exact: the init multiplies each weight by the same float beta (one rounding)
     for (size_t j = 0; j < p->numel; j++) ok &= q->data[j] == (scaled ? p->data[j] * beta : p->data[j]);
   }
   CHECK(ok, "deepnorm init: beta = (8 L_final)^(-1/4) on v_proj, o_proj and the MLP only", "mismatch");
@@ -253,7 +262,7 @@ static bool same_block(const ng_model *a, int64_t la, const ng_model *b, int64_t
     const ng_param *p = &a->params[i];
     if (p->layer != la) continue;
     const ng_param *q = ng_model_find_in_layer(b, p, lb);
-    if (!q || memcmp(p->data, q->data, p->numel * sizeof(float)) != 0) return false;
+    if (!q || memcmp(p->data, q->data, p->numel * sizeof(float)) != 0) return false;  // exact: copies
   }
   return true;
 }
@@ -267,12 +276,13 @@ static void test_copies(void) {
   NG_ASSERT(ng_model_grow(m, 4, &copy, &g, from_old) == 0);
   CHECK(same_block(g, 1, g, 0) && same_block(g, 3, g, 2) && same_block(g, 0, m, 0) && same_block(g, 2, m, 1),
         "copy_below duplicates the block below exactly; old blocks kept", "tensors differ");
+  // exact: gates are set, not computed
   CHECK(g->gate[1] == 1.0f && g->gate[3] == 1.0f, "copy_below blocks are plain (gate 1)", "gates %g %g", g->gate[1], g->gate[3]);
   ng_model_free(g);
   ng_grow_rule from_teacher = {NG_GROW_TOP, NG_INIT_TEACHER, 0.3, &r, teacher, tl, false};
   NG_ASSERT(ng_model_grow(m, 4, &from_teacher, &g, from_old) == 0);
   // A Post-Norm block from a Pre-Norm teacher: every shared tensor copied;
-  // post_feedforward_layernorm keeps its init (gains 1).
+  // post_feedforward_layernorm keeps its init (gains 1). Exact: copies and set values.
   bool shared = true;
   for (int i = 0; i < g->n_params; i++) {
     const ng_param *p = &g->params[i];
@@ -304,7 +314,7 @@ static void test_optimizer_follows(void) {
     const ng_param *p = &g->params[i];
     int64_t src = p->layer < 0 ? -1 : from_old[p->layer];
     const ng_param *q = p->layer >= 0 && src < 0 ? NULL : ng_model_find_in_layer(m, p, src);
-    float want_m = q ? (float)(q - m->params + 1) : 0.0f;
+    float want_m = q ? (float)(q - m->params + 1) : 0.0f;  // exact: moments copied or zeroed
     ok &= keep->m[i][0] == want_m && keep->steps[i] == (q ? 7 : 0) && reset->m[i][0] == 0.0f && reset->steps[i] == 0;
   }
   CHECK(ok, "AdamW moments and steps follow old blocks; new blocks and resets start at zero", "mismatch");
@@ -369,6 +379,7 @@ static void test_rescale_stream(void) {
     bool writer = p->layer >= 0 ? strstr(p->name, "o_proj") || strstr(p->name, "down_proj")
                                 : strcmp(p->name, "model.embed_tokens.weight") == 0;
     float s = writer ? 0.5f : strcmp(p->name, "model.norm.weight") == 0 ? 2.0f : 1.0f;
+    // exact: 1 scaled by powers of two
     ok &= o->m[i][0] == 1.0f / s && o->v[i][p->numel - 1] == 1.0f / (s * s);
   }
   CHECK(ok, "rescale_stream: moments of a tensor scaled by s become m / s, v / s^2", "mismatch");
@@ -402,6 +413,7 @@ static void test_depth_scaled(void) {
       const ng_param *p = &plain->params[i], *q = &scaled->params[i];
       bool writer = strstr(p->name, "o_proj") || strstr(p->name, "down_proj");
       float s = p->layer >= 2 && writer ? (float)(1.0 / sqrt(2.0 * (double)(p->layer + 1))) : 1.0f;
+      // exact: the same draws times the same float s (one rounding)
       for (size_t j = 0; j < p->numel; j++) ok &= q->data[j] == s * p->data[j];
     }
     char name[96];
@@ -411,6 +423,7 @@ static void test_depth_scaled(void) {
     if (gate) {
       float *before = logits_of(m), *after = logits_of(scaled);
       double d = max_diff(before, after, 12 * 23);
+      // exact: see logits_of
       CHECK(d == 0.0, "depth_scaled gate init keeps the logits exactly", "max change %.3e", d);
       free(before);
       free(after);
@@ -451,7 +464,7 @@ static double layer_scale_change(ng_norm_placement np, double init, ng_grow_init
     if (!ng_param_is_layer_scale(p)) continue;
     int64_t src = from_old[p->layer];
     const ng_param *q = src >= 0 ? ng_model_find_in_layer(m, p, src) : NULL;
-    for (size_t k = 0; k < p->numel; k++)
+    for (size_t k = 0; k < p->numel; k++)  // exact: copied, or set to init
       *scales_ok &= p->data[k] == (q ? q->data[k] : (float)init);
   }
   ng_model_free(m);
@@ -479,6 +492,7 @@ static void test_layer_scale_growth(void) {
     bool scales;
     double d = layer_scale_change(exact[i].np, 0.0, exact[i].how, exact[i].pos, &scales);
     snprintf(name, sizeof name, "layer scales at init 0 keep the logits exactly (%s)", exact[i].what);
+    // exact: see logits_of
     CHECK(d == 0.0, name, "max change %.3e", d);
     snprintf(name, sizeof name, "new blocks' scales at layer_scale_init, old ones kept (%s)",
              exact[i].what);

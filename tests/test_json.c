@@ -168,6 +168,8 @@ static void check_round_trip(const char *name, const char *text) {
 static void test_run_round_trip(void) {
   ng_run_config rc;
   NG_ASSERT(ng_run_config_parse(crafted_run, "crafted", &rc) == 0);
+  // exact: the text holds each product in digits that read back to it (strtod
+  // and the compiler both round correctly)
   CHECK(rc.stages[0].lr.peak == 0.1 * 3 * 0.01 && rc.stages[0].lr.peak != 0.003 &&
             rc.model.rope_theta != 10000.0 && rc.optim.beta1 != 0.9 &&
             rc.model.rms_norm_eps == 0.1 * 3 && rc.eval_every == NG_JSON_MAX_INT &&
@@ -324,6 +326,7 @@ static void test_placements(void) {
     char name[96];
     snprintf(name, sizeof name, "placement %s%s reads back", ng_norm_placement_name(c.norm_placement),
              c.layer_scale ? " with layer scales" : "");
+    // exact: written in digits that read back to the same double
     CHECK(rc == 0 && back.norm_placement == c.norm_placement &&
               back.deepnorm_alpha == c.deepnorm_alpha &&
               back.mixln_post_layers == c.mixln_post_layers &&
@@ -370,6 +373,7 @@ static void test_placements(void) {
   deep.norm_placement = NG_NORM_DEEPNORM;
   deep.mixln_post_layers = 0;
   deep.deepnorm_alpha = 2.5;
+  // exact: 1 / sqrt(4) and the double 2.5 are floats
   CHECK(ng_block_layout_of(&lns, 3).norm_scale == 0.5f && ng_block_layout_of(&lns, 0).norm_scale == 1.0f &&
             ng_block_layout_of(&deep, 1).alpha == 2.5f && ng_block_layout_of(&deep, 1).output_norm,
         "lns's scale is 1/sqrt(l); deepnorm's residual scale is its alpha", "alpha %g", deep.deepnorm_alpha);
@@ -459,6 +463,7 @@ static void test_layer_scale(void) {
   const ng_param *gm = ng_model_find(m, "model.layers.1.mlp.layer_scale");
   bool init = ga && gm && ga->numel == 4 && gm->numel == 4 && ga->ndim == 1;
   for (size_t i = 0; init && i < 4; i++)
+    // exact: the scales are set to that float
     init = ga->data[i] == (float)back.layer_scale_init && gm->data[i] == (float)back.layer_scale_init;
   CHECK(init && m->n_params == ng_model_n_weights(&back) &&
             ng_model_n_weights(&back) == ng_model_n_weights(&c) + 2 * c.num_hidden_layers,
@@ -472,7 +477,7 @@ static void test_layer_scale(void) {
   ng_model *m2 = NULL;
   rc = ng_checkpoint_load(path, be, false, &m2, NULL, NULL);
   bool same = rc == 0 && ng_same_model(&m2->cfg, &m->cfg) && m2->n_params == m->n_params;
-  for (int i = 0; same && i < m->n_params; i++)
+  for (int i = 0; same && i < m->n_params; i++)  // exact: a checkpoint stores F32 as is
     same = strcmp(m2->params[i].name, m->params[i].name) == 0 &&
            memcmp(m2->params[i].data, m->params[i].data, m->params[i].numel * sizeof(float)) == 0;
   CHECK(same, "a checkpoint keeps layer_scale_init and the layer scales", "%s",

@@ -51,6 +51,7 @@ static int collectives(ng_comm *c, ng_backend *be) {
   float *ba = put(be, false, a, sizeof a);
   c->allreduce_f32(c, ba, M);
   take(be, false, a, ba, sizeof a);
+  // exact here and below: halves and small integers, whose sums fp32 and fp64 hold in any order
   for (int i = 0; i < M; i++) bad += a[i] != (float)(n * (n - 1) / 2) + (float)n * 0.5f * (float)i;
   for (int host = 0; host < 2; host++) {
     double d[2] = {r + 0.25, -1.0}, *bd = put(be, host, d, sizeof d);
@@ -263,6 +264,8 @@ int main(int argc, char **argv) {
   ng_backend *cpu = ng_backend_open("cpu", NG_PREC_FP32);
   ng_comm *one = ng_comm_single();
   CHECK(collectives(one, cpu) == 0, "single-process communicator: collectives of one rank", "wrong values");
+  // exact: the gradients are multiples of 1/8 (their norm's sum is exact in any
+  // order) and one rank's shard is the whole tensor: the same element-wise AdamW
   CHECK(zero_vs_adamw(one, cpu) == 0.0, "ZeRO-1 step on one rank equals AdamW bit for bit", "differs");
   ng_comm_close(one);
   test_bind(cpu);

@@ -156,6 +156,7 @@ static void check_divergence(void) {
   rc = ng_train(&r);
   n = read_steps(metrics, steps, lrs, 64);
   bool order = n == 30;
+  // exact: a constant schedule logs its peak, the config's number read back from its digits
   for (int i = 0; order && i < n; i++) order = steps[i] == i + 1 && lrs[i] == (i < 10 ? 0.001 : 0.0005);
   CHECK(rc == 0 && finite_checkpoint(final, NULL) && order,
         "resumed from step 10 with the LR of the edited config.json: 30 finite steps",
@@ -206,6 +207,7 @@ static void check_poisoned(void) {
   ng_train_args r = {.resume_dir = run, .extend_tokens = 640};
   int rc = ng_train(&r);
   const char *msg = ng_error();
+  // exact: the refused resume must leave the files' bytes untouched
   char *after = slurp(ckpt, &n2), *final_after = slurp(final, &n1), *cfg_after = slurp(run_config, &c1);
   bool same = n0 == n2 && memcmp(before, after, n0) == 0 && final_after &&
               memcmp(final_before, final_after, n1) == 0 && c0 == c1 && memcmp(cfg, cfg_after, c0) == 0;

@@ -56,6 +56,7 @@ static bool same_config(const ng_model_config *a, const ng_model_config *b) {
          a->intermediate_size == b->intermediate_size && a->num_hidden_layers == b->num_hidden_layers &&
          a->num_attention_heads == b->num_attention_heads &&
          a->num_key_value_heads == b->num_key_value_heads && a->head_dim == b->head_dim &&
+         // exact: the same decimal numbers, read by strtod and by the compiler
          a->rope_theta == b->rope_theta && a->rms_norm_eps == b->rms_norm_eps &&
          a->tie_word_embeddings == b->tie_word_embeddings && a->final_norm == b->final_norm &&
          a->norm_placement == b->norm_placement;
@@ -77,6 +78,7 @@ static void test_hand_counts(void) {
         "Qwen3-8B-Base: 8,190,735,360 parameters", "%lld", (long long)p.total);
   // Matmul parameters: every block's projections and the untied head (the
   // embedding is a gather): 36 x 192,937,984 + 622,329,856 = 7,568,097,280.
+  // exact: whole numbers below 2^53
   CHECK(p.matmul == 7568097280.0 && p.matmul == 36.0 * BLOCK_MATMUL + EMBED,
         "Qwen3-8B-Base: 7,568,097,280 matmul parameters", "%.0f", p.matmul);
   ng_model_config file_cfg;
@@ -98,6 +100,7 @@ static void test_hand_counts(void) {
   }
   ng_model_config s = student(NG_NORM_POST);
   ng_plan_params io = ng_plan_count_params(&s, 0, true), blocks = ng_plan_count_params(&s, 6, false);
+  // exact, here and in the next check: whole numbers below 2^53
   CHECK(io.trainable == 9 * BLOCK && io.total == 9 * BLOCK + IO && io.matmul_trainable == 9.0 * BLOCK_MATMUL,
         "frozen embeddings, final norm and head", "%lld trainable", (long long)io.trainable);
   CHECK(blocks.trainable == 3 * BLOCK + IO && blocks.matmul_trainable == 3.0 * BLOCK_MATMUL + EMBED,
@@ -295,6 +298,7 @@ static void test_stage(void) {
   ng_plan_stage q;
   ng_plan_stage_of(&rc, 2, &t, &bus, &q);
   double sent = 2.0 * 63.0 / 64.0 * 4.0 * (double)P9;
+  // the zeros exactly: nothing is sent on one device, no time is given without a bandwidth
   CHECK(r.student.trainable == P9 && fabs(r.comm_bytes - sent) <= 1e-9 * sent && r.comm_seconds == 0.0 &&
             fabs(q.comm_seconds - 1977.0 * sent / 100e9) <= 1e-9 * q.comm_seconds && s.comm_bytes == 0.0 &&
             s.comm_seconds == 0.0,

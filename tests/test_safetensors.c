@@ -124,6 +124,7 @@ static void test_bf16(void) {
   uint16_t snan = ng_f32_to_bf16(from_bits(0x7f800001));  // payload only in low bits
   CHECK((snan & 0x7f80) == 0x7f80 && (snan & 0x7f), "bf16 nan stays nan", "got %04x",
         snan);
+  // exact: every bf16 (and f16) number is a float, and widening is exact
   CHECK(ng_bf16_to_f32(0xc020) == -2.5f, "bf16 to f32", "got %g", ng_bf16_to_f32(0xc020));
 
   int bad = 0;
@@ -144,6 +145,7 @@ static bool f16_is_nearest(float x) {
   double lo = h > 0 ? fabs((double)x - ng_f16_to_f32(h - 1)) : INFINITY;
   double hi = h < 0x7bff ? fabs((double)x - ng_f16_to_f32(h + 1)) : fabs(x - 65536.0);
   if (d > lo || d > hi) return false;
+  // exact: the difference of two floats is exact in double, so a tie compares equal
   return (d != lo && d != hi) || (h & 1) == 0;
 }
 
@@ -185,6 +187,7 @@ static void test_f16(void) {
   CHECK((nan16 & 0x7c00) == 0x7c00 && (nan16 & 0x3ff), "f16 nan stays nan", "got %04x",
         nan16);
 
+  // exact: every f16 number is a float, and widening is exact
   CHECK(ng_f16_to_f32(0x0001) == 0x1p-24f, "f16 to f32 subnormal", "got %a",
         ng_f16_to_f32(0x0001));
   CHECK(ng_f16_to_f32(0x83ff) == -0x1.ff8p-15f, "f16 to f32 negative subnormal", "got %a",
@@ -306,6 +309,7 @@ static void test_roundtrip(void) {
             strcmp(ng_st_meta(&f, "step"), "12") == 0 && ng_st_meta(&f, "nope") == NULL,
         "metadata round trip", "n_meta=%d", f.n_meta);
 
+  // exact below: F32 is stored as is, and the bf16 and f16 values are their widenings
   float f32[6] = {0};
   CHECK(ng_st_load_f32(&f, "f32", 2, (const int64_t[]){2, 3}, f32) == 0 &&
             memcmp(f32, k_f32, sizeof f32) == 0,
@@ -443,7 +447,7 @@ static void test_valid_edge_cases(void) {
   const char *hdr = "{\"v\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,12]}}";
   NG_ASSERT(strlen(hdr) % 4 != 0);
   write_st("unaligned.safetensors", 0, hdr, vals, sizeof vals);
-  float got[3] = {0};
+  float got[3] = {0};  // exact below: F32 as stored, F16 widened
   rc = ng_st_open(&f, tmp_path("unaligned.safetensors"));
   CHECK(rc == 0 && ng_st_load_f32(&f, "v", 1, (const int64_t[]){3}, got) == 0 &&
             memcmp(got, vals, sizeof vals) == 0,

@@ -98,6 +98,7 @@ static bool same_schedule(const ng_run_config *a, const ng_run_config *b) {
   int sa = 0, sb = 0;
   int64_t ta = 0, tb = 0;
   for (int64_t t = 0; t < run_tokens(a); t += per_step) {
+    // exact: the same scalar formula of equal parsed numbers where the arms agree
     if (ng_lr_at(a, sa, ta) != ng_lr_at(b, sb, tb)) return false;
     if ((ta += per_step) == a->stages[sa].tokens) sa++, ta = 0;
     if ((tb += per_step) == b->stages[sb].tokens) sb++, tb = 0;

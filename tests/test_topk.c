@@ -215,6 +215,8 @@ int main(void) {
   int rc = ng_topk_build(t, &s, 5, 16, 2.0, (int64_t)1 << 40, clamped_path);
   ng_topk_close(&c);
   NG_ASSERT(ng_topk_build(t, &s, 5, 16, 2.0, 12, cache_path) == 0 && ng_topk_open(&c, cache_path, &s) == 0);
+  // exact: both builds run the teacher on batches of the same 12 windows (the
+  // same calls at the same shapes and threads)
   CHECK(rc == 0 && ng_topk_open(&d, clamped_path, &s) == 0 && d.map_size == c.map_size &&
             memcmp(d.map, c.map, c.map_size) == 0,
         "a batch of 2^40 windows on a shard of 12 builds the cache of a batch of 12", "rc %d: %s", rc, ng_error());

@@ -67,6 +67,8 @@ start() {  # the killed run: resume when it has a checkpoint, else start it anew
 
 # Logs compared without their wall-clock fields.
 strip() { sed -E 's/"(time|unix_time|elapsed_s|wall_s|tokens_per_s)":[^,}]*,?//g' "$1"; }
+# Exact: a resumed run repeats the same ops in the same order (same shapes,
+# threads and BLAS), so its weights and logs are the same bytes.
 differs() {  # run dir: what differs from the uninterrupted run
   local d=$1 bad=""
   cmp -s "$tmp/whole/final.safetensors" "$d/final.safetensors" || bad="$bad final.safetensors"
