@@ -575,6 +575,68 @@ static void test_every_arm_plans(void) {
   }
 }
 
+// Every paper arm as shipped (reading A and B, continued-lr, the 3.09 B student)
+// runs on cuda in bf16 and fits 8 H200 of 139 GiB at every stage with a fifth of
+// each device to spare (backend scratch, the CUDA context), the Qwen3-8B-Base
+// teacher held in bf16.
+static void test_paper_configs_fit(void) {
+  const char *patterns[] = {"configs/paper/*.json", "configs/paper/*/*.json"};
+  ng_model_config t = qwen3_8b();
+  ng_plan_device h200 = {395.6, 139.0, 8, 4, true, 350.0};
+  int n = 0, bad = 0;
+  double worst = 0.0;
+  for (int p = 0; p < 2; p++) {
+    char pattern[600];
+    snprintf(pattern, sizeof pattern, "%s/%s", root, patterns[p]);
+    glob_t g;
+    NG_ASSERT(glob(pattern, 0, NULL, &g) == 0);
+    for (size_t i = 0; i < g.gl_pathc; i++) {
+      if (strstr(g.gl_pathv[i], "qwen3-8b-base.json")) continue;
+      ng_run_config rc;
+      NG_ASSERT(ng_run_config_load(g.gl_pathv[i], NULL, &rc) == 0);
+      bool ok = strcmp(rc.backend, "cuda") == 0 && rc.precision == NG_PREC_BF16 && rc.teacher_bf16 &&
+                rc.micro_batch < rc.batch && rc.loss_chunk > 0;
+      for (int k = 0; k < rc.n_stages; k++) {
+        ng_plan_stage s;
+        ng_plan_stage_of(&rc, k, &t, &h200, &s);
+        ok = ok && s.fits && s.per_device_gib <= 0.8 * 139.0;
+        worst = s.per_device_gib > worst ? s.per_device_gib : worst;
+      }
+      if (!ok) printf("# %s: not cuda bf16 with its settings, or over 80%% of 139 GiB\n", g.gl_pathv[i]);
+      bad += !ok;
+      n++;
+      ng_run_config_free(&rc);
+    }
+    globfree(&g);
+  }
+  CHECK(n == 21 && bad == 0, "every paper arm (21): cuda, bf16, its micro-batch and loss chunk fit 8 x 139 GiB with 20% to spare",
+        "%d of %d do not", bad, n);
+  printf("# paper arms on 8 x 139 GiB: at most %.1f GiB per device\n", worst);
+}
+
+// The study: the seven arms in one table, all fitting, with the study's total;
+// the sustained rate from the peak and the MFU.
+static void test_study_plan(void) {
+  run_result r = run_plan("configs/paper/joint-pre.json configs/paper/joint-post.json configs/paper/grow-pre.json "
+                          "configs/paper/grow-post.json configs/paper/control-extra-tokens.json "
+                          "configs/paper/control-layer-tokens.json configs/paper/control-lr-restarts.json "
+                          "--teacher-config configs/paper/qwen3-8b-base.json --devices 8 --device-memory 139");
+  int fits = 0;
+  for (const char *at = r.out; (at = strstr(at, " fits\n")); at++) fits++;
+  CHECK(r.status == 0 && r.err_lines == 0 && strstr(r.out, "7 arms on 8 device(s) of 139 GiB") && fits == 7 &&
+            strstr(r.out, "\nstudy ") && strstr(r.out, "device-hours") && !strstr(r.out, "does NOT fit"),
+        "plan of the seven paper arms on 8 x 139 GiB: one line each, all fit, the study's total",
+        "status %d, %d fit, stderr: %s", r.status, fits, r.err);
+  r = run_plan("configs/paper/grow-post.json --teacher-config configs/paper/qwen3-8b-base.json");
+  run_result q = run_plan("configs/paper/grow-post.json --teacher-config configs/paper/qwen3-8b-base.json "
+                          "--peak-tflops 1000 --mfu 0.5");
+  CHECK(strstr(r.out, "989 TFLOP/s peak at 40% MFU: 395.6 TFLOP/s sustained") &&
+            strstr(q.out, "1000 TFLOP/s peak at 50% MFU: 500 TFLOP/s sustained") &&
+            strstr(r.out, "eval %") && strstr(r.out, "time of the arm on 1 device(s)"),
+        "plan: the sustained rate is the peak times the MFU; the FLOPs besides training and the arm's time",
+        "%s", r.err);
+}
+
 // Qwen3-8B-Base's config.json, as Hugging Face ships it.
 static const char *const hf_config =
     "{\"architectures\": [\"Qwen3ForCausalLM\"], \"attention_bias\": false, \"attention_dropout\": 0.0,"
@@ -685,6 +747,8 @@ int main(void) {
   test_every_config_parses();
   test_study_design();
   test_every_arm_plans();
+  test_paper_configs_fit();
+  test_study_plan();
   test_teacher_sources();
   test_bad_input();
   char cmd[128];
