@@ -248,8 +248,8 @@ static micro_batch micro_of(const trainer *t, int64_t j) {
 
 static int64_t n_micro(const trainer *t) { return t->rc.batch / t->rc.micro_batch; }
 
-// Rank 0 of a data-parallel run (the only one of one process) evaluates, logs
-// and writes the run's files.
+// Rank 0 of a data-parallel run (the only one of one process) logs and writes
+// the run's files; evaluations and diagnostics are every rank's.
 static bool is_root(const trainer *t) { return t->comm->rank == 0; }
 
 // This rank's micro-batches [*j0, *j1) of a training batch: every rank draws
@@ -372,28 +372,33 @@ static int eval_batch(trainer *t, int64_t b) {
 }
 
 // Student CE and KD, and the teacher's CE, over the fixed validation batches.
+// Every rank takes its share of their micro-batches (ng_diag_share over all of
+// them, batch by batch in order); the sums of the ranks' shares are the result.
 static int evaluate(trainer *t, eval_result *r) {
   const ng_run_config *rc = &t->rc;
-  *r = (eval_result){0};
-  for (int64_t b = 0; b < rc->eval_batches; b++) {
+  int64_t m = n_micro(t), first, end;
+  ng_diag_share(rc->eval_batches * m, t->comm->rank, t->comm->size, &first, &end);
+  double sums[3] = {0.0, 0.0, 0.0};  // ce, kd, teacher_ce
+  for (int64_t b = first / m; b < rc->eval_batches && b * m < end; b++) {
     if (eval_batch(t, b)) return -1;
     ng_loss_params lp = batch_loss_params(t);
     double ce = 0.0, kd = 0.0;
-    for (int64_t j = 0; j < n_micro(t); j++) {
+    for (int64_t j = b * m < first ? first - b * m : 0; j < m && b * m + j < end; j++) {
       micro_batch mb = micro_of(t, j);
-      teacher_forward(t, &mb, lp, &r->teacher_ce);
+      teacher_forward(t, &mb, lp, &sums[2]);
       ng_model_forward(t->student, t->eval_acts, mb.tokens, NULL);
       loss_of(t, t->eval_acts, &mb, lp, false, &ce, &kd);
     }
-    r->ce += ce / (double)rc->eval_batches;
-    r->kd += kd / (double)rc->eval_batches;
+    sums[0] += ce / (double)rc->eval_batches;
+    sums[1] += kd / (double)rc->eval_batches;
   }
-  r->teacher_ce /= (double)rc->eval_batches;
+  t->comm->allreduce_f64(t->comm, sums, 3);
+  *r = (eval_result){sums[0], sums[1], sums[2] / (double)rc->eval_batches};
   return 0;
 }
 
 // Residual-stream diagnostics (and with `ablation` the block removals) over
-// the validation batches.
+// the validation batches, shared by the ranks (diag.h).
 static cJSON *diagnose(trainer *t, bool ablation) {
   const ng_run_config *rc = &t->rc;
   // micro-batches: fixed batch b's rows are micro-batches b m .. b m + m - 1
@@ -402,12 +407,11 @@ static cJSON *diagnose(trainer *t, bool ablation) {
                       {rc->loss.kd_weight, rc->loss.temperature, t->val.vocab_size, 0, rc->loss.divergence, rc->loss.beta},
                       loss_chunk(rc)};
   ng_diag_options o = {(int32_t)t->val.separator, rc->n_structural, rc->structural_tokens, 5};
-  return ng_diag_json(t->student, &in, &o, ablation, t->st.step, t->st.tokens);
+  return ng_diag_json_ranks(t->student, &in, &o, ablation, t->st.step, t->st.tokens, t->comm);
 }
 
 static int log_eval(trainer *t) {
   eval_result r;
-  if (!is_root(t)) return 0;
   if (evaluate(t, &r)) return -1;
   cJSON *j = record(t, "eval");
   cJSON_AddNumberToObject(j, "val_ce", r.ce);
@@ -424,12 +428,11 @@ static int log_eval(trainer *t) {
 // <run_dir>/diag_final.json: the diagnostics with the ablation, at the end.
 static int write_final_diag(trainer *t) {
   char path[600];
-  if (!is_root(t)) return 0;
   path_in(t, "diag_final.json", path, sizeof path);
-  cJSON *j = diagnose(t, true);
+  cJSON *j = diagnose(t, true);  // every rank takes part
   char *text = ng_json_print(j, true);
   cJSON_Delete(j);
-  int rc = ng_write_text_atomic(path, text);
+  int rc = is_root(t) ? ng_write_text_atomic(path, text) : 0;
   free(text);
   return rc;
 }
@@ -440,7 +443,6 @@ static int write_final_diag(trainer *t) {
 // "event": "growth" and the new blocks (numbered from 1; block b receives
 // hidden.<b-1>); from_old [depth] as ng_model_grow fills it.
 static void log_growth_diag(trainer *t, const int64_t *from_old) {
-  if (!is_root(t)) return;
   cJSON *j = diagnose(t, false), *fresh = cJSON_CreateArray();
   for (int64_t b = 0; b < t->student->cfg.num_hidden_layers; b++)
     if (from_old[b] < 0) cJSON_AddItemToArray(fresh, cJSON_CreateNumber((double)b + 1));
@@ -472,7 +474,7 @@ static int grow(trainer *t, int stage) {
   const ng_run_config *rc = &t->rc;
   int64_t d = t->student->cfg.num_hidden_layers, nd = rc->stages[stage].depth;
   eval_result before = {0}, after = {0};
-  if (is_root(t) && evaluate(t, &before)) return -1;
+  if (evaluate(t, &before)) return -1;
   if (t->zero) ng_zero_whole_moments(t->student, t->opt, t->zero);  // every rank regrows
   double stream_scale = rc->rescale_stream ? rescale_stream(t) : 1.0;
   ng_rng init;
@@ -504,7 +506,7 @@ static int grow(trainer *t, int stage) {
   student_acts(t);
   log_growth_diag(t, from_old);
   free(from_old);
-  if (is_root(t) && evaluate(t, &after)) return -1;
+  if (evaluate(t, &after)) return -1;
   cJSON *j = record(t, "growth");
   cJSON_AddNumberToObject(j, "depth_before", (double)d);
   cJSON_AddNumberToObject(j, "val_ce_before", before.ce);
