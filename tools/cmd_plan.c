@@ -437,7 +437,7 @@ static void print_study(const arm *arms, int n, const hardware *h) {
   printf("normgrow plan: %d arms on %lld device(s) of %g GiB, %g TFLOP/s peak at %.0f%% MFU "
          "(%g sustained)\n\n", n, (long long)d->devices, d->memory_gib, h->peak_tflops, 100.0 * h->mfu,
          d->tflops);
-  printf("%-26s %6s %6s %15s %11s %11s %7s %8s %9s %8s %12s\n", "arm", "stages", "steps", "tokens",
+  printf("%-30s %6s %6s %15s %11s %11s %7s %8s %9s %8s %12s\n", "arm", "stages", "steps", "tokens",
          "train FLOPs", "all FLOPs", "eval %", "hours", "device", "host", "fit");
   double train = 0.0, all = 0.0, evals = 0.0, hours = 0.0;
   bool every_fits = true;
@@ -454,13 +454,13 @@ static void print_study(const arm *arms, int n, const hardware *h) {
       host = s->host > host ? s->host : host;
       fits = fits && s->fits;
     }
-    printf("%-26s %6d %6lld %15s %11.3e %11.3e %6.1f%% %8.1f %9.1f %8s %12s\n", a->rc.name, a->rc.n_stages,
+    printf("%-30s %6d %6lld %15s %11.3e %11.3e %6.1f%% %8.1f %9.1f %8s %12s\n", a->rc.name, a->rc.n_stages,
            (long long)steps, grouped(tokens).s, t, f, 100.0 * e / f, arm_hours(a), (double)device / GIB,
            gib(host, a->stages[0].device_backend).s, fits ? "fits" : "does NOT fit");
     train += t, all += f, evals += e, hours += arm_hours(a);
     every_fits = every_fits && fits;
   }
-  printf("%-26s %6s %6s %15s %11.3e %11.3e %6.1f%% %8.1f  (%.1f days on %lld device(s), %.0f device-hours)\n",
+  printf("%-30s %6s %6s %15s %11.3e %11.3e %6.1f%% %8.1f  (%.1f days on %lld device(s), %.0f device-hours)\n",
          "study", "", "", "", train, all, 100.0 * evals / all, hours, hours / 24.0, (long long)d->devices,
          hours * (double)d->devices);
   printf("\ndevice, host: GiB at each arm's peak stage on each device and on rank 0's host; eval %%: the\n"
