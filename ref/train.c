@@ -753,9 +753,21 @@ static int run_stages(trainer *t) {
   }
   t->st.stage = rc->n_stages - 1;
   t->st.step_in_stage = ng_stage_steps(rc, rc->n_stages - 1);
-  if ((t->st.step % rc->eval_every != 0 && log_eval(t)) || check_logs(t)) return -1;
-  return save_checkpoint(t, "checkpoint.safetensors", true) || write_final_diag(t) ||
+  // Resumed from the checkpoint of the last step: its evaluation is logged, only
+  // what follows the checkpoint is to be written.
+  bool at_end = t->steps_at_start == t->steps_total;
+  if (!at_end && ((t->st.step % rc->eval_every != 0 && log_eval(t)) || check_logs(t))) return -1;
+  return (!at_end && save_checkpoint(t, "checkpoint.safetensors", true)) || write_final_diag(t) ||
          save_checkpoint(t, "final.safetensors", false);
+}
+
+// Whether a run at its last step has its end's files (a process stopped between
+// the last checkpoint and them has not).
+static bool end_written(const trainer *t) {
+  char diag[600], final[600];
+  path_in(t, "diag_final.json", diag, sizeof diag);
+  path_in(t, "final.safetensors", final, sizeof final);
+  return access(diag, F_OK) == 0 && access(final, F_OK) == 0;
 }
 
 // The files of a run in its directory.
@@ -955,12 +967,15 @@ static void closing_line(const trainer *t, int stopped) {
             rc->name, stopped == SIGINT ? "SIGINT" : "SIGTERM", (long long)t->st.step,
             (long long)t->steps_total, rc->run_dir, rc->run_dir);
   } else if (t->st.step == t->steps_total) {
-    char teacher[48] = "";
-    if (t->tacts) snprintf(teacher, sizeof teacher, " (teacher %.4f)", t->last_eval.teacher_ce);
+    char val[80] = "";  // (none evaluated by a process that resumed at the end)
+    if (t->evaluated)
+      snprintf(val, sizeof val, ", final val CE %.4f", t->last_eval.ce);
+    if (t->evaluated && t->tacts)
+      snprintf(val + strlen(val), sizeof val - strlen(val), " (teacher %.4f)", t->last_eval.teacher_ce);
     fprintf(stderr,
-            "%s: finished: step %lld, %lld tokens, final val CE %.4f%s, %dm%02ds in this "
+            "%s: finished: step %lld, %lld tokens%s, %dm%02ds in this "
             "invocation; in %s: final.safetensors, metrics.jsonl, diag.jsonl, diag_final.json\n",
-            rc->name, (long long)t->st.step, (long long)t->st.tokens, t->last_eval.ce, teacher,
+            rc->name, (long long)t->st.step, (long long)t->st.tokens, val,
             (int)secs / 60, (int)secs % 60, rc->run_dir);
   }
 }
@@ -1032,7 +1047,7 @@ int ng_train(const ng_train_args *args) {
                              ? -1
                              : 0);
   t.steps_total = rc == 0 ? ng_run_steps(&t.rc) : 0;
-  if (rc == 0 && resume_dir && t.st.step == t.steps_total) {
+  if (rc == 0 && resume_dir && t.st.step == t.steps_total && end_written(&t)) {
     fprintf(stderr,
             "%s: %s is finished (step %lld of %lld); to train on: `normgrow train --resume %s "
             "--extend-tokens N`\n",
