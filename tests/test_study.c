@@ -3,7 +3,7 @@
 // arms, restarted per stage (the main reading) and continued (continued-lr/),
 // against the schedule computed by hand, and which schedule each control has;
 // the token accountings of reading A (the arms' own directories) and reading B
-// (readingB/); toy-large against toy; the 3.09 B student's arms (student-3.09b/) by their
+// (readingB/) and of the rehearsal set; toy-large against toy; the 3.09 B student's arms (student-3.09b/) by their
 // parameters; the paper arms' sampling and structural token ids, checked
 // against the Qwen3 tokenizer when it is there ($NG_TOKENIZER, else
 // $NG_ROOT/../shared/data/qwen3-tokenizer; one skip line without it).
@@ -58,8 +58,8 @@ static void test_every_config_parses(void) {
   }
   // toy: teacher + 7 arms + 3 interventions + 2 continued + 5 reading B; paper the same
   // without the teacher and the interventions, and the 7 arms of the 3.09 B student;
-  // toy-large: teacher + 7 arms
-  CHECK(bad == 0 && n == 47, "every run config under configs/ parses (47)", "%d of %d fail", bad, n);
+  // toy-large and rehearsal: teacher + 7 arms
+  CHECK(bad == 0 && n == 55, "every run config under configs/ parses (55)", "%d of %d fail", bad, n);
 }
 
 // ---------------------------------------------------------------- schedules
@@ -428,6 +428,7 @@ int main(void) {
   test_reading_a("toy");
   test_reading_a("paper");
   test_reading_a("toy-large");
+  test_reading_a("rehearsal");
   test_reading_b("toy");
   test_reading_b("paper");
   test_toy_large();
