@@ -4,7 +4,8 @@
 # the single-process run, the ranks' weights compared bit for bit at every step
 # (each step is a checkpoint here); a checkpoint of 2 ranks resumes on 1, 2 (bit-
 # identical) and 3; evaluations, diagnostics and the ablation shared by 2 and 3 ranks
-# equal one process's at the same weights; a rank killed mid-run ends the others; --backend cuda on a
+# equal one process's at the same weights; a teacher cache built by 3 ranks serves a run
+# as one process's does; a rank killed mid-run ends the others; --backend cuda on a
 # machine without a usable GPU is refused in one line. One "skip" line when
 # mpirun cannot start.
 set -u
@@ -118,6 +119,27 @@ for n in 2 3; do
     echo "FAIL mpi $n ranks share the evaluations: differ by $worst from one process (points identical: $points, $records records)"
   fi
 done
+
+# The teacher cache built by 3 ranks (a manifest of their parts) holds one process's
+# entries: a run that distils from it ends bit-identical to one from the single file.
+ok_cache=1
+for split in train val; do
+  "$bin" teacher-cache "$tmp/teacher/final.safetensors" "$tmp/data/$split.bin" "$tmp/one-$split.topk" \
+    --k 8 --temperature 2 --seq 32 --batch 1 >/dev/null 2>&1 || ok_cache=0
+  mpi 3 "$bin" teacher-cache "$tmp/teacher/final.safetensors" "$tmp/data/$split.bin" "$tmp/many-$split.topk" \
+    --k 8 --temperature 2 --seq 32 --batch 1 >/dev/null 2>&1 || ok_cache=0
+done
+for from in one many; do
+  sed "s|\"loss\": {|\"teacher_cache\": {\"train\": \"$tmp/$from-train.topk\", \"val\": \"$tmp/$from-val.topk\"}, \"loss\": {|" \
+    "$tmp/arm.json" >"$tmp/cached-$from.json"
+  "$bin" train "$tmp/cached-$from.json" --run-dir "$tmp/cached-$from" 2>/dev/null || ok_cache=0
+done
+if [ "$ok_cache" = 1 ] && grep -q '"normgrow-topk-parts"' "$tmp/many-train.topk" && [ -f "$tmp/many-train.topk.part-3-of-3" ] &&
+   cmp -s "$tmp/cached-one/final.safetensors" "$tmp/cached-many/final.safetensors"; then
+  echo "ok mpi 3 ranks build the teacher cache into parts and a manifest: a run from it ends bit-identical to one from one process's cache"
+else
+  echo "FAIL mpi teacher cache of 3 ranks: not built, or a run from it differs from one from one process's cache"
+fi
 
 # A checkpoint of 2 ranks resumes on 2 (bit-identical), 1 and 3 (same format).
 mpi 2 "$bin" train "$tmp/arm.json" --run-dir "$tmp/stop" --stop-after 15 2>/dev/null

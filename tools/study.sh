@@ -23,7 +23,8 @@
 #            none for 1), e.g. "mpirun --oversubscribe -np 2"
 #   --out    where everything goes (default runs/study-SET): data/, teacher*/, cache/,
 #            configs/ (the set's arms with this study's paths), one directory per arm, report/
-#   --teacher-cache K  distil from a top-k cache of the teacher (k = K) made once here
+#   --teacher-cache K  distil from a top-k cache of the teacher (k = K) made once here,
+#            its windows shared by the ranks of the launch line
 #   --device-memory, --backend, --precision: passed to `normgrow plan` and `train`
 # Progress: a line per step of the study, and every PROGRESS_SECONDS (default 60) the arm,
 # its stage, tokens done and an estimate of the time left in the arm and in the study
@@ -156,10 +157,11 @@ if [ -n "$cache_k" ]; then
     [ "$split" = val ] && shard_path=$val_shard
     if [ -f "$out/cache/$split.topk" ]; then
       say "teacher cache: reusing $out/cache/$split.topk"
-    else
-      say "teacher cache: top-$cache_k of the teacher over $shard_path -> $out/cache/$split.topk"
-      run "$bin" teacher-cache "$teacher" "$shard_path" "$out/cache/$split.topk" --k "$cache_k" \
-        --temperature "$tau" --seq "$seq" "${where[@]}"
+    else  # the ranks share the windows: a manifest of their parts (topk.h)
+      say "teacher cache: top-$cache_k of the teacher over $shard_path -> $out/cache/$split.topk${launch:+ under $launch}"
+      # shellcheck disable=SC2086  # the launch line is words
+      run env OMP_NUM_THREADS="$rank_threads" $launch "$bin" teacher-cache "$teacher" "$shard_path" \
+        "$out/cache/$split.topk" --k "$cache_k" --temperature "$tau" --seq "$seq" "${where[@]}"
     fi
   done
   cache_json="\"teacher_cache\": {\"train\": \"$out/cache/train.topk\", \"val\": \"$out/cache/val.topk\"},"
