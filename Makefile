@@ -124,7 +124,7 @@ gpu-bundle:
 endif
 # ---- end of the CUDA backend ------------------------------------------------------
 
-.PHONY: all test asan fuzz bench bench-torch soak demo golden golden-new crosscheck clean deps
+.PHONY: all test asan fuzz bench bench-torch soak demo study-rehearsal golden golden-new crosscheck clean deps
 SEEDS ?= 1
 all: $(BUILD)/normgrow
 
@@ -169,6 +169,11 @@ fuzz:
 # runs that study instead (tools/demo.sh; runs/demo-<study>).
 demo: $(BUILD)/normgrow
 	tools/demo.sh --seeds $(SEEDS) $(if $(JOBS),--jobs $(JOBS)) $(if $(BACKEND),--backend $(BACKEND)) $(if $(PRECISION),--precision $(PRECISION)) $(if $(STUDY),--study $(STUDY))
+
+# The study's launcher (tools/study.sh) end to end on toy shapes under mpirun -np 2, stopped
+# once and continued, against one process (a few minutes on 2 cores; runs/rehearsal).
+study-rehearsal: $(BUILD)/normgrow $(BUILD)/tests/test_mpi
+	BUILD=$(BUILD) tools/study_rehearsal.sh
 
 bench: $(BUILD)/normgrow
 	$(BUILD)/normgrow bench

@@ -16,6 +16,7 @@
 #include "normgrow/backend_cpu.h"
 #include "normgrow/common.h"
 #include "normgrow/divergence.h"
+#include "normgrow/topk.h"
 
 // Rows per block in reductions over rows (independent of the thread count).
 #define ROW_BLOCK 64
@@ -780,6 +781,17 @@ static void cpu_row_rms(ng_backend *be, const float *x, int64_t R, int64_t C, fl
   }
 }
 
+// Each row's top k and log-sum-exp: ng_top_k and ng_logsumexp (topk.h).
+static void cpu_topk(ng_backend *be, const float *logits, int64_t R, int64_t ld, int64_t V, int64_t k,
+                     double inv_tau, uint32_t *ids, float *vals, float *lse) {
+  (void)be;
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < R; r++) {
+    ng_top_k(logits + (size_t)r * ld, V, k, ids + (size_t)r * k, vals + (size_t)r * k);
+    lse[r] = ng_logsumexp(logits + (size_t)r * ld, V, inv_tau);
+  }
+}
+
 static void cpu_nothing(ng_backend *be) { (void)be; }
 
 static const char *cpu_kernels(ng_backend *be) {
@@ -825,6 +837,7 @@ static ng_backend cpu_backend = {
     .adamw = cpu_adamw,
     .widen_bf16 = cpu_widen_bf16,
     .row_rms = cpu_row_rms,
+    .topk = cpu_topk,
 };
 
 ng_backend *ng_backend_cpu(void) { return &cpu_backend; }

@@ -165,7 +165,7 @@ static int open_manifest(ng_shard *s, const char *text) {
 
 // A manifest is a regular file that starts with '{'; anything else is read as
 // a shard file (which refuses what is not a regular file).
-static bool is_manifest(const char *path) {
+bool ng_is_manifest(const char *path) {
   int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   struct stat st;
   char c = 0;
@@ -179,7 +179,7 @@ int ng_shard_open(ng_shard *s, const char *path) {
   s->path = ng_xstrdup(path);
   char *text = NULL;
   int rc;
-  if (is_manifest(path)) {
+  if (ng_is_manifest(path)) {
     rc = ng_read_file(path, (size_t)1 << 26, &text, NULL) || open_manifest(s, text) ? -1 : 0;
   } else {
     s->parts = ng_xcalloc(1, sizeof *s->parts);

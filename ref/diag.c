@@ -129,6 +129,18 @@ static cJSON *stats_json(ng_rms_stats s) {
   return o;
 }
 
+// ---------------------------------------------------------------- ranks
+
+void ng_diag_share(int64_t units, int rank, int size, int64_t *first, int64_t *end) {
+  *first = units * rank / size;
+  *end = units * (rank + 1) / size;
+}
+
+// This rank's share of the input's batches.
+static void my_batches(const ng_diag_input *in, ng_comm *comm, int64_t *first, int64_t *end) {
+  ng_diag_share(in->batches, comm->rank, comm->size, first, end);
+}
+
 // ---------------------------------------------------------------- batches
 
 // One fixed batch on the host and on the backend.
@@ -191,7 +203,7 @@ static point_acc *points_create(const ng_model *m, int64_t n_tok, int *n_points)
     p[n++] = (point_acc){.kind = POINT_HIDDEN, .layer = l};
   }
   for (int i = 0; i < n; i++) {
-    p[i].rms = ng_xmalloc((size_t)n_tok * sizeof(float));
+    p[i].rms = ng_xcalloc((size_t)n_tok, sizeof(float));  // zeros: another rank's tokens
     p[i].count = ng_xcalloc(HALF_BUCKETS, sizeof(int64_t));
     p[i].rank = (n_tok * D + 1) / 2 - 1;
     p[i].max_abs = -INFINITY;
@@ -243,6 +255,43 @@ static void point_add_batch(ng_backend *be, const float *x, int64_t N, int64_t D
   }
 }
 
+// The ranks' counts of every point summed (as doubles: exact below 2^53).
+static void sum_counts(ng_comm *comm, point_acc *p, int n_points) {
+  if (comm->size == 1) return;
+  double *c = ng_xmalloc((size_t)n_points * HALF_BUCKETS * sizeof(double));
+  for (int i = 0; i < n_points; i++)
+    for (int b = 0; b < HALF_BUCKETS; b++) c[(size_t)i * HALF_BUCKETS + b] = (double)p[i].count[b];
+  comm->allreduce_f64(comm, c, (int64_t)n_points * HALF_BUCKETS);
+  for (int i = 0; i < n_points; i++)
+    for (int b = 0; b < HALF_BUCKETS; b++) p[i].count[b] = (int64_t)c[(size_t)i * HALF_BUCKETS + b];
+  free(c);
+}
+
+// After pass 0 over every rank: each point's per-token RMS (zeros where another
+// rank's tokens are, so the sum is exact) and its largest |h|, the largest of
+// the ranks' in rank order (their positions ascend with the rank: a tie keeps
+// the earliest).
+static void gather_pass0(ng_comm *c, point_acc *p, int n_points, int64_t n_tok) {
+  if (c->size == 1) return;
+  for (int i = 0; i < n_points; i++) c->allreduce_f32(c, p[i].rms, n_tok);
+  size_t slots = (size_t)c->size * (size_t)n_points * 2;
+  double *m = ng_xcalloc(slots, sizeof(double));
+  for (int i = 0; i < n_points; i++) {
+    double *mine = m + ((size_t)c->rank * (size_t)n_points + (size_t)i) * 2;
+    mine[0] = p[i].max_abs;  // -inf on a rank without batches
+    mine[1] = (double)p[i].max_at;
+  }
+  c->allreduce_f64(c, m, (int64_t)slots);
+  for (int i = 0; i < n_points; i++) {
+    p[i].max_abs = -INFINITY;
+    for (int r = 0; r < c->size; r++) {
+      const double *at = m + ((size_t)r * (size_t)n_points + (size_t)i) * 2;
+      if (at[0] > p[i].max_abs) p[i].max_abs = (float)at[0], p[i].max_at = (int64_t)at[1];
+    }
+  }
+  free(m);
+}
+
 // After pass 0: the median's upper half, and the counts zeroed for pass 1;
 // after pass 1: the median's bits.
 static void point_end_pass(point_acc *p, int pass) {
@@ -287,13 +336,18 @@ static void collect_block(void *ctx, const ng_acts *a, int64_t l, const ng_block
   }
 }
 
-// Forwards every fixed batch twice (the two passes of the median) with
-// forward-only activations, gathering each point as its block makes it (no
-// block's values outlive the block); tokens: host [n_tok].
-static void points_collect(ng_model *m, const ng_diag_input *in, point_acc *p, int n_points,
-                           int32_t *tokens) {
+// Forwards every fixed batch of this rank's share twice (the two passes of the
+// median) with forward-only activations, gathering each point as its block
+// makes it (no block's values outlive the block), then the ranks' gathered
+// together; tokens: host [n_tok], every batch's.
+static void points_collect(ng_model *m, const ng_diag_input *in, ng_comm *comm, point_acc *p,
+                           int n_points, int32_t *tokens) {
   ng_backend *be = m->be;
-  int64_t N = in->B * in->T;
+  int64_t N = in->B * in->T, first, end;
+  my_batches(in, comm, &first, &end);
+  int32_t *targets = ng_xmalloc((size_t)N * sizeof(int32_t));
+  for (int64_t b = 0; b < in->batches; b++) ng_batch_fixed(in->data, b, in->B, in->T, tokens + b * N, targets);
+  free(targets);
   ng_acts_options ao = {.chunk = 1};  // no logits are made here
   ng_acts *a = ng_acts_create_with(m, in->B, in->T, &ao);
   batch bt = batch_alloc(be, N);
@@ -303,11 +357,12 @@ static void points_collect(ng_model *m, const ng_diag_input *in, point_acc *p, i
   a->on_block = collect_block;
   a->on_block_ctx = &c;
   for (c.pass = 0; c.pass < 2; c.pass++) {
-    for (c.index = 0; c.index < in->batches; c.index++) {
+    for (c.index = first; c.index < end; c.index++) {
       batch_load(be, in, c.index, &bt);
-      memcpy(tokens + c.index * N, bt.tokens, (size_t)N * sizeof(int32_t));
       ng_model_forward(m, a, bt.dev_tokens, NULL);
     }
+    if (c.pass == 0) gather_pass0(comm, p, n_points, in->batches * N);
+    sum_counts(comm, p, n_points);
     for (int i = 0; i < n_points; i++) point_end_pass(&p[i], c.pass);
   }
   be->free(be, c.rms_dev);
@@ -396,12 +451,13 @@ static cJSON *point_json(const points_ctx *c, point_acc *p, double *hidden_mean)
   return o;
 }
 
-static cJSON *points_json(ng_model *m, const ng_diag_input *in, const ng_diag_options *o) {
+static cJSON *points_json(ng_model *m, const ng_diag_input *in, const ng_diag_options *o,
+                          ng_comm *comm) {
   int64_t n_tok = in->batches * in->B * in->T;
   int n_points;
   point_acc *p = points_create(m, n_tok, &n_points);
   int32_t *tokens = ng_xmalloc((size_t)n_tok * sizeof(int32_t));
-  points_collect(m, in, p, n_points, tokens);
+  points_collect(m, in, comm, p, n_points, tokens);
   // the batches' rows one after another: [batches*B, T]
   ng_token_class *cls = ng_xmalloc((size_t)n_tok * sizeof(ng_token_class));
   for (int64_t i = 0; i < n_tok; i++) cls[i] = ng_token_class_of(tokens, in->T, i, o);
@@ -478,7 +534,7 @@ static cJSON *ablation_to_json(const ng_model *m, const double *ce, const double
   return o;
 }
 
-static cJSON *ablation_json(ng_model *m, const ng_diag_input *in) {
+static cJSON *ablation_json(ng_model *m, const ng_diag_input *in, ng_comm *comm) {
   ng_backend *be = m->be;
   ng_model *teacher = in->teacher;
   size_t n = 1 + 2 * (size_t)m->cfg.num_hidden_layers;
@@ -490,7 +546,9 @@ static cJSON *ablation_json(ng_model *m, const ng_diag_input *in) {
   ng_acts *ta = teacher ? ng_acts_create_with(teacher, in->B, in->T, &ao) : NULL;
   ng_loss_teacher lt = {.model = teacher, .acts = ta};
   batch bt = batch_alloc(be, N);
-  for (int64_t b = 0; b < in->batches; b++) {
+  int64_t first, end;
+  my_batches(in, comm, &first, &end);
+  for (int64_t b = first; b < end; b++) {
     batch_load(be, in, b, &bt);
     if (ta) ng_model_forward(teacher, ta, bt.dev_tokens, NULL);  // to the teacher's head input
     ng_diag_ablation_batch(m, a, bt.dev_tokens, bt.dev_targets, &lt, in->loss, ce, kd);
@@ -499,6 +557,8 @@ static cJSON *ablation_json(ng_model *m, const ng_diag_input *in) {
       kd_sum[i] += kd[i] / (double)in->batches;
     }
   }
+  comm->allreduce_f64(comm, ce_sum, (int64_t)n);
+  comm->allreduce_f64(comm, kd_sum, (int64_t)n);
   cJSON *o = ablation_to_json(m, ce_sum, kd_sum, teacher != NULL);
   batch_free(be, &bt);
   ng_acts_free(m, a);
@@ -514,6 +574,14 @@ static cJSON *ablation_json(ng_model *m, const ng_diag_input *in) {
 
 cJSON *ng_diag_json(ng_model *m, const ng_diag_input *in, const ng_diag_options *o,
                     bool ablation, int64_t step, int64_t tokens) {
+  ng_comm *one = ng_comm_single();
+  cJSON *j = ng_diag_json_ranks(m, in, o, ablation, step, tokens, one);
+  ng_comm_close(one);
+  return j;
+}
+
+cJSON *ng_diag_json_ranks(ng_model *m, const ng_diag_input *in, const ng_diag_options *o,
+                          bool ablation, int64_t step, int64_t tokens, ng_comm *comm) {
   NG_ASSERT(in->batches >= 1 && in->B >= 1 && in->T >= 1 && o->top_k >= 0);
   NG_ASSERT((int64_t)in->data->vocab_size <= m->cfg.vocab_size);
   NG_ASSERT(!in->teacher || (in->teacher->be == m->be &&
@@ -523,7 +591,7 @@ cJSON *ng_diag_json(ng_model *m, const ng_diag_input *in, const ng_diag_options 
   cJSON_AddNumberToObject(j, "tokens", (double)tokens);
   cJSON_AddNumberToObject(j, "depth", (double)m->cfg.num_hidden_layers);
   cJSON_AddStringToObject(j, "placement", ng_norm_placement_name(m->cfg.norm_placement));
-  cJSON_AddItemToObject(j, "points", points_json(m, in, o));
-  if (ablation) cJSON_AddItemToObject(j, "ablation", ablation_json(m, in));
+  cJSON_AddItemToObject(j, "points", points_json(m, in, o, comm));
+  if (ablation) cJSON_AddItemToObject(j, "ablation", ablation_json(m, in, comm));
   return j;
 }

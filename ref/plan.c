@@ -103,46 +103,62 @@ double ng_plan_step_flops(const ng_model_config *student, const ng_plan_params *
 
 // ---------------------------------------------------------------- stages
 
+bool ng_plan_device_backend(const char *backend) { return strcmp(backend, "cuda") == 0; }
+
 // Bytes on each of n devices: everything but the AdamW moments on every device,
 // 1/n of these, and from 2 devices the ZeRO step's buffers; *adamw, *zero:
-// those two parts. (Rank 0 gathers a checkpoint's moments into the host copy
-// the checkpoint makes anyway.)
+// those two parts. On a device backend the diagnostics' device sets, on a host
+// backend everything (the larger of the diagnostics and a checkpoint's copy,
+// the program). (Rank 0 gathers a checkpoint's moments into the host copy the
+// checkpoint makes anyway.)
 static int64_t device_bytes(const ng_plan_stage *s, int64_t n, int64_t *adamw, int64_t *zero) {
   int64_t f32 = (int64_t)sizeof(float), slice = (s->student.largest + n - 1) / n;
   *adamw = (s->adamw + n - 1) / n;
   *zero = n > 1 ? f32 * (n * slice + slice + (s->student.total + n - 1) / n) : 0;
+  int64_t held = s->weights + s->grads + *adamw + *zero + s->acts + s->eval_acts + s->teacher_weights +
+                 s->teacher_acts;
+  if (s->device_backend) return held + s->diag_device;
   int64_t transient = s->diag > s->checkpoint ? s->diag : s->checkpoint;
-  return s->weights + s->grads + *adamw + *zero + s->acts + s->eval_acts + s->teacher_weights +
-         s->teacher_acts + transient + NG_PLAN_RUNTIME_BYTES;
+  return held + transient + NG_PLAN_RUNTIME_BYTES;
 }
 
-// Each device's share on dev->devices, and the fewest devices that fit.
+// Each device's share on dev->devices, rank 0's host memory, and the fewest devices that fit.
 static void fit(const ng_plan_device *dev, ng_plan_stage *s) {
   int64_t a, z, limit = (int64_t)(dev->memory_gib * GIB);
   s->per_device = device_bytes(s, dev->devices, &s->adamw_per_device, &s->zero);
   s->per_device_gib = (double)s->per_device / GIB;
   s->fits = s->per_device_gib <= dev->memory_gib;
+  int64_t host_transient = s->diag_host > s->checkpoint ? s->diag_host : s->checkpoint;
+  s->host = s->device_backend ? host_transient + NG_PLAN_RUNTIME_BYTES : 0;
   s->devices_needed = 0;
   for (int64_t n = 1; n <= 1 << 16 && !s->devices_needed; n++)
     if (device_bytes(s, n, &a, &z) <= limit) s->devices_needed = n;
 }
 
 // Bytes of the diagnostics (ref/diag.c): the residual points (a forward-only
-// set with logits of one row; on the host per point its RMS per eval token and
-// 2^16 counts of 8 bytes for the median, a [n, D] scratch, and per token its id,
-// class and a scratch float), then the ablation (forward-only sets of student
-// and teacher).
-int64_t ng_plan_diag_bytes(const ng_model_config *sc, const ng_model_config *forward_teacher,
-                           int64_t n_eval, int64_t B, int64_t T, int64_t chunk) {
+// set with logits of one row and an [n] RMS scratch; on the host per point its
+// RMS per eval token and 2^16 counts of 8 bytes for the median, a [n, D]
+// scratch, and per token its id, class and a scratch float), then the ablation
+// (forward-only sets of student and teacher).
+ng_plan_diag ng_plan_diag_parts(const ng_model_config *sc, const ng_model_config *forward_teacher,
+                                int64_t n_eval, int64_t B, int64_t T, int64_t chunk) {
   int64_t f32 = (int64_t)sizeof(float), L = sc->num_hidden_layers, D = sc->hidden_size;
   int64_t points = 1 + (ng_model_has_output_norms(sc) ? 3 * L : L);
   ng_acts_options one_row = {.chunk = 1}, fwd = {.chunk = chunk};
   int64_t n = B * T;
-  int64_t collect = f32 * (ng_plan_acts_floats(sc, B, T, &one_row) + points * n_eval + n * D + 3 * n_eval) +
-                    points * 65536 * (int64_t)sizeof(int64_t);
-  int64_t ablation = f32 * ng_plan_acts_floats(sc, B, T, &fwd);
-  if (forward_teacher) ablation += f32 * ng_plan_acts_floats(forward_teacher, B, T, &fwd);
-  return collect > ablation ? collect : ablation;
+  ng_plan_diag d = {
+      .points_device = f32 * (ng_plan_acts_floats(sc, B, T, &one_row) + n),
+      .points_host = f32 * (points * n_eval + n * D + 3 * n_eval) + points * 65536 * (int64_t)sizeof(int64_t),
+      .ablation_device = f32 * ng_plan_acts_floats(sc, B, T, &fwd)};
+  if (forward_teacher) d.ablation_device += f32 * ng_plan_acts_floats(forward_teacher, B, T, &fwd);
+  return d;
+}
+
+int64_t ng_plan_diag_bytes(const ng_model_config *sc, const ng_model_config *forward_teacher,
+                           int64_t n_eval, int64_t B, int64_t T, int64_t chunk) {
+  ng_plan_diag d = ng_plan_diag_parts(sc, forward_teacher, n_eval, B, T, chunk);
+  int64_t points = d.points_device + d.points_host;
+  return points > d.ablation_device ? points : d.ablation_device;
 }
 
 // "(hidden_size H, intermediate_size F, vocab_size V, num_hidden_layers L)"
@@ -184,6 +200,62 @@ static int64_t teacher_bytes(const ng_model_config *teacher, const ng_plan_param
   return io * bpp + 2 * blocks + (int64_t)sizeof(float) * (blocks / L);
 }
 
+// ---------------------------------------------------------------- FLOPs besides training
+
+// A forward of model c (matmul parameters P) over B x T tokens: 2 P B T + A;
+// without its head 2 V D B T less.
+static double forward_flops(const ng_model_config *c, double P, int64_t B, int64_t T, bool head) {
+  double N = (double)B * (double)T, h = head ? 0.0 : 2.0 * (double)c->vocab_size * (double)c->hidden_size * N;
+  return 2.0 * P * N - h + ng_attention_flops(c, B, T);
+}
+
+// The head alone over B x T tokens.
+static double head_flops(const ng_model_config *c, int64_t B, int64_t T) {
+  return 2.0 * (double)c->vocab_size * (double)c->hidden_size * (double)B * (double)T;
+}
+
+// Evaluations of stage `stage`: every eval_every steps, at the end when the
+// last step is not one of them, and before and after a growth.
+static int64_t stage_evals(const ng_run_config *rc, int stage, bool grows) {
+  int64_t first = 0;
+  for (int i = 0; i < stage; i++) first += ng_stage_steps(rc, i);
+  int64_t last = first + ng_stage_steps(rc, stage), e = rc->eval_every;
+  int64_t n = last / e - first / e + (grows ? 2 : 0);
+  if (stage == rc->n_stages - 1 && last % e != 0) n++;
+  return n;
+}
+
+// out->recompute_flops, eval_flops, diag_flops, ablation_flops and evals of
+// the stage (plan.h); sc: the student at the stage's depth, teacher NULL where
+// it does not run.
+static void flops_besides(const ng_run_config *rc, int stage, const ng_model_config *sc,
+                          const ng_model_config *teacher, ng_plan_stage *out) {
+  int64_t B = rc->batch, T = rc->seq, EB = rc->eval_batches * B, L = sc->num_hidden_layers;
+  bool grows = stage > 0 && rc->stages[stage - 1].depth != sc->num_hidden_layers;
+  double Ps = out->student.matmul, Pt = out->teacher.matmul;
+  out->recompute_flops = rc->recompute ? (double)out->steps * forward_flops(sc, Ps, B, T, false) : 0.0;
+  double t_eval = teacher ? forward_flops(teacher, Pt, EB, T, true) + head_flops(teacher, EB, T) : 0.0;
+  out->evals = stage_evals(rc, stage, grows);
+  double one = forward_flops(sc, Ps, EB, T, true) + t_eval;
+  out->eval_flops = (double)out->evals * one;
+  int64_t diagnosed = out->evals - (grows ? 1 : 0);  // the one before a growth has none
+  out->diag_flops = (double)diagnosed * 2.0 * forward_flops(sc, Ps, EB, T, false);
+  if (grows) {  // the evaluation before the growth, at the depth before
+    ng_model_config before = *sc;
+    before.num_hidden_layers = rc->stages[stage - 1].depth;
+    double Pb = ng_plan_count_params(&before, 0, false).matmul;
+    out->eval_flops += forward_flops(&before, Pb, EB, T, true) - forward_flops(sc, Ps, EB, T, true);
+  }
+  out->ablation_flops = 0.0;
+  if (stage != rc->n_stages - 1) return;
+  int64_t ablations = L;  // each block skipped, and each with an output norm reduced to its norms
+  for (int64_t l = 0; l < L; l++) ablations += ng_block_layout_of(sc, l).output_norm;
+  double intact = forward_flops(sc, Ps, EB, T, true) + (teacher ? head_flops(teacher, EB, T) : 0.0);
+  double block = forward_flops(sc, Ps, EB, T, false) / (double)L;  // the blocks alike
+  out->ablation_flops = (double)(1 + ablations) * intact - (double)ablations * block +
+                        (teacher ? forward_flops(teacher, Pt, EB, T, false) : 0.0);
+}
+
 void ng_plan_stage_of(const ng_run_config *rc, int stage, const ng_model_config *teacher,
                       const ng_plan_device *dev, ng_plan_stage *out) {
   const ng_stage *st = &rc->stages[stage];
@@ -197,7 +269,8 @@ void ng_plan_stage_of(const ng_run_config *rc, int stage, const ng_model_config 
   int64_t chunk = rc->loss_chunk > 0 ? rc->loss_chunk : ng_loss_chunk_default(&sc, mb * T);
   chunk = chunk < mb * T ? chunk : mb * T;
   *out = (ng_plan_stage){.depth = st->depth, .tokens = st->tokens, .steps = ng_stage_steps(rc, stage),
-                         .micro_batch = mb, .chunk = chunk, .recompute = rc->recompute};
+                         .micro_batch = mb, .chunk = chunk, .recompute = rc->recompute,
+                         .device_backend = ng_plan_device_backend(rc->backend)};
   out->student = ng_plan_count_params(&sc, frozen, rc->freeze_embeddings);
   out->weights = out->grads = out->student.total * bpp;
   out->adamw = 2 * out->student.total * bpp;
@@ -211,14 +284,19 @@ void ng_plan_stage_of(const ng_run_config *rc, int stage, const ng_model_config 
     out->teacher_weights = teacher_bytes(teacher, &out->teacher, bpp, rc->teacher_bf16 && dev->teacher_bf16);
   }
   if (forward_teacher) out->teacher_acts = f32 * ng_plan_acts_floats(teacher, mb, T, &fwd);
+  ng_plan_diag d = ng_plan_diag_parts(&sc, forward_teacher, rc->eval_batches * B * T, mb, T, chunk);
   out->diag = ng_plan_diag_bytes(&sc, forward_teacher, rc->eval_batches * B * T, mb, T, chunk);
+  out->diag_device = d.points_device > d.ablation_device ? d.points_device : d.ablation_device;
+  out->diag_host = d.points_host;
   out->checkpoint = 3 * out->student.total * f32;
   int64_t transient = out->diag > out->checkpoint ? out->diag : out->checkpoint;
   out->total = out->weights + out->grads + out->adamw + out->acts + out->eval_acts +
                out->teacher_weights + out->teacher_acts + transient + NG_PLAN_RUNTIME_BYTES;
   fit(dev, out);
   out->flops = ng_plan_step_flops(&sc, &out->student, forward_teacher, &out->teacher, B, T) * (double)out->steps;
-  out->seconds = out->flops / ((double)dev->devices * dev->tflops * 1e12);
+  flops_besides(rc, stage, &sc, forward_teacher, out);
+  double all = out->flops + out->recompute_flops + out->eval_flops + out->diag_flops + out->ablation_flops;
+  out->seconds = all / ((double)dev->devices * dev->tflops * 1e12);
   double n = (double)dev->devices;
   out->comm_bytes = 2.0 * (n - 1.0) / n * (double)f32 * (double)out->student.trainable;
   out->comm_seconds = dev->bus_gbps > 0.0 ? (double)out->steps * out->comm_bytes / (dev->bus_gbps * 1e9) : 0.0;

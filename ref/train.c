@@ -252,8 +252,8 @@ static micro_batch micro_of(const trainer *t, int64_t j) {
 
 static int64_t n_micro(const trainer *t) { return t->rc.batch / t->rc.micro_batch; }
 
-// Rank 0 of a data-parallel run (the only one of one process) evaluates, logs
-// and writes the run's files.
+// Rank 0 of a data-parallel run (the only one of one process) logs and writes
+// the run's files; evaluations and diagnostics are every rank's.
 static bool is_root(const trainer *t) { return t->comm->rank == 0; }
 
 // This rank's micro-batches [*j0, *j1) of a training batch: every rank draws
@@ -376,28 +376,33 @@ static int eval_batch(trainer *t, int64_t b) {
 }
 
 // Student CE and KD, and the teacher's CE, over the fixed validation batches.
+// Every rank takes its share of their micro-batches (ng_diag_share over all of
+// them, batch by batch in order); the sums of the ranks' shares are the result.
 static int evaluate(trainer *t, eval_result *r) {
   const ng_run_config *rc = &t->rc;
-  *r = (eval_result){0};
-  for (int64_t b = 0; b < rc->eval_batches; b++) {
+  int64_t m = n_micro(t), first, end;
+  ng_diag_share(rc->eval_batches * m, t->comm->rank, t->comm->size, &first, &end);
+  double sums[3] = {0.0, 0.0, 0.0};  // ce, kd, teacher_ce
+  for (int64_t b = first / m; b < rc->eval_batches && b * m < end; b++) {
     if (eval_batch(t, b)) return -1;
     ng_loss_params lp = batch_loss_params(t);
     double ce = 0.0, kd = 0.0;
-    for (int64_t j = 0; j < n_micro(t); j++) {
+    for (int64_t j = b * m < first ? first - b * m : 0; j < m && b * m + j < end; j++) {
       micro_batch mb = micro_of(t, j);
-      teacher_forward(t, &mb, lp, &r->teacher_ce);
+      teacher_forward(t, &mb, lp, &sums[2]);
       ng_model_forward(t->student, t->eval_acts, mb.tokens, NULL);
       loss_of(t, t->eval_acts, &mb, lp, false, &ce, &kd);
     }
-    r->ce += ce / (double)rc->eval_batches;
-    r->kd += kd / (double)rc->eval_batches;
+    sums[0] += ce / (double)rc->eval_batches;
+    sums[1] += kd / (double)rc->eval_batches;
   }
-  r->teacher_ce /= (double)rc->eval_batches;
+  t->comm->allreduce_f64(t->comm, sums, 3);
+  *r = (eval_result){sums[0], sums[1], sums[2] / (double)rc->eval_batches};
   return 0;
 }
 
 // Residual-stream diagnostics (and with `ablation` the block removals) over
-// the validation batches.
+// the validation batches, shared by the ranks (diag.h).
 static cJSON *diagnose(trainer *t, bool ablation) {
   const ng_run_config *rc = &t->rc;
   // micro-batches: fixed batch b's rows are micro-batches b m .. b m + m - 1
@@ -406,12 +411,11 @@ static cJSON *diagnose(trainer *t, bool ablation) {
                       {rc->loss.kd_weight, rc->loss.temperature, t->val.vocab_size, 0, rc->loss.divergence, rc->loss.beta},
                       loss_chunk(rc)};
   ng_diag_options o = {(int32_t)t->val.separator, rc->n_structural, rc->structural_tokens, 5};
-  return ng_diag_json(t->student, &in, &o, ablation, t->st.step, t->st.tokens);
+  return ng_diag_json_ranks(t->student, &in, &o, ablation, t->st.step, t->st.tokens, t->comm);
 }
 
 static int log_eval(trainer *t) {
   eval_result r;
-  if (!is_root(t)) return 0;
   if (evaluate(t, &r)) return -1;
   cJSON *j = record(t, "eval");
   cJSON_AddNumberToObject(j, "val_ce", r.ce);
@@ -428,12 +432,11 @@ static int log_eval(trainer *t) {
 // <run_dir>/diag_final.json: the diagnostics with the ablation, at the end.
 static int write_final_diag(trainer *t) {
   char path[600];
-  if (!is_root(t)) return 0;
   path_in(t, "diag_final.json", path, sizeof path);
-  cJSON *j = diagnose(t, true);
+  cJSON *j = diagnose(t, true);  // every rank takes part
   char *text = ng_json_print(j, true);
   cJSON_Delete(j);
-  int rc = ng_write_text_atomic(path, text);
+  int rc = is_root(t) ? ng_write_text_atomic(path, text) : 0;
   free(text);
   return rc;
 }
@@ -444,7 +447,6 @@ static int write_final_diag(trainer *t) {
 // "event": "growth" and the new blocks (numbered from 1; block b receives
 // hidden.<b-1>); from_old [depth] as ng_model_grow fills it.
 static void log_growth_diag(trainer *t, const int64_t *from_old) {
-  if (!is_root(t)) return;
   cJSON *j = diagnose(t, false), *fresh = cJSON_CreateArray();
   for (int64_t b = 0; b < t->student->cfg.num_hidden_layers; b++)
     if (from_old[b] < 0) cJSON_AddItemToArray(fresh, cJSON_CreateNumber((double)b + 1));
@@ -476,7 +478,7 @@ static int grow(trainer *t, int stage) {
   const ng_run_config *rc = &t->rc;
   int64_t d = t->student->cfg.num_hidden_layers, nd = rc->stages[stage].depth;
   eval_result before = {0}, after = {0};
-  if (is_root(t) && evaluate(t, &before)) return -1;
+  if (evaluate(t, &before)) return -1;
   if (t->zero) ng_zero_whole_moments(t->student, t->opt, t->zero);  // every rank regrows
   double stream_scale = rc->rescale_stream ? rescale_stream(t) : 1.0;
   ng_rng init;
@@ -508,7 +510,7 @@ static int grow(trainer *t, int stage) {
   student_acts(t);
   log_growth_diag(t, from_old);
   free(from_old);
-  if (is_root(t) && evaluate(t, &after)) return -1;
+  if (evaluate(t, &after)) return -1;
   cJSON *j = record(t, "growth");
   cJSON_AddNumberToObject(j, "depth_before", (double)d);
   cJSON_AddNumberToObject(j, "val_ce_before", before.ce);
@@ -792,9 +794,21 @@ static int run_stages(trainer *t) {
   }
   t->st.stage = rc->n_stages - 1;
   t->st.step_in_stage = ng_stage_steps(rc, rc->n_stages - 1);
-  if ((t->st.step % rc->eval_every != 0 && log_eval(t)) || check_logs(t)) return -1;
-  return save_checkpoint(t, "checkpoint.safetensors", true) || write_final_diag(t) ||
+  // Resumed from the checkpoint of the last step: its evaluation is logged, only
+  // what follows the checkpoint is to be written.
+  bool at_end = t->steps_at_start == t->steps_total;
+  if (!at_end && ((t->st.step % rc->eval_every != 0 && log_eval(t)) || check_logs(t))) return -1;
+  return (!at_end && save_checkpoint(t, "checkpoint.safetensors", true)) || write_final_diag(t) ||
          save_checkpoint(t, "final.safetensors", false);
+}
+
+// Whether a run at its last step has its end's files (a process stopped between
+// the last checkpoint and them has not).
+static bool end_written(const trainer *t) {
+  char diag[600], final[600];
+  path_in(t, "diag_final.json", diag, sizeof diag);
+  path_in(t, "final.safetensors", final, sizeof final);
+  return access(diag, F_OK) == 0 && access(final, F_OK) == 0;
 }
 
 // The files of a run in its directory.
@@ -1059,12 +1073,15 @@ static void closing_line(const trainer *t, int stopped) {
             rc->name, stopped == SIGINT ? "SIGINT" : "SIGTERM", (long long)t->st.step,
             (long long)t->steps_total, rc->run_dir, rc->run_dir);
   } else if (t->st.step == t->steps_total) {
-    char teacher[48] = "";
-    if (t->tacts) snprintf(teacher, sizeof teacher, " (teacher %.4f)", t->last_eval.teacher_ce);
+    char val[80] = "";  // (none evaluated by a process that resumed at the end)
+    if (t->evaluated)
+      snprintf(val, sizeof val, ", final val CE %.4f", t->last_eval.ce);
+    if (t->evaluated && t->tacts)
+      snprintf(val + strlen(val), sizeof val - strlen(val), " (teacher %.4f)", t->last_eval.teacher_ce);
     fprintf(stderr,
-            "%s: finished: step %lld, %lld tokens, final val CE %.4f%s, %dm%02ds in this "
+            "%s: finished: step %lld, %lld tokens%s, %dm%02ds in this "
             "invocation; in %s: final.safetensors, metrics.jsonl, diag.jsonl, diag_final.json\n",
-            rc->name, (long long)t->st.step, (long long)t->st.tokens, t->last_eval.ce, teacher,
+            rc->name, (long long)t->st.step, (long long)t->st.tokens, val,
             (int)secs / 60, (int)secs % 60, rc->run_dir);
   }
 }
@@ -1135,7 +1152,7 @@ int ng_train(const ng_train_args *args) {
                              ? -1
                              : 0);
   t.steps_total = rc == 0 ? ng_run_steps(&t.rc) : 0;
-  if (rc == 0 && resume_dir && t.st.step == t.steps_total) {
+  if (rc == 0 && resume_dir && t.st.step == t.steps_total && end_written(&t)) {
     fprintf(stderr,
             "%s: %s is finished (step %lld of %lld); to train on: `normgrow train --resume %s "
             "--extend-tokens N`\n",

@@ -3,7 +3,9 @@
 # distillation run on 2 and 3 ranks ends within fp32 summation-order tolerance of
 # the single-process run, the ranks' weights compared bit for bit at every step
 # (each step is a checkpoint here); a checkpoint of 2 ranks resumes on 1, 2 (bit-
-# identical) and 3; a rank killed mid-run ends the others; --backend cuda on a
+# identical) and 3; evaluations, diagnostics and the ablation shared by 2 and 3 ranks
+# equal one process's at the same weights; a teacher cache built by 3 ranks serves a run
+# as one process's does; a rank killed mid-run ends the others; --backend cuda on a
 # machine without a usable GPU is refused in one line. One "skip" line when
 # mpirun cannot start.
 set -u
@@ -116,7 +118,7 @@ for n in 2 3; do
     echo "FAIL mpi $n ranks, growing run: status $rc, difference $d (tolerance $tol): $(tail -1 "$tmp/err$n")"
   fi
 done
-# Evaluation runs on rank 0 over the same weights: the same numbers as one process.
+# Evaluation on every rank's share: the same numbers as one process, to training's differences.
 evals() { grep -o '"event":"eval","step":10,.*"val_ce":[0-9.e-]*' "$1" | sed 's/.*"val_ce"://'; }
 e1=$(evals "$tmp/one/metrics.jsonl") e2=$(evals "$tmp/dp2/metrics.jsonl")
 if [ -n "$e1" ] && below "$(awk -v a="$e1" -v b="$e2" 'BEGIN { d = a - b; print d < 0 ? -d : d }')" 1e-5 &&
@@ -124,6 +126,46 @@ if [ -n "$e1" ] && below "$(awk -v a="$e1" -v b="$e2" 'BEGIN { d = a - b; print 
   echo "ok mpi 2 ranks: val CE at step 10 $e2 (one process $e1), each step logged once"
 else
   echo "FAIL mpi 2 ranks: val CE at step 10 $e2, one process $e1 (or steps logged twice)"
+fi
+
+# Evaluations shared by the ranks. At learning rate 0 every layout keeps the weights of the
+# start, so each evaluation (metrics.jsonl, growths included), its diagnostics (diag.jsonl)
+# and the final ablation (diag_final.json) of 2 and 3 ranks must be one process's: the
+# residual points bit for bit, the means within the rounding of sums in another order.
+# 5 validation batches of 2 micro-batches: 10 shares, split 5/5 (across a batch) and 3/3/4.
+sed 's/"peak": 0.01, "floor": 0.001/"peak": 0, "floor": 0/; s/"batches": 2}/"batches": 5}/;
+     s/"micro_batch": 2}/"micro_batch": 4}/; s/"norm_placement": "pre"/"norm_placement": "post"/' \
+  "$tmp/arm.json" >"$tmp/frozen.json"
+"$bin" train "$tmp/frozen.json" --run-dir "$tmp/frozen1" 2>/dev/null
+for n in 2 3; do
+  mpi "$n" "$bin" train "$tmp/frozen.json" --run-dir "$tmp/frozen$n" 2>/dev/null
+  read -r worst points records < <("$cmp_bin" evals "$tmp/frozen1" "$tmp/frozen$n" 2>/dev/null || echo "unreadable 0 0")
+  if [ "$points" = 1 ] && [ "$records" -ge 10 ] && below "$worst" 1e-9; then
+    echo "ok mpi $n ranks share the evaluations: $records records (evaluations, growths, diagnostics, ablation) as one process's, residual points bit for bit, means within $worst"
+  else
+    echo "FAIL mpi $n ranks share the evaluations: differ by $worst from one process (points identical: $points, $records records)"
+  fi
+done
+
+# The teacher cache built by 3 ranks (a manifest of their parts) holds one process's
+# entries: a run that distils from it ends bit-identical to one from the single file.
+ok_cache=1
+for split in train val; do
+  "$bin" teacher-cache "$tmp/teacher/final.safetensors" "$tmp/data/$split.bin" "$tmp/one-$split.topk" \
+    --k 8 --temperature 2 --seq 32 --batch 1 >/dev/null 2>&1 || ok_cache=0
+  mpi 3 "$bin" teacher-cache "$tmp/teacher/final.safetensors" "$tmp/data/$split.bin" "$tmp/many-$split.topk" \
+    --k 8 --temperature 2 --seq 32 --batch 1 >/dev/null 2>&1 || ok_cache=0
+done
+for from in one many; do
+  sed "s|\"loss\": {|\"teacher_cache\": {\"train\": \"$tmp/$from-train.topk\", \"val\": \"$tmp/$from-val.topk\"}, \"loss\": {|" \
+    "$tmp/arm.json" >"$tmp/cached-$from.json"
+  "$bin" train "$tmp/cached-$from.json" --run-dir "$tmp/cached-$from" 2>/dev/null || ok_cache=0
+done
+if [ "$ok_cache" = 1 ] && grep -q '"normgrow-topk-parts"' "$tmp/many-train.topk" && [ -f "$tmp/many-train.topk.part-3-of-3" ] &&
+   cmp -s "$tmp/cached-one/final.safetensors" "$tmp/cached-many/final.safetensors"; then
+  echo "ok mpi 3 ranks build the teacher cache into parts and a manifest: a run from it ends bit-identical to one from one process's cache"
+else
+  echo "FAIL mpi teacher cache of 3 ranks: not built, or a run from it differs from one from one process's cache"
 fi
 
 # A checkpoint of 2 ranks resumes on 2 (bit-identical), 1 and 3 (same format).

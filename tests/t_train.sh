@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The train command from the outside: a run killed with SIGKILL while it trains
 # and resumed from its last checkpoint ends with final weights identical to an
-# uninterrupted run; a bad config gives one line on stderr and a non-zero exit.
+# uninterrupted run, and so does one stopped after its last checkpoint before its
+# end's files; a bad config gives one line on stderr and a non-zero exit.
 set -u
 root=${NG_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
 bin=${NG_BIN:-$root/build/normgrow}
@@ -59,6 +60,19 @@ if [ "$(events "$tmp/whole/metrics.jsonl")" = "$(events "$tmp/killed/metrics.jso
   echo "ok resumed metrics and diagnostics logs hold each record once ($(wc -l <"$tmp/killed/metrics.jsonl") records)"
 else
   echo "FAIL resumed logs differ from the uninterrupted run's"
+fi
+# Stopped after its last checkpoint but before diag_final.json and final.safetensors (removed
+# here): resumed, the run writes them, the same bits, and logs no record twice.
+cp -r "$tmp/whole" "$tmp/ended"
+rm -f "$tmp/ended/final.safetensors" "$tmp/ended/diag_final.json"
+"$bin" train --resume "$tmp/ended" 2>"$tmp/ended.err"
+rc=$?
+if [ "$rc" -eq 0 ] && cmp -s "$tmp/whole/final.safetensors" "$tmp/ended/final.safetensors" &&
+   cmp -s "$tmp/whole/diag_final.json" "$tmp/ended/diag_final.json" &&
+   [ "$(events "$tmp/whole/metrics.jsonl")" = "$(events "$tmp/ended/metrics.jsonl")" ]; then
+  echo "ok stopped between its last checkpoint and its end's files, resumed: both written, bit-identical, no record twice"
+else
+  echo "FAIL resumed at its last checkpoint without its end's files: status $rc: $(tail -1 "$tmp/ended.err")"
 fi
 
 # diag.jsonl holds one record per growth (the grown model's, naming its new

@@ -4,7 +4,8 @@
 // the CPU's own bf16 kernel, the loss at Qwen3's vocabulary under every
 // divergence, RMSNorm's dw past 131k rows, NG_CUDA_SYNC naming a faulting
 // launch); a single-process NCCL smoke; NCCL's refusals (the communicator of its
-// ranks). Without a usable device it checks only the launch geometry and those
+// ranks). Without a usable device it checks only the launch geometry, the top-k
+// selection's steps and those
 // refusals and prints one "skip" line saying why (a failure instead when
 // NG_REQUIRE_GPU is set, as tools/gpu_check.sh does).
 //
@@ -65,6 +66,127 @@ static void test_launch_geometry(void) {
   // Qwen3's vocabulary: a bit per id fits the default 48 KiB without opting in.
   CHECK(ngc_topk_smem(151936) == 4748 * 4 && ngc_topk_smem(151936) <= 48 * 1024,
         "cuda top-k bitmask for a 151936-id vocabulary", "%zu bytes", ngc_topk_smem(151936));
+}
+
+// ------------------------------------------------------------------ host-side: the top-k selection
+
+// topk.cu's block on the host, thread after thread, through launch.h's pieces
+// (the keys, each pass's digit, the parts, the scans): ids, vals [k] of x [V].
+static void select_like_block(const float *x, int64_t V, int64_t k, uint32_t *ids, float *vals) {
+  uint32_t prefix = 0, left = (uint32_t)k, mask = 0;
+  for (int pass = 0; pass < NGC_SELECT_PASSES; pass++) {
+    int shift = 32 - NGC_SELECT_BITS * (pass + 1);
+    uint32_t hist[NGC_SELECT_BINS] = {0};
+    for (int64_t j = 0; j < V; j++) {
+      uint32_t key = ngc_select_key(x[j]);
+      if ((key & mask) == prefix) hist[(key >> shift) & (NGC_SELECT_BINS - 1)]++;
+    }
+    prefix |= ngc_select_digit(hist, &left) << shift;
+    mask |= (uint32_t)(NGC_SELECT_BINS - 1) << shift;
+  }
+  uint32_t above[ROW_THREADS] = {0}, tied[ROW_THREADS] = {0}, first_tied = (uint32_t)k - left;
+  int64_t lo, hi;
+  for (int t = 0; t < ROW_THREADS; t++) {
+    ngc_select_part(V, ROW_THREADS, t, &lo, &hi);
+    for (int64_t j = lo; j < hi; j++) {
+      above[t] += ngc_select_key(x[j]) > prefix;
+      tied[t] += ngc_select_key(x[j]) == prefix;
+    }
+  }
+  ngc_select_scan(above, ROW_THREADS);
+  ngc_select_scan(tied, ROW_THREADS);
+  for (int t = 0; t < ROW_THREADS; t++) {
+    ngc_select_part(V, ROW_THREADS, t, &lo, &hi);
+    for (int64_t j = lo; j < hi; j++) {
+      uint32_t key = ngc_select_key(x[j]);
+      int64_t slot = -1;
+      if (key > prefix) {
+        slot = above[t]++;
+      } else if (key == prefix) {
+        if (tied[t] < left) slot = first_tied + tied[t];
+        tied[t]++;
+      }
+      if (slot >= 0) ids[slot] = (uint32_t)j, vals[slot] = x[j];
+    }
+  }
+}
+
+static const float *sort_row;  // the row compared by by_value_then_id
+static int by_value_then_id(const void *a, const void *b) {
+  uint32_t i = *(const uint32_t *)a, j = *(const uint32_t *)b;
+  if (sort_row[i] != sort_row[j]) return sort_row[i] > sort_row[j] ? -1 : 1;
+  return i < j ? -1 : i > j;
+}
+static int by_float(const void *a, const void *b) {
+  float x = *(const float *)a, y = *(const float *)b;
+  return x < y ? -1 : x > y;
+}
+
+// Whether ids, vals [k] are the k largest of x [V] by (value, then the lowest id)
+// in the kernel's order (those above the k-th value ascending, then the tied
+// ones), and hold the values ng_top_k selects (the same multiset).
+static bool selection_ok(const float *x, int64_t V, int64_t k, const uint32_t *ids, const float *vals) {
+  uint32_t *order = ng_xmalloc((size_t)V * sizeof(uint32_t)), *cpu_ids = ng_xmalloc((size_t)k * sizeof(uint32_t));
+  float *cpu_vals = ng_xmalloc((size_t)k * sizeof(float)), *got = ng_xmalloc((size_t)k * sizeof(float));
+  for (int64_t j = 0; j < V; j++) order[j] = (uint32_t)j;
+  sort_row = x;
+  qsort(order, (size_t)V, sizeof *order, by_value_then_id);
+  float kth = x[order[k - 1]];
+  qsort(order, (size_t)k, sizeof *order, by_value_then_id);  // (already so)
+  bool ok = true;
+  int64_t n_above = 0;
+  for (int64_t i = 0; i < k; i++) n_above += x[order[i]] > kth;
+  for (int64_t i = 0; i < k; i++) {
+    ok = ok && vals[i] == x[ids[i]] && ids[i] < V;
+    bool is_above = i < n_above;
+    ok = ok && (is_above ? x[ids[i]] > kth : x[ids[i]] == kth);
+    if (i > 0 && i != n_above) ok = ok && ids[i] > ids[i - 1];  // ascending in each group
+  }
+  for (int64_t i = n_above; i < k && ok; i++) {  // the lowest tied ids
+    int64_t lower = 0;
+    for (uint32_t j = 0; j < ids[i]; j++) lower += x[j] == kth;
+    ok = lower == i - n_above;
+  }
+  ng_top_k(x, V, k, cpu_ids, cpu_vals);
+  memcpy(got, vals, (size_t)k * sizeof(float));
+  qsort(cpu_vals, (size_t)k, sizeof(float), by_float);
+  qsort(got, (size_t)k, sizeof(float), by_float);
+  ok = ok && memcmp(cpu_vals, got, (size_t)k * sizeof(float)) == 0;
+  free(order), free(cpu_ids), free(cpu_vals), free(got);
+  return ok;
+}
+
+// Rows of Qwen3's width and of odd ones, k from 1 to V, values spread or
+// crowded onto a few levels (ties at the k-th value), negative and zero ones.
+static void test_topk_selection(void) {
+  struct {
+    int64_t V, k;
+    int levels;  // 0: random floats; n: n values only
+  } cases[] = {{151936, 32, 0}, {151936, 1, 0}, {1000, 7, 0}, {1000, 1000, 0}, {37, 5, 0},
+               {300, 256, 0},   {1000, 50, 3},  {1000, 999, 2}, {255, 17, 4}, {5000, 64, 1}};
+  ng_rng r;
+  ng_rng_seed(&r, 11);
+  int bad = 0;
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    int64_t V = cases[c].V, k = cases[c].k;
+    float *x = ng_xmalloc((size_t)V * sizeof(float)), *vals = ng_xmalloc((size_t)k * sizeof(float));
+    uint32_t *ids = ng_xmalloc((size_t)k * sizeof(uint32_t));
+    for (int64_t j = 0; j < V; j++)
+      x[j] = cases[c].levels ? (float)ng_rng_below(&r, (uint64_t)cases[c].levels) - 1.0f
+                             : (float)(ng_rng_uniform(&r) * 40.0 - 20.0);
+    select_like_block(x, V, k, ids, vals);
+    if (!selection_ok(x, V, k, ids, vals)) {
+      printf("# top-k selection differs: V %lld, k %lld, %d levels\n", (long long)V, (long long)k, cases[c].levels);
+      bad++;
+    }
+    free(x), free(vals), free(ids);
+  }
+  CHECK(bad == 0, "cuda top-k selection (its steps on the host): the k largest, ties by the lowest ids, "
+        "ng_top_k's values", "%d of 10 cases differ", bad);
+  CHECK(ngc_select_key(-1.0f) < ngc_select_key(-0.0f) && ngc_select_key(-0.0f) < ngc_select_key(0.0f) &&
+            ngc_select_key(0.0f) < ngc_select_key(1e-30f) && ngc_select_key(3.0f) < ngc_select_key(INFINITY) &&
+            ngc_select_key(-INFINITY) < ngc_select_key(-3e38f),
+        "cuda top-k keys order the floats", "wrong order");
 }
 
 // ------------------------------------------------------------------ device vs CPU
@@ -516,6 +638,37 @@ static void test_memory(void) {
   dev->free(dev, NULL);
 }
 
+// The device's top-k of rows of logits (a row stride past V, ties in some rows)
+// against the CPU's: the same values, the kernel's ids (selection_ok) and the
+// log-sum-exp within a sum in another order.
+static void test_topk(void) {
+  int64_t R = 13, V = 1000, ld = 1003, k = 40;
+  float *x = rnd(R * ld, 5.0);
+  for (int64_t j = 0; j < V; j++) x[2 * ld + j] = (float)(j % 3);  // row 2: three levels
+  uint32_t *ids = ng_xmalloc((size_t)(R * k) * sizeof(uint32_t)), *cids = ng_xmalloc((size_t)(R * k) * sizeof(uint32_t));
+  float *vals = ng_xmalloc((size_t)(R * k) * sizeof(float)), *cvals = ng_xmalloc((size_t)(R * k) * sizeof(float));
+  float lse[13], clse[13];
+  float *dx = upf(x, R * ld), *dvals = dev->alloc(dev, (size_t)(R * k) * sizeof(float));
+  float *dlse = dev->alloc(dev, sizeof lse);
+  uint32_t *dids = dev->alloc(dev, (size_t)(R * k) * sizeof(uint32_t));
+  dev->topk(dev, dx, R, ld, V, k, 0.5, dids, dvals, dlse);
+  dev->download(dev, ids, dids, (size_t)(R * k) * sizeof(uint32_t));
+  dev->download(dev, vals, dvals, (size_t)(R * k) * sizeof(float));
+  dev->download(dev, lse, dlse, sizeof lse);
+  cpu->topk(cpu, x, R, ld, V, k, 0.5, cids, cvals, clse);
+  bool ok = true;
+  double worst = 0.0;
+  for (int64_t r = 0; r < R; r++) {
+    ok = ok && selection_ok(x + r * ld, V, k, ids + r * k, vals + r * k);
+    worst = fmax(worst, fabs((double)lse[r] - clse[r]) / fabs((double)clse[r]));
+  }
+  char name[120];
+  snprintf(name, sizeof name, "%s topk: the CPU's values, the kernel's ids, lse within 1e-6", label);
+  CHECK(ok && worst <= 1e-6, name, "selection %s, lse off by %.2e", ok ? "right" : "wrong", worst);
+  dev->free(dev, dx), dev->free(dev, dvals), dev->free(dev, dlse), dev->free(dev, dids);
+  free(x), free(ids), free(cids), free(vals), free(cvals);
+}
+
 static void test_rmsnorm_all(void) {
   test_rmsnorm(131, 70);
   test_rmsnorm(131139, 128);
@@ -566,7 +719,8 @@ typedef struct {
   bool sanitize;  // in the set compute-sanitizer runs
 } group;
 static const group groups[] = {
-    {"memory", test_memory, false},           {"matmul", test_matmul, false},
+    {"memory", test_memory, false},           {"topk", test_topk, false},
+    {"matmul", test_matmul, false},
     {"rounding", test_matmul_rounding, false}, {"embedding", test_embedding, false},
     {"rmsnorm", test_rmsnorm_all, false},      {"rope", test_rope, false},
     {"elementwise", test_elementwise, false},  {"attention", test_attention, false},
@@ -687,6 +841,7 @@ int main(int argc, char **argv) {
     }
   }
   test_launch_geometry();
+  test_topk_selection();
   const char *why;
   bool gpu = ng_cuda_available(&why);
   test_nccl_refusals(gpu ? NULL : why);

@@ -14,13 +14,22 @@
 //   test_mpi compare A B   the largest |difference| of the parameters of two
 //                          checkpoints on stdout (status 1 when their tensors
 //                          differ in shape; tests/t_mpi.sh uses it)
+//   test_mpi evals A B     the evaluations of two run directories: metrics.jsonl's
+//                          records but the steps', diag.jsonl and diag_final.json,
+//                          record by record; prints the largest relative difference
+//                          of their numbers ("time" left out), whether the residual
+//                          points are bit for bit the same (and every key), and the records read
+//                          (status 1 when their shapes differ; tests/t_mpi.sh)
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include <cJSON.h>
+
 #include "check.h"
 #include "normgrow/checkpoint.h"
+#include "normgrow/fileio.h"
 #include "normgrow/comm.h"
 #include "normgrow/common.h"
 #include "normgrow/optim.h"
@@ -220,6 +229,77 @@ static int compare(const char *a, const char *b) {
   return rc;
 }
 
+// What two evaluations' JSON differ by.
+typedef struct {
+  double worst;      // largest |a - b| / max(|a|, |b|) of their numbers
+  bool points_same;  // every number under "points" equal
+  bool shape_same;   // the same keys, arrays and kinds throughout
+} json_diff;
+
+// a and b walked together; `points`: under a "points" key.
+static void diff_json(const cJSON *a, const cJSON *b, bool points, json_diff *d) {
+  if ((a->type & 0xff) != (b->type & 0xff)) {
+    d->shape_same = false;
+    return;
+  }
+  if (cJSON_IsNumber(a)) {
+    double x = a->valuedouble, y = b->valuedouble, m = fmax(fabs(x), fabs(y));
+    if (x != y) d->worst = fmax(d->worst, m > 0.0 ? fabs(x - y) / m : 0.0);
+    if (points && x != y) d->points_same = false;
+    return;
+  }
+  if (cJSON_IsString(a)) {
+    d->shape_same = d->shape_same && strcmp(a->valuestring, b->valuestring) == 0;
+    return;
+  }
+  const cJSON *x = a->child, *y = b->child;
+  for (; x && y; x = x->next, y = y->next) {
+    bool keyed = x->string && y->string;
+    if (keyed && strcmp(x->string, y->string) != 0) d->shape_same = false;
+    if (keyed && strcmp(x->string, "time") == 0) continue;
+    diff_json(x, y, points || (keyed && strcmp(x->string, "points") == 0), d);
+  }
+  if (x || y) d->shape_same = false;
+}
+
+// The records of a JSON-lines file (a JSON file: one record) but its steps'; NULL
+// when it cannot be read.
+static cJSON *records_of(const char *dir, const char *file) {
+  char path[1200], *text;
+  snprintf(path, sizeof path, "%s/%s", dir, file);
+  if (ng_read_file(path, 1 << 28, &text, NULL) != 0) return NULL;
+  cJSON *all = cJSON_CreateArray();
+  const char *end = NULL;
+  for (const char *at = text; *at;) {
+    cJSON *j = cJSON_ParseWithOpts(at, &end, false);
+    if (!j) break;
+    const cJSON *ev = cJSON_GetObjectItemCaseSensitive(j, "event");
+    if (cJSON_IsString(ev) && strcmp(ev->valuestring, "step") == 0) {
+      cJSON_Delete(j);
+    } else {
+      cJSON_AddItemToArray(all, j);
+    }
+    at = end + strspn(end, " \n");
+  }
+  free(text);
+  return all;
+}
+
+static int compare_evals(const char *a, const char *b) {
+  static const char *const files[] = {"metrics.jsonl", "diag.jsonl", "diag_final.json"};
+  json_diff d = {0.0, true, true};
+  int n = 0;
+  for (int i = 0; i < 3; i++) {
+    cJSON *x = records_of(a, files[i]), *y = records_of(b, files[i]);
+    if (!x || !y) d.shape_same = false;
+    if (x && y) diff_json(x, y, false, &d), n += cJSON_GetArraySize(x);
+    cJSON_Delete(x);
+    cJSON_Delete(y);
+  }
+  printf("%.3g %d %d\n", d.worst, d.points_same && d.shape_same, n);
+  return d.shape_same ? 0 : 1;
+}
+
 static int bound;  // calls of fake_bind
 
 static int fake_bind(ng_backend *be, ng_comm *c) {
@@ -261,6 +341,7 @@ static void test_bind(ng_backend *cpu) {
 int main(int argc, char **argv) {
   if (argc == 4 && strcmp(argv[1], "ranks") == 0) return ranks(atoi(argv[2]), argv[3]);
   if (argc == 4 && strcmp(argv[1], "compare") == 0) return compare(argv[2], argv[3]);
+  if (argc == 4 && strcmp(argv[1], "evals") == 0) return compare_evals(argv[2], argv[3]);
   ng_backend *cpu = ng_backend_open("cpu", NG_PREC_FP32);
   ng_comm *one = ng_comm_single();
   CHECK(collectives(one, cpu) == 0, "single-process communicator: collectives of one rank", "wrong values");

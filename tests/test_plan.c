@@ -235,12 +235,42 @@ static int parse_run(const cJSON *j, ng_run_config *rc) {
   return r;
 }
 
+// What runs besides training in grow-post's last stage (9 blocks, grown from 6),
+// by hand: eval E = 8 x 256 x 2048 tokens, P the student's matmul parameters
+// (VD of them the head), Pt the teacher's; evaluations at steps 4000, 4250, ...,
+// 5750 (8), at the end (5931 is not a multiple of 250) and before and after the
+// growth (the one before at depth 6, without diagnostics).
+static void check_besides(const ng_plan_stage *s, bool recompute) {
+  double E = 8.0 * 524288.0, N = 524288.0, VD = 151936.0 * 4096.0, Pt = 7568097280.0;
+  double P9 = 9.0 * BLOCK_MATMUL + EMBED, P6 = 6.0 * BLOCK_MATMUL + EMBED;
+  double Ae = 4.0 * 128 * 32 * (2048.0 * 2049.0 / 2.0) * 8 * 256;  // one layer over E
+  double A1 = Ae / 8.0;                                            // over one step's N
+  double teacher = 2.0 * Pt * E + 36 * Ae, head = 2.0 * VD * E;
+  double eval = 10 * (2.0 * P9 * E + 9 * Ae + teacher + head) + (2.0 * P6 * E + 6 * Ae + teacher + head);
+  double points = 2.0 * (2.0 * (P9 - VD) * E + 9 * Ae);
+  double block = 2.0 * BLOCK_MATMUL * E + Ae;  // the student's blocks alike
+  double ablation = 19 * (2.0 * P9 * E + 9 * Ae + head) - 18 * block + 2.0 * (Pt - VD) * E + 36 * Ae;
+  double rec = recompute ? 1977.0 * (2.0 * (P9 - VD) * N + 9 * A1) : 0.0;
+  CHECK(s->evals == 11 && fabs(s->eval_flops - eval) <= 1e-12 * eval &&
+            fabs(s->diag_flops - 10 * points) <= 1e-12 * points &&
+            fabs(s->ablation_flops - ablation) <= 1e-12 * ablation &&
+            fabs(s->recompute_flops - rec) <= 1e-12 * (rec + 1.0),
+        recompute ? "grow-post stage 3 with recompute: evaluations, diagnostics, ablation and recompute FLOPs by hand"
+                  : "grow-post stage 3: evaluations, diagnostics and ablation FLOPs by hand, no recompute",
+        "%lld evals, %.6e vs %.6e, %.6e vs %.6e, %.6e vs %.6e, %.6e vs %.6e", (long long)s->evals,
+        s->eval_flops, eval, s->diag_flops, 10 * points, s->ablation_flops, ablation, s->recompute_flops, rec);
+}
+
 static void test_stage(void) {
   ng_run_config rc;
   if (load_arm("grow-post", &rc)) {
     CHECK(false, "stage plan of grow-post", "config does not load");
     return;
   }
+  // The whole batch in one micro-batch, the default loss chunk, in host memory.
+  rc.micro_batch = 256;
+  rc.loss_chunk = 0;
+  snprintf(rc.backend, sizeof rc.backend, "cpu");
   ng_model_config t = qwen3_8b();
   ng_plan_device dev = {400.0, 80.0, 1, 4, false, 0.0};
   ng_plan_stage s;
@@ -250,10 +280,12 @@ static void test_stage(void) {
   double N = 524288.0, P = 2358771712.0, Pt = 7568097280.0;
   double A1 = 4.0 * 128 * 32 * (2048.0 * 2049.0 / 2.0) * 256;  // one layer's forward attention
   double step = 6.0 * P * N + 3.0 * 9 * A1 + 2.0 * Pt * N + 36 * A1;
+  double all = s.flops + s.eval_flops + s.diag_flops + s.ablation_flops + s.recompute_flops;
   CHECK(s.steps == 1977 && fabs(s.flops - 1977 * step) <= 1e-12 * s.flops &&
-            fabs(s.seconds - s.flops / 400e12) <= 1e-12 * s.seconds,
-        "grow-post stage 2: FLOPs and time by hand", "%lld steps, %.6e vs %.6e FLOPs",
+            fabs(s.seconds - all / 400e12) <= 1e-12 * s.seconds,
+        "grow-post stage 3: FLOPs by hand, time of all of them", "%lld steps, %.6e vs %.6e FLOPs",
         (long long)s.steps, s.flops, 1977 * step);
+  check_besides(&s, false);
   int64_t total = s.weights + s.grads + s.adamw + s.acts + s.eval_acts + s.teacher_weights +
                   s.teacher_acts + (s.diag > s.checkpoint ? s.diag : s.checkpoint) + NG_PLAN_RUNTIME_BYTES;
   CHECK(s.weights == 4 * (9 * BLOCK + IO) && s.adamw == 2 * s.weights &&
@@ -279,15 +311,17 @@ static void test_stage(void) {
   rc.recompute = true;
   rc.micro_batch = 8;
   ng_plan_stage_of(&rc, 2, &t, &many, &r);
+  check_besides(&r, true);
   int64_t slice = (EMBED + 63) / 64, P9 = 9 * BLOCK + IO;
   int64_t zero = 4 * (64 * slice + slice + (P9 + 63) / 64), adamw = (4 * P9 + 63) / 64;
   int64_t ckpt = r.checkpoint > r.diag ? r.checkpoint : r.diag;
   int64_t each = r.weights + r.grads + adamw + zero + r.acts + r.eval_acts + r.teacher_weights +
                 r.teacher_acts + ckpt + NG_PLAN_RUNTIME_BYTES;
+  double r_all = r.flops + r.eval_flops + r.diag_flops + r.ablation_flops + r.recompute_flops;
   CHECK(r.weights == 2 * P9 && r.acts < s.acts && r.student.largest == EMBED && r.zero == zero &&
-            r.adamw_per_device == adamw && r.per_device == each &&
+            r.adamw_per_device == adamw && r.per_device == each && r.host == 0 &&
             fabs(r.per_device_gib * 1073741824.0 - (double)each) < 1.0 &&
-            fabs(r.seconds * 64 - s.seconds) <= 1e-9 * s.seconds,
+            fabs(r.seconds * 64 * 400e12 - r_all) <= 1e-9 * r_all && r.recompute_flops > 0.0,
         "64 devices, 2 bytes per parameter, recompute: per device by hand (ZeRO-1)",
         "%.1f GiB per device", r.per_device_gib);
   // The ZeRO-1 step's communication: every parameter trains here, so each device
@@ -317,6 +351,23 @@ static void test_stage(void) {
   CHECK(one_big.devices_needed > 1 && a.fits && !b.fits,
         "the fewest devices of 90 GiB the stage fits on", "%lld devices (%.1f GiB on one)",
         (long long)one_big.devices_needed, one_big.per_device_gib);
+  // On a device backend (cuda) the host's parts are apart: each device holds the
+  // weights, gradients, its moments and buffers, activations, teacher and the
+  // diagnostics' device sets; rank 0's host the larger of a checkpoint's copy
+  // and the diagnostics' host arrays, and the program.
+  snprintf(rc.backend, sizeof rc.backend, "cuda");
+  ng_plan_stage g;
+  ng_plan_stage_of(&rc, 2, &t, &many, &g);
+  int64_t held = g.weights + g.grads + adamw + zero + g.acts + g.eval_acts + g.teacher_weights + g.teacher_acts;
+  int64_t host = (g.checkpoint > g.diag_host ? g.checkpoint : g.diag_host) + NG_PLAN_RUNTIME_BYTES;
+  ng_plan_diag d = ng_plan_diag_parts(&rc.model, &t, 8 * 524288, 8, 2048, g.chunk);
+  CHECK(g.device_backend && g.per_device == held + g.diag_device && g.host == host &&
+            g.diag_device == (d.points_device > d.ablation_device ? d.points_device : d.ablation_device) &&
+            g.diag_host == d.points_host && g.diag == ng_plan_diag_bytes(&rc.model, &t, 8 * 524288, 8, 2048, g.chunk) &&
+            g.total == r.total && g.per_device < r.per_device,
+        "cuda: device and host memory apart (the checkpoint's copy and the diagnostics' arrays on the host)",
+        "device %lld vs %lld, host %lld vs %lld", (long long)g.per_device, (long long)(held + g.diag_device),
+        (long long)g.host, (long long)host);
   ng_run_config_free(&rc);
 
   // The same stage distilled from top-k caches: the teacher is loaded (for its
@@ -506,9 +557,10 @@ static void test_every_arm_plans(void) {
     CHECK(r.status == 0 && r.err_lines == 0 && strstr(r.out, "8,190,735,360") && strstr(r.out, "total") &&
               strstr(r.out, "does NOT fit"),
           label, "status %d, stderr: %s", r.status, r.err);
-    // On one 141 GiB H200 with the teacher in bf16: a setting for every stage.
+    // The whole batch in one micro-batch on one 139 GiB H200, the teacher in bf16: for
+    // every stage a setting that fits.
     snprintf(args, sizeof args, "configs/paper/%s.json --teacher-config configs/paper/qwen3-8b-base.json "
-             "--device-memory-gib 141", arms[i]);
+             "--device-memory 139 --micro-batch 256", arms[i]);
     r = run_plan(args);
     ng_run_config rc;
     NG_ASSERT(load_arm(arms[i], &rc) == 0);
@@ -516,7 +568,7 @@ static void test_every_arm_plans(void) {
     bool in_order;
     count_fitting(r.out, &listed, &found, &in_order);
     snprintf(label, sizeof label,
-             "plan %s on one 141 GiB device: a fitting setting for each of its %d stages, numbered from 1",
+             "plan %s, micro-batch 256, on one 139 GiB device: a fitting setting for each of its %d stages, numbered from 1",
              arms[i], rc.n_stages);
     CHECK(r.status == 0 && strstr(r.out, "blocks held in bf16") && listed == rc.n_stages && found == listed &&
               in_order,
@@ -531,6 +583,68 @@ static void test_every_arm_plans(void) {
           label, "status %d, stderr: %s", r.status, r.err);
     ng_run_config_free(&rc);
   }
+}
+
+// Every paper arm as shipped (reading A and B, continued-lr, the 3.09 B student)
+// runs on cuda in bf16 and fits 8 H200 of 139 GiB at every stage with a fifth of
+// each device to spare (backend scratch, the CUDA context), the Qwen3-8B-Base
+// teacher held in bf16.
+static void test_paper_configs_fit(void) {
+  const char *patterns[] = {"configs/paper/*.json", "configs/paper/*/*.json"};
+  ng_model_config t = qwen3_8b();
+  ng_plan_device h200 = {395.6, 139.0, 8, 4, true, 350.0};
+  int n = 0, bad = 0;
+  double worst = 0.0;
+  for (int p = 0; p < 2; p++) {
+    char pattern[600];
+    snprintf(pattern, sizeof pattern, "%s/%s", root, patterns[p]);
+    glob_t g;
+    NG_ASSERT(glob(pattern, 0, NULL, &g) == 0);
+    for (size_t i = 0; i < g.gl_pathc; i++) {
+      if (strstr(g.gl_pathv[i], "qwen3-8b-base.json")) continue;
+      ng_run_config rc;
+      NG_ASSERT(ng_run_config_load(g.gl_pathv[i], NULL, &rc) == 0);
+      bool ok = strcmp(rc.backend, "cuda") == 0 && rc.precision == NG_PREC_BF16 && rc.teacher_bf16 &&
+                rc.micro_batch < rc.batch && rc.loss_chunk > 0;
+      for (int k = 0; k < rc.n_stages; k++) {
+        ng_plan_stage s;
+        ng_plan_stage_of(&rc, k, &t, &h200, &s);
+        ok = ok && s.fits && s.per_device_gib <= 0.8 * 139.0;
+        worst = s.per_device_gib > worst ? s.per_device_gib : worst;
+      }
+      if (!ok) printf("# %s: not cuda bf16 with its settings, or over 80%% of 139 GiB\n", g.gl_pathv[i]);
+      bad += !ok;
+      n++;
+      ng_run_config_free(&rc);
+    }
+    globfree(&g);
+  }
+  CHECK(n == 21 && bad == 0, "every paper arm (21): cuda, bf16, its micro-batch and loss chunk fit 8 x 139 GiB with 20% to spare",
+        "%d of %d do not", bad, n);
+  printf("# paper arms on 8 x 139 GiB: at most %.1f GiB per device\n", worst);
+}
+
+// The study: the seven arms in one table, all fitting, with the study's total;
+// the sustained rate from the peak and the MFU.
+static void test_study_plan(void) {
+  run_result r = run_plan("configs/paper/joint-pre.json configs/paper/joint-post.json configs/paper/grow-pre.json "
+                          "configs/paper/grow-post.json configs/paper/control-extra-tokens.json "
+                          "configs/paper/control-layer-tokens.json configs/paper/control-lr-restarts.json "
+                          "--teacher-config configs/paper/qwen3-8b-base.json --devices 8 --device-memory 139");
+  int fits = 0;
+  for (const char *at = r.out; (at = strstr(at, " fits\n")); at++) fits++;
+  CHECK(r.status == 0 && r.err_lines == 0 && strstr(r.out, "7 arms on 8 device(s) of 139 GiB") && fits == 7 &&
+            strstr(r.out, "\nstudy ") && strstr(r.out, "device-hours") && !strstr(r.out, "does NOT fit"),
+        "plan of the seven paper arms on 8 x 139 GiB: one line each, all fit, the study's total",
+        "status %d, %d fit, stderr: %s", r.status, fits, r.err);
+  r = run_plan("configs/paper/grow-post.json --teacher-config configs/paper/qwen3-8b-base.json");
+  run_result q = run_plan("configs/paper/grow-post.json --teacher-config configs/paper/qwen3-8b-base.json "
+                          "--peak-tflops 1000 --mfu 0.5");
+  CHECK(strstr(r.out, "989 TFLOP/s peak at 40% MFU: 395.6 TFLOP/s sustained") &&
+            strstr(q.out, "1000 TFLOP/s peak at 50% MFU: 500 TFLOP/s sustained") &&
+            strstr(r.out, "eval %") && strstr(r.out, "time of the arm on 1 device(s)"),
+        "plan: the sustained rate is the peak times the MFU; the FLOPs besides training and the arm's time",
+        "%s", r.err);
 }
 
 // Qwen3-8B-Base's config.json, as Hugging Face ships it.
@@ -596,9 +710,12 @@ static void test_bad_input(void) {
   } cases[] = {
       {"--devices 0", "--devices 0", "--devices"},
       {"--devices 2.5", "--devices 2.5", "--devices"},
-      {"--device-tflops not a number", "--device-tflops fast", "--device-tflops"},
-      {"--device-memory-gib negative", "--device-memory-gib -1", "--device-memory-gib"},
-      {"--device-tflops inf", "--device-tflops inf", "--device-tflops"},
+      {"--peak-tflops not a number", "--peak-tflops fast", "--peak-tflops"},
+      {"--device-memory negative", "--device-memory -1", "--device-memory"},
+      {"--peak-tflops inf", "--peak-tflops inf", "--peak-tflops"},
+      {"--mfu 0", "--mfu 0", "--mfu"},
+      {"--mfu over 1", "--mfu 1.5", "--mfu"},
+      {"--device-memory-gib (the old name)", "--device-memory-gib 139", "unknown option --device-memory-gib"},
       {"--bytes-per-param 0", "--bytes-per-param 0", "--bytes-per-param"},
       {"--bus-gbps 0", "--bus-gbps 0", "--bus-gbps"},
       {"--recompute yes", "--recompute yes", "--recompute"},
@@ -649,6 +766,8 @@ int main(void) {
   test_every_config_parses();
   test_study_design();
   test_every_arm_plans();
+  test_paper_configs_fit();
+  test_study_plan();
   test_teacher_sources();
   test_bad_input();
   char cmd[128];

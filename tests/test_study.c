@@ -3,7 +3,8 @@
 // arms, restarted per stage (the main reading) and continued (continued-lr/),
 // against the schedule computed by hand, and which schedule each control has;
 // the token accountings of reading A (the arms' own directories) and reading B
-// (readingB/); toy-large against toy; the paper arms' sampling and structural token ids, checked
+// (readingB/) and of the rehearsal set; toy-large against toy; the 3.09 B student's arms (student-3.09b/) by their
+// parameters; the paper arms' sampling and structural token ids, checked
 // against the Qwen3 tokenizer when it is there ($NG_TOKENIZER, else
 // $NG_ROOT/../shared/data/qwen3-tokenizer; one skip line without it).
 #include <cJSON.h>
@@ -18,6 +19,7 @@
 #include "run_counts.h"
 #include "normgrow/common.h"
 #include "normgrow/fileio.h"
+#include "normgrow/model.h"
 #include "normgrow/run.h"
 #include "normgrow/tokenizer.h"
 
@@ -55,8 +57,9 @@ static void test_every_config_parses(void) {
     globfree(&g);
   }
   // toy: teacher + 7 arms + 3 interventions + 2 continued + 5 reading B; paper the same
-  // without the teacher and the interventions; toy-large: teacher + 7 arms
-  CHECK(bad == 0 && n == 40, "every run config under configs/ parses (40)", "%d of %d fail", bad, n);
+  // without the teacher and the interventions, and the 7 arms of the 3.09 B student;
+  // toy-large and rehearsal: teacher + 7 arms
+  CHECK(bad == 0 && n == 55, "every run config under configs/ parses (55)", "%d of %d fail", bad, n);
 }
 
 // ---------------------------------------------------------------- schedules
@@ -286,6 +289,47 @@ static void test_toy_large(void) {
         "evaluation and checkpoints", "%d differ", differ);
 }
 
+// ---------------------------------------------------------------- the 3.09 B student
+
+// configs/paper/student-3.09b: the seven arms with FFN 13,312, by hand
+//   one block  q_proj, o_proj 4096 x 4096; k_proj, v_proj 1024 x 4096; q_norm,
+//              k_norm 128; two norms 4096; gate_, up_, down_proj 4096 x 13312
+//              = 33,554,432 + 8,388,608 + 256 + 8,192 + 163,577,856 = 205,529,344
+//   9 blocks + embeddings, untied head, final norm (2 x 151936 x 4096 + 4096)
+//              = 1,849,764,096 + 1,244,663,808 = 3,094,427,904
+// and each is the main arm but for its name, run_dir and FFN size.
+static void test_student_309b(void) {
+  static const char *const arms[] = {"joint-pre", "joint-post", "grow-pre", "grow-post",
+                                     "control-extra-tokens", "control-layer-tokens", "control-lr-restarts"};
+  static const char *const changed[] = {"name", "run_dir", "model.intermediate_size"};
+  const int64_t block = 2 * 4096LL * 4096 + 2 * 1024LL * 4096 + 2 * 128 + 2 * 4096 + 3 * 4096LL * 13312;
+  const int64_t io = 2 * 151936LL * 4096 + 4096;
+  int bad = 0;
+  for (int i = 0; i < 7; i++) {
+    char rel[128], main_arm[128];
+    snprintf(rel, sizeof rel, "paper/student-3.09b/%s", arms[i]);
+    snprintf(main_arm, sizeof main_arm, "paper/%s", arms[i]);
+    ng_run_config rc;
+    if (load(rel, &rc)) {
+      printf("# %s: %s\n", rel, ng_error());
+      bad++;
+      continue;
+    }
+    ng_model *m = ng_model_create(NULL, &rc.model, false);  // a skeleton: sizes only
+    int64_t total = 0;
+    for (int k = 0; k < m->n_params; k++) total += (int64_t)m->params[k].numel;
+    ng_model_free(m);
+    if (total != 3094427904LL || total != 9 * block + io || !same_settings(main_arm, rel, changed, 3)) {
+      printf("# %s: %lld parameters, or another setting than its FFN differs from %s\n", rel,
+             (long long)total, main_arm);
+      bad++;
+    }
+    ng_run_config_free(&rc);
+  }
+  CHECK(bad == 0 && block == 205529344LL, "paper/student-3.09b: the seven arms with FFN 13,312, 3,094,427,904 parameters each",
+        "%d differ", bad);
+}
+
 // ---------------------------------------------------------------- paper data settings
 
 static bool listed(const ng_run_config *rc, uint32_t id) {
@@ -385,9 +429,11 @@ int main(void) {
   test_reading_a("toy");
   test_reading_a("paper");
   test_reading_a("toy-large");
+  test_reading_a("rehearsal");
   test_reading_b("toy");
   test_reading_b("paper");
   test_toy_large();
+  test_student_309b();
   test_paper_data();
   return TEST_RESULT();
 }

@@ -1,5 +1,6 @@
 // The teacher top-k cache: its entries against the teacher's own logits, the
-// file's validation, and a distillation run that reads it.
+// file's validation, a cache built by several ranks into parts and a manifest,
+// read as one process's.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -183,6 +184,84 @@ static void test_memory(const ng_shard *s) {
   ng_model_free(skel);
 }
 
+// ---------------------------------------------------------------- parts and a manifest
+
+static void no_sum(ng_comm *c, double *buf, int64_t n) { (void)c, (void)buf, (void)n; }
+
+// Every window's entries of a and b the same, bit for bit.
+static bool same_entries(const ng_topk_cache *a, const ng_topk_cache *b, const ng_shard *s) {
+  int64_t T = a->seq, k = a->k;
+  int32_t *tok = ng_xmalloc((size_t)T * 4), *tgt = ng_xmalloc((size_t)T * 4);
+  int32_t *ids[2] = {ng_xmalloc((size_t)(T * k) * 4), ng_xmalloc((size_t)(T * k) * 4)};
+  float *vals[2] = {ng_xmalloc((size_t)(T * k) * 4), ng_xmalloc((size_t)(T * k) * 4)};
+  float *lse[2] = {ng_xmalloc((size_t)T * 4), ng_xmalloc((size_t)T * 4)};
+  bool same = a->windows == b->windows && a->k == b->k && a->seq == b->seq;
+  for (int64_t w = 0; same && w < (int64_t)a->windows; w++) {
+    same = ng_topk_batch(a, s, &w, 1, tok, tgt, ids[0], vals[0], lse[0]) == 0 &&
+           ng_topk_batch(b, s, &w, 1, tok, tgt, ids[1], vals[1], lse[1]) == 0 &&
+           memcmp(ids[0], ids[1], (size_t)(T * k) * 4) == 0 && memcmp(vals[0], vals[1], (size_t)(T * k) * 4) == 0 &&
+           memcmp(lse[0], lse[1], (size_t)T * 4) == 0;
+  }
+  free(tok), free(tgt);
+  for (int i = 0; i < 2; i++) free(ids[i]), free(vals[i]), free(lse[i]);
+  return same;
+}
+
+// The cache built by 3 ranks (here one after another, on communicators whose
+// sums do nothing; rank 0, which writes the manifest, last) reads as the one
+// file one process builds, window for window; a part alone, a manifest with a
+// part missing, out of order or a wrong count, and more ranks than windows are
+// refused in one line.
+static void test_parts(ng_model *t, const ng_shard *s) {
+  char one[128], many[128], bad[128], text[1024];
+  path_of(one, sizeof one, "one.topk");
+  path_of(many, sizeof many, "many.topk");
+  path_of(bad, sizeof bad, "bad-manifest.topk");
+  NG_ASSERT(ng_topk_build(t, s, 5, 16, 2.0, 1, one) == 0);
+  int rc = 0;
+  for (int r = 2; r >= 0; r--) {
+    ng_comm rank = {.name = "fake", .rank = r, .size = 3, .allreduce_f64 = no_sum};
+    rc |= ng_topk_build_ranks(t, s, 5, 16, 2.0, 1, many, &rank);
+  }
+  ng_topk_cache a, b;
+  bool opened = rc == 0 && ng_topk_open(&a, one, s) == 0 && ng_topk_open(&b, many, s) == 0;
+  CHECK(opened && b.n_parts == 3 && b.parts[1].first_window == 4 && b.parts[2].windows == 4 &&
+            same_entries(&a, &b, s),
+        "3 ranks: parts of 4 windows and a manifest, read as the one process's cache, window for window",
+        "rc %d: %s", rc, ng_error());
+  if (opened) ng_topk_close(&a), ng_topk_close(&b);
+  char part[160];
+  snprintf(part, sizeof part, "%s.part-2-of-3", many);
+  expect_open_error("a part opened alone is refused", part, s, "manifest");
+  struct {
+    const char *name, *files, *want;
+    int windows;
+  } cases[] = {
+      {"a manifest without its second part", "\"many.topk.part-1-of-3\", \"many.topk.part-3-of-3\"", "first window", 12},
+      {"a manifest of parts out of order", "\"many.topk.part-2-of-3\", \"many.topk.part-1-of-3\", \"many.topk.part-3-of-3\"",
+       "first window", 12},
+      {"a manifest of too few windows", "\"many.topk.part-1-of-3\", \"many.topk.part-2-of-3\", \"many.topk.part-3-of-3\"",
+       "manifest says 11", 11},
+      {"a manifest naming a missing file", "\"many.topk.part-1-of-3\", \"absent.topk\"", "absent.topk", 12},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char files[400] = "", *at = files;
+    for (const char *f = cases[i].files; *f;) {  // "a", "b" -> {"file": "a"}, {"file": "b"}
+      const char *end = strchr(f + 1, '"');
+      at += sprintf(at, "%s{\"file\": %.*s}", at == files ? "" : ", ", (int)(end - f + 1), f);
+      f = end + 1 + strspn(end + 1, ", ");
+    }
+    snprintf(text, sizeof text, "{\"format\": \"normgrow-topk-parts\", \"windows\": %d, \"files\": [%s]}",
+             cases[i].windows, files);
+    write_bytes(bad, (const uint8_t *)text, strlen(text));
+    expect_open_error(cases[i].name, bad, s, cases[i].want);
+  }
+  ng_comm crowd = {.name = "fake", .rank = 0, .size = 13, .allreduce_f64 = no_sum};
+  rc = ng_topk_build_ranks(t, s, 5, 16, 2.0, 1, bad, &crowd);
+  CHECK(rc != 0 && strstr(ng_error(), "12 windows of 16 tokens for 13 ranks"),
+        "more ranks than windows: refused in one line", "rc %d: %s", rc, ng_error());
+}
+
 int main(void) {
   be = ng_backend_cpu();
   snprintf(dir, sizeof dir, "/tmp/ng_topk_XXXXXX");
@@ -233,6 +312,7 @@ int main(void) {
   ng_topk_close(&c);
   ng_shard_close(&small);
   test_memory(&s);
+  test_parts(t, &s);
   ng_model_free(t);
   ng_shard_close(&s);
   ng_shard_close(&other);

@@ -67,14 +67,15 @@ static const command commands[] = {
      "export CHECKPOINT DIR [--dtype bf16|f32] [--shard-mib N] [--force]\n"
      "    a student as a Hugging Face directory: Qwen3, or a normgrow model that transformers\n"
      "    loads with trust_remote_code=True (Post-Norm, no final norm)"},
-    {"plan", cmd_plan, 1, 1, false,
-     LIST("teacher-config", "device-tflops", "device-memory-gib", "devices", "bytes-per-param",
+    {"plan", cmd_plan, 1, MANY, false,
+     LIST("teacher-config", "peak-tflops", "mfu", "device-memory", "devices", "bytes-per-param",
           "micro-batch", "loss-chunk", "recompute", "teacher-dtype", "bus-gbps"),
      NONE,
-     "plan RUN.json [--teacher-config FILE.json] [--device-tflops X] [--device-memory-gib M]\n"
-     "         [--devices N] [--bus-gbps B] [--bytes-per-param B] [--micro-batch N]\n"
+     "plan RUN.json... [--teacher-config FILE.json] [--device-memory GIB] [--devices N]\n"
+     "         [--peak-tflops X] [--mfu F] [--bus-gbps B] [--bytes-per-param B] [--micro-batch N]\n"
      "         [--loss-chunk ROWS] [--recompute on|off] [--teacher-dtype bf16|f32]\n"
-     "    parameters, memory per device, FLOPs and communication of each stage"},
+     "    parameters, device and host memory, FLOPs, communication and time of each stage\n"
+     "    (80 GiB devices by default; an H200: --device-memory 139); several arms: the study"},
     {"teacher-cache", cmd_teacher_cache, 3, 3, true,
      LIST("backend", "precision", "k", "temperature", "seq", "batch"), LIST("force"),
      "teacher-cache TEACHER SHARD OUT [--k K] [--temperature TAU] [--seq T] [--batch B] [--force]\n"

@@ -172,6 +172,7 @@ static const ng_backend cuda_table = {
     .adamw = ngc_adamw,
     .widen_bf16 = ngc_widen_bf16,
     .row_rms = ngc_row_rms,
+    .topk = ngc_topk,
 };
 
 bool ng_cuda_available(const char **why) {

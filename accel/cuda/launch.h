@@ -52,6 +52,47 @@ bool ngc_att_wmma_ok(int64_t hd);
 // Dynamic shared memory of the top-k fused loss: a bit per vocabulary id.
 size_t ngc_topk_smem(int64_t V);
 
+// The teacher cache's top-k selection (topk.cu, one block of ROW_THREADS per
+// row): a radix select of the k-th largest value over NGC_SELECT_PASSES digits
+// of NGC_SELECT_BITS of each value's key, then every thread takes the values
+// above it and the lowest tied ones from its own contiguous part of the row,
+// at offsets that a scan over the threads gives (ascending ids, no atomics in
+// the output). The pieces that decide the result, host-callable for tests:
+#define NGC_SELECT_BITS 8
+#define NGC_SELECT_BINS (1 << NGC_SELECT_BITS)
+#define NGC_SELECT_PASSES (32 / NGC_SELECT_BITS)
+// A float's key: unsigned integers in the floats' order (-0 just below +0).
+static inline NGC_HOST_DEVICE uint32_t ngc_select_key(float x) {
+  union {
+    float f;
+    uint32_t u;
+  } b = {x};
+  return b.u & 0x80000000u ? ~b.u : b.u | 0x80000000u;
+}
+// Of the counts of one pass's digits (hist [NGC_SELECT_BINS]), the digit that
+// holds the value of rank *left (1-based, from the largest); *left becomes its
+// rank among the values of that digit.
+static inline NGC_HOST_DEVICE uint32_t ngc_select_digit(const uint32_t *hist, uint32_t *left) {
+  uint32_t d = NGC_SELECT_BINS - 1;
+  while (*left > hist[d]) *left -= hist[d--];
+  return d;
+}
+// Thread t of n: its part [*lo, *hi) of a row of V values.
+static inline NGC_HOST_DEVICE void ngc_select_part(int64_t V, int64_t n, int64_t t, int64_t *lo,
+                                                   int64_t *hi) {
+  *lo = V * t / n;
+  *hi = V * (t + 1) / n;
+}
+// c [n] <- its exclusive prefix sums.
+static inline NGC_HOST_DEVICE void ngc_select_scan(uint32_t *c, int64_t n) {
+  uint32_t sum = 0;
+  for (int64_t i = 0; i < n; i++) {
+    uint32_t v = c[i];
+    c[i] = sum;
+    sum += v;
+  }
+}
+
 #ifdef __cplusplus
 }
 #endif

@@ -114,5 +114,7 @@ void ngc_adamw(ng_backend *be, float *p, const float *g, float *m, float *v, int
                ng_adamw_params ap, bool decay);
 void ngc_widen_bf16(ng_backend *be, const uint16_t *x, int64_t n, float *y);
 void ngc_row_rms(ng_backend *be, const float *x, int64_t R, int64_t C, float *rms);
+void ngc_topk(ng_backend *be, const float *logits, int64_t R, int64_t ld, int64_t V, int64_t k,
+              double inv_tau, uint32_t *ids, float *vals, float *lse);
 
 #endif

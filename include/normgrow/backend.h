@@ -187,6 +187,16 @@ struct ng_backend {
   // --- diagnostics --------------------------------------------------------------
   // rms [R] = sqrt(mean over C of x^2), no eps; x [R, C]
   void (*row_rms)(ng_backend *be, const float *x, int64_t R, int64_t C, float *rms);
+
+  // --- the teacher's top-k cache (topk.h) -----------------------------------------
+  // For each row of logits [R, ld], over its first V columns: the k largest (k <= V)
+  // into ids, vals [R, k] (k distinct ids; which ids hold values tied with the k-th
+  // largest, and their order, are the backend's: the CPU's ng_top_k scan, cuda's the
+  // ids above the k-th value ascending, then the lowest tied ones ascending), and
+  // lse [R] = log sum_j exp(x_j inv_tau), max-subtracted, summed in double
+  // (ng_logsumexp; the order of the sum is the backend's). Only these leave the row.
+  void (*topk)(ng_backend *be, const float *logits, int64_t R, int64_t ld, int64_t V, int64_t k,
+               double inv_tau, uint32_t *ids, float *vals, float *lse);
 };
 
 // The fp32 CPU reference backend (OpenMP loops and cblas_sgemm): the oracle.

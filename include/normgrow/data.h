@@ -53,6 +53,9 @@ typedef struct {
 // version, sizes, file length, every id < vocab).
 int ng_shard_open(ng_shard *s, const char *path);
 void ng_shard_close(ng_shard *s);  // safe on a zeroed struct
+// Whether path is a manifest (of shards, or of a top-k cache's parts): a regular
+// file that starts with '{'.
+bool ng_is_manifest(const char *path);
 // Tokens [start, start + n) (< n_tokens), across files, into out as int32.
 void ng_shard_read(const ng_shard *s, uint64_t start, int64_t n, int32_t *out);
 // Atomic write (temporary file, then rename).

@@ -39,6 +39,16 @@
 // the per-token RMS sqrt(mean over D of h^2) (no eps); a class with no token
 // has count 0 and null values. "position" is the flat index b*T + t in the
 // batches, in order. kd and dkd only with a teacher; "ablation" only when asked.
+//
+// Over the ranks of a data-parallel run (ng_diag_json_ranks), every rank calls
+// it with the same model and inputs and forwards only its share of
+// the batches: rank r of n the batches [batches r / n, batches (r + 1) / n).
+// The ranks then sum what they gathered: each point's per-token RMS (a rank's
+// tokens, zeros elsewhere: the sum is exact), the median's counts (exact), the
+// ablation's CE and KD; the largest |h| is the largest of the ranks' (the
+// earliest position on a tie). Every rank gets the same JSON; the residual
+// points are the bits of one process, the ablation's means within the
+// rounding of a sum in another order.
 #ifndef NORMGROW_DIAG_H
 #define NORMGROW_DIAG_H
 
@@ -48,6 +58,7 @@
 #include <cJSON.h>
 
 #include "normgrow/backend.h"
+#include "normgrow/comm.h"
 #include "normgrow/data.h"
 #include "normgrow/model.h"
 
@@ -89,10 +100,18 @@ typedef struct {
   int64_t chunk;              // rows of a loss chunk (0: ng_loss_chunk_default)
 } ng_diag_input;
 
+// The share of `units` (batches, micro-batches) of rank `rank` of `size`:
+// [units rank / size, units (rank + 1) / size).
+void ng_diag_share(int64_t units, int rank, int size, int64_t *first, int64_t *end);
+
 // Residual statistics (and, with `ablation`, the block-removal ablation) of
 // model m as JSON (see above); step/tokens are copied into it.
 cJSON *ng_diag_json(ng_model *m, const ng_diag_input *in, const ng_diag_options *o,
                     bool ablation, int64_t step, int64_t tokens);
+// The same with the batches shared by the ranks of comm (above); every rank
+// calls it and gets the JSON.
+cJSON *ng_diag_json_ranks(ng_model *m, const ng_diag_input *in, const ng_diag_options *o,
+                          bool ablation, int64_t step, int64_t tokens, ng_comm *comm);
 
 // The ablation of ng_diag_json on one batch (also for golden checks): forwards
 // of tokens, targets [B*T] with a (non-train acts of [B, T]) and the chunked

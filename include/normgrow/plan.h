@@ -3,7 +3,7 @@
 //
 // Parameters are counted on model skeletons (ng_model_create(NULL, ...)).
 //
-// Memory of one stage, all devices together, in bytes (P: the student's
+// Memory of one stage on one device, in bytes (P: the student's
 // parameters, bpp: bytes per parameter; n = micro_batch x T tokens of one
 // forward/backward, c = rows of a loss chunk, train.loss_chunk_tokens or
 // ng_loss_chunk_default; with top-k caches the teacher does not run):
@@ -23,6 +23,16 @@
 //   a checkpoint                        a host copy of the weights and AdamW moments, 3 P x 4
 // Activations are fp32 floats, as the reference allocates them.
 //
+// Device and host. A backend in host memory (cpu, onednn) holds all of this in
+// one memory. A device backend (cuda: ng_plan_device_backend) holds on each
+// device the weights, gradients, moments, activations, teacher and the
+// diagnostics' device sets (the residual points' forward set and [n] RMS
+// scratch, or the ablation's forward sets); the host of rank 0 holds the
+// program (NG_PLAN_RUNTIME_BYTES) and the larger of a checkpoint's copy and the
+// diagnostics' host arrays (RMS per evaluation token of every point, its 2^16
+// median counts, an [n, D] scratch, the tokens and their classes; every rank
+// of a data-parallel run holds these arrays whole, as the ranks gather them).
+//
 // On `devices` devices the run is data parallel with the AdamW moments sharded
 // (ZeRO stage 1, ref/train.c): each device holds the weights, gradients,
 // activations, teacher and transients, 1/devices of the moments, and (from 2
@@ -37,7 +47,25 @@
 // parameters of ng_model_matmul_params and A the forward attention FLOPs of
 // ng_attention_flops:
 //   student (4 P_all + 2 P_trainable) N + 3 A_student;   teacher 2 P_teacher N + A_teacher
-// (no teacher term with top-k caches). Evaluations are not counted.
+// (no teacher term with top-k caches). Besides these ("model FLOPs"), what a
+// stage runs as well, with F(c, E) = 2 P_c E + A_c a forward of model c over E
+// tokens, F'(c, E) the same without the head (2 V D E less), H = 2 V D E the
+// head alone, and E = eval.batches x batch x seq the evaluation's tokens:
+//   recompute (train.recompute)  each step every block's forward again in the
+//                                backward: F'(student, N)
+//   an evaluation                F(student, E) + F(teacher, E) + H (the teacher's
+//                                own CE), the teacher terms only where it runs
+//   its diagnostics              the residual points: two passes of F'(student, E)
+//   the final ablation           F'(teacher, E) and, for the intact model and
+//                                each ablation (each block skipped; each block
+//                                with an output norm reduced to its norms),
+//                                F(student, E) + H (the teacher's logits in the
+//                                loss) less one block's F for an ablation
+// Evaluations (each with its diagnostics) come every eval.every_steps steps and
+// once more at the end when the last step is not one of them; a stage that
+// grows adds one before the growth (at the old depth) and one after, with its
+// diagnostics; the last stage adds the ablation. Data-parallel ranks share
+// every part, so the stage's time is all of it / (devices x sustained rate).
 //
 // Communication of the ZeRO-1 step on n > 1 devices, bytes each device sends
 // (and receives) per step: the trainable parameters' gradients reduce-scattered
@@ -88,7 +116,7 @@ double ng_plan_step_flops(const ng_model_config *student, const ng_plan_params *
 
 // The hardware a plan is made for.
 typedef struct {
-  double tflops;            // sustained TFLOP/s of one device
+  double tflops;            // sustained TFLOP/s of one device over every FLOP counted
   double memory_gib;        // memory of one device
   int64_t devices;
   int64_t bytes_per_param;  // weights, gradients and AdamW moments
@@ -107,14 +135,21 @@ typedef struct {
   // Bytes of the whole run on one device. total: the persistent parts, the
   // largest transient one (diag or checkpoint) and NG_PLAN_RUNTIME_BYTES.
   int64_t weights, grads, adamw, acts, eval_acts, teacher_weights, teacher_acts;
-  int64_t diag, checkpoint, total;
-  // Bytes on each of the devices (data parallel, ZeRO-1; total on one device).
-  int64_t adamw_per_device, zero, per_device;
+  int64_t diag, checkpoint, total;   // diag and total in one memory (a host backend's)
+  int64_t diag_device, diag_host;    // the diagnostics' parts on a device backend
+  bool device_backend;               // the run's backend keeps device memory apart
+  // Bytes on each of the devices (data parallel, ZeRO-1; total on one device of
+  // a host backend). host: rank 0's host memory besides, on a device backend
+  // (0 on a host backend, whose per_device holds everything).
+  int64_t adamw_per_device, zero, per_device, host;
   double per_device_gib;             // per_device in GiB
   bool fits;                         // per_device_gib <= memory_gib
   int64_t devices_needed;            // the fewest devices on which it fits; 0: none
                                      // (the parts every device holds exceed one)
-  double flops, seconds;             // flops / (devices x tflops x 1e12)
+  double flops;                      // training, the trainer's rule (model FLOPs)
+  double recompute_flops, eval_flops, diag_flops, ablation_flops;  // besides (above)
+  int64_t evals;                     // evaluations in the stage, a growth's two included
+  double seconds;                    // all of the FLOPs / (devices x tflops x 1e12)
   double comm_bytes;                 // per device and step (ZeRO-1, above; 0 on one device)
   double comm_seconds;               // of the stage: steps x comm_bytes / (bus_gbps 1e9); 0
                                      // on one device or without bus_gbps
@@ -129,8 +164,20 @@ void ng_plan_stage_of(const ng_run_config *rc, int stage, const ng_model_config 
 // Bytes of the diagnostics of `student` over n_eval tokens in batches of
 // [B, T] (the "diagnostics at each evaluation" part above; forward_teacher
 // NULL without a teacher forward in the ablation); loss chunks of `chunk` rows.
+// By where they are: the residual points' device set and host arrays, which
+// are held together, then the ablation's device sets.
+typedef struct {
+  int64_t points_device, points_host, ablation_device;
+} ng_plan_diag;
+ng_plan_diag ng_plan_diag_parts(const ng_model_config *student, const ng_model_config *forward_teacher,
+                                int64_t n_eval, int64_t B, int64_t T, int64_t chunk);
+// Their peak in one memory: the larger of the points' two parts together and the ablation.
 int64_t ng_plan_diag_bytes(const ng_model_config *student, const ng_model_config *forward_teacher,
                            int64_t n_eval, int64_t B, int64_t T, int64_t chunk);
+
+// Whether the backend of that name keeps its buffers in device memory, apart
+// from the host's (cuda); known by name, so that a build without it plans it.
+bool ng_plan_device_backend(const char *backend);
 
 // Checks against this machine's memory (common.h's ng_check_memory), before
 // anything is allocated by sizes read from a file or a config; on failure one

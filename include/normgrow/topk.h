@@ -20,33 +20,55 @@
 //   offset 32  u64      windows
 //   offset 40  u64      shard token count
 //   offset 48  u64      shard checksum (FNV-1a 64 over the shard's token bytes)
-//   offset 56  u64      reserved, 0
+//   offset 56  u64      first window (0 in version 1)
 //   offset 64  u32      ids   [P, k]   P = windows * seq
 //              f32      vals  [P, k]
 //              f32      lse   [P]
-// The file is exactly 64 + 8 P k + 4 P bytes.
+// The file is exactly 64 + 8 P k + 4 P bytes. Version 1 holds every window of
+// the shard ((shard tokens - 1) / seq of them). Version 2 is a part: `windows`
+// windows from `first window` on, the same layout; parts are read only through
+// a manifest, a JSON file beside them naming them in window order
+//   {"format": "normgrow-topk-parts", "windows": W, "files": [{"file": NAME}, ...]}
+// whose parts agree on k, vocabulary, seq, temperature and shard, and cover
+// windows 0 .. W - 1 one after another, W = (shard tokens - 1) / seq. A path
+// given as a cache is either: a version 1 file or such a manifest.
 #ifndef NORMGROW_TOPK_H
 #define NORMGROW_TOPK_H
 
 #include <stdint.h>
 
+#include "normgrow/comm.h"
 #include "normgrow/data.h"
 #include "normgrow/model.h"
 
 #define NG_TOPK_MAGIC "NGTOPKC1"
 #define NG_TOPK_VERSION 1u
+#define NG_TOPK_PART_VERSION 2u
 #define NG_TOPK_HEADER 64u
+
+// One file of a cache: windows [first_window, first_window + windows).
+typedef struct {
+  uint8_t *map;
+  size_t map_size;
+  uint64_t first_window, windows;
+  const uint32_t *ids;   // [windows seq, k]
+  const float *vals;     // [windows seq, k]
+  const float *lse;      // [windows seq]
+} ng_topk_part;
 
 typedef struct {
   char *path;
-  uint8_t *map;
-  size_t map_size;
   uint32_t k, vocab_size, seq;
   double temperature;
   uint64_t windows, shard_tokens, shard_checksum;
-  const uint32_t *ids;   // [P, k]
-  const float *vals;     // [P, k]
-  const float *lse;      // [P]
+  int n_parts;           // 1 for a version 1 file
+  ng_topk_part *parts;   // in window order
+  // The first part's (a version 1 file's: the whole cache's) map and regions.
+  uint8_t *map;
+  size_t map_size;
+  const uint32_t *ids;
+  const float *vals;
+  const float *lse;
 } ng_topk_cache;
 
 uint64_t ng_shard_checksum(const ng_shard *s);
@@ -56,11 +78,21 @@ void ng_top_k(const float *x, int64_t V, int64_t k, uint32_t *ids, float *vals);
 float ng_logsumexp(const float *x, int64_t V, double inv_tau);
 
 // Runs `teacher` over every window of `s` (batch windows at a time, at most
-// all of them) and writes the cache atomically.
+// all of them), its top k selected by the teacher's backend (ng_backend.topk:
+// only k ids and values and the log-sum-exp of a row leave it), and writes the
+// cache atomically.
 int ng_topk_build(ng_model *teacher, const ng_shard *s, int64_t k, int64_t seq,
                   double temperature, int64_t batch, const char *path);
-// Memory-map and validate the header and size; check that it was made from `s`
-// (its token count, checksum and vocabulary, and windows = (tokens - 1) / seq).
+// The same over the ranks of comm, every one calling it alike: one rank writes
+// `path` as ng_topk_build does; of n > 1, rank r builds windows [W r / n,
+// W (r + 1) / n) into the part "<path>.part-<r+1>-of-<n>", and once every part
+// is written rank 0 writes the manifest `path` naming them. An error of any
+// rank fails every rank (no manifest is written).
+int ng_topk_build_ranks(ng_model *teacher, const ng_shard *s, int64_t k, int64_t seq,
+                        double temperature, int64_t batch, const char *path, ng_comm *comm);
+// Memory-map and validate a cache (a file, or a manifest and its parts): the
+// headers and sizes; that it was made from `s` (its token count, checksum and
+// vocabulary, and windows = (tokens - 1) / seq).
 int ng_topk_open(ng_topk_cache *c, const char *path, const ng_shard *s);
 void ng_topk_close(ng_topk_cache *c);  // safe on a zeroed struct
 
