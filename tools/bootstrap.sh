@@ -3,8 +3,9 @@
 # As root it installs what is missing; otherwise it prints the one command to run.
 # It needs no network when everything is there; when something is missing and
 # the package archive cannot be reached, it names what is missing and fails.
-#   tools/bootstrap.sh            build dependencies (OpenBLAS with OpenMP, cJSON)
-#   tools/bootstrap.sh demo       also what `make demo` needs (matplotlib, fortunes)
+#   tools/bootstrap.sh            build dependencies (OpenBLAS with OpenMP, cJSON; python3
+#                                 with numpy, scipy and matplotlib for the report)
+#   tools/bootstrap.sh demo       also what `make demo` needs (fortunes, GCIDE)
 #   tools/bootstrap.sh fuzz       also what `make fuzz` needs (clang, libFuzzer, libomp, python3)
 set -euo pipefail
 
@@ -12,8 +13,9 @@ need=(gcc make pkg-config libopenblas-openmp-dev libcjson-dev)
 need+=(libpcre2-dev libutf8proc-dev zlib1g-dev)  # tokenizer and corpus reader
 need+=(libdnnl-dev)  # the oneDNN backend
 need+=(libopenmpi-dev openmpi-bin)  # data-parallel runs over MPI (ref/comm_mpi.c)
+need+=(python3 python3-numpy python3-scipy python3-matplotlib)  # the report (tools/report)
 if [ "${1:-}" = "demo" ]; then
-  need+=(python3 python3-matplotlib python3-numpy fortunes fortunes-min dict-gcide)
+  need+=(fortunes fortunes-min dict-gcide)
 fi
 if [ "${1:-}" = "fuzz" ]; then
   need+=(clang libclang-rt-dev libomp-dev python3)
