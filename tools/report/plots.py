@@ -139,32 +139,35 @@ def val_ce(study, out_dir):
     growth_marks(full, study)
     full.set_title("Over training")
     if curves:
-        last = max(c[-1][0] for c in curves.values())
-        x0 = last * 2 / 3
+        ends = [c[-1][0] for c in curves.values()]
+        last, x0 = max(ends), 0.75 * min(ends)
         tail = [y for c in curves.values() for x, y, _ in c if x >= x0]
         tail += [sum(teacher) / len(teacher)] if teacher else []
         lo, hi = min(tail), max(tail)
-        pad = (hi - lo) * 0.08 or 0.01
-        end.set_xlim(x0, last * 1.16)
+        pad = (hi - lo) * 0.06 or 0.01
+        label_x = last + 0.08 * (last - x0)
+        end.set_xlim(x0 - 0.02 * (last - x0), last + 0.55 * (last - x0))
         end.set_ylim(lo - pad, hi + pad)
         growth_marks(end, study)
-        finals = sorted((curves[n][-1][1], n) for n in curves)
-        heights = spread_labels([y for y, _ in finals], (hi - lo + 2 * pad) * 0.045)
-        for (y, n), h in zip(finals, heights):
-            end.annotate(f"{n} {y:.4f}", (last, y), xytext=(last * 1.01, h), textcoords="data",
-                         color=color[n], fontsize="small", va="center")
-    end.set_title("Last third, with each arm's final CE")
+        finals = sorted((curves[n][-1][1], curves[n][-1][0], n) for n in curves)
+        heights = spread_labels([y for y, _, _ in finals], (hi - lo + 2 * pad) * 0.05)
+        for (y, x, n), h in zip(finals, heights):
+            end.annotate(f"{n} {y:.4f}", (x, y), xytext=(label_x, h), textcoords="data", color=color[n],
+                         fontsize="small", va="center",
+                         arrowprops={"arrowstyle": "-", "color": color[n], "linewidth": 0.6, "alpha": 0.7})
+    end.set_title("The end of training, each arm labelled with its final CE")
     handles, labels = full.get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=min(4, max(1, len(labels))), fontsize="small",
-               frameon=False, title="final validation CE, lowest first (mean over seeds)", title_fontsize="small")
+    fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize="small", frameon=False,
+               title="final validation CE,\nlowest first (mean over seeds)", title_fontsize="small")
     fig.suptitle("Validation cross-entropy over training (mean over seeds)")
-    fig.tight_layout(rect=(0, 0.06 + 0.035 * math.ceil(len(labels) / 4), 1, 1))
+    fig.tight_layout()
     save(fig, out_dir, "val_ce.png")
     return ("Validation CE over training tokens",
             "Validation CE (nats per token) over training tokens, one line per arm (mean over seeds at each "
             "evaluation); the legend lists the arms by final CE, lowest first. Dashed black: the teacher's CE on "
-            "the same batches. Grey dotted lines: growth steps, labelled with the depth grown to. Right: the last "
-            "third of training, each line labelled with its final CE." + left_out(study))
+            "the same batches. Grey dotted lines: growth steps, labelled with the depth grown to. Right: the end "
+            "of training (from three quarters of the shortest arm's tokens), each line labelled with its final "
+            "CE." + left_out(study))
 
 
 def spread_curve(r, kind):
@@ -196,8 +199,8 @@ def rms_std(study, out_dir):
     if drawn:
         plain_log(ax)
         growth = growth_marks(ax, study)
-        last = max(e.tokens for a in study.arms for r in trained(a) for e in r.evals[-1:])
-        ticks = sorted(set([0] + growth + [last]))
+        ends = {e.tokens for a in study.arms for r in trained(a) for e in r.evals[-1:]}
+        ticks = sorted(set(growth) | ends)
         ax.xaxis.set_major_locator(FixedLocator(ticks))
         ax.xaxis.set_major_formatter(FuncFormatter(tokens_label))
         handles = [Line2D([], [], color=color[n], label=n) for n in drawn]
@@ -207,7 +210,7 @@ def rms_std(study, out_dir):
     else:
         ax.text(0.5, 0.5, "no diag.jsonl in any run", transform=ax.transAxes, ha="center", color="gray")
     ax.set(title="Spread of the residual RMS at the last block over training (mean over seeds)",
-           xlabel="training tokens (ticks: start, growth steps, end)",
+           xlabel="training tokens (ticks: the growth steps and where the arms end)",
            ylabel="std over tokens of per-token RMS (log)")
     ax.grid(alpha=0.3, which="both")
     save(fig, out_dir, "rms_std.png")
@@ -215,7 +218,7 @@ def rms_std(study, out_dir):
             "Standard deviation over tokens of the per-token residual RMS at hidden.L (solid; the last block's "
             "output, L the depth at that evaluation) over training tokens, per arm (mean over seeds); arms whose "
             "last block ends in a norm also at res2.L (dashed), the sum before that norm. A line breaks at each "
-            "growth, where L becomes a new block; the x ticks are the growth steps. Log scale." + left_out(study))
+            "growth, where L becomes a new block; the x ticks are the growth steps and the arms' ends. Log scale." + left_out(study))
 
 
 def grid_shape(n):
@@ -248,8 +251,9 @@ def rms_by_class(study, out_dir):
         ax.set_title(f"{a.name} ({a.first.title}, {len(runs)} seed{'s' if len(runs) > 1 else ''})", fontsize="medium")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3, which="both")
-    for ax in axes[-1]:
-        ax.set_xlabel("layer l (0: embeddings)")
+    for i, ax in enumerate(axes.flat):
+        if i < len(arms) and i + cols >= len(arms):  # the lowest panel of its column
+            ax.set_xlabel("layer l (0: embeddings)")
     for ax in axes[:, 0]:
         ax.set_ylabel("mean per-token RMS (log)")
     if arms:
@@ -315,6 +319,10 @@ def rms_readings(study, out_dir):
             ax.text(0.5, 0.5, empty, transform=ax.transAxes, ha="center", color="gray")
         ax.grid(alpha=0.3, which="both")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    steps = sorted({x for line in left.lines for x in line.get_xdata()})
+    if steps:
+        left.xaxis.set_major_locator(FixedLocator(steps))
+        left.set_xlim(steps[0] - 0.1 * (steps[-1] - steps[0] or 1), steps[-1] + 0.1 * (steps[-1] - steps[0] or 1))
     left.set(title="At each new block's input, at its growth", xlabel="training step of the growth",
              ylabel="std over tokens of per-token RMS (log)")
     right.set(title="Per layer at the end", xlabel="layer l (0: embeddings)",
@@ -345,7 +353,7 @@ def ablation(study, out_dir):
                 if xs:
                     v[b] = sum(xs) / len(xs)
             bars.append((a, which, v))
-    fig, ax = plt.subplots(figsize=(max(8, 1.1 * len(blocks) * max(1, len(bars)) * 0.35 + 3), 5.5))
+    fig, ax = plt.subplots(figsize=(max(8, min(16, 0.18 * len(blocks) * len(bars) + 4)), 5.5))
     width = 0.8 / max(len(bars), 1)
     for i, (a, which, v) in enumerate(bars):
         xs = [j + (i - (len(bars) - 1) / 2) * width for j, b in enumerate(blocks) if b in v]

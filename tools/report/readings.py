@@ -296,13 +296,12 @@ def interaction_table(study):
 
 # ---------------------------------------------------------------- the seed study
 
-def spread_range(r):
+def spread_range(r, kind="hidden"):
     """(first, last, smallest, largest) std over tokens of the per-token RMS
-    at hidden.L over the run's evaluations; None without diag.jsonl records."""
-    if not r.diag:
-        return None
-    v = [d.hidden_std for d in r.diag]
-    return v[0], v[-1], min(v), max(v)
+    at hidden.L (or res2.L) over the run's evaluations; None without records."""
+    v = [d.hidden_std if kind == "hidden" else d.res2_std for d in r.diag or []
+         if kind == "hidden" or r.block_output_norm(d.depth)]
+    return (v[0], v[-1], min(v), max(v)) if v else None
 
 
 def ranged(arm, k):
@@ -361,8 +360,12 @@ def seed_study_rows(study, quad):
     lo, hi, pre_lo = ranged(g, 2), ranged(g, 3), ranged(g0, 2)
     if lo and lo.n:
         below = pre_lo is not None and pre_lo.n and hi.mean < pre_lo.mean
-        rows.append(["grown Post-Norm: RMS spread at hidden.L over training", "%.2f to %.2f" % s.GROWN_POST_RMS_STD,
-                     "%.4g to %.4g" % (lo.mean, hi.mean), g.name,
+        res2 = [over(g, lambda r, k=k: spread_range(r, "res2")[k] if spread_range(r, "res2") else None) for k in (2, 3)]
+        ours = "hidden.L %.4g to %.4g" % (lo.mean, hi.mean)
+        if res2[0] and res2[0].n:
+            ours += "; res2.L %.4g to %.4g" % (res2[0].mean, res2[1].mean)
+        rows.append(["grown Post-Norm: RMS spread at the last block over training (hidden.L; res2.L, before its norm)",
+                     "%.2f to %.2f" % s.GROWN_POST_RMS_STD, ours, g.name,
                      ("agrees: below grown Pre-Norm's smallest" if below else
                       "differs: not below grown Pre-Norm's smallest") if pre_lo and pre_lo.n else "—"])
     last_dce = over(g0, last_block_dce)
@@ -375,7 +378,8 @@ def seed_study_rows(study, quad):
     if post_min:
         rows.append(["grown Post-Norm: smallest ΔCE of removing any block", f"at least {s.GROWN_POST_MIN_BLOCK_DCE:.2f}",
                      "%+.4f (block %d)" % post_min, g.name,
-                     sign_agreement(post_min[0], s.GROWN_POST_MIN_BLOCK_DCE)])
+                     ("agrees: above grown Pre-Norm's last block" if post_min[0] > last_dce.mean else
+                      "differs: not above grown Pre-Norm's last block") if last_dce and last_dce.n else "—"])
     return rows
 
 
