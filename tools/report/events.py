@@ -71,10 +71,10 @@ class RunEvents:
                 self.writer.add_scalar(tag, rec[key], int(step))
         if event == "growth" and finite(rec.get("depth")):
             self.writer.add_scalar("depth", rec["depth"], int(step))
-            ce = " ".join(f"{k.replace('_', ' ')} {rec[k]:.4f}" for k in ("val_ce_before", "val_ce_after")
-                          if finite(rec.get(k)))
+            ce = ", ".join(f"{rec[k]:.4f} {when}" for k, when in (("val_ce_before", "before"), ("val_ce_after", "after"))
+                           if finite(rec.get(k)))
             self.writer.add_text("growth", f"step {int(step)}: depth {rec.get('depth_before')} → {rec['depth']}"
-                                 + (f" ({ce})" if ce else ""), int(step))
+                                 + (f" (validation CE {ce})" if ce else ""), int(step))
         if event == "eval":
             self.finished = int(step) == self.run.steps_total
         elif event in ("step", "growth"):
