@@ -401,6 +401,9 @@ def paired_plot(study, out_dir):
             ax.plot([p.lo, p.hi], [y, y], color=c, linewidth=2)
         ax.plot([p.mean], [y], marker="o" if p.n > 1 else "x", color=c)
     ax.axvline(0, color="#d62728", linewidth=1)
+    n_inter = sum(1 for n, _ in rows if n.startswith("interaction"))
+    if n_inter and n_inter < len(rows):  # the interactions below a line
+        ax.axhline(n_inter - 0.5, color="0.3", linewidth=0.8)
     ax.set_yticks(range(len(rows)), [n for n, _ in reversed(rows)], fontsize="small")
     ax.set_ylim(-0.7, len(rows) - 0.3)
     ax.set(title=f"Paired differences in final validation CE, {pct}% intervals over seeds",
