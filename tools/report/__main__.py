@@ -78,7 +78,8 @@ def run(a):
         figures, skipped = plots.draw(study, out), None
     write_atomic(md, report_md(study, tables(study), figures, skipped))
     failed = sum(1 for r in study.runs if r.failed is not None)
-    print(f"report: {len(study.arms)} arms from {len(study.runs)} runs -> {md}"
+    n_arms, n_runs = len(study.arms), len(study.runs)
+    print(f"report: {n_arms} arm{'s' if n_arms != 1 else ''} from {n_runs} run{'s' if n_runs != 1 else ''} -> {md}"
           + (f"; plots skipped: {skipped}" if skipped else " and plots")
           + (f"; WARNING: evaluated differently in {', '.join(study.eval_differs)}" if study.eval_differs else "")
           + (f"; {failed} run{'s' if failed > 1 else ''} did not train (marked, left out of means)" if failed else "")
