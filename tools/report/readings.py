@@ -455,7 +455,8 @@ def rms_spread_table(study):
               left=3)
     for a in study.arms:
         d = next((r for r in trained(a) if r.diag), None)
-        row = [a.name, a.first.title, f"{d.diag[0].depth} → {d.diag[-1].depth}" if d else "n/a"]
+        row = [a.name, a.first.title, f"{d.diag[0].depth} → {d.diag[-1].depth}" if d else
+               "n/a" if trained(a) else DID_NOT_TRAIN]
         for k in range(4):
             def get(r, k=k):
                 v = [e.hidden_std for e in r.diag or []] if k < 2 else \
@@ -508,7 +509,7 @@ def growth_inputs_table(study):
               left=2)
     for a in study.arms:
         first = next((r for r in trained(a) if r.growth_inputs), None)
-        if not trained(a):
+        if not trained(a) and grown(a):
             t.rows.append([a.name, a.first.title] + [DID_NOT_TRAIN] * 7)
         for i, g in enumerate(first.growth_inputs if first else []):
             def get(r, attr, i=i):
