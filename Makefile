@@ -138,6 +138,10 @@ $(BUILD)/%.o: %.c | $(DEPS_OK)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 
+# The report command runs the Python package tools/report; an installed normgrow
+# finds it in the source tree it was built from.
+$(BUILD)/tools/python_cmd.o: CPPFLAGS += -DNG_SOURCE_TOOLS='"$(CURDIR)/tools"'
+
 # ref/hf.c builds in the transformers code it writes beside exported weights.
 $(BUILD)/ref/hf.o: $(wildcard ref/hf_remote/*.py)
 

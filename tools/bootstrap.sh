@@ -3,8 +3,9 @@
 # As root it installs what is missing; otherwise it prints the one command to run.
 # It needs no network when everything is there; when something is missing and
 # the package archive cannot be reached, it names what is missing and fails.
-#   tools/bootstrap.sh            build dependencies (OpenBLAS with OpenMP, cJSON)
-#   tools/bootstrap.sh demo       also what `make demo` needs (matplotlib, fortunes)
+#   tools/bootstrap.sh            build dependencies (OpenBLAS with OpenMP, cJSON; python3
+#                                 with numpy, scipy and matplotlib for the report)
+#   tools/bootstrap.sh demo       also what `make demo` needs (fortunes)
 #   tools/bootstrap.sh demo-large and GCIDE, the corpus of `make demo STUDY=large` only
 #                                 (dict-gcide, which depends on dictd, Debian's
 #                                 dictionary server)
@@ -16,8 +17,9 @@ need+=(libpcre2-dev libutf8proc-dev zlib1g-dev)  # tokenizer and corpus reader
 need+=(libdnnl-dev)  # the oneDNN backend
 need+=(libopenmpi-dev openmpi-bin)  # data-parallel runs over MPI (ref/comm_mpi.c)
 need+=(patchelf)  # make gpu-bundle (tools/gpu_bundle.sh)
+need+=(python3 python3-numpy python3-scipy python3-matplotlib)  # the report (tools/report)
 if [ "${1:-}" = "demo" ] || [ "${1:-}" = "demo-large" ]; then
-  need+=(python3 python3-matplotlib python3-numpy fortunes fortunes-min)
+  need+=(fortunes fortunes-min)
 fi
 if [ "${1:-}" = "demo-large" ]; then
   need+=(dict-gcide)

@@ -56,9 +56,10 @@ static const command commands[] = {
      "         [--out FILE [--force]] [--backend NAME] [--precision fp32|bf16]\n"
      "    residual RMS statistics and block-removal ablation (JSON) of a run directory, a\n"
      "    checkpoint or a Hugging Face directory; a run's own evaluation settings by default"},
-    {"report", cmd_report, 1, MANY, false, LIST("out"), LIST("force"),
-     "report RUN_DIR... [--out DIR] [--force]\n"
-     "    tables and plots comparing runs (unfinished ones marked) -> DIR/report.md"},
+    {"report", cmd_report, 1, MANY, false, LIST("out", "tensorboard"), LIST("force", "follow"),
+     "report RUN_DIR... [--out DIR] [--force] [--tensorboard LOGDIR [--follow]]\n"
+     "    tables and plots comparing runs (runs that did not train marked) -> DIR/report.md;\n"
+     "    --tensorboard: also the runs' event files, --follow: only those, as the runs train"},
     {"runs", cmd_runs, 0, 1, false, NONE, LIST("long"),
      "runs [DIR] [--long]\n"
      "    the run directories under DIR (default runs), one a line: state (running: the pid),\n"

@@ -1,0 +1,569 @@
+#!/usr/bin/env python3
+"""The report (tools/report) on small run directories whose readings are
+worked out by hand here: the committed fixture tests/fixtures/report (two arms
+written by an older normgrow: eval records with stage 0, a diag file without
+the window_start class) and runs this file writes (every number below is
+chosen so that its mean, difference or interval can be checked on paper).
+
+    tests/test_report.py [NORMGROW_BIN]
+
+Prints one "ok report: ..." or "FAIL report: ..." line per check. With
+NORMGROW_BIN (default $NG_BIN) the command line is checked through
+`normgrow report` too.
+"""
+import copy
+import json
+import math
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import unittest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+
+from report import compare  # noqa: E402
+from report.readings import (ablation_table, arms_table, class_means_table, class_spreads_table, class_value,  # noqa: E402
+                             interaction_table, paired_table, pairwise_table, seed_study_table, stage_table)
+from report.runs import ClassSpread, ReportError  # noqa: E402
+from report.stats import paired, summary  # noqa: E402
+from report.study import load_study, tables  # noqa: E402
+from report.trained import unigram_entropy  # noqa: E402
+
+FIXTURE = os.path.join(ROOT, "tests", "fixtures", "report")
+BIN = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("NG_BIN", os.path.join(ROOT, "build", "normgrow"))
+PY = "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) else sys.executable
+
+BASE = json.load(open(os.path.join(FIXTURE, "grow-post-s1", "config.json"), encoding="utf-8"))
+
+
+def config(name, seed, placement="pre", depths=(1, 2, 3), tokens=32, restarts=()):
+    """A run config of the fixture's shape (batch 2 x seq 8: 16 tokens a step)."""
+    c = copy.deepcopy(BASE)
+    c.update(name=name, seed=seed, run_dir=f"runs/t/{name}-s{seed}")
+    c["model"]["norm_placement"] = placement
+    c["model"]["num_hidden_layers"] = depths[-1]
+    c["data"]["val"] = "val.bin"
+    c["stages"] = [{"depth": d, "tokens": tokens, "restart_lr": i in restarts, "freeze_existing": False}
+                   for i, d in enumerate(depths)]
+    return c
+
+
+def stats(count, mean, std):
+    return {"count": count, "mean": mean, "std": std, "max": mean, "p99_over_median": 1.0}
+
+
+def diag_record(depth, step, rms_std, placement, classes=None):
+    """A diag.jsonl evaluation record: hidden.0..depth (and res2.1..depth for
+    post) with rms.all.std = rms_std, rms.all.mean = 1."""
+    points = []
+    for l in range(depth + 1):
+        rms = {"all": stats(16, 1.0, rms_std)}
+        rms.update(classes or {})
+        points.append({"name": f"hidden.{l}", "kind": "hidden", "layer": l, "rms": rms})
+        if placement == "post" and l > 0:
+            points.append({"name": f"res2.{l}", "kind": "res2", "layer": l, "rms": {"all": stats(16, 3.0, 10 * rms_std)}})
+    return {"step": step, "tokens": 16 * step, "depth": depth, "placement": placement, "points": points}
+
+
+def write_run(d, cfg, ces, diag_std=None, ablation=None, finished=True):
+    """A run directory: an eval record every 2 steps with the given val CEs
+    (one per stage, at the stage's end), step records before each, growth
+    records between stages; diag.jsonl with one record per eval (std diag_std[i])
+    and diag_final.json with the ablation {block: skip dCE} when given."""
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    depths = [s["depth"] for s in cfg["stages"]]
+    lines, step, diag = [], 0, []
+    for stage, (depth, ce) in enumerate(zip(depths, ces), 1):
+        if stage > 1 and depth != depths[stage - 2]:
+            lines.append({"event": "growth", "step": step, "stage": stage, "depth": depth, "tokens": 16 * step,
+                          "depth_before": depths[stage - 2], "val_ce_before": ce, "val_ce_after": ce})
+        for _ in range(2):
+            step += 1
+            lines.append({"event": "step", "step": step, "stage": stage, "depth": depth, "tokens": 16 * step,
+                          "layer_tokens": 16 * step * depth, "flops": 1e6 * step, "lr": 0.003, "loss": 3.0, "ce": 3.0,
+                          "kd": 1.0, "grad_norm": 0.5})
+        lines.append({"event": "eval", "step": step, "stage": stage, "depth": depth, "tokens": 16 * step,
+                      "layer_tokens": 16 * step * depth, "flops": 1e6 * step, "val_ce": ce, "val_kd": 0.5,
+                      "teacher_ce": 2.5})
+        if diag_std is not None:
+            diag.append(diag_record(depth, step, diag_std[stage - 1], cfg["model"]["norm_placement"]))
+    if not finished:
+        lines = lines[:-4]
+    with open(os.path.join(d, "metrics.jsonl"), "w") as f:
+        f.write("".join(json.dumps(x) + "\n" for x in lines))
+    if diag:
+        with open(os.path.join(d, "diag.jsonl"), "w") as f:
+            f.write("".join(json.dumps(x) + "\n" for x in diag))
+        final = dict(diag[-1])
+        if ablation is not None:
+            final["ablation"] = {"intact": {"ce": ces[-1]},
+                                 "blocks": [{"block": b, "skip": {"dce": v}, "norms_only": {"dce": 2 * v}}
+                                            for b, v in ablation.items()]}
+        with open(os.path.join(d, "diag_final.json"), "w") as f:
+            json.dump(final, f)
+    return d
+
+
+def write_shard(path, tokens, vocab=257):
+    with open(path, "wb") as f:
+        f.write(b"NGTOKENS" + struct.pack("<IIII", 1, vocab, 256, 0) + struct.pack("<Q", len(tokens)))
+        f.write(struct.pack(f"<{len(tokens)}I", *tokens))
+
+
+def quiet(*_):
+    pass
+
+
+class Fixture(unittest.TestCase):
+    """The committed fixture: grow-post (Post-Norm 1→2→3, seeds 1 and 2) and
+    fixed-pre (Pre-Norm, seed 7), files of an older normgrow."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp()
+        shutil.copytree(FIXTURE, os.path.join(cls.tmp, "runs"))
+        cls.dirs = [os.path.join(cls.tmp, "runs", d) for d in ("grow-post-s1", "grow-post-s2", "fixed-pre-s7")]
+        cls.study = load_study(cls.dirs, quiet)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp)
+
+    def test_arms_mean_std(self):
+        """final val CE: grow-post the mean ± sample std of 2.73301 and 2.74123, fixed-pre its one value"""
+        t = arms_table(self.study)
+        m = (2.73301 + 2.74123) / 2
+        sd = math.sqrt(((2.73301 - m) ** 2 + (2.74123 - m) ** 2) / 1)
+        self.assertEqual(str(t.cell("grow-post", "final val CE")), "%.4f ± %.4f" % (m, sd))
+        self.assertEqual(str(t.cell("fixed-pre", "final val CE")), "2.7659")
+        self.assertEqual(t.cell("grow-post", "schedule"), "grow 1→2→3")
+        self.assertEqual(t.cell("fixed-pre", "schedule"), "fixed 3 (LR restart at stage 2)")
+
+    def test_pairwise(self):
+        """the difference matrix: row mean minus column mean, with the larger std"""
+        t = pairwise_table(self.study)
+        self.assertEqual(t.cell("grow-post", "fixed-pre"), "-0.0288 (max std 0.0058)")
+        self.assertEqual(t.cell("fixed-pre", "grow-post"), "+0.0288 (max std 0.0058)")
+
+    def test_older_files(self):
+        """eval records with stage 0 and a diag file without window_start read as such"""
+        pre = self.study.arms[1].runs[0]
+        self.assertEqual([e.stage for e in pre.evals], [0, 1, 1])
+        self.assertEqual(pre.diag[0].hidden_classes.count["window_start"], 0.0)
+        row = [r for r in class_means_table(self.study).rows
+               if r[0] == "fixed-pre"][0]
+        self.assertEqual(str(row[2]), "n/a")
+
+    def test_stage_table(self):
+        """CE where stages change: the steps where stages end and the next begin"""
+        t = stage_table(self.study)
+        self.assertEqual(t.header, ["arm", "step 2 (end)", "step 4 (after, end)", "step 6 (after)"])
+        self.assertEqual(str(t.cell("fixed-pre", "step 4 (after, end)")), "2.8432")
+
+    def test_ablation_min(self):
+        """the ablation's minimum over blocks is the smallest mean ΔCE and its block"""
+        t = ablation_table(self.study)
+        row = [r for r in t.rows if r[0] == "grow-post" and r[1].startswith("skip")][0]
+        self.assertEqual(str(row[3]), "%+.4f" % ((2.41234 + 2.42345) / 2))
+        self.assertEqual(row[-1], "%+.4f (block 1)" % ((2.41234 + 2.42345) / 2))
+
+    def test_no_shard(self):
+        """the validation shard is not there: the plateau test is not made, and the report says so"""
+        self.assertTrue(all(r.entropy is None and r.failed is None for r in self.study.runs))
+
+
+class Readings(unittest.TestCase):
+    """Runs written here, with hand-worked numbers."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp()
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp)
+
+    def run_dir(self, name, seed, ces, **kw):
+        cfg_kw = {k: kw.pop(k) for k in ("placement", "depths", "tokens", "restarts") if k in kw}
+        return write_run(os.path.join(self.tmp, f"{name}-s{seed}"), config(name, seed, **cfg_kw), ces, **kw)
+
+    def test_paired_interval(self):
+        """paired differences: mean, standard error and the t interval of (−0.05, 0, +0.10); 1 seed: no interval"""
+        a = [self.run_dir("a", s, [3, 3, ce]) for s, ce in zip((1, 2, 3), (2.00, 2.10, 2.30))]
+        b = [self.run_dir("b", s, [3, 3, ce]) for s, ce in zip((1, 2, 3), (2.05, 2.10, 2.20))]
+        c = [self.run_dir("c", 1, [3, 3, 2.5])]
+        t = paired_table(load_study(a + b + c, quiet))
+        # diffs -0.05, 0, 0.10: mean 0.016667, sd 0.076376, se 0.044096, t(0.975, 2) = 4.302653
+        row = t.rows[0]
+        self.assertEqual(row[0], "a − b")
+        self.assertEqual(row[1], "1, 2, 3")
+        self.assertEqual(str(row[2]), "+0.0167")
+        self.assertEqual(str(row[3]), "0.0441")
+        self.assertEqual(row[4], "[-0.1731, +0.2064]")
+        self.assertEqual(row[5], "no")
+        self.assertEqual(t.rows[1][4], "1 seed: no interval")
+
+    def test_paired_excludes_zero(self):
+        """an interval that excludes 0 is named: diffs −0.10, −0.11, −0.09 give [−0.1248, −0.0752]"""
+        p = paired({1: 2.0, 2: 2.1, 3: 2.2}, {1: 2.1, 2: 2.21, 3: 2.29})
+        self.assertAlmostEqual(p.mean, -0.1, places=12)
+        self.assertAlmostEqual(p.se, 0.01 / math.sqrt(3), places=12)
+        self.assertAlmostEqual(p.lo, -0.1 - 4.302652729749464 * 0.01 / math.sqrt(3), places=9)
+        self.assertTrue(p.excludes_zero)
+        a = [self.run_dir("a", s, [3, 3, ce]) for s, ce in zip((1, 2, 3), (2.0, 2.1, 2.2))]
+        b = [self.run_dir("b", s, [3, 3, ce]) for s, ce in zip((1, 2, 3), (2.1, 2.21, 2.29))]
+        t = paired_table(load_study(a + b, quiet))
+        self.assertEqual(t.rows[0][4], "[-0.1248, -0.0752]")
+        self.assertIn("`a` ends below `b` (-0.1000, [-0.1248, -0.0752])", t.notes[0])
+
+    def test_interaction_and_seed_study(self):
+        """the interaction (grown Post − grown Pre) − (joint Post − joint Pre) per seed, and the seed study beside it"""
+        runs = []
+        ce = {("gpost", 1): 2.00, ("gpost", 2): 2.02, ("gpre", 1): 2.05, ("gpre", 2): 2.06,
+              ("jpost", 1): 2.03, ("jpost", 2): 2.03, ("jpre", 1): 2.02, ("jpre", 2): 2.04}
+        for s in (1, 2):
+            runs.append(self.run_dir("gpost", s, [3, 3, ce["gpost", s]], placement="post", diag_std=[.1, .1, .1],
+                                     ablation={1: 0.5, 2: 0.4, 3: 0.3}))
+            runs.append(self.run_dir("gpre", s, [3, 3, ce["gpre", s]], diag_std=[1.0, 1.5, 2.0],
+                                     ablation={1: 0.2, 2: 0.05, 3: 0.01}))
+            runs.append(self.run_dir("jpost", s, [3, 3, ce["jpost", s]], placement="post", depths=(3, 3, 3)))
+            runs.append(self.run_dir("jpre", s, [3, 3, ce["jpre", s]], depths=(3, 3, 3)))
+        runs.append(self.run_dir("jpost-restarts", 1, [3, 3, 2.1], placement="post", depths=(3, 3, 3), restarts=(1, 2)))
+        study = load_study(runs, quiet)
+        t = interaction_table(study)
+        self.assertEqual(t.rows[0][1], "gpost, gpre, jpost, jpre")
+        # seed 1: (2.00 − 2.05) − (2.03 − 2.02) = −0.06; seed 2: (2.02 − 2.06) − (2.03 − 2.04) = −0.03
+        self.assertEqual(str(t.rows[0][5]), "-0.0450")
+        self.assertEqual(str(t.rows[0][6]), "0.0150")  # sd of (−0.06, −0.03) is 0.021213, over sqrt 2
+        half = 12.706204736174698 * 0.015
+        self.assertEqual(t.rows[0][7], "[%+.4f, %+.4f]" % (-0.045 - half, -0.045 + half))
+        s = seed_study_table(study)
+        rows = {r[0]: r for r in s.rows}
+        growth = rows["grown Post − grown Pre, final val CE"]
+        self.assertEqual(growth[1], "-0.0328")
+        self.assertTrue(growth[2].startswith("-0.0450 ("))
+        self.assertTrue(growth[4].startswith("same sign"))
+        self.assertEqual(rows["each fixed-depth control − grown Post, final val CE"][4], "agrees: 1 of 1 above")
+        self.assertEqual(rows["grown Pre-Norm: RMS spread at hidden.L, first → last evaluation"][2], "1 → 2")
+        self.assertEqual(rows["grown Pre-Norm: ΔCE removing the last block"][2], "+0.0100")
+        self.assertEqual(rows["grown Post-Norm: smallest ΔCE of removing any block"][2], "+0.3000 (block 3)")
+
+    def test_did_not_train(self):
+        """a run at the unigram plateau (ln 2 of a two-token shard), one with a null CE and an unfinished one are
+        left out of the means, each with its reason"""
+        write_shard(os.path.join(self.tmp, "val.bin"), [0, 0, 1, 1, 0, 1])
+        self.assertAlmostEqual(unigram_entropy(os.path.join(self.tmp, "val.bin")), math.log(2), places=12)
+        ok = self.run_dir("a", 1, [3, 3, 0.40])
+        plateau = self.run_dir("a", 2, [3, 3, 0.65])
+        nan = self.run_dir("a", 3, [3, 3, None])
+        short = self.run_dir("a", 4, [3, 3, 0.30], finished=False)
+        study = load_study([ok, plateau, nan, short], quiet)
+        why = {r.seed: r.failed for r in study.runs}
+        self.assertIsNone(why[1])
+        self.assertIn("unigram plateau: validation CE 0.6500, the unigram entropy of its validation data 0.6931", why[2])
+        self.assertIn("not finite", why[3])
+        self.assertIn("stops at step 4 of 6", why[4])
+        t = arms_table(study)
+        self.assertEqual(str(t.cell("a", "final val CE")), "0.4000")
+        self.assertEqual(t.cell("a", "seeds"), "1, 2 (did not train), 3 (did not train), 4 (did not train)")
+        failed = [x for x in tables(study) if x.title == "Runs that did not train"][0]
+        self.assertEqual([r[2] for r in failed.rows], ["2", "3", "4"])
+
+    def test_no_stage_field(self):
+        """the oldest metrics files, without "stage": read as one stage (no stage table)"""
+        d = self.run_dir("a", 1, [3, 3, 2.0])
+        path = os.path.join(d, "metrics.jsonl")
+        recs = [json.loads(x) for x in open(path)]
+        open(path, "w").write("".join(json.dumps({k: v for k, v in r.items() if k != "stage"}) + "\n" for r in recs))
+        study = load_study([d], quiet)
+        self.assertEqual(str(arms_table(study).cell("a", "final val CE")), "2.0000")
+        self.assertIsNone(stage_table(study))
+
+    def test_whole_arm_did_not_train(self):
+        """an arm none of whose runs trained reads "did not train" in every table"""
+        write_shard(os.path.join(self.tmp, "val.bin"), [0, 1])
+        bad = self.run_dir("bad", 1, [3, 3, 0.70])
+        good = self.run_dir("good", 1, [3, 3, 0.30])
+        study = load_study([bad, good], quiet)
+        self.assertEqual(arms_table(study).cell("bad", "final val CE"), "did not train")
+        self.assertEqual(pairwise_table(study).cell("good", "bad"), "did not train")
+        self.assertEqual(paired_table(study).rows[0][4], "no seed in common")
+
+    def test_class_spread(self):
+        """class shares and the spread without a class, from two classes of 2 tokens at RMS 1 and 3"""
+        c = ClassSpread({"window_start": 0.0, "separator": 2.0, "after_separator": 0.0, "structural": 0.0,
+                         "ordinary": 2.0},
+                        {"window_start": math.nan, "separator": 3.0, "after_separator": math.nan,
+                         "structural": math.nan, "ordinary": 1.0},
+                        {"window_start": math.nan, "separator": 0.0, "after_separator": math.nan,
+                         "structural": math.nan, "ordinary": 0.0})
+        self.assertEqual(class_value(c, None, "std"), 1.0)  # mean 2, every token 1 away
+        self.assertEqual(class_value(c, "separator", "share"), 0.5)
+        self.assertEqual(class_value(c, "separator", "without"), 0.0)
+        self.assertTrue(math.isnan(class_value(c, "structural", "std")))
+        runs = [self.run_dir("a", 1, [3, 3, 2.0], diag_std=[1, 1, 1])]
+        classes = {"separator": stats(2, 3.0, 0.0), "ordinary": stats(2, 1.0, 0.0)}
+        with open(os.path.join(runs[0], "diag.jsonl"), "w") as f:
+            for depth, step in ((1, 2), (2, 4), (3, 6)):
+                f.write(json.dumps(diag_record(depth, step, 1.0, "pre", classes)) + "\n")
+        t = class_spreads_table(load_study(runs, quiet))
+        row = [r for r in t.rows if r[2] == "separator"][0]
+        self.assertEqual([str(x) for x in row[3:]], ["0", "0", "0.500", "0.500", "0", "0", "0.000"])
+
+    def test_summary(self):
+        """over seeds: the mean and the sample std (n − 1); a NaN value makes both NaN; no value: n 0"""
+        s = summary([1.0, 2.0, 4.0, None])
+        self.assertEqual((s.mean, s.n), (7 / 3, 3))
+        self.assertAlmostEqual(s.std, math.sqrt(((1 - 7 / 3) ** 2 + (2 - 7 / 3) ** 2 + (4 - 7 / 3) ** 2) / 2), places=15)
+        self.assertTrue(math.isnan(summary([1.0, math.nan]).mean))
+        self.assertEqual(summary([None]).n, 0)
+
+
+class BadInput(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp()
+        self.a = write_run(os.path.join(self.tmp, "a-s1"), config("a", 1), [3, 3, 2.0])
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp)
+
+    def refused(self, dirs, text):
+        with self.assertRaises(ReportError) as e:
+            load_study(dirs, quiet)
+        self.assertIn(text, str(e.exception))
+        self.assertNotIn("\n", str(e.exception))
+
+    def test_mismatched_configs(self):
+        """two runs named alike that differ in kd_weight are not seeds of one arm"""
+        c = config("a", 2)
+        c["loss"]["kd_weight"] = 0.7
+        b = write_run(os.path.join(self.tmp, "a-s2"), c, [3, 3, 2.0])
+        self.refused([self.a, b], "differ in loss.kd_weight (0.5 / 0.7)")
+
+    def test_same_seed(self):
+        """the same seed of an arm twice is refused"""
+        b = write_run(os.path.join(self.tmp, "other"), config("a", 1), [3, 3, 2.0])
+        self.refused([self.a, b], "seed 1 is also in")
+
+    def test_missing_metrics(self):
+        """no metrics.jsonl: one line naming it"""
+        os.remove(os.path.join(self.a, "metrics.jsonl"))
+        self.refused([self.a], "a-s1/metrics.jsonl: No such file or directory")
+
+    def test_bad_field(self):
+        """a val_ce that is not a number: the file, line and field"""
+        path = os.path.join(self.a, "metrics.jsonl")
+        lines = open(path).read().splitlines()
+        lines[2] = lines[2].replace('"val_ce": 3', '"val_ce": "x"')
+        open(path, "w").write("\n".join(lines) + "\n")
+        self.refused([self.a], "metrics.jsonl:3: val_ce: expected a number")
+
+    def test_truncated_config(self):
+        """a truncated config.json names the file"""
+        path = os.path.join(self.a, "config.json")
+        text = open(path).read()
+        open(path, "w").write(text[:100])
+        self.refused([self.a], "a-s1/config.json: not a valid JSON object")
+
+    def test_missing_diag(self):
+        """a run without diag files: its readings are n/a and the missing files are named once"""
+        study = load_study([self.a], quiet)
+        from report.markdown import intro
+        self.assertEqual(intro(study).count("no diag.jsonl in"), 1)
+        self.assertEqual(study.runs[0].diag, None)
+
+
+class Compare(unittest.TestCase):
+    def test_agree(self):
+        """report.compare: numbers agree within half a unit of the coarser one's last digit"""
+        self.assertTrue(compare.agree("1.523", "1.5234"))
+        self.assertFalse(compare.agree("1.523", "1.5236"))
+        self.assertTrue(compare.agree("+0.0123 (block 5)", "+0.0123 (block 5)"))
+        self.assertFalse(compare.agree("+0.0123 (block 5)", "+0.0123 (block 6)"))
+        self.assertTrue(compare.agree("n/a", "n/a"))
+        self.assertFalse(compare.agree("n/a", "0.1"))
+
+
+class CommandLine(unittest.TestCase):
+    """normgrow report itself (skipped without the binary)."""
+
+    @classmethod
+    def setUpClass(cls):
+        if not os.access(BIN, os.X_OK):
+            raise unittest.SkipTest(f"no {BIN}")
+        cls.tmp = tempfile.mkdtemp()
+        shutil.copytree(FIXTURE, os.path.join(cls.tmp, "runs"))
+        cls.dirs = [os.path.join(cls.tmp, "runs", d) for d in ("grow-post-s1", "grow-post-s2", "fixed-pre-s7")]
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp)
+
+    def normgrow(self, *args, env=None):
+        e = dict(os.environ, **(env or {}))
+        return subprocess.run([BIN, "report", *args], capture_output=True, text=True, env=e)
+
+    def test_default_out_and_plots(self):
+        """written to dirname(RUN_DIR)/report by default, with every figure a PNG it embeds"""
+        p = self.normgrow(*self.dirs, "--force")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        out = os.path.join(self.tmp, "runs", "report")
+        md = open(os.path.join(out, "report.md"), encoding="utf-8").read()
+        for png in ("val_ce", "rms_std", "rms_by_class", "rms_readings", "ablation", "paired_differences"):
+            with open(os.path.join(out, png + ".png"), "rb") as f:
+                self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+            self.assertIn(f"]({png}.png)", md)
+        self.assertNotIn("STUDY", md)
+
+    def test_force(self):
+        """an existing report is replaced only with --force, refused in one line without"""
+        out = os.path.join(self.tmp, "forced")
+        self.assertEqual(self.normgrow(self.dirs[0], "--out", out).returncode, 0)
+        p = self.normgrow(self.dirs[0], "--out", out)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertEqual(p.stderr.count("\n"), 1)
+        self.assertIn("report.md already exists", p.stderr)
+        self.assertEqual(self.normgrow(self.dirs[0], "--out", out, "--force").returncode, 0)
+
+    def test_bad_input_one_line(self):
+        """bad input: one line on stderr naming the file, a non-zero exit, no report"""
+        bad = os.path.join(self.tmp, "bad")
+        shutil.copytree(self.dirs[2], bad)
+        os.remove(os.path.join(bad, "metrics.jsonl"))
+        p = self.normgrow(bad, "--out", os.path.join(self.tmp, "bad-report"))
+        self.assertTrue(0 < p.returncode < 128)
+        self.assertEqual(p.stderr.count("\n"), 1, p.stderr)
+        self.assertIn("bad/metrics.jsonl", p.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.tmp, "bad-report", "report.md")))
+
+    def test_not_runs_noted(self):
+        """directories that are not runs (a Hugging Face export among them) are left out with a note"""
+        notes, hf = os.path.join(self.tmp, "notes"), os.path.join(self.tmp, "hf")
+        os.makedirs(notes, exist_ok=True)
+        os.makedirs(hf, exist_ok=True)
+        with open(os.path.join(hf, "config.json"), "w") as f:
+            f.write('{"model_type": "qwen3"}')
+        out = os.path.join(self.tmp, "notes-report")
+        p = self.normgrow(self.dirs[0], notes, hf, "--out", out)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("notes is not a run directory", p.stdout)
+        md = open(os.path.join(out, "report.md"), encoding="utf-8").read()
+        self.assertIn("left out: ", md)
+        self.assertIn("`" + hf + "`", md)
+
+    def test_without_matplotlib(self):
+        """without matplotlib the report is written and says why the plots are missing"""
+        shim = os.path.join(self.tmp, "shim")
+        os.makedirs(os.path.join(shim, "matplotlib"), exist_ok=True)
+        with open(os.path.join(shim, "matplotlib", "__init__.py"), "w") as f:
+            f.write("raise ImportError('matplotlib is hidden for this test')\n")
+        out = os.path.join(self.tmp, "noplots")
+        p = self.normgrow(self.dirs[0], "--out", out, env={"PYTHONPATH": shim})
+        self.assertEqual(p.returncode, 0, p.stderr)
+        md = open(os.path.join(out, "report.md"), encoding="utf-8").read()
+        self.assertIn("The plots were skipped: matplotlib is not installed", md)
+
+    def test_python_m(self):
+        """python3 -m report gives the same report.md as normgrow report"""
+        a, b = os.path.join(self.tmp, "m-a"), os.path.join(self.tmp, "m-b")
+        self.assertEqual(self.normgrow(*self.dirs, "--out", a).returncode, 0)
+        p = subprocess.run([PY, "-m", "report", *self.dirs, "--out", b], capture_output=True, text=True,
+                           env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "tools")))
+        self.assertEqual(p.returncode, 0, p.stderr)
+        ma = open(os.path.join(a, "report.md"), encoding="utf-8").read()
+        mb = open(os.path.join(b, "report.md"), encoding="utf-8").read()
+        self.assertEqual(ma.replace(a, b), mb)
+
+
+class TensorBoard(unittest.TestCase):
+    """Event files read back (skipped without tensorboardX for the python that runs the report)."""
+
+    def test_events(self):
+        """--tensorboard: every run's val CE, growth markers and RMS spread, read back from the event files"""
+        py = os.environ.get("NG_PYTHON") or os.path.join(ROOT, "build", "venv-tensorboard", "bin", "python")
+        if not os.access(py, os.X_OK) or subprocess.run([py, "-c", "import tensorboardX"]).returncode:
+            self.skipTest("no tensorboardX (tools/tensorboard_venv.sh makes a venv with it)")
+        tmp = tempfile.mkdtemp()
+        try:
+            shutil.copytree(FIXTURE, os.path.join(tmp, "runs"))
+            dirs = [os.path.join(tmp, "runs", d) for d in ("grow-post-s1", "fixed-pre-s7")]
+            logs = os.path.join(tmp, "tb")
+            env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "tools"))
+            p = subprocess.run([py, "-m", "report", *dirs, "--tensorboard", logs, "--follow", "--poll", "0.1"],
+                               capture_output=True, text=True, env=env, timeout=120)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            got = subprocess.run([py, "-c", READ_EVENTS, os.path.join(logs, "grow-post", "seed1")],
+                                 capture_output=True, text=True, timeout=120)
+            self.assertEqual(got.returncode, 0, got.stderr)
+            ev = json.loads(got.stdout)
+            self.assertEqual(ev["val/ce"], [[2, 3.10417], [4, 2.90123], [6, 2.73301]])
+            self.assertEqual([s for s, _ in ev["depth"]], [2, 4])
+            self.assertEqual(ev["growth"][0][0], 2)
+            self.assertIn("depth 1 → 2", ev["growth"][0][1])
+            self.assertEqual([s for s, _ in ev["rms_std/hidden.L"]], [2, 4, 6])
+            again = subprocess.run([py, "-m", "report", *dirs, "--tensorboard", logs, "--follow"],
+                                   capture_output=True, text=True, env=env, timeout=120)
+            self.assertNotEqual(again.returncode, 0)
+            self.assertIn("already holds TensorBoard event files", again.stderr)
+        finally:
+            shutil.rmtree(tmp)
+
+
+# Reads back the scalars and text of an event directory as JSON {tag: [[step, value], ...]}
+# with tensorboard's own reader when it is there, else the records' protobufs (tensorboardX's).
+READ_EVENTS = r"""
+import glob, json, struct, sys
+out = {}
+try:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    acc = EventAccumulator(sys.argv[1], size_guidance={"scalars": 0, "tensors": 0})
+    acc.Reload()
+    for tag in acc.Tags()["scalars"]:
+        out[tag] = [[e.step, round(e.value, 5)] for e in acc.Scalars(tag)]
+    for tag in acc.Tags()["tensors"]:
+        out[tag.split("/")[0]] = [[e.step, e.tensor_proto.string_val[0].decode()] for e in acc.Tensors(tag)]
+except ImportError:
+    from tensorboardX.proto import event_pb2
+    for path in glob.glob(sys.argv[1] + "/events.out.tfevents.*"):
+        data = open(path, "rb").read()
+        at = 0
+        while at < len(data):
+            n, = struct.unpack("<Q", data[at:at + 8])
+            ev = event_pb2.Event.FromString(data[at + 12:at + 12 + n])
+            at += 12 + n + 4
+            for v in ev.summary.value:
+                if v.HasField("tensor"):
+                    out.setdefault(v.tag.split("/")[0], []).append([ev.step, v.tensor.string_val[0].decode()])
+                else:
+                    out.setdefault(v.tag, []).append([ev.step, round(v.simple_value, 5)])
+print(json.dumps(out))
+"""
+
+
+class Lines(unittest.TextTestResult):
+    """One "ok report: ..." or "FAIL report: ..." line per test (tests/run.sh counts them)."""
+
+    def name(self, test):
+        return " ".join((test._testMethodDoc or str(test)).split()) if hasattr(test, "_testMethodDoc") else str(test)
+
+    def addSuccess(self, test):
+        print(f"ok report: {self.name(test)}", flush=True)
+
+    def addFailure(self, test, err):
+        print(f"FAIL report: {self.name(test)}: {err[0].__name__}: {' '.join(str(err[1]).split())[:400]}", flush=True)
+        self.failures.append((test, ""))
+
+    addError = addFailure
+
+    def addSkip(self, test, reason):
+        print(f"skip report: {self.name(test)}: {reason}", flush=True)
+
+
+if __name__ == "__main__":
+    suite = unittest.defaultTestLoader.loadTestsFromModule(sys.modules[__name__])
+    result = unittest.TextTestRunner(stream=open(os.devnull, "w"), resultclass=Lines).run(suite)
+    sys.exit(0 if result.wasSuccessful() else 1)
