@@ -917,9 +917,17 @@ static int encode_words(ng_tok_state *s, const uint8_t *text, size_t n, ng_ids *
   return 0;
 }
 
-// Whether cp is one of the characters `tokenizers`' NFC (Unicode 9.0 tables)
-// does not know but utf8proc's does normalize (nfc_unicode9.h).
-static bool after_unicode9(int32_t cp) {
+// Hangul's T index 0: U+11A7 stands for "no trailing consonant" in the
+// composition of LVT syllables, and is itself a vowel that composes with nothing.
+#define HANGUL_T_BASE 0x11A7
+
+// Whether cp is a starter that `tokenizers`' NFC leaves as it is, composing
+// nothing across it, where utf8proc would not: the characters its Unicode 9.0
+// tables do not know but utf8proc's do normalize (nfc_unicode9.h), and U+11A7,
+// which utf8proc 2.8 composes into a preceding LV syllable with T index 0,
+// losing it.
+static bool nfc_barrier(int32_t cp) {
+  if (cp == HANGUL_T_BASE) return true;
   size_t lo = 0, hi = sizeof nfc_after_unicode9 / sizeof *nfc_after_unicode9;
   while (lo < hi) {
     size_t mid = (lo + hi) / 2;
@@ -949,15 +957,16 @@ static int nfc_append(ng_tok_state *s, const uint8_t *text, size_t n) {
   return 0;
 }
 
-// NFC as `tokenizers` computes it, into s->norm: a character it does not know
-// is a starter that maps to itself and composes with nothing, so it stays as
-// it is and the runs between such characters are normalized on their own.
+// NFC as `tokenizers` computes it, into s->norm: a barrier (a character it
+// does not know, or U+11A7) is a starter that maps to itself and composes with
+// nothing, so it stays as it is and the runs between barriers are normalized
+// on their own.
 static int nfc_unicode9(ng_tok_state *s, const uint8_t *text, size_t n) {
   s->norm_len = 0;
   size_t run = 0;
   for (size_t i = 0, k; i < n; i += k) {
     int32_t cp = utf8_decode(text + i, n - i, &k);  // valid: repaired
-    if (!after_unicode9(cp)) continue;
+    if (!nfc_barrier(cp)) continue;
     if (i > run && nfc_append(s, text + run, i - run) != 0) return -1;
     norm_append(s, text + i, k);
     run = i + k;

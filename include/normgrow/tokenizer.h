@@ -12,6 +12,8 @@
 //      Unicode 9.0 tables, so a character assigned later is left as it is
 //      (ref/nfc_unicode9.h lists those utf8proc would otherwise move, compose
 //      or decompose) and the text between such characters is normalized alone;
+//      so is the text around U+11A7, which utf8proc 2.8 would drop after an LV
+//      syllable (taking it for "no trailing consonant");
 //   4. pre-tokenizer: the Split regex of the file (PCRE2, UTF + Unicode
 //      properties, JIT), behaviour "Isolated": every match and every gap
 //      between matches is a word. PCRE2 10.42 has Unicode 14.0 properties,
