@@ -72,11 +72,10 @@ struct ng_tok_state {
   size_t fix_cap;
   uint8_t *norm;  // normalized text
   size_t norm_len, norm_cap;
-  uint32_t *sym;    // BPE symbols of a word; NO_TOKEN once merged away
-  int32_t *next, *prev;
-  size_t sym_cap;   // of sym, next, prev and heap
-  uint64_t *heap;  // rank << 32 | position
-  size_t heap_n;
+  uint32_t *sym, *rank;  // BPE of a word (bpe_merge)
+  size_t word_cap;        // of sym and rank
+  uint64_t *tree;
+  size_t tree_cap, leaves;
   cache_slot *cache;
 };
 
@@ -730,9 +729,8 @@ void ng_tok_state_free(ng_tok_state *s) {
   free(s->fix);
   free(s->norm);
   free(s->sym);
-  free(s->next);
-  free(s->prev);
-  free(s->heap);
+  free(s->rank);
+  free(s->tree);
   free(s->cache);
   free(s);
 }
@@ -746,77 +744,108 @@ static void ids_reserve(ng_ids *o, size_t more) {
 
 // ---------------------------------------------------------------------------
 // BPE of one word
+//
+// A word of n bytes is a sequence of symbols, each a token over the bytes
+// [i, i + its length). At a symbol's first byte i, sym[i] is its token and
+// rank[i] the merge rank of it and the symbol after (NO_RANK if they have no
+// merge, or i starts no symbol); at its last byte, if it is longer than one,
+// sym holds COVERED | i, which finds the symbol before another in one step.
+// The merge to do, the lowest rank and the leftmost among equals, is the root
+// of a tournament tree over blocks of BLOCK bytes: each leaf the least
+// rank << 32 | i of its block, each node the least of its two children.
+// A merge changes three ranks: of the one merged away, of the merged symbol
+// and of the one before it; a block is scanned again only when its least
+// entry goes up. About 8.5 bytes a byte of the word.
 
-static void heap_push(ng_tok_state *s, uint64_t v) {
-  NG_ASSERT(s->heap_n < s->sym_cap);
-  size_t i = s->heap_n++;
-  while (i > 0 && s->heap[(i - 1) / 2] > v) {
-    s->heap[i] = s->heap[(i - 1) / 2];
-    i = (i - 1) / 2;
+#define COVERED ((uint32_t)1 << 31)
+#define NO_RANK UINT32_MAX
+#define NO_MERGE UINT64_MAX
+#define BLOCK 64
+
+static uint32_t pair_rank(const ng_tokenizer *t, uint32_t a, uint32_t b) {
+  const pair_slot *p = pair_find(t, a, b);
+  return p ? p->rank : NO_RANK;
+}
+
+static uint32_t token_len(const ng_tokenizer *t, uint32_t id) { return t->tok[id].len; }
+
+// The first byte of the symbol before the one starting at i > 0.
+static size_t symbol_before(const ng_tok_state *s, size_t i) {
+  uint32_t last = s->sym[i - 1];
+  return last & COVERED ? last & ~COVERED : i - 1;
+}
+
+// The least rank << 32 | i of block b, NO_MERGE if it has no merge.
+static uint64_t block_least(const ng_tok_state *s, size_t n, size_t b) {
+  uint64_t least = NO_MERGE;
+  for (size_t i = b * BLOCK, end = i + BLOCK < n ? i + BLOCK : n; i < end; i++) {
+    uint64_t key = (uint64_t)s->rank[i] << 32 | i;
+    if (s->rank[i] != NO_RANK && key < least) least = key;
   }
-  s->heap[i] = v;
+  return least;
 }
 
-static uint64_t heap_pop(ng_tok_state *s) {
-  uint64_t top = s->heap[0], last = s->heap[--s->heap_n];
-  size_t i = 0, n = s->heap_n;
-  for (;;) {
-    size_t c = 2 * i + 1;
-    if (c >= n) break;
-    if (c + 1 < n && s->heap[c + 1] < s->heap[c]) c++;
-    if (s->heap[c] >= last) break;
-    s->heap[i] = s->heap[c];
-    i = c;
+// The nodes above node k, up to the first that stays as it is.
+static void tree_up(ng_tok_state *s, size_t k) {
+  for (k /= 2; k >= 1; k /= 2) {
+    uint64_t l = s->tree[2 * k], r = s->tree[2 * k + 1], least = l < r ? l : r;
+    if (s->tree[k] == least) return;
+    s->tree[k] = least;
   }
-  if (n > 0) s->heap[i] = last;
-  return top;
 }
 
-// Queues the pair starting at symbol i, if it has a merge.
-static void queue_pair(ng_tok_state *s, int32_t i) {
-  if (i < 0 || s->next[i] < 0) return;
-  const pair_slot *p = pair_find(s->t, s->sym[i], s->sym[s->next[i]]);
-  if (p) heap_push(s, (uint64_t)p->rank << 32 | (uint32_t)i);
+// Sets the rank of the pair at i, and the tree.
+static void set_rank(ng_tok_state *s, size_t n, size_t i, uint32_t rank) {
+  uint64_t old = (uint64_t)s->rank[i] << 32 | i, key = (uint64_t)rank << 32 | i;
+  size_t k = s->leaves + i / BLOCK;
+  s->rank[i] = rank;
+  if (rank != NO_RANK && key < s->tree[k]) s->tree[k] = key;
+  else if (s->tree[k] == old) s->tree[k] = block_least(s, n, i / BLOCK);
+  else return;
+  tree_up(s, k);
 }
 
-// Room for a word of n symbols; the queue holds at most 2n - 2 entries (n - 1
-// pairs at first, then at most one more per merge: two pushed, one popped).
+// Room for a word of n bytes (n <= MAX_WORD): its symbols, ranks and tree.
 static void grow_word(ng_tok_state *s, size_t n) {
-  if (2 * n <= s->sym_cap) return;
-  s->sym_cap = 2 * n;
-  s->sym = ng_xrealloc(s->sym, s->sym_cap * sizeof *s->sym);
-  s->next = ng_xrealloc(s->next, s->sym_cap * sizeof *s->next);
-  s->prev = ng_xrealloc(s->prev, s->sym_cap * sizeof *s->prev);
-  s->heap = ng_xrealloc(s->heap, s->sym_cap * sizeof *s->heap);
+  size_t blocks = (n + BLOCK - 1) / BLOCK;
+  for (s->leaves = 1; s->leaves < blocks;) s->leaves *= 2;
+  if (n > s->word_cap) {
+    s->word_cap = n;
+    s->sym = ng_xrealloc(s->sym, n * sizeof *s->sym);
+    s->rank = ng_xrealloc(s->rank, n * sizeof *s->rank);
+  }
+  if (2 * s->leaves > s->tree_cap) {
+    s->tree_cap = 2 * s->leaves;
+    s->tree = ng_xrealloc(s->tree, s->tree_cap * sizeof *s->tree);
+  }
+  for (size_t k = 0; k < 2 * s->leaves; k++) s->tree[k] = NO_MERGE;
 }
 
-// The symbols of w[0..n) (n <= INT32_MAX) after every merge, appended to out.
-// The queue holds (rank, position) of pairs; an entry whose pair has changed
-// since is stale and skipped. Lowest rank first, leftmost among equals.
+// The symbols of w[0..n) after every merge, appended to out.
 static void bpe_merge(ng_tok_state *s, const uint8_t *w, size_t n, ng_ids *out) {
+  const ng_tokenizer *t = s->t;
   grow_word(s, n);
-  s->heap_n = 0;
-  for (size_t i = 0; i < n; i++) {
-    s->sym[i] = s->t->byte_id[w[i]];
-    s->prev[i] = (int32_t)i - 1;
-    s->next[i] = i + 1 < n ? (int32_t)i + 1 : -1;
+  for (size_t i = 0; i < n; i++) s->sym[i] = t->byte_id[w[i]];
+  for (size_t i = 0; i < n; i++) s->rank[i] = i + 1 < n ? pair_rank(t, s->sym[i], s->sym[i + 1]) : NO_RANK;
+  for (size_t b = 0; b * BLOCK < n; b++) s->tree[s->leaves + b] = block_least(s, n, b);
+  for (size_t k = s->leaves - 1; k >= 1; k--)
+    s->tree[k] = s->tree[2 * k] < s->tree[2 * k + 1] ? s->tree[2 * k] : s->tree[2 * k + 1];
+  while (s->tree[1] != NO_MERGE) {
+    size_t i = (uint32_t)s->tree[1], j = i + token_len(t, s->sym[i]);
+    size_t end = j + token_len(t, s->sym[j]);
+    s->sym[i] = pair_find(t, s->sym[i], s->sym[j])->id;
+    s->sym[end - 1] = COVERED | (uint32_t)i;
+    set_rank(s, n, j, NO_RANK);
+    set_rank(s, n, i, end < n ? pair_rank(t, s->sym[i], s->sym[end]) : NO_RANK);
+    if (i > 0) {
+      size_t h = symbol_before(s, i);
+      set_rank(s, n, h, pair_rank(t, s->sym[h], s->sym[i]));
+    }
   }
-  for (size_t i = 0; i + 1 < n; i++) queue_pair(s, (int32_t)i);
-  while (s->heap_n > 0) {
-    uint64_t top = heap_pop(s);
-    int32_t i = (int32_t)(uint32_t)top, j = s->next[i];
-    if (s->sym[i] == NO_TOKEN || j < 0) continue;
-    const pair_slot *p = pair_find(s->t, s->sym[i], s->sym[j]);
-    if (!p || p->rank != (uint32_t)(top >> 32)) continue;  // stale
-    s->sym[i] = p->id;
-    s->sym[j] = NO_TOKEN;
-    s->next[i] = s->next[j];
-    if (s->next[j] >= 0) s->prev[s->next[j]] = i;
-    queue_pair(s, s->prev[i]);
-    queue_pair(s, i);
-  }
-  ids_reserve(out, n);
-  for (int32_t i = 0; i >= 0; i = s->next[i]) out->ids[out->n++] = s->sym[i];
+  size_t m = 0;
+  for (size_t i = 0; i < n; i += token_len(t, s->sym[i])) m++;
+  ids_reserve(out, m);
+  for (size_t i = 0; i < n; i += token_len(t, s->sym[i])) out->ids[out->n++] = s->sym[i];
 }
 
 // A word's ids, from the cache when it is there.
