@@ -21,6 +21,11 @@
 #define NO_TOKEN UINT32_MAX
 #define EMPTY_PAIR UINT64_MAX
 #define JIT_STACK_MAX ((size_t)64 << 20)
+#define PIECE ((size_t)64 << 10)     // text normalized and split at a time, at least
+#define MAX_WORD NG_TOKENIZER_MAX_WORD
+#define MATCH_LIMIT 10000000         // a search's match limit (PCRE2's default) ...
+#define MATCH_PER_BYTE 8             // ... and more for each byte it may look at
+#define SCRATCH_KEEP ((size_t)4 << 20)  // bytes of each scratch buffer kept between texts
 // The word cache: direct-mapped, words of at most CACHE_WORD bytes and CACHE_IDS ids.
 #define CACHE_SLOTS ((size_t)1 << 15)
 #define CACHE_WORD 26
@@ -55,6 +60,7 @@ struct ng_tokenizer {
   bool added_first[256];  // bytes some added token starts with
   bool nfc;
   pcre2_code *re;
+  size_t lookbehind;  // bytes before a search's start the regex may look at
 };
 
 typedef struct {
@@ -77,6 +83,7 @@ struct ng_tok_state {
   uint64_t *tree;
   size_t tree_cap, leaves;
   cache_slot *cache;
+  size_t piece;  // bytes of text normalized and split at a time, at least
 };
 
 // ---------------------------------------------------------------------------
@@ -358,7 +365,11 @@ static int compile_regex(ng_tokenizer *t, const char *path, const char *file_pat
     return ng_fail("%s: pre_tokenizer Split regex: %s at offset %zu", path, (char *)msg,
                    (size_t)at);
   }
-  pcre2_jit_compile(t->re, PCRE2_JIT_COMPLETE);  // without JIT, pcre2_match interprets
+  // Without JIT, pcre2_match interprets.
+  pcre2_jit_compile(t->re, PCRE2_JIT_COMPLETE | PCRE2_JIT_PARTIAL_HARD);
+  uint32_t chars = 0;
+  pcre2_pattern_info(t->re, PCRE2_INFO_MAXLOOKBEHIND, &chars);
+  t->lookbehind = 4 * ((size_t)chars + 1);
   return 0;
 }
 
@@ -718,8 +729,11 @@ ng_tok_state *ng_tok_state_create(const ng_tokenizer *t) {
   NG_ASSERT(s->md && s->mctx && s->jit);
   pcre2_jit_stack_assign(s->mctx, NULL, s->jit);
   s->cache = ng_xcalloc(CACHE_SLOTS, sizeof *s->cache);
+  s->piece = PIECE;
   return s;
 }
+
+void ng_tok_state_set_piece(ng_tok_state *s, size_t bytes) { s->piece = bytes > 0 ? bytes : 1; }
 
 void ng_tok_state_free(ng_tok_state *s) {
   if (!s) return;
@@ -920,32 +934,6 @@ static const uint8_t *repair_utf8(ng_tok_state *s, const uint8_t *text, size_t *
   return o;
 }
 
-// Splits a normalized segment into words by the regex (matches and the gaps
-// between them) and encodes each.
-static int encode_words(ng_tok_state *s, const uint8_t *text, size_t n, ng_ids *out) {
-  size_t gap = 0, at = 0;
-  while (at < n) {
-    int rc = pcre2_match(s->t->re, text, n, at, PCRE2_NO_UTF_CHECK, s->md, s->mctx);
-    if (rc == PCRE2_ERROR_NOMATCH) break;
-    if (rc < 0) {
-      PCRE2_UCHAR msg[256];
-      pcre2_get_error_message(rc, msg, sizeof msg);
-      return ng_fail("tokenizer regex: %s", (char *)msg);
-    }
-    const PCRE2_SIZE *ov = pcre2_get_ovector_pointer(s->md);
-    if (ov[1] == ov[0]) {  // an empty match is no word: search on from the next character
-      size_t bad, k = ov[0] < n ? utf8_seq(text + ov[0], n - ov[0], &bad) : 1;
-      at = ov[0] + k;
-      continue;
-    }
-    if (ov[0] > gap) encode_word(s, text + gap, ov[0] - gap, out);
-    encode_word(s, text + ov[0], ov[1] - ov[0], out);
-    gap = at = ov[1];
-  }
-  if (gap < n) encode_word(s, text + gap, n - gap, out);
-  return 0;
-}
-
 // Hangul's T index 0: U+11A7 stands for "no trailing consonant" in the
 // composition of LVT syllables, and is itself a vowel that composes with nothing.
 #define HANGUL_T_BASE 0x11A7
@@ -986,12 +974,11 @@ static int nfc_append(ng_tok_state *s, const uint8_t *text, size_t n) {
   return 0;
 }
 
-// NFC as `tokenizers` computes it, into s->norm: a barrier (a character it
+// NFC as `tokenizers` computes it, onto the end of s->norm: a barrier (a character it
 // does not know, or U+11A7) is a starter that maps to itself and composes with
 // nothing, so it stays as it is and the runs between barriers are normalized
 // on their own.
 static int nfc_unicode9(ng_tok_state *s, const uint8_t *text, size_t n) {
-  s->norm_len = 0;
   size_t run = 0;
   for (size_t i = 0, k; i < n; i += k) {
     int32_t cp = utf8_decode(text + i, n - i, &k);  // valid: repaired
@@ -1003,14 +990,124 @@ static int nfc_unicode9(ng_tok_state *s, const uint8_t *text, size_t n) {
   return run < n ? nfc_append(s, text + run, n - run) : 0;
 }
 
-// A piece of text between added tokens: repaired, normalized, split, BPE'd.
-static int encode_segment(ng_tok_state *s, const uint8_t *text, size_t n, ng_ids *out) {
-  if (n == 0) return 0;
-  NG_ASSERT(n < INT32_MAX / 3);
+// text[0..n) repaired and normalized onto the end of s->norm.
+static int normalize_onto(ng_tok_state *s, const uint8_t *text, size_t n) {
   bool needs_nfc;
   text = repair_utf8(s, text, &n, &needs_nfc);
-  if (!(needs_nfc && s->t->nfc)) return encode_words(s, text, n, out);
-  return nfc_unicode9(s, text, n) || encode_words(s, s->norm, s->norm_len, out) ? -1 : 0;
+  if (needs_nfc && s->t->nfc) return nfc_unicode9(s, text, n);
+  norm_append(s, text, n);
+  return 0;
+}
+
+// ---------------------------------------------------------------------------
+// Words
+//
+// A segment (the text between added tokens) goes through in pieces of at
+// least s->piece bytes, each cut before an ASCII byte, across which neither UTF-8
+// repair nor NFC looks: a piece is repaired and normalized onto the end of
+// s->norm, and the regex finds the words there: each match and each gap
+// between matches is a word (an empty match is none). A match that could go
+// on past the text so far (PCRE2_PARTIAL_HARD) waits for the next piece, as
+// long at least as the text kept, so that no text is searched more than a
+// few times over. The text before the word waiting is dropped, but for what a
+// lookbehind may look at.
+
+typedef struct {
+  size_t gap;    // in s->norm: the start of the text that is no word yet
+  size_t at;     // where the next search starts
+} splitter;
+
+static int regex_fail(int rc) {
+  PCRE2_UCHAR msg[256];
+  pcre2_get_error_message(rc, msg, sizeof msg);
+  return ng_fail("tokenizer regex: %s", (char *)msg);
+}
+
+static int too_long(void) {
+  return ng_fail("a word (a regex match, or the text between two) longer than the tokenizer's "
+                 "limit of %zu bytes", MAX_WORD);
+}
+
+// The ids of the word s->norm[from..to).
+static int word(ng_tok_state *s, size_t from, size_t to, ng_ids *out) {
+  if (to - from > MAX_WORD) return too_long();
+  encode_word(s, s->norm + from, to - from, out);
+  return 0;
+}
+
+// A search's match limit: PCRE2's default, and more for each byte it may look
+// at (a run of whitespace is one match that backtracks over the run).
+static uint32_t match_limit(size_t bytes) {
+  return bytes < (UINT32_MAX - MATCH_LIMIT) / MATCH_PER_BYTE
+             ? MATCH_LIMIT + MATCH_PER_BYTE * (uint32_t)bytes
+             : UINT32_MAX;
+}
+
+// The words of s->norm from sp->gap on that the text so far decides (all of
+// them when `last`, the segment's end), encoded.
+static int split_words(ng_tok_state *s, splitter *sp, bool last, ng_ids *out) {
+  size_t n = s->norm_len;
+  uint32_t options = PCRE2_NO_UTF_CHECK | (last ? 0 : PCRE2_PARTIAL_HARD);
+  const PCRE2_SIZE *ov = pcre2_get_ovector_pointer(s->md);
+  while (sp->at <= n) {
+    pcre2_set_match_limit(s->mctx, match_limit(n - sp->at));
+    int rc = pcre2_match(s->t->re, s->norm, n, sp->at, options, s->md, s->mctx);
+    if (rc == PCRE2_ERROR_NOMATCH) {
+      sp->at = n + last;  // no match starts before the end
+      break;
+    }
+    if (rc == PCRE2_ERROR_PARTIAL || (rc >= 0 && ov[0] == n && !last)) {
+      sp->at = ov[0];  // the text after decides
+      break;
+    }
+    if (rc < 0) return regex_fail(rc);
+    size_t from = ov[0], to = ov[1];
+    if (from == to) {  // no word: search on from the next character
+      size_t bad;
+      sp->at = from + (from < n ? utf8_seq(s->norm + from, n - from, &bad) : 1);
+      continue;
+    }
+    if ((from > sp->gap && word(s, sp->gap, from, out) != 0) ||
+        (to > from && word(s, from, to, out) != 0))
+      return -1;
+    sp->gap = sp->at = to;
+  }
+  if (last) return sp->gap < n ? word(s, sp->gap, n, out) : 0;
+  return sp->at - sp->gap > MAX_WORD ? too_long() : 0;  // the gap ends at a match after at
+}
+
+// Drops the text before the word waiting, but for the lookbehind of the next search.
+static void drop_done(ng_tok_state *s, splitter *sp) {
+  size_t keep = sp->at > s->t->lookbehind ? sp->at - s->t->lookbehind : 0;
+  while (keep > 0 && (s->norm[keep] & 0xC0) == 0x80) keep--;
+  if (keep > sp->gap) keep = sp->gap;
+  memmove(s->norm, s->norm + keep, s->norm_len - keep);
+  s->norm_len -= keep;
+  sp->gap -= keep;
+  sp->at -= keep;
+}
+
+// The end of the piece of text[0..n) that starts at `from`: `want` bytes on,
+// or more, up to an ASCII byte; n if there is none.
+static size_t piece_end(const uint8_t *text, size_t n, size_t from, size_t want) {
+  if (n - from <= want) return n;
+  const uint8_t *p = text + from + want;
+  while (p < text + n && *p >= 0x80) p++;
+  return (size_t)(p - text);
+}
+
+// A piece of text between added tokens: repaired, normalized, split, BPE'd.
+static int encode_segment(ng_tok_state *s, const uint8_t *text, size_t n, ng_ids *out) {
+  splitter sp = {0, 0};
+  s->norm_len = 0;
+  for (size_t from = 0; from < n;) {
+    size_t to = piece_end(text, n, from, s->norm_len > s->piece ? s->norm_len : s->piece);
+    if (normalize_onto(s, text + from, to - from) != 0 || split_words(s, &sp, to == n, out) != 0)
+      return -1;
+    if (to < n) drop_done(s, &sp);
+    from = to;
+  }
+  return 0;
 }
 
 // The leftmost added token in text[from..n), longest first; returns its
@@ -1032,19 +1129,43 @@ static size_t find_added(const ng_tokenizer *t, const uint8_t *text, size_t from
   return n;
 }
 
+// Gives back the scratch that a long word or piece grew past SCRATCH_KEEP.
+static void trim_scratch(ng_tok_state *s) {
+  if (s->fix_cap > SCRATCH_KEEP) {
+    free(s->fix);
+    s->fix = NULL;
+    s->fix_cap = 0;
+  }
+  if (s->norm_cap > SCRATCH_KEEP) {
+    free(s->norm);
+    s->norm = NULL;
+    s->norm_cap = 0;
+  }
+  if (s->word_cap > SCRATCH_KEEP / sizeof *s->sym) {
+    free(s->sym);
+    free(s->rank);
+    free(s->tree);
+    s->sym = s->rank = NULL;
+    s->tree = NULL;
+    s->word_cap = s->tree_cap = 0;
+  }
+}
+
 int ng_tokenizer_encode(ng_tok_state *s, const char *text_in, size_t n, ng_ids *out) {
   const uint8_t *text = (const uint8_t *)text_in;
   size_t at = 0;
-  while (at < n) {
+  int rc = 0;
+  while (at < n && rc == 0) {
     int a = -1;
     size_t m = find_added(s->t, text, at, n, &a);
-    if (encode_segment(s, text + at, m - at, out) != 0) return -1;
-    if (m == n) break;
+    rc = encode_segment(s, text + at, m - at, out);
+    if (rc != 0 || m == n) break;
     ids_reserve(out, 1);
     out->ids[out->n++] = s->t->added[a].id;
     at = m + s->t->added[a].content.len;
   }
-  return 0;
+  trim_scratch(s);
+  return rc;
 }
 
 int ng_tokenizer_decode(const ng_tokenizer *t, const uint32_t *ids, size_t n, char **text,

@@ -161,6 +161,48 @@ static void test_threads(const vector *v, int n) {
   CHECK(bad == 0, "tokenizer ids with 4 threads sharing one tokenizer", "%d encodings differ", bad);
 }
 
+// Every vector with the text taken in the smallest pieces (a cut before every
+// ASCII byte, where no piece is yet kept): the same ids.
+static void test_pieces(const vector *v, int n) {
+  ng_tok_state *s = ng_tok_state_create(g_tok);
+  ng_tok_state_set_piece(s, 1);
+  int bad = 0;
+  for (int i = 0; i < n; i++) {
+    ng_ids got = encode(s, v[i].text, v[i].len);
+    bad += !same_ids(&got, v[i].ids, v[i].n_ids);
+    free(got.ids);
+  }
+  CHECK(bad == 0, "tokenizer ids with the text in 1-byte pieces", "%d of %d vectors differ", bad, n);
+  ng_tok_state_free(s);
+}
+
+// Whitespace past PCRE2's default match limit (10M; the run is one match that
+// backtracks over it): encoded and decoded back. A word one byte longer than
+// NG_TOKENIZER_MAX_WORD: refused with one line.
+static void test_limits(void) {
+  size_t n = 10500000, big = NG_TOKENIZER_MAX_WORD + 1;
+  char *text = ng_xmalloc(big);
+  memset(text, ' ', n);
+  ng_tok_state *s = ng_tok_state_create(g_tok);
+  ng_ids ids = {0};
+  char *back = NULL;
+  size_t len = 0;
+  bool ok = ng_tokenizer_encode(s, text, n, &ids) == 0 &&
+            ng_tokenizer_decode(g_tok, ids.ids, ids.n, &back, &len) == 0 && len == n &&
+            memcmp(back, text, n) == 0;
+  CHECK(ok, "tokenizer encodes a run of 10.5M spaces", "%s", ng_error());
+  free(back);
+  memset(text, 'a', big);
+  ids.n = 0;
+  int rc = ng_tokenizer_encode(s, text, big, &ids);
+  CHECK(rc != 0 && strstr(ng_error(), "longer than the tokenizer's limit of 67108864 bytes") &&
+            !strchr(ng_error(), '\n'),
+        "tokenizer refuses a word of 64 MiB + 1 bytes", "rc %d, %s", rc, ng_error());
+  free(ids.ids);
+  ng_tok_state_free(s);
+  free(text);
+}
+
 // A megabyte of spaces and one of a letter: one word each, no regex stack overflow.
 static void test_long_words(void) {
   size_t n = (size_t)1 << 20;
@@ -405,7 +447,9 @@ int main(void) {
   test_vectors(v, n);
   test_decode(v, n);
   test_threads(v, n);
+  test_pieces(v, n);
   test_long_words();
+  test_limits();
   test_state_reuse();
   test_data_shard();
   test_facts(path);
