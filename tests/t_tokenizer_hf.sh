@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Optional: normgrow's tokenizer against the Hugging Face `tokenizers` package
-# itself (not only the committed vectors): the vectors made anew must equal the
-# committed ones, and the licence texts, every Unicode code point and every
-# composition boundary of NFC (in a probe text each, tools/tokenizer_codepoints.py)
-# must get the same ids, id for id. A few minutes.
+# itself (not only the committed vectors): the vectors and the differential fuzz
+# inputs made anew must equal the committed ones, and the licence texts, every
+# Unicode code point and every composition boundary of NFC (in a probe text
+# each, tools/tokenizer_codepoints.py) must get the same ids, id for id. A few
+# minutes.
 # Needs the venv of tools/tokenizer_venv.sh and the Qwen3 tokenizer; skips without.
 set -u
 root=${NG_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
@@ -22,6 +23,13 @@ if cmp -s "$tmp/vectors.json" "$root/tests/fixtures/tokenizer/vectors.json"; the
   echo "ok tokenizer vectors: the committed ones are what tokenizers gives"
 else
   echo "FAIL tokenizer vectors: tools/tokenizer_vectors.py makes other vectors than the committed ones"
+fi
+
+"$py" "$root/tools/tokenizer_hf_cases.py" --out "$tmp/cases" >/dev/null
+if diff -r "$tmp/cases" "$root/tests/fuzz/regress/tokenizer_hf" >/dev/null; then
+  echo "ok tokenizer differential fuzz inputs: the committed ones are what tokenizers gives"
+else
+  echo "FAIL tokenizer differential fuzz inputs: tools/tokenizer_hf_cases.py makes other ones than tests/fuzz/regress/tokenizer_hf"
 fi
 
 mkdir "$tmp/corpus"

@@ -17,6 +17,7 @@
 #include "fuzz/fuzz_safetensors_sized.c"
 #include "fuzz/fuzz_shard.c"
 #include "fuzz/fuzz_tokenizer.c"
+#include "fuzz/fuzz_tokenizer_hf.c"
 #include "fuzz/fuzz_topk.c"
 #include "normgrow/fileio.h"
 
@@ -27,7 +28,7 @@ static const struct {
     {"checkpoint", fuzz_checkpoint}, {"hf", fuzz_hf}, {"model_config", fuzz_model_config},
     {"run_config", fuzz_run_config}, {"safetensors", fuzz_safetensors},
     {"safetensors_sized", fuzz_safetensors_sized}, {"shard", fuzz_shard}, {"manifest", fuzz_manifest},
-    {"tokenizer", fuzz_tokenizer}, {"topk", fuzz_topk},
+    {"tokenizer", fuzz_tokenizer}, {"tokenizer_hf", fuzz_tokenizer_hf}, {"topk", fuzz_topk},
 };
 
 static int replay_dir(const char *dir, int (*run)(const uint8_t *, size_t)) {

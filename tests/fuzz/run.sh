@@ -13,7 +13,7 @@ cd "$root"
 seconds=${1:-60}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(safetensors safetensors_sized hf model_config run_config shard manifest tokenizer topk checkpoint)
+[ ${#targets[@]} -eq 0 ] && targets=(safetensors safetensors_sized hf model_config run_config shard manifest tokenizer tokenizer_hf topk checkpoint)
 out=build/fuzz
 san="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
 make -s -j2 build/normgrow

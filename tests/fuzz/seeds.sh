@@ -13,7 +13,7 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 rm -rf "$out"
-mkdir -p "$out"/{safetensors,safetensors_sized,hf,model_config,run_config,shard,manifest,tokenizer,topk,checkpoint}
+mkdir -p "$out"/{safetensors,safetensors_sized,hf,model_config,run_config,shard,manifest,tokenizer,tokenizer_hf,topk,checkpoint}
 sep=$'\n--normgrow-fuzz-part--\n'
 join() {  # OUT FILE...: the files joined by the separator
   local first=1 f

@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""Inputs of the differential fuzz target tokenizer_hf, made by Hugging Face `tokenizers`.
+
+    tools/tokenizer_hf_cases.py --out tests/fuzz/regress/tokenizer_hf
+
+Each case is a tokenizer.json (the first 600 ids of Qwen3's, kept in
+tests/fuzz/regress/tokenizer/qwen3-first-600, as it is or edited), a text, and what the
+package makes of them: "<hash> refused" when it refuses the file, "<hash> ids ..." with
+the text's ids, or "<hash> unsupported" for a file it takes and normgrow refuses by name
+(a feature normgrow does not implement). The hash is the FNV-1a 64 of the first two
+parts (tests/fuzz/fuzz_tokenizer_hf.c). Bytes that are not valid UTF-8 reach the
+package through bytes.decode("utf-8", "replace"). Needs the `tokenizers` package.
+"""
+import argparse
+import json
+import os
+
+import tokenizers
+
+SEP = b"\n--normgrow-fuzz-part--\n"
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+BASE = open(os.path.join(ROOT, "tests/fuzz/regress/tokenizer/qwen3-first-600"),
+            "rb").read().split(SEP)[0].decode()
+
+
+def edit(old, new):
+    """The base file with its first `old` replaced by `new`."""
+    assert old in BASE, old
+    return BASE.replace(old, new, 1)
+
+
+def regex(pattern):
+    """The base file with the Split regex `pattern`."""
+    d = json.loads(BASE)
+    d["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = pattern
+    return json.dumps(d, ensure_ascii=False)
+
+
+def without_vocab(token):
+    """The base file without one vocabulary entry (and merges naming it)."""
+    d = json.loads(BASE)
+    del d["model"]["vocab"][token]
+    d["model"]["merges"] = [m for m in d["model"]["merges"] if token not in m and
+                            "".join(m) != token]
+    return json.dumps(d, ensure_ascii=False)
+
+
+MIXED = "Hello world, the sun <|endoftext|> it's 123 caf\u00e9 e\u0301 \u4e2d\u6587\n\n  x"
+
+# (name, tokenizer.json, text (str or bytes), whether normgrow refuses a file the package takes)
+CASES = [
+    ("qwen3-small-mixed", BASE, MIXED, False),
+    ("qwen3-small-empty-text", BASE, "", False),
+    ("qwen3-small-invalid-utf8", BASE, b"ok \x80 \xff \xe4\xbd \xed\xa0\x80 end \xe2\x82", False),
+    ("qwen3-small-specials", BASE, "<|im_start|>user\nhi<|im_end|><|endoftext|><|endoftext|"
+     "<|object_ref_start|>", False),
+    ("qwen3-small-hangul-t-index-0", BASE, "\uac00\u11a7 \u1100\u1161\u11a7 \ud7a3\u11a7 "
+     "\uac00\u11a7\u11a8 \u11a7\u0301", False),
+    ("qwen3-small-nfc", BASE, "e\u0301 \u1e9b\u0323 A\u030a \u212b \u0958 e\u1dfa\u0301", False),
+    ("qwen3-small-whitespace-past-a-piece", BASE, "x" + " " * 70000 + "y\n\n\n \t", False),
+]
+
+
+def fnv1a64(data):
+    h = 0xcbf29ce484222325
+    for b in data:
+        h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def verdict(js, raw, unsupported):
+    try:
+        tok = tokenizers.Tokenizer.from_str(js)
+    except Exception:  # a refusal, whatever the package calls it
+        assert not unsupported, "the package refuses a file marked unsupported"
+        return "refused"
+    if unsupported:
+        return "unsupported"
+    ids = tok.encode(raw.decode("utf-8", "replace"), add_special_tokens=False).ids
+    return "ids" + "".join(" %d" % i for i in ids)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    for name, js, text, unsupported in CASES:
+        raw = text if isinstance(text, bytes) else text.encode()
+        head = js.encode() + SEP + raw
+        line = "%016x %s\n" % (fnv1a64(head), verdict(js, raw, unsupported))
+        with open(os.path.join(args.out, name), "wb") as f:
+            f.write(head + SEP + line.encode())
+    print(f"{len(CASES)} cases -> {args.out} (tokenizers {tokenizers.__version__})")
+
+
+if __name__ == "__main__":
+    main()
