@@ -1005,8 +1005,9 @@ static int normalize_onto(ng_tok_state *s, const uint8_t *text, size_t n) {
 // A segment (the text between added tokens) goes through in pieces of at
 // least s->piece bytes, each cut before an ASCII byte, across which neither UTF-8
 // repair nor NFC looks: a piece is repaired and normalized onto the end of
-// s->norm, and the regex finds the words there: each match and each gap
-// between matches is a word (an empty match is none). A match that could go
+// s->norm, and the regex finds the words there as `tokenizers` does: each match
+// and each gap between matches is a word, and an empty match splits the gap
+// unless it comes right where the previous match ended. A match that could go
 // on past the text so far (PCRE2_PARTIAL_HARD) waits for the next piece, as
 // long at least as the text kept, so that no text is searched more than a
 // few times over. The text before the word waiting is dropped, but for what a
@@ -1015,6 +1016,7 @@ static int normalize_onto(ng_tok_state *s, const uint8_t *text, size_t n) {
 typedef struct {
   size_t gap;    // in s->norm: the start of the text that is no word yet
   size_t at;     // where the next search starts
+  bool matched;  // some match ended at gap
 } splitter;
 
 static int regex_fail(int rc) {
@@ -1062,7 +1064,7 @@ static int split_words(ng_tok_state *s, splitter *sp, bool last, ng_ids *out) {
     }
     if (rc < 0) return regex_fail(rc);
     size_t from = ov[0], to = ov[1];
-    if (from == to) {  // no word: search on from the next character
+    if (from == to && sp->matched && from == sp->gap) {  // search on from the next character
       size_t bad;
       sp->at = from + (from < n ? utf8_seq(s->norm + from, n - from, &bad) : 1);
       continue;
@@ -1071,6 +1073,7 @@ static int split_words(ng_tok_state *s, splitter *sp, bool last, ng_ids *out) {
         (to > from && word(s, from, to, out) != 0))
       return -1;
     sp->gap = sp->at = to;
+    sp->matched = true;
   }
   if (last) return sp->gap < n ? word(s, sp->gap, n, out) : 0;
   return sp->at - sp->gap > MAX_WORD ? too_long() : 0;  // the gap ends at a match after at
@@ -1098,7 +1101,7 @@ static size_t piece_end(const uint8_t *text, size_t n, size_t from, size_t want)
 
 // A piece of text between added tokens: repaired, normalized, split, BPE'd.
 static int encode_segment(ng_tok_state *s, const uint8_t *text, size_t n, ng_ids *out) {
-  splitter sp = {0, 0};
+  splitter sp = {0, 0, false};
   s->norm_len = 0;
   for (size_t from = 0; from < n;) {
     size_t to = piece_end(text, n, from, s->norm_len > s->piece ? s->norm_len : s->piece);

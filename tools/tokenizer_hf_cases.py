@@ -58,6 +58,10 @@ CASES = [
      "\uac00\u11a7\u11a8 \u11a7\u0301", False),
     ("qwen3-small-nfc", BASE, "e\u0301 \u1e9b\u0323 A\u030a \u212b \u0958 e\u1dfa\u0301", False),
     ("qwen3-small-whitespace-past-a-piece", BASE, "x" + " " * 70000 + "y\n\n\n \t", False),
+    # Empty matches split the text between matches, but right after a match.
+    ("regex-empty", regex(""), "ab c\u00e9", False),
+    ("regex-empty-matches", regex("x*"), "ab xab axxb", False),
+    ("regex-lookahead-only", regex("(?=a)"), "baab a", False),
 ]
 
 

@@ -16,7 +16,8 @@
 //      syllable (taking it for "no trailing consonant");
 //   4. pre-tokenizer: the Split regex of the file (PCRE2, UTF + Unicode
 //      properties, JIT), behaviour "Isolated": every match and every gap
-//      between matches is a word. PCRE2 10.42 has Unicode
+//      between matches is a word, and an empty match splits a gap unless it
+//      comes right where the previous match ended. PCRE2 10.42 has Unicode
 //      14.0 properties, `tokenizers`' Oniguruma later ones: \p{L} and \p{N} are
 //      widened by the letters and digits assigned since (ref/regex_unicode.h),
 //      and \s and \S mean Unicode White_Space (PCRE2's \s also holds U+180E);
