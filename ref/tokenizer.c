@@ -3,6 +3,7 @@
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <cJSON.h>
+#include <ctype.h>
 #include <pcre2.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -269,13 +270,32 @@ static int check_normalizer(ng_tokenizer *t, const char *path, const cJSON *root
 }
 
 // ---------------------------------------------------------------------------
-// The regex, with `tokenizers`' Unicode. PCRE2 10.42 knows Unicode 14.0, so
-// each \p{L} and \p{N} of the pattern is widened by the letters and digits
-// assigned since (regex_unicode.h); and its \s counts U+180E, which Unicode
-// 6.3 took out of White_Space, so \s and \S become the White_Space list.
-// Inside a class the list goes in as it is, outside as a class of its own.
+// The regex. `tokenizers` compiles it with Oniguruma (its default syntax, a
+// recent Unicode), normgrow with PCRE2 10.42 (Unicode 14.0, UTF and Unicode
+// properties). The pattern is read construct by construct, and only those
+// that mean the same to both, or are rewritten here so that they do, go on
+// to PCRE2; anything else is refused by name:
+//   - literals and escaped ASCII punctuation, ., \t \n \r \f \a \e, \xHH and
+//     \x{H...}; \uHHHH as \x{HHHH}, and \v (to Oniguruma the vertical tab
+//     alone) as \x{B};
+//   - \p{L} and \p{N}, widened by the letters and digits assigned since
+//     Unicode 14.0 (regex_unicode.h), and outside classes \P{L} \p{^L} (and
+//     N) as the class of the rest (to Oniguruma \pL is "pL": refused);
+//   - \s as the Unicode White_Space list (PCRE2's \s also holds U+180E, out
+//     of White_Space since Unicode 6.3), and outside classes \S;
+//   - \h (to Oniguruma a hexadecimal digit) as 0-9a-fA-F, and outside
+//     classes \H;
+//   - classes [...] and [^...] of these and ranges (not nested, no && or
+//     POSIX names, no ']' first);
+//   - ( (?: (?= (?! (?<= (?<! ) and |, and the quantifiers ? * + {n} {n,}
+//     {n,m}, greedy or lazy (not possessive);
+//   - (?i: ... ) holding only ASCII literals, (?: ) and |, with no "ss",
+//     "st", "ff", "fi" or "fl": Oniguruma's case folding matches ß, ﬆ, ﬀ, ﬁ
+//     and ﬂ to those, PCRE2's does not.
 
 #define WHITE_SPACE "\\x{9}-\\x{D}\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}"
+#define HEX_DIGITS "0-9a-fA-F"
+#define MAX_GROUPS 64  // groups open at once
 
 typedef struct {
   char *s;
@@ -306,64 +326,207 @@ static char *property_items(char prop) {
   return b.s;
 }
 
-// The items of a class, or outside one the class of them ("[^" when negated).
-static void put_items(text_buf *b, const char *items, bool in_class, bool negated) {
-  if (!in_class) put_str(b, negated ? "[^" : "[");
-  put_str(b, items);
-  if (!in_class) put_str(b, "]");
+typedef struct {
+  const char *path, *pat, *p;  // the pattern, and its next character
+  text_buf out;
+  char *letters, *digits;  // property_items
+  bool in_class;
+  int depth, caseless;  // groups open; the depth of the (?i: group, 0 outside one
+  char last;            // in (?i:, the ASCII letter just before (lowercase), else 0
+} regex_reader;
+
+static int untranslated(const regex_reader *r, size_t n, const char *why) {
+  return ng_fail("%s: pre_tokenizer Split regex: \"%.*s\" at offset %zu: %s", r->path, (int)n,
+                 r->p, (size_t)(r->p - r->pat), why);
 }
 
-// The pattern with \p{L}, \p{N}, \s and (outside classes) \S replaced
-// (malloc'd). Classes are followed through escapes, a leading ']' or '^]',
-// and POSIX [:name:] items.
-static char *widen_pattern(const char *pat) {
-  char *letters = property_items('L'), *digits = property_items('N');
-  text_buf b = {0};
-  put(&b, "", 0);
-  bool in_class = false;
-  for (const char *p = pat; *p;) {
-    if (strncmp(p, "\\p{L}", 5) == 0 || strncmp(p, "\\p{N}", 5) == 0) {
-      put_items(&b, p[3] == 'L' ? letters : digits, in_class, false);
-      p += 5;
-    } else if (strncmp(p, "\\s", 2) == 0 || (strncmp(p, "\\S", 2) == 0 && !in_class)) {
-      put_items(&b, WHITE_SPACE, in_class, p[1] == 'S');
-      p += 2;
-    } else if (p[0] == '\\' && p[1]) {
-      put(&b, p, 2);
-      p += 2;
-    } else if (!in_class && p[0] == '[') {
-      size_t k = 1 + (p[1] == '^');
-      k += p[k] == ']';  // a ']' first is a literal
-      put(&b, p, k);
-      p += k;
-      in_class = true;
-    } else if (in_class && p[0] == '[' && p[1] == ':' && strstr(p + 2, ":]")) {
-      size_t k = (size_t)(strstr(p + 2, ":]") - p) + 2;
-      put(&b, p, k);
-      p += k;
-    } else {
-      in_class &= p[0] != ']';
-      put(&b, p, 1);
-      p++;
-    }
+static int take(regex_reader *r, size_t n) {
+  put(&r->out, r->p, n);
+  r->p += n;
+  return 0;
+}
+
+// Class items, or outside a class the class of them ("[^" when negated).
+static int take_items(regex_reader *r, size_t n, const char *items, bool negated) {
+  if (r->in_class && negated) return untranslated(r, n, "not translated inside a class");
+  if (!r->in_class) put_str(&r->out, negated ? "[^" : "[");
+  put_str(&r->out, items);
+  if (!r->in_class) put_str(&r->out, "]");
+  r->p += n;
+  return 0;
+}
+
+static size_t hex_run(const char *s, size_t max) {
+  size_t k = 0;
+  while (k < max && s[k] && strchr("0123456789abcdefABCDEF", s[k])) k++;
+  return k;
+}
+
+// \p{L} \P{L} \p{^L}, and N: the length of the escape, its letter and whether
+// it is negated; 0 if it is none of these. (To Oniguruma \pL is "pL".)
+static size_t letter_or_digit(const char *p, char *prop, bool *negated) {
+  static const char *const forms[] = {"\\p{?}", "\\P{?}", "\\p{^?}"};
+  for (size_t f = 0; f < sizeof forms / sizeof *forms; f++) {
+    size_t n = strlen(forms[f]), q = (size_t)(strchr(forms[f], '?') - forms[f]);
+    if (strncmp(p, forms[f], q) != 0 || (p[q] != 'L' && p[q] != 'N') ||
+        strncmp(p + q + 1, forms[f] + q + 1, n - q - 1) != 0)
+      continue;
+    *prop = p[q];
+    *negated = f > 0;
+    return n;
   }
-  free(letters);
-  free(digits);
-  return b.s;
+  return 0;
+}
+
+static int take_escape(regex_reader *r) {
+  const char *p = r->p;
+  char prop, item[16];
+  bool negated;
+  size_t n = letter_or_digit(p, &prop, &negated);
+  if (n > 0) return take_items(r, n, prop == 'L' ? r->letters : r->digits, negated);
+  if (p[1] == 's' || p[1] == 'S') return take_items(r, 2, WHITE_SPACE, p[1] == 'S');
+  if (p[1] == 'h' || p[1] == 'H') return take_items(r, 2, HEX_DIGITS, p[1] == 'H');
+  if (p[1] && strchr("tnrfae", p[1])) return take(r, 2);
+  if (p[1] == 'v') {
+    put_str(&r->out, "\\x{B}");
+    r->p += 2;
+    return 0;
+  }
+  if (p[1] == 'x' && p[2] == '{' && hex_run(p + 3, 8) > 0 && p[3 + hex_run(p + 3, 8)] == '}')
+    return take(r, 4 + hex_run(p + 3, 8));
+  if (p[1] == 'x' && hex_run(p + 2, 2) > 0) return take(r, 2 + hex_run(p + 2, 2));
+  if (p[1] == 'u' && hex_run(p + 2, 4) == 4) {
+    put(&r->out, item, (size_t)snprintf(item, sizeof item, "\\x{%.4s}", p + 2));
+    r->p += 6;
+    return 0;
+  }
+  if (p[1] > 0x20 && p[1] < 0x7f && !isalnum((unsigned char)p[1])) return take(r, 2);
+  return untranslated(r, p[1] ? 2 : 1, "not translated from Oniguruma to PCRE2");
+}
+
+static int open_group(regex_reader *r) {
+  static const char *const kinds[] = {"(?:", "(?=", "(?!", "(?<=", "(?<!", "(?i:", "("};
+  if (r->depth == MAX_GROUPS) return untranslated(r, 1, "groups nested too deep");
+  for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++) {
+    size_t n = strlen(kinds[k]);
+    if (strncmp(r->p, kinds[k], n) != 0 || (n == 1 && r->p[1] == '?')) continue;
+    if (r->caseless && k != 0)
+      return untranslated(r, n, "inside (?i: only literals, (?: and | are translated");
+    r->depth++;
+    if (strcmp(kinds[k], "(?i:") == 0) r->caseless = r->depth;
+    return take(r, n);
+  }
+  return untranslated(r, 3, "a group kind not translated from Oniguruma to PCRE2");
+}
+
+// A quantifier: ? * + or {n} {n,} {n,m}, then ? for lazy; not possessive.
+static int take_quantifier(regex_reader *r) {
+  size_t n = 1;
+  if (r->p[0] == '{') {
+    size_t lo = strspn(r->p + 1, "0123456789"), hi = 0;
+    if (lo > 0 && r->p[1 + lo] == ',') hi = 1 + strspn(r->p + 2 + lo, "0123456789");
+    if (lo == 0 || r->p[1 + lo + hi] != '}')
+      return untranslated(r, 1, "a { that is no {n}, {n,} or {n,m} (write \\{ for the character)");
+    n = 2 + lo + hi;
+  }
+  if (r->caseless) return untranslated(r, n, "inside (?i: only literals, (?: and | are translated");
+  if (r->p[n] == '+') return untranslated(r, n + 1, "possessive (Oniguruma reads {n,m}+ otherwise)");
+  return take(r, n + (r->p[n] == '?'));
+}
+
+// A literal character (its UTF-8 bytes).
+static int take_literal(regex_reader *r) {
+  unsigned char c = (unsigned char)r->p[0];
+  size_t bad, n = utf8_seq((const uint8_t *)r->p, strlen(r->p), &bad);
+  if (n == 0) return untranslated(r, bad, "not valid UTF-8");
+  if (r->caseless && c >= 0x80)
+    return untranslated(r, n, "inside (?i: only ASCII characters are translated");
+  if (r->caseless) {
+    static const char *const folded[] = {"ss", "st", "ff", "fi", "fl"};
+    char l = isalpha(c) ? (char)tolower(c) : 0;
+    for (size_t k = 0; l && r->last && k < sizeof folded / sizeof *folded; k++)
+      if (folded[k][0] == r->last && folded[k][1] == l)
+        return untranslated(r, 1, "Oniguruma's case folding matches these two to one character too");
+    r->last = l;
+  }
+  return take(r, n);
+}
+
+static int take_in_class(regex_reader *r) {
+  if (r->p[0] == '[' || (r->p[0] == '&' && r->p[1] == '&'))
+    return untranslated(r, r->p[0] == '[' ? 1 : 2, "nested classes, && and POSIX names are not translated");
+  if (r->p[0] == ']') r->in_class = false;
+  return r->p[0] == '\\' ? take_escape(r) : take_literal(r);
+}
+
+static int take_next(regex_reader *r) {
+  char c = r->p[0];
+  if (r->in_class) return take_in_class(r);
+  if (c == '\\') {
+    if (r->caseless && !(r->p[1] > 0x20 && r->p[1] < 0x7f && !isalnum((unsigned char)r->p[1])))
+      return untranslated(r, 2, "inside (?i: only literals, (?: and | are translated");
+    r->last = 0;
+    return take_escape(r);
+  }
+  if (c == '[') {
+    if (r->caseless) return untranslated(r, 1, "inside (?i: only literals, (?: and | are translated");
+    size_t n = 1 + (r->p[1] == '^');
+    if (r->p[n] == ']') return untranslated(r, n + 1, "a class with ']' first");
+    r->in_class = true;
+    return take(r, n);
+  }
+  if (c == '(') return open_group(r);
+  if (c == ')') {
+    if (r->depth == r->caseless) r->caseless = 0;
+    r->depth -= r->depth > 0;
+    return take(r, 1);
+  }
+  if (c == '|') {
+    r->last = 0;
+    return take(r, 1);
+  }
+  if (c == '?' || c == '*' || c == '+' || c == '{') return take_quantifier(r);
+  if (c == '^' || c == '$')
+    return untranslated(r, 1, "Oniguruma's ^ and $ match at every line; not translated");
+  if (c == '.' && r->caseless)
+    return untranslated(r, 1, "inside (?i: only literals, (?: and | are translated");
+  return take_literal(r);
+}
+
+// The file's pattern as a PCRE2 pattern into *out (malloc'd), or a refusal.
+static int translate_regex(const char *path, const char *pat, char **out) {
+  regex_reader r = {.path = path, .pat = pat, .p = pat};
+  r.letters = property_items('L');
+  r.digits = property_items('N');
+  put(&r.out, "", 0);
+  int rc = 0;
+  while (rc == 0 && *r.p) rc = take_next(&r);
+  free(r.letters);
+  free(r.digits);
+  if (rc != 0) {
+    free(r.out.s);
+    return -1;
+  }
+  *out = r.out.s;
+  return 0;
 }
 
 static int compile_regex(ng_tokenizer *t, const char *path, const char *file_pattern) {
+  char *pattern;
+  if (translate_regex(path, file_pattern, &pattern) != 0) return -1;
   int err;
   PCRE2_SIZE at;
-  char *pattern = widen_pattern(file_pattern);
+  pcre2_compile_context *cc = pcre2_compile_context_create(NULL);
+  NG_ASSERT(cc && pcre2_set_newline(cc, PCRE2_NEWLINE_LF) == 0);  // Oniguruma's . stops at \n
   t->re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &err,
-                        &at, NULL);
+                        &at, cc);
+  pcre2_compile_context_free(cc);
   free(pattern);
   if (!t->re) {
     PCRE2_UCHAR msg[256];
     pcre2_get_error_message(err, msg, sizeof msg);
-    return ng_fail("%s: pre_tokenizer Split regex: %s at offset %zu", path, (char *)msg,
-                   (size_t)at);
+    return ng_fail("%s: pre_tokenizer Split regex: %s (PCRE2, at offset %zu of the pattern as "
+                   "translated)", path, (char *)msg, (size_t)at);
   }
   // Without JIT, pcre2_match interprets.
   pcre2_jit_compile(t->re, PCRE2_JIT_COMPLETE | PCRE2_JIT_PARTIAL_HARD);

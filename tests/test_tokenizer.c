@@ -415,6 +415,10 @@ static void test_refusals(const char *path) {
   expect_refused("a WordPiece model", "\"type\": \"BPE\"", "\"type\": \"WordPiece\"", 0,
                  "model type WordPiece");
   expect_refused("a bad regex", "\"Regex\": \"", "\"Regex\": \"(", 0, "Split regex");
+  // What Oniguruma reads otherwise than PCRE2, and normgrow does not translate.
+  expect_refused("\\d in the regex", "\\\\p{N}|", "\\\\d|", 0, "Split regex: \"\\d\" at offset");
+  expect_refused("(?i:ss) in the regex", "(?i:'s|", "(?i:ss|", 0,
+                 "Oniguruma's case folding matches these two to one character too");
   free(g_json);
 }
 

@@ -62,6 +62,28 @@ CASES = [
     ("regex-empty", regex(""), "ab c\u00e9", False),
     ("regex-empty-matches", regex("x*"), "ab xab axxb", False),
     ("regex-lookahead-only", regex("(?=a)"), "baab a", False),
+    # Oniguruma's constructs, as normgrow translates them: \h is a hexadecimal digit, \v the
+    # vertical tab alone, \uHHHH a code point; \P{L}, \p{^N}, classes, lazy quantifiers.
+    ("regex-h-hex-digit", regex("\\h+|[\\h ]"), "ab12fg  x DEAD beef", False),
+    ("regex-h-not-hex-digit", regex("\\H+"), "ab12fg  x", False),
+    ("regex-v-vertical-tab", regex("\\v"), "a\x0bb\nc\x85 \u2028d\x0c", False),
+    ("regex-u-escape", regex("\\u0061+|\\x{62}|\\x63"), "baabcc", False),
+    ("regex-not-letter-digit", regex("\\P{L}+|\\p{^N}"), "ab12 x,y\u0661", False),
+    ("regex-class-negated", regex("[^\\s\\p{L}]+|\\s"), "ab12 x,\u00a0\u180e\u3000.", False),
+    ("regex-lazy-lookbehind", regex("a+?b|(?<=a)c|."), "aaab acbc\n", False),
+    ("regex-caseless", regex("(?i:'s|'t|'re|ab)"), "it's IT'S 'ſ AB aB \u212a", False),
+    # What Oniguruma reads otherwise, and normgrow does not translate: refused by name.
+    ("regex-p-without-braces", regex("\\pL"), "xpLy aL", True),
+    ("regex-caseless-ss", regex("(?i:ss)"), " \u00df ss", True),
+    ("regex-caret", regex("^a"), "aa\na", True),
+    ("regex-dollar", regex("a$"), "aa\na", True),
+    ("regex-d", regex("\\d"), "1 \u0661", True),
+    ("regex-w", regex("\\w+"), "ab_c \u203f", True),
+    ("regex-brace-from-0", regex("a{,2}"), "aaa", True),
+    ("regex-brace-plus", regex("a{2}+"), "aaaaa", True),
+    ("regex-nested-class", regex("[a[b]]"), "ab]", True),
+    ("regex-class-not-space", regex("[\\S]+"), "a\u180eb", True),
+    ("regex-p-lu", regex("\\p{Lu}"), "aB", True),
 ]
 
 
