@@ -208,6 +208,9 @@ static bool pool_add_byte_level(ng_tokenizer *t, const int16_t *byte_of, const c
 
 // ---------------------------------------------------------------------------
 // Loading: features
+//
+// Where tokenizers' reader (serde) refuses a file, so does normgrow's: a key of
+// the wrong type, a flag missing, a key it does not know at the top.
 
 static int unsupported(const char *path, const char *feature, const char *value) {
   return ng_fail("%s: uses %s%s%s, which normgrow's tokenizer does not implement", path, feature,
@@ -217,18 +220,6 @@ static int unsupported(const char *path, const char *feature, const char *value)
 static const char *json_str(const cJSON *o, const char *key) {
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
   return cJSON_IsString(v) ? v->valuestring : NULL;
-}
-
-// A key that must be absent, null or false.
-static bool json_off(const cJSON *o, const char *key) {
-  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-  return !v || cJSON_IsNull(v) || cJSON_IsFalse(v);
-}
-
-// A key that must be absent, null or "".
-static bool json_empty_str(const cJSON *o, const char *key) {
-  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-  return !v || cJSON_IsNull(v) || (cJSON_IsString(v) && v->valuestring[0] == 0);
 }
 
 static bool has_type(const cJSON *o, const char *type) {
@@ -241,24 +232,62 @@ static const char *type_of(const cJSON *o) {
   return s ? s : "(no type)";
 }
 
+// How tokenizers reads a boolean key: it must be there, or it may be absent
+// (then true), or it may be absent or null (then false).
+typedef enum { FLAG_REQUIRED, FLAG_DEFAULT_TRUE, FLAG_OPTIONAL } flag_rule;
+
+// The boolean `key` of `o` (`where` in messages) into *on.
+static int json_flag(const char *path, const char *where, const cJSON *o, const char *key,
+                     flag_rule rule, bool *on) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+  *on = rule == FLAG_DEFAULT_TRUE;
+  if (cJSON_IsBool(v)) *on = cJSON_IsTrue(v);
+  else if (!(v == NULL && rule != FLAG_REQUIRED) && !(cJSON_IsNull(v) && rule == FLAG_OPTIONAL))
+    return ng_fail("%s: %s%s%s is %s, which tokenizers refuses (true or false%s)", path, where,
+                   where[0] ? "." : "", key, v ? "not a boolean" : "missing",
+                   rule == FLAG_OPTIONAL ? ", or null" : "");
+  return 0;
+}
+
+// The optional `key` of `o` (`where` in messages): absent or null (*v NULL),
+// or of the cJSON type `type` (*v the value).
+static int json_optional(const char *path, const char *where, const cJSON *o, const char *key,
+                         int type, const char *type_name, const cJSON **v) {
+  *v = cJSON_GetObjectItemCaseSensitive(o, key);
+  if (!*v || cJSON_IsNull(*v)) {
+    *v = NULL;
+    return 0;
+  }
+  if (((*v)->type & 0xFF) == type) return 0;
+  return ng_fail("%s: %s%s%s is not %s or null, which tokenizers refuses", path, where,
+                 where[0] ? "." : "", key, type_name);
+}
+
 // The ByteLevel pre-tokenizer, post-processor or decoder, as Qwen3 has them:
-// no prefix space, no regex of its own (offsets trimming changes no ids).
-static int check_byte_level(const char *path, const cJSON *o, const char *where) {
-  char what[96];
+// no prefix space, and in the pre-tokenizer no regex of its own (offsets
+// trimming changes no ids; the other two change none with use_regex).
+static int check_byte_level(const char *path, const cJSON *o, const char *where, bool pre) {
   if (!has_type(o, "ByteLevel")) {
+    char what[96];
     snprintf(what, sizeof what, "%s type", where);
     return unsupported(path, what, type_of(o));
   }
+  bool prefix, trim, regex;
+  if (json_flag(path, where, o, "add_prefix_space", FLAG_REQUIRED, &prefix) != 0 ||
+      json_flag(path, where, o, "trim_offsets", FLAG_REQUIRED, &trim) != 0 ||
+      json_flag(path, where, o, "use_regex", FLAG_DEFAULT_TRUE, &regex) != 0)
+    return -1;
+  char what[96];
   snprintf(what, sizeof what, "%s ByteLevel with", where);
-  if (!json_off(o, "add_prefix_space")) return unsupported(path, what, "add_prefix_space");
-  if (!json_off(o, "use_regex")) return unsupported(path, what, "use_regex");
+  if (prefix) return unsupported(path, what, "add_prefix_space");
+  if (pre && regex) return unsupported(path, what, "use_regex (true when absent)");
   return 0;
 }
 
 // An absent/null part, or a ByteLevel one.
 static int check_optional_byte_level(const char *path, const cJSON *root, const char *key) {
   const cJSON *o = cJSON_GetObjectItemCaseSensitive(root, key);
-  return !o || cJSON_IsNull(o) ? 0 : check_byte_level(path, o, key);
+  return !o || cJSON_IsNull(o) ? 0 : check_byte_level(path, o, key, false);
 }
 
 static int check_normalizer(ng_tokenizer *t, const char *path, const cJSON *root) {
@@ -549,29 +578,65 @@ static int check_pre_tokenizer(ng_tokenizer *t, const char *path, const cJSON *r
   const char *behavior = json_str(split, "behavior");
   if (!behavior || strcmp(behavior, "Isolated") != 0)
     return unsupported(path, "Split behavior", behavior ? behavior : "(none)");
-  if (!json_off(split, "invert")) return unsupported(path, "Split with invert", NULL);
+  bool invert;
+  if (json_flag(path, "pre_tokenizer.pretokenizers[0]", split, "invert", FLAG_REQUIRED, &invert))
+    return -1;
+  if (invert) return unsupported(path, "Split with invert", NULL);
   const char *regex = json_str(cJSON_GetObjectItemCaseSensitive(split, "pattern"), "Regex");
   if (!regex) return unsupported(path, "a Split pattern that is not a Regex", NULL);
-  if (check_byte_level(path, cJSON_GetArrayItem(seq, 1), "pre_tokenizer") != 0) return -1;
+  if (check_byte_level(path, cJSON_GetArrayItem(seq, 1), "pre_tokenizer.pretokenizers[1]", true))
+    return -1;
   return compile_regex(t, path, regex);
 }
 
 static int check_model_features(const char *path, const cJSON *m) {
   if (!has_type(m, "BPE")) return unsupported(path, "model type", type_of(m));
-  if (!json_off(m, "dropout")) return unsupported(path, "BPE dropout", NULL);
-  if (!json_off(m, "unk_token")) return unsupported(path, "BPE unk_token", NULL);
-  if (!json_off(m, "byte_fallback")) return unsupported(path, "BPE byte_fallback", NULL);
-  if (!json_off(m, "ignore_merges")) return unsupported(path, "BPE ignore_merges", NULL);
-  if (!json_empty_str(m, "continuing_subword_prefix"))
+  const cJSON *dropout, *unk, *prefix, *suffix;
+  bool fuse_unk, fallback, ignore_merges;
+  if (json_optional(path, "model", m, "dropout", cJSON_Number, "a number", &dropout) ||
+      json_optional(path, "model", m, "unk_token", cJSON_String, "a string", &unk) ||
+      json_optional(path, "model", m, "continuing_subword_prefix", cJSON_String, "a string",
+                    &prefix) ||
+      json_optional(path, "model", m, "end_of_word_suffix", cJSON_String, "a string", &suffix) ||
+      json_flag(path, "model", m, "fuse_unk", FLAG_OPTIONAL, &fuse_unk) ||
+      json_flag(path, "model", m, "byte_fallback", FLAG_OPTIONAL, &fallback) ||
+      json_flag(path, "model", m, "ignore_merges", FLAG_OPTIONAL, &ignore_merges))
+    return -1;
+  if (dropout) return unsupported(path, "BPE dropout", NULL);
+  if (unk) return unsupported(path, "BPE unk_token", NULL);  // fuse_unk then changes nothing
+  if (fallback) return unsupported(path, "BPE byte_fallback", NULL);
+  if (ignore_merges) return unsupported(path, "BPE ignore_merges", NULL);
+  if (prefix && prefix->valuestring[0])
     return unsupported(path, "BPE continuing_subword_prefix", NULL);
-  if (!json_empty_str(m, "end_of_word_suffix"))
-    return unsupported(path, "BPE end_of_word_suffix", NULL);
+  if (suffix && suffix->valuestring[0]) return unsupported(path, "BPE end_of_word_suffix", NULL);
+  return 0;
+}
+
+// The keys at the top are those tokenizers knows (it refuses a file with any
+// other), "version" is "1.0", truncation and padding are off.
+static int check_top(const char *path, const cJSON *root) {
+  static const char *const known[] = {"version",        "truncation",    "padding",
+                                      "added_tokens",   "normalizer",    "pre_tokenizer",
+                                      "post_processor", "decoder",       "model"};
+  for (const cJSON *e = root->child; e; e = e->next) {
+    size_t k = 0;
+    while (k < sizeof known / sizeof *known && strcmp(e->string, known[k]) != 0) k++;
+    if (k == sizeof known / sizeof *known)
+      return ng_fail("%s: key \"%s\" at the top, which tokenizers refuses", path, e->string);
+  }
+  const cJSON *version = cJSON_GetObjectItemCaseSensitive(root, "version"), *truncation, *padding;
+  if (version && !(cJSON_IsString(version) && strcmp(version->valuestring, "1.0") == 0))
+    return ng_fail("%s: version is not \"1.0\", which tokenizers refuses", path);
+  if (json_optional(path, "", root, "truncation", cJSON_Object, "an object", &truncation) ||
+      json_optional(path, "", root, "padding", cJSON_Object, "an object", &padding))
+    return -1;
+  if (truncation) return unsupported(path, "truncation", NULL);
+  if (padding) return unsupported(path, "padding", NULL);
   return 0;
 }
 
 static int check_features(ng_tokenizer *t, const char *path, const cJSON *root) {
-  if (!json_off(root, "truncation")) return unsupported(path, "truncation", NULL);
-  if (!json_off(root, "padding")) return unsupported(path, "padding", NULL);
+  if (check_top(path, root) != 0) return -1;
   const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
   if (!cJSON_IsObject(model)) return ng_fail("%s: no \"model\" object", path);
   return check_normalizer(t, path, root) || check_pre_tokenizer(t, path, root) ||
@@ -593,21 +658,14 @@ static int json_id(const char *path, const char *where, const cJSON *v, uint32_t
   return 0;
 }
 
-// One past the largest id of the vocabulary and the added tokens.
-static int count_ids(const char *path, const cJSON *vocab, const cJSON *added, uint32_t *n) {
+// One past the largest id of model.vocab.
+static int count_ids(const char *path, const cJSON *vocab, uint32_t *n) {
   *n = 0;
   char where[64];
   for (const cJSON *e = vocab->child; e; e = e->next) {
     uint32_t id = 0;
     snprintf(where, sizeof where, "model.vocab \"%.32s\"", e->string);
     if (json_id(path, where, e, &id) != 0) return -1;
-    if (id + 1 > *n) *n = id + 1;
-  }
-  int i = 0;
-  for (const cJSON *e = added ? added->child : NULL; e; e = e->next, i++) {
-    uint32_t id = 0;
-    snprintf(where, sizeof where, "added_tokens[%d]", i);
-    if (json_id(path, where, cJSON_GetObjectItemCaseSensitive(e, "id"), &id) != 0) return -1;
     if (id + 1 > *n) *n = id + 1;
   }
   if (*n == 0) return ng_fail("%s: model.vocab is empty", path);
@@ -627,9 +685,7 @@ static int read_vocab(ng_tokenizer *t, const char *path, const cJSON *vocab) {
     if (!pool_add_byte_level(t, byte_of, e->string, &t->tok[id]))
       return unsupported(path, "a vocabulary outside the byte-level alphabet: token",
                          e->string);
-    span sp = t->tok[id];
-    if (vocab_find(t, t->pool + sp.off, sp.len) != NO_TOKEN)
-      return ng_fail("%s: model.vocab: token \"%s\" appears twice", path, e->string);
+    span sp = t->tok[id];  // the keys differ (check_keys), so do their bytes
     size_t i = hash_bytes(t->pool + sp.off, sp.len) & t->vocab_mask;
     while (t->vocab_slots[i]) i = (i + 1) & t->vocab_mask;
     t->vocab_slots[i] = id + 1;
@@ -643,33 +699,91 @@ static int read_vocab(ng_tokenizer *t, const char *path, const cJSON *vocab) {
   return 0;
 }
 
+// The id of the added token with `content`, NO_TOKEN if there is none yet.
+static uint32_t added_before(const ng_tokenizer *t, const char *content) {
+  size_t len = strlen(content);
+  for (int a = 0; a < t->n_added; a++) {
+    span c = t->added[a].content;
+    if (c.len == len && memcmp(t->pool + c.off, content, len) == 0) return t->added[a].id;
+  }
+  return NO_TOKEN;
+}
+
+// The model.vocab token whose key is `content`, NO_TOKEN if none.
+static uint32_t vocab_key(ng_tokenizer *t, const int16_t *byte_of, const char *content) {
+  size_t mark = t->pool_len;
+  span sp;
+  uint32_t id = pool_add_byte_level(t, byte_of, content, &sp) ? vocab_find(t, t->pool + sp.off, sp.len)
+                                                               : NO_TOKEN;
+  t->pool_len = mark;  // scratch only
+  return id;
+}
+
+// The id tokenizers gives a new added token: the number of model.vocab's
+// entries, or one past the largest added id when that is as large.
+static uint32_t next_added_id(const ng_tokenizer *t, uint32_t n_vocab) {
+  uint32_t next = n_vocab;
+  for (int a = 0; a < t->n_added; a++)
+    if (t->added[a].id >= next) next = t->added[a].id + 1;
+  return next;
+}
+
+// The flags of added token e (`where`): true or false, each of them; the
+// four that change matching false.
+static int check_added_flags(const char *path, const char *where, const cJSON *e) {
+  static const char *const flags[] = {"single_word", "lstrip", "rstrip", "normalized", "special"};
+  for (size_t f = 0; f < sizeof flags / sizeof *flags; f++) {
+    bool on;
+    if (json_flag(path, where, e, flags[f], FLAG_REQUIRED, &on) != 0) return -1;
+    char what[80];
+    snprintf(what, sizeof what, "%s with", where);
+    if (on && strcmp(flags[f], "special") != 0) return unsupported(path, what, flags[f]);
+  }
+  return 0;
+}
+
 // Added tokens match their content as written, never stripped or normalized.
-static int read_added(ng_tokenizer *t, const char *path, const cJSON *added) {
-  int n = added ? cJSON_GetArraySize(added) : 0;
+// Each gets the id tokenizers gives it, in the file's order (its "id" in the
+// file only draws a warning from tokenizers where it differs): the id of the
+// added token or model.vocab token with that content, else next_added_id.
+static int read_added(ng_tokenizer *t, const char *path, const cJSON *added, uint32_t n_vocab) {
+  int16_t byte_of[BYTE_CHARS];
+  byte_alphabet(byte_of);
+  int n = added ? cJSON_GetArraySize(added) : 0, i = 0;
   t->added = ng_xcalloc((size_t)n + 1, sizeof *t->added);
-  static const char *const flags[] = {"single_word", "lstrip", "rstrip", "normalized"};
-  for (const cJSON *e = added ? added->child : NULL; e; e = e->next, t->n_added++) {
+  for (const cJSON *e = added ? added->child : NULL; e; e = e->next, i++) {
     char where[64];
-    snprintf(where, sizeof where, "added_tokens[%d] with", t->n_added);
-    for (size_t f = 0; f < sizeof flags / sizeof *flags; f++)
-      if (!json_off(e, flags[f])) return unsupported(path, where, flags[f]);
+    snprintf(where, sizeof where, "added_tokens[%d]", i);
+    uint32_t file_id;
+    if (check_added_flags(path, where, e) != 0 ||
+        json_id(path, where, cJSON_GetObjectItemCaseSensitive(e, "id"), &file_id) != 0)
+      return -1;
     const char *content = json_str(e, "content");
-    if (!content || !content[0])
-      return ng_fail("%s: added_tokens[%d]: no content", path, t->n_added);
-    uint32_t id = (uint32_t)cJSON_GetObjectItemCaseSensitive(e, "id")->valuedouble;
+    if (!content || !content[0]) return ng_fail("%s: %s: no content", path, where);
+    if (added_before(t, content) != NO_TOKEN) continue;
     size_t len = strlen(content);
-    span *sp = &t->tok[id];
-    if (sp->len != NO_TOKEN && !(sp->len == len && memcmp(t->pool + sp->off, content, len) == 0))
-      return ng_fail("%s: added_tokens[%d]: id %u is already another token", path, t->n_added,
-                     id);
+    span sp = {(uint32_t)t->pool_len, (uint32_t)len};
+    uint32_t id = vocab_key(t, byte_of, content);
+    if (id == NO_TOKEN) {
+      id = next_added_id(t, n_vocab);
+      if (id >= MAX_ID) return ng_fail("%s: %s: id %u past %u", path, where, id, MAX_ID - 1);
+      if (id >= t->vocab_size) {
+        t->tok = ng_xrealloc(t->tok, ((size_t)id + 1) * sizeof *t->tok);
+        for (uint32_t k = t->vocab_size; k <= id; k++) t->tok[k] = (span){0, NO_TOKEN};
+        t->vocab_size = id + 1;
+      }
+      if (t->tok[id].len != NO_TOKEN)
+        return ng_fail("%s: %s: tokenizers numbers it %u, which model.vocab gives another token",
+                       path, where, id);
+      t->tok[id] = sp;
+    }
     if (t->pool_len + len > t->pool_cap) {
       t->pool_cap = 2 * (t->pool_len + len);
       t->pool = ng_xrealloc(t->pool, t->pool_cap);
     }
     memcpy(t->pool + t->pool_len, content, len);
-    *sp = (span){(uint32_t)t->pool_len, (uint32_t)len};
     t->pool_len += len;
-    t->added[t->n_added] = (added_token){*sp, id};
+    t->added[t->n_added++] = (added_token){sp, id};
     t->added_first[(uint8_t)content[0]] = true;
   }
   return 0;
@@ -776,10 +890,16 @@ static int read_merges(ng_tokenizer *t, const char *path, const char *text, cons
   for (size_t i = 0; i <= t->pair_mask; i++) t->pairs[i].key = EMPTY_PAIR;
   uint8_t *joined = NULL;
   int rank = 0, rc = 0;
+  bool strings = cJSON_IsString(merges->child);  // tokenizers takes one form or the other
   for (const cJSON *e = merges->child; e; e = e->next, rank++) {
     const char *a = NULL, *b = NULL;
     size_t na = 0, nb = 0;
     uint32_t ia, ib;
+    if (cJSON_IsString(e) != strings) {
+      rc = ng_fail("%s: model.merges[%d]: \"a b\" strings and [\"a\", \"b\"] pairs mixed, which "
+                   "tokenizers refuses", path, rank);
+      break;
+    }
     rc = merge_parts(path, rank, e, &a, &na, &b, &nb) ||
                  merge_side(t, path, rank, a, na, byte_of, &ia) ||
                  merge_side(t, path, rank, b, nb, byte_of, &ib)
@@ -808,25 +928,107 @@ static int read_tokens(ng_tokenizer *t, const char *path, const char *text, cons
   const cJSON *added = cJSON_GetObjectItemCaseSensitive(root, "added_tokens");
   if (!cJSON_IsObject(vocab)) return ng_fail("%s: model.vocab is not an object", path);
   if (!cJSON_IsArray(merges)) return ng_fail("%s: model.merges is not an array", path);
-  if (added && !cJSON_IsNull(added) && !cJSON_IsArray(added))
-    return ng_fail("%s: added_tokens is not an array", path);
-  if (added && cJSON_IsNull(added)) added = NULL;
-  if (count_ids(path, vocab, added, &t->vocab_size) != 0) return -1;
+  if (added && !cJSON_IsArray(added))
+    return ng_fail("%s: added_tokens is not an array, which tokenizers refuses", path);
+  if (count_ids(path, vocab, &t->vocab_size) != 0) return -1;
   t->tok = ng_xmalloc((size_t)t->vocab_size * sizeof *t->tok);
   for (uint32_t i = 0; i < t->vocab_size; i++) t->tok[i] = (span){0, NO_TOKEN};
-  return read_vocab(t, path, vocab) || read_merges(t, path, text, merges) || read_added(t, path, added)
+  uint32_t n_vocab = (uint32_t)cJSON_GetArraySize(vocab);
+  return read_vocab(t, path, vocab) || read_merges(t, path, text, merges) ||
+                 read_added(t, path, added, n_vocab)
              ? -1
              : 0;
 }
 
-// "<path>: line L: not valid JSON" for a truncated or malformed file.
-static cJSON *parse_json(const char *path, const char *text, size_t len) {
+// ---------------------------------------------------------------------------
+// Loading: the JSON text
+
+static size_t line_of(const char *text, const char *at) {
+  size_t line = 1;
+  for (const char *p = text; p < at; p++) line += *p == '\n';
+  return line;
+}
+
+// The length of the JSON number at p, and whether it has a fraction or an exponent.
+static size_t number_at(const char *p, const char *end, bool *fraction) {
+  size_t n = 0;
+  *fraction = false;
+  while (p + n < end && strchr("0123456789+-.eE", p[n]) && p[n]) {
+    *fraction |= p[n] == '.' || p[n] == 'e' || p[n] == 'E';
+    n++;
+  }
+  return n;
+}
+
+// What cJSON takes but tokenizers (serde_json) refuses, or normgrow's reader
+// could not keep, in text[0..end) (the JSON value) and after it: UTF-8 that is
+// not valid, a control character inside a string, a \u0000 escape (a string
+// of cJSON ends there, so a key would be cut short), text after the value. A
+// number with a fraction or an exponent is refused only later (*fraction_at,
+// else NULL): tokenizers reads ids as integers, and cJSON reads 600.0 as 600.
+static int check_json_text(const char *path, const char *text, const char *end, size_t len,
+                           const char **fraction_at) {
+  *fraction_at = NULL;
+  bool in_string = false;
+  for (const char *p = text; p < text + len;) {
+    size_t bad, k = utf8_seq((const uint8_t *)p, (size_t)(text + len - p), &bad);
+    unsigned char c = (unsigned char)*p;
+    if (k == 0) return ng_fail("%s: line %zu: not valid UTF-8, which tokenizers refuses", path, line_of(text, p));
+    if (p >= end && !strchr(" \t\r\n", c))
+      return ng_fail("%s: line %zu: text after the JSON object, which tokenizers refuses", path,
+                     line_of(text, p));
+    bool fraction;
+    if (in_string && c < 0x20)
+      return ng_fail("%s: line %zu: a control character inside a string, which tokenizers refuses",
+                     path, line_of(text, p));
+    if (in_string && c == '\\' && end - p > 5 && memcmp(p + 1, "u0000", 5) == 0)
+      return ng_fail("%s: line %zu: a string holding \\u0000, which normgrow's reader cannot keep",
+                     path, line_of(text, p));
+    if (in_string && c == '\\') k = 2;  // the escaped character
+    else if (c == '"') in_string = !in_string;
+    else if (!in_string && (c == '-' || (c >= '0' && c <= '9'))) {
+      k = number_at(p, end, &fraction);
+      if (fraction && !*fraction_at) *fraction_at = p;
+    }
+    p += k;
+  }
+  return 0;
+}
+
+static int by_key(const void *a, const void *b) {
+  return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+// No object holds a key twice (cJSON reads the first, tokenizers the last, or refuses).
+static int check_keys(const char *path, const cJSON *node) {
+  for (const cJSON *c = node->child; c; c = c->next)
+    if (check_keys(path, c) != 0) return -1;
+  if (!cJSON_IsObject(node) || !node->child) return 0;
+  size_t n = (size_t)cJSON_GetArraySize(node), i = 0;
+  const char **keys = ng_xmalloc(n * sizeof *keys);
+  for (const cJSON *c = node->child; c; c = c->next) keys[i++] = c->string;
+  qsort(keys, n, sizeof *keys, by_key);
+  int rc = 0;
+  for (i = 1; i < n && rc == 0; i++)
+    if (strcmp(keys[i - 1], keys[i]) == 0)
+      rc = ng_fail("%s: key \"%s\" twice in one object", path, keys[i]);
+  free(keys);
+  return rc;
+}
+
+// The file's JSON, checked as tokenizers would read it; the first number
+// with a fraction or an exponent into *fraction_at (else NULL).
+static cJSON *parse_json(const char *path, const char *text, size_t len, const char **fraction_at) {
   const char *end = NULL;
   cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, false);
   if (!root) {
-    size_t line = 1;
-    for (const char *p = text; end && p < end && p < text + len; p++) line += *p == '\n';
-    ng_fail("%s: line %zu: not valid JSON (truncated or malformed)", path, line);
+    ng_fail("%s: line %zu: not valid JSON (truncated or malformed)", path,
+            line_of(text, end && end < text + len ? end : text + len));
+    return NULL;
+  }
+  if (check_json_text(path, text, end, len, fraction_at) != 0 || check_keys(path, root) != 0) {
+    cJSON_Delete(root);
+    return NULL;
   }
   return root;
 }
@@ -841,9 +1043,14 @@ int ng_tokenizer_load(const char *path, ng_tokenizer **out) {
   cJSON *root = NULL;
   ng_tokenizer *t = ng_xcalloc(1, sizeof *t);
   int rc = ng_read_file(file, MAX_JSON_BYTES, &text, &len);
-  if (rc == 0 && !(root = parse_json(file, text, len))) rc = -1;
+  const char *fraction_at = NULL;
+  if (rc == 0 && !(root = parse_json(file, text, len, &fraction_at))) rc = -1;
   if (rc == 0 && !cJSON_IsObject(root)) rc = ng_fail("%s: not a JSON object", file);
-  if (rc == 0) rc = check_features(t, file, root) || read_tokens(t, file, text, root) ? -1 : 0;
+  if (rc == 0) rc = check_features(t, file, root);
+  if (rc == 0 && fraction_at)
+    rc = ng_fail("%s: line %zu: a number with a fraction or an exponent, where tokenizers reads "
+                 "an integer id", file, line_of(text, fraction_at));
+  if (rc == 0) rc = read_tokens(t, file, text, root);
   cJSON_Delete(root);
   free(text);
   free(file);

@@ -409,12 +409,27 @@ static void test_refusals(const char *path) {
   expect_refused("an added token that strips", "\"lstrip\": false", "\"lstrip\": true", 0,
                  "added_tokens[0] with lstrip");
   expect_refused("a ByteLevel prefix space", "\"add_prefix_space\": false", "\"add_prefix_space\": true",
-                 0, "pre_tokenizer ByteLevel with add_prefix_space");
+                 0, "pre_tokenizer.pretokenizers[1] ByteLevel with add_prefix_space");
   expect_refused("truncation", "\"truncation\": null", "\"truncation\": {\"max_length\": 8}", 0,
                  "truncation");
   expect_refused("a WordPiece model", "\"type\": \"BPE\"", "\"type\": \"WordPiece\"", 0,
                  "model type WordPiece");
   expect_refused("a bad regex", "\"Regex\": \"", "\"Regex\": \"(", 0, "Split regex");
+  // What tokenizers' reader refuses (or, \u0000, cJSON would cut short).
+  expect_refused("\"special\": null", "\"special\": true", "\"special\": null", 0,
+                 "added_tokens[0].special is not a boolean");
+  expect_refused("\"fuse_unk\": 1", "\"fuse_unk\": false", "\"fuse_unk\": 1", 0,
+                 "model.fuse_unk is not a boolean");
+  expect_refused("a vocabulary key with \\u0000", "\"!\": 0,", "\"!\\u0000x\": 151700, \"!\": 0,",
+                 0, "a string holding \\u0000");
+  expect_refused("a key tokenizers does not know", "\"version\": \"1.0\",",
+                 "\"version\": \"1.0\", \"extra\": 1,", 0, "key \"extra\" at the top");
+  expect_refused("merges in both forms", "\"merges\": [", "\"merges\": [\"\u0120 \u0120\", ", 0,
+                 "model.merges[1]: \"a b\" strings and [\"a\", \"b\"] pairs mixed");
+  expect_refused("an added id with a fraction", "\"id\": 151643,", "\"id\": 151643.0,", 0,
+                 "a number with a fraction or an exponent");
+  refused_edit("text after the JSON object", g_json + g_json_len, 0, "x", 0,
+               "text after the JSON object");
   // What Oniguruma reads otherwise than PCRE2, and normgrow does not translate.
   expect_refused("\\d in the regex", "\\\\p{N}|", "\\\\d|", 0, "Split regex: \"\\d\" at offset");
   expect_refused("(?i:ss) in the regex", "(?i:'s|", "(?i:ss|", 0,

@@ -8,7 +8,8 @@ tests/fuzz/regress/tokenizer/qwen3-first-600, as it is or edited), a text, and w
 package makes of them: "<hash> refused" when it refuses the file, "<hash> ids ..." with
 the text's ids, or "<hash> unsupported" for a file it takes and normgrow refuses by name
 (a feature normgrow does not implement). The hash is the FNV-1a 64 of the first two
-parts (tests/fuzz/fuzz_tokenizer_hf.c). Bytes that are not valid UTF-8 reach the
+parts (tests/fuzz/fuzz_tokenizer_hf.c). A lone surrogate in a file's text stands for a
+byte that is not UTF-8 (surrogateescape). Bytes that are not valid UTF-8 reach the
 package through bytes.decode("utf-8", "replace"). Needs the `tokenizers` package.
 """
 import argparse
@@ -36,13 +37,33 @@ def regex(pattern):
     return json.dumps(d, ensure_ascii=False)
 
 
-def without_vocab(token):
-    """The base file without one vocabulary entry (and merges naming it)."""
+def edited(change):
+    """The base file after change(d) of its parsed JSON d."""
     d = json.loads(BASE)
-    del d["model"]["vocab"][token]
-    d["model"]["merges"] = [m for m in d["model"]["merges"] if token not in m and
-                            "".join(m) != token]
+    change(d)
     return json.dumps(d, ensure_ascii=False)
+
+
+def drop_last_token(d):
+    """Without model.vocab's id 599 (and the merge that makes it): 599 entries."""
+    key = next(k for k, i in d["model"]["vocab"].items() if i == 599)
+    del d["model"]["vocab"][key]
+    d["model"]["merges"] = [m for m in d["model"]["merges"] if "".join(m) != key]
+
+
+def renumber_last_token(d):
+    """model.vocab's id 599 as 600: 600 entries, 600 taken."""
+    key = next(k for k, i in d["model"]["vocab"].items() if i == 599)
+    d["model"]["vocab"][key] = 600
+
+
+def added(content, special=True, at=None):
+    """A change that adds an added token (id 9999 in the file) at `at` (None: last)."""
+    def change(d):
+        token = {"id": 9999, "content": content, "single_word": False, "lstrip": False,
+                 "rstrip": False, "normalized": False, "special": special}
+        d["added_tokens"].insert(len(d["added_tokens"]) if at is None else at, token)
+    return change
 
 
 MIXED = "Hello world, the sun <|endoftext|> it's 123 caf\u00e9 e\u0301 \u4e2d\u6587\n\n  x"
@@ -84,6 +105,52 @@ CASES = [
     ("regex-nested-class", regex("[a[b]]"), "ab]", True),
     ("regex-class-not-space", regex("[\\S]+"), "a\u180eb", True),
     ("regex-p-lu", regex("\\p{Lu}"), "aB", True),
+    # Added tokens get the id tokenizers gives them, not the file's: the id of a token with
+    # that content (added before, or a key of model.vocab), else the next after model.vocab's
+    # entries and the added ids so far.
+    ("added-id-700", edit('{"id": 600,', '{"id": 700,'), MIXED, False),
+    ("added-id-5", edit('{"id": 600,', '{"id": 5,'), MIXED, False),
+    ("added-new-first", edited(added("<new>", at=0)), "a<new>b<|endoftext|><|im_end|>", False),
+    ("added-content-in-vocab", edited(added("he", special=False)), "hello the he<|im_start|>",
+     False),
+    ("added-content-byte-level", edited(added("\u0120t")), "a\u0120t at \u0120", False),
+    ("added-content-twice", edited(added("<|endoftext|>", special=False)),
+     "x<|endoftext|>y<|im_end|>", False),
+    ("added-after-599-entries", edited(drop_last_token), MIXED + "<|im_end|>", False),
+    ("added-id-taken", edited(renumber_last_token), MIXED, True),
+    # What tokenizers' reader refuses, normgrow's refuses.
+    ("added-special-null", edit('"special": true', '"special": null'), MIXED, False),
+    ("added-special-missing", edit(', "special": true', ''), MIXED, False),
+    ("added-lstrip-null", edit('"lstrip": false', '"lstrip": null'), MIXED, False),
+    ("added-tokens-null", edited(lambda d: d.update(added_tokens=None)), MIXED, False),
+    ("added-id-fraction", edit('{"id": 600,', '{"id": 600.0,'), MIXED, False),
+    ("vocab-id-fraction", edit('"!": 0,', '"!": 0.0,'), MIXED, False),
+    ("vocab-control-character", edit('"!": 0,', '"!\x01": 700, "!": 0,'), MIXED, False),
+    ("vocab-invalid-utf8", edit('"!": 0,', '"!\udcff": 700, "!": 0,'), MIXED, False),
+    ("fuse-unk-1", edit('"fuse_unk": false', '"fuse_unk": 1'), MIXED, False),
+    ("fuse-unk-true", edit('"fuse_unk": false', '"fuse_unk": true'), MIXED, False),
+    ("dropout-false", edit('"dropout": null', '"dropout": false'), MIXED, False),
+    ("unk-token-false", edit('"unk_token": null', '"unk_token": false'), MIXED, False),
+    ("byte-level-prefix-null", edit('"add_prefix_space": false', '"add_prefix_space": null'),
+     MIXED, False),
+    ("byte-level-trim-missing", edit('"trim_offsets": false, ', ''), MIXED, False),
+    ("byte-level-use-regex-null", edit('"use_regex": false', '"use_regex": null'), MIXED,
+     False),
+    ("split-invert-missing", edit(', "invert": false', ''), MIXED, False),
+    ("truncation-false", edit('"truncation": null', '"truncation": false'), MIXED, False),
+    ("version-2", edit('"version": "1.0"', '"version": "2.0"'), MIXED, False),
+    ("top-key-unknown", edit('"version": "1.0"', '"version": "1.0", "extra": 1'), MIXED, False),
+    ("merges-mixed", edit('"merges": [["\u0120", "\u0120"]', '"merges": ["\u0120 \u0120"'),
+     MIXED, False),
+    ("text-after-json", BASE + "x", MIXED, False),
+    # What tokenizers takes and normgrow refuses by name.
+    ("post-use-regex-missing", edit(', "use_regex": false}, "decoder"', '}, "decoder"'), MIXED,
+     False),
+    ("pre-use-regex-missing", edit(', "use_regex": false}]}', '}]}'), MIXED, True),
+    ("dropout-0", edit('"dropout": null', '"dropout": 0'), MIXED, True),
+    ("unk-token-empty", edit('"unk_token": null', '"unk_token": ""'), MIXED, True),
+    ("vocab-nul-key", edit('"!": 0,', '"!\\u0000x": 700, "!": 0,'), MIXED, True),
+    ("vocab-key-twice", edit('"!": 0,', '"!": 0, "!": 0,'), MIXED, True),
 ]
 
 
@@ -96,7 +163,7 @@ def fnv1a64(data):
 
 def verdict(js, raw, unsupported):
     try:
-        tok = tokenizers.Tokenizer.from_str(js)
+        tok = tokenizers.Tokenizer.from_buffer(js.encode(errors="surrogateescape"))
     except Exception:  # a refusal, whatever the package calls it
         assert not unsupported, "the package refuses a file marked unsupported"
         return "refused"
@@ -113,7 +180,7 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     for name, js, text, unsupported in CASES:
         raw = text if isinstance(text, bytes) else text.encode()
-        head = js.encode() + SEP + raw
+        head = js.encode(errors="surrogateescape") + SEP + raw
         line = "%016x %s\n" % (fnv1a64(head), verdict(js, raw, unsupported))
         with open(os.path.join(args.out, name), "wb") as f:
             f.write(head + SEP + line.encode())

@@ -36,8 +36,14 @@
 // splits as the regex does without that limit.
 // A file using anything else (other normalizers or pre-tokenizers, Split
 // behaviours, BPE dropout, unk/byte fallback, added tokens that strip or are
-// normalized, truncation, padding, templates that add tokens) is refused with
-// one message naming the feature, never encoded differently.
+// normalized, truncation, padding, templates that add tokens, regex constructs
+// Oniguruma reads otherwise) is refused with one message naming the feature,
+// never encoded differently; so is a file `tokenizers`' reader refuses (a key of
+// the wrong type or missing, an unknown key at the top, an id with a fraction,
+// text after the JSON), and one with a \u0000 in a string. An added token's id
+// is the one `tokenizers` gives it, whatever the file says: the id of the
+// model.vocab key equal to its content, else the next after the vocabulary's
+// entries and the added tokens before it.
 //
 // Decoding concatenates each id's bytes (an added token's content), so the
 // round trip is exact for valid UTF-8 text already in NFC.
