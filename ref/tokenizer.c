@@ -1042,7 +1042,10 @@ int ng_tokenizer_load(const char *path, ng_tokenizer **out) {
   size_t len;
   cJSON *root = NULL;
   ng_tokenizer *t = ng_xcalloc(1, sizeof *t);
-  int rc = ng_read_file(file, MAX_JSON_BYTES, &text, &len);
+  // A FIFO or a device would block the read, or never end.
+  int rc = stat(file, &st) == 0 && !S_ISREG(st.st_mode)
+               ? ng_fail("%s: not a regular file", file)
+               : ng_read_file(file, MAX_JSON_BYTES, &text, &len);
   const char *fraction_at = NULL;
   if (rc == 0 && !(root = parse_json(file, text, len, &fraction_at))) rc = -1;
   if (rc == 0 && !cJSON_IsObject(root)) rc = ng_fail("%s: not a JSON object", file);

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -308,6 +309,21 @@ static void test_data_shard(void) {
   ng_tok_state_free(s);
 }
 
+// A FIFO as the tokenizer (reading one blocks until a writer comes): refused
+// at once with one line. A hang ends the test by SIGALRM.
+static void test_fifo(void) {
+  char fifo[256];
+  snprintf(fifo, sizeof fifo, "%s/tokenizer.json", g_dir);
+  NG_ASSERT(mkfifo(fifo, 0600) == 0);
+  ng_tokenizer *t = NULL;
+  alarm(20);
+  int rc = ng_tokenizer_load(g_dir, &t);
+  alarm(0);
+  CHECK(rc != 0 && !t && strstr(ng_error(), "tokenizer.json: not a regular file"),
+        "tokenizer refuses a FIFO", "rc %d, %s", rc, ng_error());
+  unlink(fifo);
+}
+
 static void test_facts(const char *path) {
   uint32_t eot = 0;
   CHECK(ng_tokenizer_vocab_size(g_tok) == 151669 &&
@@ -472,6 +488,7 @@ int main(void) {
   test_state_reuse();
   test_data_shard();
   test_facts(path);
+  test_fifo();
   test_refusals(path);
   for (int i = 0; i < n; i++) {
     free(v[i].name);
