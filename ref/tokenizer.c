@@ -3,6 +3,7 @@
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <cJSON.h>
+#include <ctype.h>
 #include <pcre2.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -21,6 +22,11 @@
 #define NO_TOKEN UINT32_MAX
 #define EMPTY_PAIR UINT64_MAX
 #define JIT_STACK_MAX ((size_t)64 << 20)
+#define PIECE ((size_t)64 << 10)     // text normalized and split at a time, at least
+#define MAX_WORD NG_TOKENIZER_MAX_WORD
+#define MATCH_LIMIT 10000000         // a search's match limit (PCRE2's default) ...
+#define MATCH_PER_BYTE 8             // ... and more for each byte it may look at
+#define SCRATCH_KEEP ((size_t)4 << 20)  // bytes of each scratch buffer kept between texts
 // The word cache: direct-mapped, words of at most CACHE_WORD bytes and CACHE_IDS ids.
 #define CACHE_SLOTS ((size_t)1 << 15)
 #define CACHE_WORD 26
@@ -55,6 +61,7 @@ struct ng_tokenizer {
   bool added_first[256];  // bytes some added token starts with
   bool nfc;
   pcre2_code *re;
+  size_t lookbehind;  // bytes before a search's start the regex may look at
 };
 
 typedef struct {
@@ -72,12 +79,12 @@ struct ng_tok_state {
   size_t fix_cap;
   uint8_t *norm;  // normalized text
   size_t norm_len, norm_cap;
-  uint32_t *sym;    // BPE symbols of a word; NO_TOKEN once merged away
-  int32_t *next, *prev;
-  size_t sym_cap;   // of sym, next, prev and heap
-  uint64_t *heap;  // rank << 32 | position
-  size_t heap_n;
+  uint32_t *sym, *rank;  // BPE of a word (bpe_merge)
+  size_t word_cap;        // of sym and rank
+  uint64_t *tree;
+  size_t tree_cap, leaves;
   cache_slot *cache;
+  size_t piece;  // bytes of text normalized and split at a time, at least
 };
 
 // ---------------------------------------------------------------------------
@@ -201,6 +208,9 @@ static bool pool_add_byte_level(ng_tokenizer *t, const int16_t *byte_of, const c
 
 // ---------------------------------------------------------------------------
 // Loading: features
+//
+// Where tokenizers' reader (serde) refuses a file, so does normgrow's: a key of
+// the wrong type, a flag missing, a key it does not know at the top.
 
 static int unsupported(const char *path, const char *feature, const char *value) {
   return ng_fail("%s: uses %s%s%s, which normgrow's tokenizer does not implement", path, feature,
@@ -210,18 +220,6 @@ static int unsupported(const char *path, const char *feature, const char *value)
 static const char *json_str(const cJSON *o, const char *key) {
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
   return cJSON_IsString(v) ? v->valuestring : NULL;
-}
-
-// A key that must be absent, null or false.
-static bool json_off(const cJSON *o, const char *key) {
-  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-  return !v || cJSON_IsNull(v) || cJSON_IsFalse(v);
-}
-
-// A key that must be absent, null or "".
-static bool json_empty_str(const cJSON *o, const char *key) {
-  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-  return !v || cJSON_IsNull(v) || (cJSON_IsString(v) && v->valuestring[0] == 0);
 }
 
 static bool has_type(const cJSON *o, const char *type) {
@@ -234,24 +232,62 @@ static const char *type_of(const cJSON *o) {
   return s ? s : "(no type)";
 }
 
+// How tokenizers reads a boolean key: it must be there, or it may be absent
+// (then true), or it may be absent or null (then false).
+typedef enum { FLAG_REQUIRED, FLAG_DEFAULT_TRUE, FLAG_OPTIONAL } flag_rule;
+
+// The boolean `key` of `o` (`where` in messages) into *on.
+static int json_flag(const char *path, const char *where, const cJSON *o, const char *key,
+                     flag_rule rule, bool *on) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+  *on = rule == FLAG_DEFAULT_TRUE;
+  if (cJSON_IsBool(v)) *on = cJSON_IsTrue(v);
+  else if (!(v == NULL && rule != FLAG_REQUIRED) && !(cJSON_IsNull(v) && rule == FLAG_OPTIONAL))
+    return ng_fail("%s: %s%s%s is %s, which tokenizers refuses (true or false%s)", path, where,
+                   where[0] ? "." : "", key, v ? "not a boolean" : "missing",
+                   rule == FLAG_OPTIONAL ? ", or null" : "");
+  return 0;
+}
+
+// The optional `key` of `o` (`where` in messages): absent or null (*v NULL),
+// or of the cJSON type `type` (*v the value).
+static int json_optional(const char *path, const char *where, const cJSON *o, const char *key,
+                         int type, const char *type_name, const cJSON **v) {
+  *v = cJSON_GetObjectItemCaseSensitive(o, key);
+  if (!*v || cJSON_IsNull(*v)) {
+    *v = NULL;
+    return 0;
+  }
+  if (((*v)->type & 0xFF) == type) return 0;
+  return ng_fail("%s: %s%s%s is not %s or null, which tokenizers refuses", path, where,
+                 where[0] ? "." : "", key, type_name);
+}
+
 // The ByteLevel pre-tokenizer, post-processor or decoder, as Qwen3 has them:
-// no prefix space, no regex of its own (offsets trimming changes no ids).
-static int check_byte_level(const char *path, const cJSON *o, const char *where) {
-  char what[96];
+// no prefix space, and in the pre-tokenizer no regex of its own (offsets
+// trimming changes no ids; the other two change none with use_regex).
+static int check_byte_level(const char *path, const cJSON *o, const char *where, bool pre) {
   if (!has_type(o, "ByteLevel")) {
+    char what[96];
     snprintf(what, sizeof what, "%s type", where);
     return unsupported(path, what, type_of(o));
   }
+  bool prefix, trim, regex;
+  if (json_flag(path, where, o, "add_prefix_space", FLAG_REQUIRED, &prefix) != 0 ||
+      json_flag(path, where, o, "trim_offsets", FLAG_REQUIRED, &trim) != 0 ||
+      json_flag(path, where, o, "use_regex", FLAG_DEFAULT_TRUE, &regex) != 0)
+    return -1;
+  char what[96];
   snprintf(what, sizeof what, "%s ByteLevel with", where);
-  if (!json_off(o, "add_prefix_space")) return unsupported(path, what, "add_prefix_space");
-  if (!json_off(o, "use_regex")) return unsupported(path, what, "use_regex");
+  if (prefix) return unsupported(path, what, "add_prefix_space");
+  if (pre && regex) return unsupported(path, what, "use_regex (true when absent)");
   return 0;
 }
 
 // An absent/null part, or a ByteLevel one.
 static int check_optional_byte_level(const char *path, const cJSON *root, const char *key) {
   const cJSON *o = cJSON_GetObjectItemCaseSensitive(root, key);
-  return !o || cJSON_IsNull(o) ? 0 : check_byte_level(path, o, key);
+  return !o || cJSON_IsNull(o) ? 0 : check_byte_level(path, o, key, false);
 }
 
 static int check_normalizer(ng_tokenizer *t, const char *path, const cJSON *root) {
@@ -263,13 +299,32 @@ static int check_normalizer(ng_tokenizer *t, const char *path, const cJSON *root
 }
 
 // ---------------------------------------------------------------------------
-// The regex, with `tokenizers`' Unicode. PCRE2 10.42 knows Unicode 14.0, so
-// each \p{L} and \p{N} of the pattern is widened by the letters and digits
-// assigned since (regex_unicode.h); and its \s counts U+180E, which Unicode
-// 6.3 took out of White_Space, so \s and \S become the White_Space list.
-// Inside a class the list goes in as it is, outside as a class of its own.
+// The regex. `tokenizers` compiles it with Oniguruma (its default syntax, a
+// recent Unicode), normgrow with PCRE2 10.42 (Unicode 14.0, UTF and Unicode
+// properties). The pattern is read construct by construct, and only those
+// that mean the same to both, or are rewritten here so that they do, go on
+// to PCRE2; anything else is refused by name:
+//   - literals and escaped ASCII punctuation, ., \t \n \r \f \a \e, \xHH and
+//     \x{H...}; \uHHHH as \x{HHHH}, and \v (to Oniguruma the vertical tab
+//     alone) as \x{B};
+//   - \p{L} and \p{N}, widened by the letters and digits assigned since
+//     Unicode 14.0 (regex_unicode.h), and outside classes \P{L} \p{^L} (and
+//     N) as the class of the rest (to Oniguruma \pL is "pL": refused);
+//   - \s as the Unicode White_Space list (PCRE2's \s also holds U+180E, out
+//     of White_Space since Unicode 6.3), and outside classes \S;
+//   - \h (to Oniguruma a hexadecimal digit) as 0-9a-fA-F, and outside
+//     classes \H;
+//   - classes [...] and [^...] of these and ranges (not nested, no && or
+//     POSIX names, no ']' first);
+//   - ( (?: (?= (?! (?<= (?<! ) and |, and the quantifiers ? * + {n} {n,}
+//     {n,m}, greedy or lazy (not possessive);
+//   - (?i: ... ) holding only ASCII literals, (?: ) and |, with no "ss",
+//     "st", "ff", "fi" or "fl": Oniguruma's case folding matches ß, ﬆ, ﬀ, ﬁ
+//     and ﬂ to those, PCRE2's does not.
 
 #define WHITE_SPACE "\\x{9}-\\x{D}\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}"
+#define HEX_DIGITS "0-9a-fA-F"
+#define MAX_GROUPS 64  // groups open at once
 
 typedef struct {
   char *s;
@@ -300,66 +355,213 @@ static char *property_items(char prop) {
   return b.s;
 }
 
-// The items of a class, or outside one the class of them ("[^" when negated).
-static void put_items(text_buf *b, const char *items, bool in_class, bool negated) {
-  if (!in_class) put_str(b, negated ? "[^" : "[");
-  put_str(b, items);
-  if (!in_class) put_str(b, "]");
+typedef struct {
+  const char *path, *pat, *p;  // the pattern, and its next character
+  text_buf out;
+  char *letters, *digits;  // property_items
+  bool in_class;
+  int depth, caseless;  // groups open; the depth of the (?i: group, 0 outside one
+  char last;            // in (?i:, the ASCII letter just before (lowercase), else 0
+} regex_reader;
+
+static int untranslated(const regex_reader *r, size_t n, const char *why) {
+  return ng_fail("%s: pre_tokenizer Split regex: \"%.*s\" at offset %zu: %s", r->path, (int)n,
+                 r->p, (size_t)(r->p - r->pat), why);
 }
 
-// The pattern with \p{L}, \p{N}, \s and (outside classes) \S replaced
-// (malloc'd). Classes are followed through escapes, a leading ']' or '^]',
-// and POSIX [:name:] items.
-static char *widen_pattern(const char *pat) {
-  char *letters = property_items('L'), *digits = property_items('N');
-  text_buf b = {0};
-  put(&b, "", 0);
-  bool in_class = false;
-  for (const char *p = pat; *p;) {
-    if (strncmp(p, "\\p{L}", 5) == 0 || strncmp(p, "\\p{N}", 5) == 0) {
-      put_items(&b, p[3] == 'L' ? letters : digits, in_class, false);
-      p += 5;
-    } else if (strncmp(p, "\\s", 2) == 0 || (strncmp(p, "\\S", 2) == 0 && !in_class)) {
-      put_items(&b, WHITE_SPACE, in_class, p[1] == 'S');
-      p += 2;
-    } else if (p[0] == '\\' && p[1]) {
-      put(&b, p, 2);
-      p += 2;
-    } else if (!in_class && p[0] == '[') {
-      size_t k = 1 + (p[1] == '^');
-      k += p[k] == ']';  // a ']' first is a literal
-      put(&b, p, k);
-      p += k;
-      in_class = true;
-    } else if (in_class && p[0] == '[' && p[1] == ':' && strstr(p + 2, ":]")) {
-      size_t k = (size_t)(strstr(p + 2, ":]") - p) + 2;
-      put(&b, p, k);
-      p += k;
-    } else {
-      in_class &= p[0] != ']';
-      put(&b, p, 1);
-      p++;
-    }
+static int take(regex_reader *r, size_t n) {
+  put(&r->out, r->p, n);
+  r->p += n;
+  return 0;
+}
+
+// Class items, or outside a class the class of them ("[^" when negated).
+static int take_items(regex_reader *r, size_t n, const char *items, bool negated) {
+  if (r->in_class && negated) return untranslated(r, n, "not translated inside a class");
+  if (!r->in_class) put_str(&r->out, negated ? "[^" : "[");
+  put_str(&r->out, items);
+  if (!r->in_class) put_str(&r->out, "]");
+  r->p += n;
+  return 0;
+}
+
+static size_t hex_run(const char *s, size_t max) {
+  size_t k = 0;
+  while (k < max && s[k] && strchr("0123456789abcdefABCDEF", s[k])) k++;
+  return k;
+}
+
+// \p{L} \P{L} \p{^L}, and N: the length of the escape, its letter and whether
+// it is negated; 0 if it is none of these. (To Oniguruma \pL is "pL".)
+static size_t letter_or_digit(const char *p, char *prop, bool *negated) {
+  static const char *const forms[] = {"\\p{?}", "\\P{?}", "\\p{^?}"};
+  for (size_t f = 0; f < sizeof forms / sizeof *forms; f++) {
+    size_t n = strlen(forms[f]), q = (size_t)(strchr(forms[f], '?') - forms[f]);
+    if (strncmp(p, forms[f], q) != 0 || (p[q] != 'L' && p[q] != 'N') ||
+        strncmp(p + q + 1, forms[f] + q + 1, n - q - 1) != 0)
+      continue;
+    *prop = p[q];
+    *negated = f > 0;
+    return n;
   }
-  free(letters);
-  free(digits);
-  return b.s;
+  return 0;
+}
+
+static int take_escape(regex_reader *r) {
+  const char *p = r->p;
+  char prop, item[16];
+  bool negated;
+  size_t n = letter_or_digit(p, &prop, &negated);
+  if (n > 0) return take_items(r, n, prop == 'L' ? r->letters : r->digits, negated);
+  if (p[1] == 's' || p[1] == 'S') return take_items(r, 2, WHITE_SPACE, p[1] == 'S');
+  if (p[1] == 'h' || p[1] == 'H') return take_items(r, 2, HEX_DIGITS, p[1] == 'H');
+  if (p[1] && strchr("tnrfae", p[1])) return take(r, 2);
+  if (p[1] == 'v') {
+    put_str(&r->out, "\\x{B}");
+    r->p += 2;
+    return 0;
+  }
+  if (p[1] == 'x' && p[2] == '{' && hex_run(p + 3, 8) > 0 && p[3 + hex_run(p + 3, 8)] == '}')
+    return take(r, 4 + hex_run(p + 3, 8));
+  if (p[1] == 'x' && hex_run(p + 2, 2) > 0) return take(r, 2 + hex_run(p + 2, 2));
+  if (p[1] == 'u' && hex_run(p + 2, 4) == 4) {
+    put(&r->out, item, (size_t)snprintf(item, sizeof item, "\\x{%.4s}", p + 2));
+    r->p += 6;
+    return 0;
+  }
+  if (p[1] > 0x20 && p[1] < 0x7f && !isalnum((unsigned char)p[1])) return take(r, 2);
+  return untranslated(r, p[1] ? 2 : 1, "not translated from Oniguruma to PCRE2");
+}
+
+static int open_group(regex_reader *r) {
+  static const char *const kinds[] = {"(?:", "(?=", "(?!", "(?<=", "(?<!", "(?i:", "("};
+  if (r->depth == MAX_GROUPS) return untranslated(r, 1, "groups nested too deep");
+  for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++) {
+    size_t n = strlen(kinds[k]);
+    if (strncmp(r->p, kinds[k], n) != 0 || (n == 1 && r->p[1] == '?')) continue;
+    if (r->caseless && k != 0)
+      return untranslated(r, n, "inside (?i: only literals, (?: and | are translated");
+    r->depth++;
+    if (strcmp(kinds[k], "(?i:") == 0) r->caseless = r->depth;
+    return take(r, n);
+  }
+  return untranslated(r, 3, "a group kind not translated from Oniguruma to PCRE2");
+}
+
+// A quantifier: ? * + or {n} {n,} {n,m}, then ? for lazy; not possessive.
+static int take_quantifier(regex_reader *r) {
+  size_t n = 1;
+  if (r->p[0] == '{') {
+    size_t lo = strspn(r->p + 1, "0123456789"), hi = 0;
+    if (lo > 0 && r->p[1 + lo] == ',') hi = 1 + strspn(r->p + 2 + lo, "0123456789");
+    if (lo == 0 || r->p[1 + lo + hi] != '}')
+      return untranslated(r, 1, "a { that is no {n}, {n,} or {n,m} (write \\{ for the character)");
+    n = 2 + lo + hi;
+  }
+  if (r->caseless) return untranslated(r, n, "inside (?i: only literals, (?: and | are translated");
+  if (r->p[n] == '+') return untranslated(r, n + 1, "possessive (Oniguruma reads {n,m}+ otherwise)");
+  return take(r, n + (r->p[n] == '?'));
+}
+
+// A literal character (its UTF-8 bytes).
+static int take_literal(regex_reader *r) {
+  unsigned char c = (unsigned char)r->p[0];
+  size_t bad, n = utf8_seq((const uint8_t *)r->p, strlen(r->p), &bad);
+  if (n == 0) return untranslated(r, bad, "not valid UTF-8");
+  if (r->caseless && c >= 0x80)
+    return untranslated(r, n, "inside (?i: only ASCII characters are translated");
+  if (r->caseless) {
+    static const char *const folded[] = {"ss", "st", "ff", "fi", "fl"};
+    char l = isalpha(c) ? (char)tolower(c) : 0;
+    for (size_t k = 0; l && r->last && k < sizeof folded / sizeof *folded; k++)
+      if (folded[k][0] == r->last && folded[k][1] == l)
+        return untranslated(r, 1, "Oniguruma's case folding matches these two to one character too");
+    r->last = l;
+  }
+  return take(r, n);
+}
+
+static int take_in_class(regex_reader *r) {
+  if (r->p[0] == '[' || (r->p[0] == '&' && r->p[1] == '&'))
+    return untranslated(r, r->p[0] == '[' ? 1 : 2, "nested classes, && and POSIX names are not translated");
+  if (r->p[0] == ']') r->in_class = false;
+  return r->p[0] == '\\' ? take_escape(r) : take_literal(r);
+}
+
+static int take_next(regex_reader *r) {
+  char c = r->p[0];
+  if (r->in_class) return take_in_class(r);
+  if (c == '\\') {
+    if (r->caseless && !(r->p[1] > 0x20 && r->p[1] < 0x7f && !isalnum((unsigned char)r->p[1])))
+      return untranslated(r, 2, "inside (?i: only literals, (?: and | are translated");
+    r->last = 0;
+    return take_escape(r);
+  }
+  if (c == '[') {
+    if (r->caseless) return untranslated(r, 1, "inside (?i: only literals, (?: and | are translated");
+    size_t n = 1 + (r->p[1] == '^');
+    if (r->p[n] == ']') return untranslated(r, n + 1, "a class with ']' first");
+    r->in_class = true;
+    return take(r, n);
+  }
+  if (c == '(') return open_group(r);
+  if (c == ')') {
+    if (r->depth == r->caseless) r->caseless = 0;
+    r->depth -= r->depth > 0;
+    return take(r, 1);
+  }
+  if (c == '|') {
+    r->last = 0;
+    return take(r, 1);
+  }
+  if (c == '?' || c == '*' || c == '+' || c == '{') return take_quantifier(r);
+  if (c == '^' || c == '$')
+    return untranslated(r, 1, "Oniguruma's ^ and $ match at every line; not translated");
+  if (c == '.' && r->caseless)
+    return untranslated(r, 1, "inside (?i: only literals, (?: and | are translated");
+  return take_literal(r);
+}
+
+// The file's pattern as a PCRE2 pattern into *out (malloc'd), or a refusal.
+static int translate_regex(const char *path, const char *pat, char **out) {
+  regex_reader r = {.path = path, .pat = pat, .p = pat};
+  r.letters = property_items('L');
+  r.digits = property_items('N');
+  put(&r.out, "", 0);
+  int rc = 0;
+  while (rc == 0 && *r.p) rc = take_next(&r);
+  free(r.letters);
+  free(r.digits);
+  if (rc != 0) {
+    free(r.out.s);
+    return -1;
+  }
+  *out = r.out.s;
+  return 0;
 }
 
 static int compile_regex(ng_tokenizer *t, const char *path, const char *file_pattern) {
+  char *pattern;
+  if (translate_regex(path, file_pattern, &pattern) != 0) return -1;
   int err;
   PCRE2_SIZE at;
-  char *pattern = widen_pattern(file_pattern);
+  pcre2_compile_context *cc = pcre2_compile_context_create(NULL);
+  NG_ASSERT(cc && pcre2_set_newline(cc, PCRE2_NEWLINE_LF) == 0);  // Oniguruma's . stops at \n
   t->re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &err,
-                        &at, NULL);
+                        &at, cc);
+  pcre2_compile_context_free(cc);
   free(pattern);
   if (!t->re) {
     PCRE2_UCHAR msg[256];
     pcre2_get_error_message(err, msg, sizeof msg);
-    return ng_fail("%s: pre_tokenizer Split regex: %s at offset %zu", path, (char *)msg,
-                   (size_t)at);
+    return ng_fail("%s: pre_tokenizer Split regex: %s (PCRE2, at offset %zu of the pattern as "
+                   "translated)", path, (char *)msg, (size_t)at);
   }
-  pcre2_jit_compile(t->re, PCRE2_JIT_COMPLETE);  // without JIT, pcre2_match interprets
+  // Without JIT, pcre2_match interprets.
+  pcre2_jit_compile(t->re, PCRE2_JIT_COMPLETE | PCRE2_JIT_PARTIAL_HARD);
+  uint32_t chars = 0;
+  pcre2_pattern_info(t->re, PCRE2_INFO_MAXLOOKBEHIND, &chars);
+  t->lookbehind = 4 * ((size_t)chars + 1);
   return 0;
 }
 
@@ -376,29 +578,65 @@ static int check_pre_tokenizer(ng_tokenizer *t, const char *path, const cJSON *r
   const char *behavior = json_str(split, "behavior");
   if (!behavior || strcmp(behavior, "Isolated") != 0)
     return unsupported(path, "Split behavior", behavior ? behavior : "(none)");
-  if (!json_off(split, "invert")) return unsupported(path, "Split with invert", NULL);
+  bool invert;
+  if (json_flag(path, "pre_tokenizer.pretokenizers[0]", split, "invert", FLAG_REQUIRED, &invert))
+    return -1;
+  if (invert) return unsupported(path, "Split with invert", NULL);
   const char *regex = json_str(cJSON_GetObjectItemCaseSensitive(split, "pattern"), "Regex");
   if (!regex) return unsupported(path, "a Split pattern that is not a Regex", NULL);
-  if (check_byte_level(path, cJSON_GetArrayItem(seq, 1), "pre_tokenizer") != 0) return -1;
+  if (check_byte_level(path, cJSON_GetArrayItem(seq, 1), "pre_tokenizer.pretokenizers[1]", true))
+    return -1;
   return compile_regex(t, path, regex);
 }
 
 static int check_model_features(const char *path, const cJSON *m) {
   if (!has_type(m, "BPE")) return unsupported(path, "model type", type_of(m));
-  if (!json_off(m, "dropout")) return unsupported(path, "BPE dropout", NULL);
-  if (!json_off(m, "unk_token")) return unsupported(path, "BPE unk_token", NULL);
-  if (!json_off(m, "byte_fallback")) return unsupported(path, "BPE byte_fallback", NULL);
-  if (!json_off(m, "ignore_merges")) return unsupported(path, "BPE ignore_merges", NULL);
-  if (!json_empty_str(m, "continuing_subword_prefix"))
+  const cJSON *dropout, *unk, *prefix, *suffix;
+  bool fuse_unk, fallback, ignore_merges;
+  if (json_optional(path, "model", m, "dropout", cJSON_Number, "a number", &dropout) ||
+      json_optional(path, "model", m, "unk_token", cJSON_String, "a string", &unk) ||
+      json_optional(path, "model", m, "continuing_subword_prefix", cJSON_String, "a string",
+                    &prefix) ||
+      json_optional(path, "model", m, "end_of_word_suffix", cJSON_String, "a string", &suffix) ||
+      json_flag(path, "model", m, "fuse_unk", FLAG_OPTIONAL, &fuse_unk) ||
+      json_flag(path, "model", m, "byte_fallback", FLAG_OPTIONAL, &fallback) ||
+      json_flag(path, "model", m, "ignore_merges", FLAG_OPTIONAL, &ignore_merges))
+    return -1;
+  if (dropout) return unsupported(path, "BPE dropout", NULL);
+  if (unk) return unsupported(path, "BPE unk_token", NULL);  // fuse_unk then changes nothing
+  if (fallback) return unsupported(path, "BPE byte_fallback", NULL);
+  if (ignore_merges) return unsupported(path, "BPE ignore_merges", NULL);
+  if (prefix && prefix->valuestring[0])
     return unsupported(path, "BPE continuing_subword_prefix", NULL);
-  if (!json_empty_str(m, "end_of_word_suffix"))
-    return unsupported(path, "BPE end_of_word_suffix", NULL);
+  if (suffix && suffix->valuestring[0]) return unsupported(path, "BPE end_of_word_suffix", NULL);
+  return 0;
+}
+
+// The keys at the top are those tokenizers knows (it refuses a file with any
+// other), "version" is "1.0", truncation and padding are off.
+static int check_top(const char *path, const cJSON *root) {
+  static const char *const known[] = {"version",        "truncation",    "padding",
+                                      "added_tokens",   "normalizer",    "pre_tokenizer",
+                                      "post_processor", "decoder",       "model"};
+  for (const cJSON *e = root->child; e; e = e->next) {
+    size_t k = 0;
+    while (k < sizeof known / sizeof *known && strcmp(e->string, known[k]) != 0) k++;
+    if (k == sizeof known / sizeof *known)
+      return ng_fail("%s: key \"%s\" at the top, which tokenizers refuses", path, e->string);
+  }
+  const cJSON *version = cJSON_GetObjectItemCaseSensitive(root, "version"), *truncation, *padding;
+  if (version && !(cJSON_IsString(version) && strcmp(version->valuestring, "1.0") == 0))
+    return ng_fail("%s: version is not \"1.0\", which tokenizers refuses", path);
+  if (json_optional(path, "", root, "truncation", cJSON_Object, "an object", &truncation) ||
+      json_optional(path, "", root, "padding", cJSON_Object, "an object", &padding))
+    return -1;
+  if (truncation) return unsupported(path, "truncation", NULL);
+  if (padding) return unsupported(path, "padding", NULL);
   return 0;
 }
 
 static int check_features(ng_tokenizer *t, const char *path, const cJSON *root) {
-  if (!json_off(root, "truncation")) return unsupported(path, "truncation", NULL);
-  if (!json_off(root, "padding")) return unsupported(path, "padding", NULL);
+  if (check_top(path, root) != 0) return -1;
   const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
   if (!cJSON_IsObject(model)) return ng_fail("%s: no \"model\" object", path);
   return check_normalizer(t, path, root) || check_pre_tokenizer(t, path, root) ||
@@ -420,21 +658,14 @@ static int json_id(const char *path, const char *where, const cJSON *v, uint32_t
   return 0;
 }
 
-// One past the largest id of the vocabulary and the added tokens.
-static int count_ids(const char *path, const cJSON *vocab, const cJSON *added, uint32_t *n) {
+// One past the largest id of model.vocab.
+static int count_ids(const char *path, const cJSON *vocab, uint32_t *n) {
   *n = 0;
   char where[64];
   for (const cJSON *e = vocab->child; e; e = e->next) {
     uint32_t id = 0;
     snprintf(where, sizeof where, "model.vocab \"%.32s\"", e->string);
     if (json_id(path, where, e, &id) != 0) return -1;
-    if (id + 1 > *n) *n = id + 1;
-  }
-  int i = 0;
-  for (const cJSON *e = added ? added->child : NULL; e; e = e->next, i++) {
-    uint32_t id = 0;
-    snprintf(where, sizeof where, "added_tokens[%d]", i);
-    if (json_id(path, where, cJSON_GetObjectItemCaseSensitive(e, "id"), &id) != 0) return -1;
     if (id + 1 > *n) *n = id + 1;
   }
   if (*n == 0) return ng_fail("%s: model.vocab is empty", path);
@@ -454,9 +685,7 @@ static int read_vocab(ng_tokenizer *t, const char *path, const cJSON *vocab) {
     if (!pool_add_byte_level(t, byte_of, e->string, &t->tok[id]))
       return unsupported(path, "a vocabulary outside the byte-level alphabet: token",
                          e->string);
-    span sp = t->tok[id];
-    if (vocab_find(t, t->pool + sp.off, sp.len) != NO_TOKEN)
-      return ng_fail("%s: model.vocab: token \"%s\" appears twice", path, e->string);
+    span sp = t->tok[id];  // the keys differ (check_keys), so do their bytes
     size_t i = hash_bytes(t->pool + sp.off, sp.len) & t->vocab_mask;
     while (t->vocab_slots[i]) i = (i + 1) & t->vocab_mask;
     t->vocab_slots[i] = id + 1;
@@ -470,33 +699,91 @@ static int read_vocab(ng_tokenizer *t, const char *path, const cJSON *vocab) {
   return 0;
 }
 
+// The id of the added token with `content`, NO_TOKEN if there is none yet.
+static uint32_t added_before(const ng_tokenizer *t, const char *content) {
+  size_t len = strlen(content);
+  for (int a = 0; a < t->n_added; a++) {
+    span c = t->added[a].content;
+    if (c.len == len && memcmp(t->pool + c.off, content, len) == 0) return t->added[a].id;
+  }
+  return NO_TOKEN;
+}
+
+// The model.vocab token whose key is `content`, NO_TOKEN if none.
+static uint32_t vocab_key(ng_tokenizer *t, const int16_t *byte_of, const char *content) {
+  size_t mark = t->pool_len;
+  span sp;
+  uint32_t id = pool_add_byte_level(t, byte_of, content, &sp) ? vocab_find(t, t->pool + sp.off, sp.len)
+                                                               : NO_TOKEN;
+  t->pool_len = mark;  // scratch only
+  return id;
+}
+
+// The id tokenizers gives a new added token: the number of model.vocab's
+// entries, or one past the largest added id when that is as large.
+static uint32_t next_added_id(const ng_tokenizer *t, uint32_t n_vocab) {
+  uint32_t next = n_vocab;
+  for (int a = 0; a < t->n_added; a++)
+    if (t->added[a].id >= next) next = t->added[a].id + 1;
+  return next;
+}
+
+// The flags of added token e (`where`): true or false, each of them; the
+// four that change matching false.
+static int check_added_flags(const char *path, const char *where, const cJSON *e) {
+  static const char *const flags[] = {"single_word", "lstrip", "rstrip", "normalized", "special"};
+  for (size_t f = 0; f < sizeof flags / sizeof *flags; f++) {
+    bool on;
+    if (json_flag(path, where, e, flags[f], FLAG_REQUIRED, &on) != 0) return -1;
+    char what[80];
+    snprintf(what, sizeof what, "%s with", where);
+    if (on && strcmp(flags[f], "special") != 0) return unsupported(path, what, flags[f]);
+  }
+  return 0;
+}
+
 // Added tokens match their content as written, never stripped or normalized.
-static int read_added(ng_tokenizer *t, const char *path, const cJSON *added) {
-  int n = added ? cJSON_GetArraySize(added) : 0;
+// Each gets the id tokenizers gives it, in the file's order (its "id" in the
+// file only draws a warning from tokenizers where it differs): the id of the
+// added token or model.vocab token with that content, else next_added_id.
+static int read_added(ng_tokenizer *t, const char *path, const cJSON *added, uint32_t n_vocab) {
+  int16_t byte_of[BYTE_CHARS];
+  byte_alphabet(byte_of);
+  int n = added ? cJSON_GetArraySize(added) : 0, i = 0;
   t->added = ng_xcalloc((size_t)n + 1, sizeof *t->added);
-  static const char *const flags[] = {"single_word", "lstrip", "rstrip", "normalized"};
-  for (const cJSON *e = added ? added->child : NULL; e; e = e->next, t->n_added++) {
+  for (const cJSON *e = added ? added->child : NULL; e; e = e->next, i++) {
     char where[64];
-    snprintf(where, sizeof where, "added_tokens[%d] with", t->n_added);
-    for (size_t f = 0; f < sizeof flags / sizeof *flags; f++)
-      if (!json_off(e, flags[f])) return unsupported(path, where, flags[f]);
+    snprintf(where, sizeof where, "added_tokens[%d]", i);
+    uint32_t file_id;
+    if (check_added_flags(path, where, e) != 0 ||
+        json_id(path, where, cJSON_GetObjectItemCaseSensitive(e, "id"), &file_id) != 0)
+      return -1;
     const char *content = json_str(e, "content");
-    if (!content || !content[0])
-      return ng_fail("%s: added_tokens[%d]: no content", path, t->n_added);
-    uint32_t id = (uint32_t)cJSON_GetObjectItemCaseSensitive(e, "id")->valuedouble;
+    if (!content || !content[0]) return ng_fail("%s: %s: no content", path, where);
+    if (added_before(t, content) != NO_TOKEN) continue;
     size_t len = strlen(content);
-    span *sp = &t->tok[id];
-    if (sp->len != NO_TOKEN && !(sp->len == len && memcmp(t->pool + sp->off, content, len) == 0))
-      return ng_fail("%s: added_tokens[%d]: id %u is already another token", path, t->n_added,
-                     id);
+    span sp = {(uint32_t)t->pool_len, (uint32_t)len};
+    uint32_t id = vocab_key(t, byte_of, content);
+    if (id == NO_TOKEN) {
+      id = next_added_id(t, n_vocab);
+      if (id >= MAX_ID) return ng_fail("%s: %s: id %u past %u", path, where, id, MAX_ID - 1);
+      if (id >= t->vocab_size) {
+        t->tok = ng_xrealloc(t->tok, ((size_t)id + 1) * sizeof *t->tok);
+        for (uint32_t k = t->vocab_size; k <= id; k++) t->tok[k] = (span){0, NO_TOKEN};
+        t->vocab_size = id + 1;
+      }
+      if (t->tok[id].len != NO_TOKEN)
+        return ng_fail("%s: %s: tokenizers numbers it %u, which model.vocab gives another token",
+                       path, where, id);
+      t->tok[id] = sp;
+    }
     if (t->pool_len + len > t->pool_cap) {
       t->pool_cap = 2 * (t->pool_len + len);
       t->pool = ng_xrealloc(t->pool, t->pool_cap);
     }
     memcpy(t->pool + t->pool_len, content, len);
-    *sp = (span){(uint32_t)t->pool_len, (uint32_t)len};
     t->pool_len += len;
-    t->added[t->n_added] = (added_token){*sp, id};
+    t->added[t->n_added++] = (added_token){sp, id};
     t->added_first[(uint8_t)content[0]] = true;
   }
   return 0;
@@ -603,10 +890,16 @@ static int read_merges(ng_tokenizer *t, const char *path, const char *text, cons
   for (size_t i = 0; i <= t->pair_mask; i++) t->pairs[i].key = EMPTY_PAIR;
   uint8_t *joined = NULL;
   int rank = 0, rc = 0;
+  bool strings = cJSON_IsString(merges->child);  // tokenizers takes one form or the other
   for (const cJSON *e = merges->child; e; e = e->next, rank++) {
     const char *a = NULL, *b = NULL;
     size_t na = 0, nb = 0;
     uint32_t ia, ib;
+    if (cJSON_IsString(e) != strings) {
+      rc = ng_fail("%s: model.merges[%d]: \"a b\" strings and [\"a\", \"b\"] pairs mixed, which "
+                   "tokenizers refuses", path, rank);
+      break;
+    }
     rc = merge_parts(path, rank, e, &a, &na, &b, &nb) ||
                  merge_side(t, path, rank, a, na, byte_of, &ia) ||
                  merge_side(t, path, rank, b, nb, byte_of, &ib)
@@ -635,25 +928,107 @@ static int read_tokens(ng_tokenizer *t, const char *path, const char *text, cons
   const cJSON *added = cJSON_GetObjectItemCaseSensitive(root, "added_tokens");
   if (!cJSON_IsObject(vocab)) return ng_fail("%s: model.vocab is not an object", path);
   if (!cJSON_IsArray(merges)) return ng_fail("%s: model.merges is not an array", path);
-  if (added && !cJSON_IsNull(added) && !cJSON_IsArray(added))
-    return ng_fail("%s: added_tokens is not an array", path);
-  if (added && cJSON_IsNull(added)) added = NULL;
-  if (count_ids(path, vocab, added, &t->vocab_size) != 0) return -1;
+  if (added && !cJSON_IsArray(added))
+    return ng_fail("%s: added_tokens is not an array, which tokenizers refuses", path);
+  if (count_ids(path, vocab, &t->vocab_size) != 0) return -1;
   t->tok = ng_xmalloc((size_t)t->vocab_size * sizeof *t->tok);
   for (uint32_t i = 0; i < t->vocab_size; i++) t->tok[i] = (span){0, NO_TOKEN};
-  return read_vocab(t, path, vocab) || read_merges(t, path, text, merges) || read_added(t, path, added)
+  uint32_t n_vocab = (uint32_t)cJSON_GetArraySize(vocab);
+  return read_vocab(t, path, vocab) || read_merges(t, path, text, merges) ||
+                 read_added(t, path, added, n_vocab)
              ? -1
              : 0;
 }
 
-// "<path>: line L: not valid JSON" for a truncated or malformed file.
-static cJSON *parse_json(const char *path, const char *text, size_t len) {
+// ---------------------------------------------------------------------------
+// Loading: the JSON text
+
+static size_t line_of(const char *text, const char *at) {
+  size_t line = 1;
+  for (const char *p = text; p < at; p++) line += *p == '\n';
+  return line;
+}
+
+// The length of the JSON number at p, and whether it has a fraction or an exponent.
+static size_t number_at(const char *p, const char *end, bool *fraction) {
+  size_t n = 0;
+  *fraction = false;
+  while (p + n < end && strchr("0123456789+-.eE", p[n]) && p[n]) {
+    *fraction |= p[n] == '.' || p[n] == 'e' || p[n] == 'E';
+    n++;
+  }
+  return n;
+}
+
+// What cJSON takes but tokenizers (serde_json) refuses, or normgrow's reader
+// could not keep, in text[0..end) (the JSON value) and after it: UTF-8 that is
+// not valid, a control character inside a string, a \u0000 escape (a string
+// of cJSON ends there, so a key would be cut short), text after the value. A
+// number with a fraction or an exponent is refused only later (*fraction_at,
+// else NULL): tokenizers reads ids as integers, and cJSON reads 600.0 as 600.
+static int check_json_text(const char *path, const char *text, const char *end, size_t len,
+                           const char **fraction_at) {
+  *fraction_at = NULL;
+  bool in_string = false;
+  for (const char *p = text; p < text + len;) {
+    size_t bad, k = utf8_seq((const uint8_t *)p, (size_t)(text + len - p), &bad);
+    unsigned char c = (unsigned char)*p;
+    if (k == 0) return ng_fail("%s: line %zu: not valid UTF-8, which tokenizers refuses", path, line_of(text, p));
+    if (p >= end && !strchr(" \t\r\n", c))
+      return ng_fail("%s: line %zu: text after the JSON object, which tokenizers refuses", path,
+                     line_of(text, p));
+    bool fraction;
+    if (in_string && c < 0x20)
+      return ng_fail("%s: line %zu: a control character inside a string, which tokenizers refuses",
+                     path, line_of(text, p));
+    if (in_string && c == '\\' && end - p > 5 && memcmp(p + 1, "u0000", 5) == 0)
+      return ng_fail("%s: line %zu: a string holding \\u0000, which normgrow's reader cannot keep",
+                     path, line_of(text, p));
+    if (in_string && c == '\\') k = 2;  // the escaped character
+    else if (c == '"') in_string = !in_string;
+    else if (!in_string && (c == '-' || (c >= '0' && c <= '9'))) {
+      k = number_at(p, end, &fraction);
+      if (fraction && !*fraction_at) *fraction_at = p;
+    }
+    p += k;
+  }
+  return 0;
+}
+
+static int by_key(const void *a, const void *b) {
+  return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+// No object holds a key twice (cJSON reads the first, tokenizers the last, or refuses).
+static int check_keys(const char *path, const cJSON *node) {
+  for (const cJSON *c = node->child; c; c = c->next)
+    if (check_keys(path, c) != 0) return -1;
+  if (!cJSON_IsObject(node) || !node->child) return 0;
+  size_t n = (size_t)cJSON_GetArraySize(node), i = 0;
+  const char **keys = ng_xmalloc(n * sizeof *keys);
+  for (const cJSON *c = node->child; c; c = c->next) keys[i++] = c->string;
+  qsort(keys, n, sizeof *keys, by_key);
+  int rc = 0;
+  for (i = 1; i < n && rc == 0; i++)
+    if (strcmp(keys[i - 1], keys[i]) == 0)
+      rc = ng_fail("%s: key \"%s\" twice in one object", path, keys[i]);
+  free(keys);
+  return rc;
+}
+
+// The file's JSON, checked as tokenizers would read it; the first number
+// with a fraction or an exponent into *fraction_at (else NULL).
+static cJSON *parse_json(const char *path, const char *text, size_t len, const char **fraction_at) {
   const char *end = NULL;
   cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, false);
   if (!root) {
-    size_t line = 1;
-    for (const char *p = text; end && p < end && p < text + len; p++) line += *p == '\n';
-    ng_fail("%s: line %zu: not valid JSON (truncated or malformed)", path, line);
+    ng_fail("%s: line %zu: not valid JSON (truncated or malformed)", path,
+            line_of(text, end && end < text + len ? end : text + len));
+    return NULL;
+  }
+  if (check_json_text(path, text, end, len, fraction_at) != 0 || check_keys(path, root) != 0) {
+    cJSON_Delete(root);
+    return NULL;
   }
   return root;
 }
@@ -667,10 +1042,18 @@ int ng_tokenizer_load(const char *path, ng_tokenizer **out) {
   size_t len;
   cJSON *root = NULL;
   ng_tokenizer *t = ng_xcalloc(1, sizeof *t);
-  int rc = ng_read_file(file, MAX_JSON_BYTES, &text, &len);
-  if (rc == 0 && !(root = parse_json(file, text, len))) rc = -1;
+  // A FIFO or a device would block the read, or never end.
+  int rc = stat(file, &st) == 0 && !S_ISREG(st.st_mode)
+               ? ng_fail("%s: not a regular file", file)
+               : ng_read_file(file, MAX_JSON_BYTES, &text, &len);
+  const char *fraction_at = NULL;
+  if (rc == 0 && !(root = parse_json(file, text, len, &fraction_at))) rc = -1;
   if (rc == 0 && !cJSON_IsObject(root)) rc = ng_fail("%s: not a JSON object", file);
-  if (rc == 0) rc = check_features(t, file, root) || read_tokens(t, file, text, root) ? -1 : 0;
+  if (rc == 0) rc = check_features(t, file, root);
+  if (rc == 0 && fraction_at)
+    rc = ng_fail("%s: line %zu: a number with a fraction or an exponent, where tokenizers reads "
+                 "an integer id", file, line_of(text, fraction_at));
+  if (rc == 0) rc = read_tokens(t, file, text, root);
   cJSON_Delete(root);
   free(text);
   free(file);
@@ -719,8 +1102,11 @@ ng_tok_state *ng_tok_state_create(const ng_tokenizer *t) {
   NG_ASSERT(s->md && s->mctx && s->jit);
   pcre2_jit_stack_assign(s->mctx, NULL, s->jit);
   s->cache = ng_xcalloc(CACHE_SLOTS, sizeof *s->cache);
+  s->piece = PIECE;
   return s;
 }
+
+void ng_tok_state_set_piece(ng_tok_state *s, size_t bytes) { s->piece = bytes > 0 ? bytes : 1; }
 
 void ng_tok_state_free(ng_tok_state *s) {
   if (!s) return;
@@ -730,9 +1116,8 @@ void ng_tok_state_free(ng_tok_state *s) {
   free(s->fix);
   free(s->norm);
   free(s->sym);
-  free(s->next);
-  free(s->prev);
-  free(s->heap);
+  free(s->rank);
+  free(s->tree);
   free(s->cache);
   free(s);
 }
@@ -746,77 +1131,108 @@ static void ids_reserve(ng_ids *o, size_t more) {
 
 // ---------------------------------------------------------------------------
 // BPE of one word
+//
+// A word of n bytes is a sequence of symbols, each a token over the bytes
+// [i, i + its length). At a symbol's first byte i, sym[i] is its token and
+// rank[i] the merge rank of it and the symbol after (NO_RANK if they have no
+// merge, or i starts no symbol); at its last byte, if it is longer than one,
+// sym holds COVERED | i, which finds the symbol before another in one step.
+// The merge to do, the lowest rank and the leftmost among equals, is the root
+// of a tournament tree over blocks of BLOCK bytes: each leaf the least
+// rank << 32 | i of its block, each node the least of its two children.
+// A merge changes three ranks: of the one merged away, of the merged symbol
+// and of the one before it; a block is scanned again only when its least
+// entry goes up. About 8.5 bytes a byte of the word.
 
-static void heap_push(ng_tok_state *s, uint64_t v) {
-  NG_ASSERT(s->heap_n < s->sym_cap);
-  size_t i = s->heap_n++;
-  while (i > 0 && s->heap[(i - 1) / 2] > v) {
-    s->heap[i] = s->heap[(i - 1) / 2];
-    i = (i - 1) / 2;
+#define COVERED ((uint32_t)1 << 31)
+#define NO_RANK UINT32_MAX
+#define NO_MERGE UINT64_MAX
+#define BLOCK 64
+
+static uint32_t pair_rank(const ng_tokenizer *t, uint32_t a, uint32_t b) {
+  const pair_slot *p = pair_find(t, a, b);
+  return p ? p->rank : NO_RANK;
+}
+
+static uint32_t token_len(const ng_tokenizer *t, uint32_t id) { return t->tok[id].len; }
+
+// The first byte of the symbol before the one starting at i > 0.
+static size_t symbol_before(const ng_tok_state *s, size_t i) {
+  uint32_t last = s->sym[i - 1];
+  return last & COVERED ? last & ~COVERED : i - 1;
+}
+
+// The least rank << 32 | i of block b, NO_MERGE if it has no merge.
+static uint64_t block_least(const ng_tok_state *s, size_t n, size_t b) {
+  uint64_t least = NO_MERGE;
+  for (size_t i = b * BLOCK, end = i + BLOCK < n ? i + BLOCK : n; i < end; i++) {
+    uint64_t key = (uint64_t)s->rank[i] << 32 | i;
+    if (s->rank[i] != NO_RANK && key < least) least = key;
   }
-  s->heap[i] = v;
+  return least;
 }
 
-static uint64_t heap_pop(ng_tok_state *s) {
-  uint64_t top = s->heap[0], last = s->heap[--s->heap_n];
-  size_t i = 0, n = s->heap_n;
-  for (;;) {
-    size_t c = 2 * i + 1;
-    if (c >= n) break;
-    if (c + 1 < n && s->heap[c + 1] < s->heap[c]) c++;
-    if (s->heap[c] >= last) break;
-    s->heap[i] = s->heap[c];
-    i = c;
+// The nodes above node k, up to the first that stays as it is.
+static void tree_up(ng_tok_state *s, size_t k) {
+  for (k /= 2; k >= 1; k /= 2) {
+    uint64_t l = s->tree[2 * k], r = s->tree[2 * k + 1], least = l < r ? l : r;
+    if (s->tree[k] == least) return;
+    s->tree[k] = least;
   }
-  if (n > 0) s->heap[i] = last;
-  return top;
 }
 
-// Queues the pair starting at symbol i, if it has a merge.
-static void queue_pair(ng_tok_state *s, int32_t i) {
-  if (i < 0 || s->next[i] < 0) return;
-  const pair_slot *p = pair_find(s->t, s->sym[i], s->sym[s->next[i]]);
-  if (p) heap_push(s, (uint64_t)p->rank << 32 | (uint32_t)i);
+// Sets the rank of the pair at i, and the tree.
+static void set_rank(ng_tok_state *s, size_t n, size_t i, uint32_t rank) {
+  uint64_t old = (uint64_t)s->rank[i] << 32 | i, key = (uint64_t)rank << 32 | i;
+  size_t k = s->leaves + i / BLOCK;
+  s->rank[i] = rank;
+  if (rank != NO_RANK && key < s->tree[k]) s->tree[k] = key;
+  else if (s->tree[k] == old) s->tree[k] = block_least(s, n, i / BLOCK);
+  else return;
+  tree_up(s, k);
 }
 
-// Room for a word of n symbols; the queue holds at most 2n - 2 entries (n - 1
-// pairs at first, then at most one more per merge: two pushed, one popped).
+// Room for a word of n bytes (n <= MAX_WORD): its symbols, ranks and tree.
 static void grow_word(ng_tok_state *s, size_t n) {
-  if (2 * n <= s->sym_cap) return;
-  s->sym_cap = 2 * n;
-  s->sym = ng_xrealloc(s->sym, s->sym_cap * sizeof *s->sym);
-  s->next = ng_xrealloc(s->next, s->sym_cap * sizeof *s->next);
-  s->prev = ng_xrealloc(s->prev, s->sym_cap * sizeof *s->prev);
-  s->heap = ng_xrealloc(s->heap, s->sym_cap * sizeof *s->heap);
+  size_t blocks = (n + BLOCK - 1) / BLOCK;
+  for (s->leaves = 1; s->leaves < blocks;) s->leaves *= 2;
+  if (n > s->word_cap) {
+    s->word_cap = n;
+    s->sym = ng_xrealloc(s->sym, n * sizeof *s->sym);
+    s->rank = ng_xrealloc(s->rank, n * sizeof *s->rank);
+  }
+  if (2 * s->leaves > s->tree_cap) {
+    s->tree_cap = 2 * s->leaves;
+    s->tree = ng_xrealloc(s->tree, s->tree_cap * sizeof *s->tree);
+  }
+  for (size_t k = 0; k < 2 * s->leaves; k++) s->tree[k] = NO_MERGE;
 }
 
-// The symbols of w[0..n) (n <= INT32_MAX) after every merge, appended to out.
-// The queue holds (rank, position) of pairs; an entry whose pair has changed
-// since is stale and skipped. Lowest rank first, leftmost among equals.
+// The symbols of w[0..n) after every merge, appended to out.
 static void bpe_merge(ng_tok_state *s, const uint8_t *w, size_t n, ng_ids *out) {
+  const ng_tokenizer *t = s->t;
   grow_word(s, n);
-  s->heap_n = 0;
-  for (size_t i = 0; i < n; i++) {
-    s->sym[i] = s->t->byte_id[w[i]];
-    s->prev[i] = (int32_t)i - 1;
-    s->next[i] = i + 1 < n ? (int32_t)i + 1 : -1;
+  for (size_t i = 0; i < n; i++) s->sym[i] = t->byte_id[w[i]];
+  for (size_t i = 0; i < n; i++) s->rank[i] = i + 1 < n ? pair_rank(t, s->sym[i], s->sym[i + 1]) : NO_RANK;
+  for (size_t b = 0; b * BLOCK < n; b++) s->tree[s->leaves + b] = block_least(s, n, b);
+  for (size_t k = s->leaves - 1; k >= 1; k--)
+    s->tree[k] = s->tree[2 * k] < s->tree[2 * k + 1] ? s->tree[2 * k] : s->tree[2 * k + 1];
+  while (s->tree[1] != NO_MERGE) {
+    size_t i = (uint32_t)s->tree[1], j = i + token_len(t, s->sym[i]);
+    size_t end = j + token_len(t, s->sym[j]);
+    s->sym[i] = pair_find(t, s->sym[i], s->sym[j])->id;
+    s->sym[end - 1] = COVERED | (uint32_t)i;
+    set_rank(s, n, j, NO_RANK);
+    set_rank(s, n, i, end < n ? pair_rank(t, s->sym[i], s->sym[end]) : NO_RANK);
+    if (i > 0) {
+      size_t h = symbol_before(s, i);
+      set_rank(s, n, h, pair_rank(t, s->sym[h], s->sym[i]));
+    }
   }
-  for (size_t i = 0; i + 1 < n; i++) queue_pair(s, (int32_t)i);
-  while (s->heap_n > 0) {
-    uint64_t top = heap_pop(s);
-    int32_t i = (int32_t)(uint32_t)top, j = s->next[i];
-    if (s->sym[i] == NO_TOKEN || j < 0) continue;
-    const pair_slot *p = pair_find(s->t, s->sym[i], s->sym[j]);
-    if (!p || p->rank != (uint32_t)(top >> 32)) continue;  // stale
-    s->sym[i] = p->id;
-    s->sym[j] = NO_TOKEN;
-    s->next[i] = s->next[j];
-    if (s->next[j] >= 0) s->prev[s->next[j]] = i;
-    queue_pair(s, s->prev[i]);
-    queue_pair(s, i);
-  }
-  ids_reserve(out, n);
-  for (int32_t i = 0; i >= 0; i = s->next[i]) out->ids[out->n++] = s->sym[i];
+  size_t m = 0;
+  for (size_t i = 0; i < n; i += token_len(t, s->sym[i])) m++;
+  ids_reserve(out, m);
+  for (size_t i = 0; i < n; i += token_len(t, s->sym[i])) out->ids[out->n++] = s->sym[i];
 }
 
 // A word's ids, from the cache when it is there.
@@ -891,35 +1307,17 @@ static const uint8_t *repair_utf8(ng_tok_state *s, const uint8_t *text, size_t *
   return o;
 }
 
-// Splits a normalized segment into words by the regex (matches and the gaps
-// between them) and encodes each.
-static int encode_words(ng_tok_state *s, const uint8_t *text, size_t n, ng_ids *out) {
-  size_t gap = 0, at = 0;
-  while (at < n) {
-    int rc = pcre2_match(s->t->re, text, n, at, PCRE2_NO_UTF_CHECK, s->md, s->mctx);
-    if (rc == PCRE2_ERROR_NOMATCH) break;
-    if (rc < 0) {
-      PCRE2_UCHAR msg[256];
-      pcre2_get_error_message(rc, msg, sizeof msg);
-      return ng_fail("tokenizer regex: %s", (char *)msg);
-    }
-    const PCRE2_SIZE *ov = pcre2_get_ovector_pointer(s->md);
-    if (ov[1] == ov[0]) {  // an empty match is no word: search on from the next character
-      size_t bad, k = ov[0] < n ? utf8_seq(text + ov[0], n - ov[0], &bad) : 1;
-      at = ov[0] + k;
-      continue;
-    }
-    if (ov[0] > gap) encode_word(s, text + gap, ov[0] - gap, out);
-    encode_word(s, text + ov[0], ov[1] - ov[0], out);
-    gap = at = ov[1];
-  }
-  if (gap < n) encode_word(s, text + gap, n - gap, out);
-  return 0;
-}
+// Hangul's T index 0: U+11A7 stands for "no trailing consonant" in the
+// composition of LVT syllables, and is itself a vowel that composes with nothing.
+#define HANGUL_T_BASE 0x11A7
 
-// Whether cp is one of the characters `tokenizers`' NFC (Unicode 9.0 tables)
-// does not know but utf8proc's does normalize (nfc_unicode9.h).
-static bool after_unicode9(int32_t cp) {
+// Whether cp is a starter that `tokenizers`' NFC leaves as it is, composing
+// nothing across it, where utf8proc would not: the characters its Unicode 9.0
+// tables do not know but utf8proc's do normalize (nfc_unicode9.h), and U+11A7,
+// which utf8proc 2.8 composes into a preceding LV syllable with T index 0,
+// losing it.
+static bool nfc_barrier(int32_t cp) {
+  if (cp == HANGUL_T_BASE) return true;
   size_t lo = 0, hi = sizeof nfc_after_unicode9 / sizeof *nfc_after_unicode9;
   while (lo < hi) {
     size_t mid = (lo + hi) / 2;
@@ -949,15 +1347,15 @@ static int nfc_append(ng_tok_state *s, const uint8_t *text, size_t n) {
   return 0;
 }
 
-// NFC as `tokenizers` computes it, into s->norm: a character it does not know
-// is a starter that maps to itself and composes with nothing, so it stays as
-// it is and the runs between such characters are normalized on their own.
+// NFC as `tokenizers` computes it, onto the end of s->norm: a barrier (a character it
+// does not know, or U+11A7) is a starter that maps to itself and composes with
+// nothing, so it stays as it is and the runs between barriers are normalized
+// on their own.
 static int nfc_unicode9(ng_tok_state *s, const uint8_t *text, size_t n) {
-  s->norm_len = 0;
   size_t run = 0;
   for (size_t i = 0, k; i < n; i += k) {
     int32_t cp = utf8_decode(text + i, n - i, &k);  // valid: repaired
-    if (!after_unicode9(cp)) continue;
+    if (!nfc_barrier(cp)) continue;
     if (i > run && nfc_append(s, text + run, i - run) != 0) return -1;
     norm_append(s, text + i, k);
     run = i + k;
@@ -965,14 +1363,127 @@ static int nfc_unicode9(ng_tok_state *s, const uint8_t *text, size_t n) {
   return run < n ? nfc_append(s, text + run, n - run) : 0;
 }
 
-// A piece of text between added tokens: repaired, normalized, split, BPE'd.
-static int encode_segment(ng_tok_state *s, const uint8_t *text, size_t n, ng_ids *out) {
-  if (n == 0) return 0;
-  NG_ASSERT(n < INT32_MAX / 3);
+// text[0..n) repaired and normalized onto the end of s->norm.
+static int normalize_onto(ng_tok_state *s, const uint8_t *text, size_t n) {
   bool needs_nfc;
   text = repair_utf8(s, text, &n, &needs_nfc);
-  if (!(needs_nfc && s->t->nfc)) return encode_words(s, text, n, out);
-  return nfc_unicode9(s, text, n) || encode_words(s, s->norm, s->norm_len, out) ? -1 : 0;
+  if (needs_nfc && s->t->nfc) return nfc_unicode9(s, text, n);
+  norm_append(s, text, n);
+  return 0;
+}
+
+// ---------------------------------------------------------------------------
+// Words
+//
+// A segment (the text between added tokens) goes through in pieces of at
+// least s->piece bytes, each cut before an ASCII byte, across which neither UTF-8
+// repair nor NFC looks: a piece is repaired and normalized onto the end of
+// s->norm, and the regex finds the words there as `tokenizers` does: each match
+// and each gap between matches is a word, and an empty match splits the gap
+// unless it comes right where the previous match ended. A match that could go
+// on past the text so far (PCRE2_PARTIAL_HARD) waits for the next piece, as
+// long at least as the text kept, so that no text is searched more than a
+// few times over. The text before the word waiting is dropped, but for what a
+// lookbehind may look at.
+
+typedef struct {
+  size_t gap;    // in s->norm: the start of the text that is no word yet
+  size_t at;     // where the next search starts
+  bool matched;  // some match ended at gap
+} splitter;
+
+static int regex_fail(int rc) {
+  PCRE2_UCHAR msg[256];
+  pcre2_get_error_message(rc, msg, sizeof msg);
+  return ng_fail("tokenizer regex: %s", (char *)msg);
+}
+
+static int too_long(void) {
+  return ng_fail("a word (a regex match, or the text between two) longer than the tokenizer's "
+                 "limit of %zu bytes", MAX_WORD);
+}
+
+// The ids of the word s->norm[from..to).
+static int word(ng_tok_state *s, size_t from, size_t to, ng_ids *out) {
+  if (to - from > MAX_WORD) return too_long();
+  encode_word(s, s->norm + from, to - from, out);
+  return 0;
+}
+
+// A search's match limit: PCRE2's default, and more for each byte it may look
+// at (a run of whitespace is one match that backtracks over the run).
+static uint32_t match_limit(size_t bytes) {
+  return bytes < (UINT32_MAX - MATCH_LIMIT) / MATCH_PER_BYTE
+             ? MATCH_LIMIT + MATCH_PER_BYTE * (uint32_t)bytes
+             : UINT32_MAX;
+}
+
+// The words of s->norm from sp->gap on that the text so far decides (all of
+// them when `last`, the segment's end), encoded.
+static int split_words(ng_tok_state *s, splitter *sp, bool last, ng_ids *out) {
+  size_t n = s->norm_len;
+  uint32_t options = PCRE2_NO_UTF_CHECK | (last ? 0 : PCRE2_PARTIAL_HARD);
+  const PCRE2_SIZE *ov = pcre2_get_ovector_pointer(s->md);
+  while (sp->at <= n) {
+    pcre2_set_match_limit(s->mctx, match_limit(n - sp->at));
+    int rc = pcre2_match(s->t->re, s->norm, n, sp->at, options, s->md, s->mctx);
+    if (rc == PCRE2_ERROR_NOMATCH) {
+      sp->at = n + last;  // no match starts before the end
+      break;
+    }
+    if (rc == PCRE2_ERROR_PARTIAL || (rc >= 0 && ov[0] == n && !last)) {
+      sp->at = ov[0];  // the text after decides
+      break;
+    }
+    if (rc < 0) return regex_fail(rc);
+    size_t from = ov[0], to = ov[1];
+    if (from == to && sp->matched && from == sp->gap) {  // search on from the next character
+      size_t bad;
+      sp->at = from + (from < n ? utf8_seq(s->norm + from, n - from, &bad) : 1);
+      continue;
+    }
+    if ((from > sp->gap && word(s, sp->gap, from, out) != 0) ||
+        (to > from && word(s, from, to, out) != 0))
+      return -1;
+    sp->gap = sp->at = to;
+    sp->matched = true;
+  }
+  if (last) return sp->gap < n ? word(s, sp->gap, n, out) : 0;
+  return sp->at - sp->gap > MAX_WORD ? too_long() : 0;  // the gap ends at a match after at
+}
+
+// Drops the text before the word waiting, but for the lookbehind of the next search.
+static void drop_done(ng_tok_state *s, splitter *sp) {
+  size_t keep = sp->at > s->t->lookbehind ? sp->at - s->t->lookbehind : 0;
+  while (keep > 0 && (s->norm[keep] & 0xC0) == 0x80) keep--;
+  if (keep > sp->gap) keep = sp->gap;
+  memmove(s->norm, s->norm + keep, s->norm_len - keep);
+  s->norm_len -= keep;
+  sp->gap -= keep;
+  sp->at -= keep;
+}
+
+// The end of the piece of text[0..n) that starts at `from`: `want` bytes on,
+// or more, up to an ASCII byte; n if there is none.
+static size_t piece_end(const uint8_t *text, size_t n, size_t from, size_t want) {
+  if (n - from <= want) return n;
+  const uint8_t *p = text + from + want;
+  while (p < text + n && *p >= 0x80) p++;
+  return (size_t)(p - text);
+}
+
+// A piece of text between added tokens: repaired, normalized, split, BPE'd.
+static int encode_segment(ng_tok_state *s, const uint8_t *text, size_t n, ng_ids *out) {
+  splitter sp = {0, 0, false};
+  s->norm_len = 0;
+  for (size_t from = 0; from < n;) {
+    size_t to = piece_end(text, n, from, s->norm_len > s->piece ? s->norm_len : s->piece);
+    if (normalize_onto(s, text + from, to - from) != 0 || split_words(s, &sp, to == n, out) != 0)
+      return -1;
+    if (to < n) drop_done(s, &sp);
+    from = to;
+  }
+  return 0;
 }
 
 // The leftmost added token in text[from..n), longest first; returns its
@@ -994,19 +1505,43 @@ static size_t find_added(const ng_tokenizer *t, const uint8_t *text, size_t from
   return n;
 }
 
+// Gives back the scratch that a long word or piece grew past SCRATCH_KEEP.
+static void trim_scratch(ng_tok_state *s) {
+  if (s->fix_cap > SCRATCH_KEEP) {
+    free(s->fix);
+    s->fix = NULL;
+    s->fix_cap = 0;
+  }
+  if (s->norm_cap > SCRATCH_KEEP) {
+    free(s->norm);
+    s->norm = NULL;
+    s->norm_cap = 0;
+  }
+  if (s->word_cap > SCRATCH_KEEP / sizeof *s->sym) {
+    free(s->sym);
+    free(s->rank);
+    free(s->tree);
+    s->sym = s->rank = NULL;
+    s->tree = NULL;
+    s->word_cap = s->tree_cap = 0;
+  }
+}
+
 int ng_tokenizer_encode(ng_tok_state *s, const char *text_in, size_t n, ng_ids *out) {
   const uint8_t *text = (const uint8_t *)text_in;
   size_t at = 0;
-  while (at < n) {
+  int rc = 0;
+  while (at < n && rc == 0) {
     int a = -1;
     size_t m = find_added(s->t, text, at, n, &a);
-    if (encode_segment(s, text + at, m - at, out) != 0) return -1;
-    if (m == n) break;
+    rc = encode_segment(s, text + at, m - at, out);
+    if (rc != 0 || m == n) break;
     ids_reserve(out, 1);
     out->ids[out->n++] = s->t->added[a].id;
     at = m + s->t->added[a].content.len;
   }
-  return 0;
+  trim_scratch(s);
+  return rc;
 }
 
 int ng_tokenizer_decode(const ng_tokenizer *t, const uint32_t *ids, size_t n, char **text,

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Optional: normgrow's tokenizer against the Hugging Face `tokenizers` package
-# itself (not only the committed vectors): the vectors made anew must equal the
-# committed ones, and the licence texts and every Unicode code point (in a probe
-# text each) must get the same ids, id for id. About a minute.
+# itself (not only the committed vectors): the vectors and the differential fuzz
+# inputs made anew must equal the committed ones, and the licence texts, every
+# Unicode code point and every composition boundary of NFC (in a probe text
+# each, tools/tokenizer_codepoints.py) must get the same ids, id for id. A few
+# minutes.
 # Needs the venv of tools/tokenizer_venv.sh and the Qwen3 tokenizer; skips without.
 set -u
 root=${NG_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
@@ -23,6 +25,13 @@ else
   echo "FAIL tokenizer vectors: tools/tokenizer_vectors.py makes other vectors than the committed ones"
 fi
 
+"$py" "$root/tools/tokenizer_hf_cases.py" --out "$tmp/cases" >/dev/null
+if diff -r "$tmp/cases" "$root/tests/fuzz/regress/tokenizer_hf" >/dev/null; then
+  echo "ok tokenizer differential fuzz inputs: the committed ones are what tokenizers gives"
+else
+  echo "FAIL tokenizer differential fuzz inputs: tools/tokenizer_hf_cases.py makes other ones than tests/fuzz/regress/tokenizer_hf"
+fi
+
 mkdir "$tmp/corpus"
 i=0
 for f in /usr/share/common-licenses/*; do
@@ -38,9 +47,12 @@ else
   echo "FAIL tokenizer ids of the licence texts: $verdict"
 fi
 
-out=$("$py" "$root/tools/tokenizer_codepoints.py" --tokenizer "$tok" --bin "$bin")
-if [[ "$out" == *" code points, 0 differ" ]]; then
-  echo "ok tokenizer ids of every code point identical to tokenizers ($out)"
-else
-  echo "FAIL tokenizer ids of every code point: $out"
-fi
+"$py" "$root/tools/tokenizer_codepoints.py" --tokenizer "$tok" --bin "$bin" >"$tmp/probe"
+while read -r line; do  # code points, then composition sequences
+  if [[ "$line" == *", 0 differ" ]]; then
+    echo "ok tokenizer ids identical to tokenizers: $line"
+  else
+    echo "FAIL tokenizer ids against tokenizers: $line"
+  fi
+done <"$tmp/probe"
+[ "$(wc -l <"$tmp/probe")" -eq 2 ] || echo "FAIL tokenizer probe: $(cat "$tmp/probe")"

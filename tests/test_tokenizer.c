@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -161,6 +162,48 @@ static void test_threads(const vector *v, int n) {
   CHECK(bad == 0, "tokenizer ids with 4 threads sharing one tokenizer", "%d encodings differ", bad);
 }
 
+// Every vector with the text taken in the smallest pieces (a cut before every
+// ASCII byte, where no piece is yet kept): the same ids.
+static void test_pieces(const vector *v, int n) {
+  ng_tok_state *s = ng_tok_state_create(g_tok);
+  ng_tok_state_set_piece(s, 1);
+  int bad = 0;
+  for (int i = 0; i < n; i++) {
+    ng_ids got = encode(s, v[i].text, v[i].len);
+    bad += !same_ids(&got, v[i].ids, v[i].n_ids);
+    free(got.ids);
+  }
+  CHECK(bad == 0, "tokenizer ids with the text in 1-byte pieces", "%d of %d vectors differ", bad, n);
+  ng_tok_state_free(s);
+}
+
+// Whitespace past PCRE2's default match limit (10M; the run is one match that
+// backtracks over it): encoded and decoded back. A word one byte longer than
+// NG_TOKENIZER_MAX_WORD: refused with one line.
+static void test_limits(void) {
+  size_t n = 10500000, big = NG_TOKENIZER_MAX_WORD + 1;
+  char *text = ng_xmalloc(big);
+  memset(text, ' ', n);
+  ng_tok_state *s = ng_tok_state_create(g_tok);
+  ng_ids ids = {0};
+  char *back = NULL;
+  size_t len = 0;
+  bool ok = ng_tokenizer_encode(s, text, n, &ids) == 0 &&
+            ng_tokenizer_decode(g_tok, ids.ids, ids.n, &back, &len) == 0 && len == n &&
+            memcmp(back, text, n) == 0;
+  CHECK(ok, "tokenizer encodes a run of 10.5M spaces", "%s", ng_error());
+  free(back);
+  memset(text, 'a', big);
+  ids.n = 0;
+  int rc = ng_tokenizer_encode(s, text, big, &ids);
+  CHECK(rc != 0 && strstr(ng_error(), "longer than the tokenizer's limit of 67108864 bytes") &&
+            !strchr(ng_error(), '\n'),
+        "tokenizer refuses a word of 64 MiB + 1 bytes", "rc %d, %s", rc, ng_error());
+  free(ids.ids);
+  ng_tok_state_free(s);
+  free(text);
+}
+
 // A megabyte of spaces and one of a letter: one word each, no regex stack overflow.
 static void test_long_words(void) {
   size_t n = (size_t)1 << 20;
@@ -266,6 +309,21 @@ static void test_data_shard(void) {
   ng_tok_state_free(s);
 }
 
+// A FIFO as the tokenizer (reading one blocks until a writer comes): refused
+// at once with one line. A hang ends the test by SIGALRM.
+static void test_fifo(void) {
+  char fifo[256];
+  snprintf(fifo, sizeof fifo, "%s/tokenizer.json", g_dir);
+  NG_ASSERT(mkfifo(fifo, 0600) == 0);
+  ng_tokenizer *t = NULL;
+  alarm(20);
+  int rc = ng_tokenizer_load(g_dir, &t);
+  alarm(0);
+  CHECK(rc != 0 && !t && strstr(ng_error(), "tokenizer.json: not a regular file"),
+        "tokenizer refuses a FIFO", "rc %d, %s", rc, ng_error());
+  unlink(fifo);
+}
+
 static void test_facts(const char *path) {
   uint32_t eot = 0;
   CHECK(ng_tokenizer_vocab_size(g_tok) == 151669 &&
@@ -367,12 +425,31 @@ static void test_refusals(const char *path) {
   expect_refused("an added token that strips", "\"lstrip\": false", "\"lstrip\": true", 0,
                  "added_tokens[0] with lstrip");
   expect_refused("a ByteLevel prefix space", "\"add_prefix_space\": false", "\"add_prefix_space\": true",
-                 0, "pre_tokenizer ByteLevel with add_prefix_space");
+                 0, "pre_tokenizer.pretokenizers[1] ByteLevel with add_prefix_space");
   expect_refused("truncation", "\"truncation\": null", "\"truncation\": {\"max_length\": 8}", 0,
                  "truncation");
   expect_refused("a WordPiece model", "\"type\": \"BPE\"", "\"type\": \"WordPiece\"", 0,
                  "model type WordPiece");
   expect_refused("a bad regex", "\"Regex\": \"", "\"Regex\": \"(", 0, "Split regex");
+  // What tokenizers' reader refuses (or, \u0000, cJSON would cut short).
+  expect_refused("\"special\": null", "\"special\": true", "\"special\": null", 0,
+                 "added_tokens[0].special is not a boolean");
+  expect_refused("\"fuse_unk\": 1", "\"fuse_unk\": false", "\"fuse_unk\": 1", 0,
+                 "model.fuse_unk is not a boolean");
+  expect_refused("a vocabulary key with \\u0000", "\"!\": 0,", "\"!\\u0000x\": 151700, \"!\": 0,",
+                 0, "a string holding \\u0000");
+  expect_refused("a key tokenizers does not know", "\"version\": \"1.0\",",
+                 "\"version\": \"1.0\", \"extra\": 1,", 0, "key \"extra\" at the top");
+  expect_refused("merges in both forms", "\"merges\": [", "\"merges\": [\"\u0120 \u0120\", ", 0,
+                 "model.merges[1]: \"a b\" strings and [\"a\", \"b\"] pairs mixed");
+  expect_refused("an added id with a fraction", "\"id\": 151643,", "\"id\": 151643.0,", 0,
+                 "a number with a fraction or an exponent");
+  refused_edit("text after the JSON object", g_json + g_json_len, 0, "x", 0,
+               "text after the JSON object");
+  // What Oniguruma reads otherwise than PCRE2, and normgrow does not translate.
+  expect_refused("\\d in the regex", "\\\\p{N}|", "\\\\d|", 0, "Split regex: \"\\d\" at offset");
+  expect_refused("(?i:ss) in the regex", "(?i:'s|", "(?i:ss|", 0,
+                 "Oniguruma's case folding matches these two to one character too");
   free(g_json);
 }
 
@@ -405,10 +482,13 @@ int main(void) {
   test_vectors(v, n);
   test_decode(v, n);
   test_threads(v, n);
+  test_pieces(v, n);
   test_long_words();
+  test_limits();
   test_state_reuse();
   test_data_shard();
   test_facts(path);
+  test_fifo();
   test_refusals(path);
   for (int i = 0; i < n; i++) {
     free(v[i].name);

@@ -47,6 +47,9 @@ CASES = [
     ("emoji runs", "\U0001F600\U0001F600\U0001F600 ok \u2764\uFE0F\u2764\uFE0F".encode()),
     ("nfc combining", "Cafe\u0301 re\u0301sume\u0301 n\u0303 A\u030a \u1e9b\u0323 \u0041\u0308\u0304".encode()),
     ("nfc hangul jamo", "\u1100\u1161\u11a8 \u1112\u1161\u11ab".encode()),
+    # U+11A7 is Hangul's T index 0 ("no trailing consonant"), a vowel composing with nothing.
+    ("nfc hangul t index 0", "\uac00\u11a7 \u1100\u1161\u11a7 \ud7a3\u11a7 \uac00\u11a7\u11a8 "
+     "\ub098\u11a7\u1161 \u11a7\u0301".encode()),
     ("nfc already composed", "Caf\u00e9 r\u00e9sum\u00e9 \u00f1 \u00c5".encode()),
     ("nfc singletons", "\u212b \u2126 \u212a \u0958".encode()),
     # Marks newer than Unicode 9.0, which the package's NFC tables do not know.

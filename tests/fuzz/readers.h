@@ -8,6 +8,7 @@
 #include "normgrow/data.h"
 #include "normgrow/golden.h"
 #include "normgrow/safetensors.h"
+#include "normgrow/tokenizer.h"
 
 // A reader's failure: a message of one line without control characters.
 static inline int ng_fuzz_refused(void) {
@@ -89,6 +90,31 @@ static inline void ng_fuzz_shard_file(const char *path) {
     ng_fuzz_refused();
   }
   ng_shard_close(&s);
+}
+
+// text[0..n) encoded with a tokenizer the reader took, into *ids, and again
+// with the text in 1-byte pieces: the same outcome and the same ids, each
+// below the vocabulary, that decode. Returns the encoding's status.
+static inline int ng_fuzz_encode(const ng_tokenizer *t, const char *text, size_t n, ng_ids *ids) {
+  ng_tok_state *st = ng_tok_state_create(t), *small = ng_tok_state_create(t);
+  ng_tok_state_set_piece(small, 1);
+  ng_ids again = {0};
+  int rc = ng_tokenizer_encode(st, text, n, ids), rc_small = ng_tokenizer_encode(small, text, n, &again);
+  NG_FUZZ_REQUIRE(rc == rc_small);
+  if (rc == 0) {
+    NG_FUZZ_REQUIRE(again.n == ids->n && (ids->n == 0 || memcmp(again.ids, ids->ids, ids->n * sizeof *ids->ids) == 0));
+    for (size_t i = 0; i < ids->n; i++) NG_FUZZ_REQUIRE(ids->ids[i] < ng_tokenizer_vocab_size(t));
+    char *back = NULL;
+    size_t back_len = 0;
+    NG_FUZZ_REQUIRE(ng_tokenizer_decode(t, ids->ids, ids->n, &back, &back_len) == 0);
+    free(back);
+  } else {
+    ng_fuzz_refused();
+  }
+  free(again.ids);
+  ng_tok_state_free(small);
+  ng_tok_state_free(st);
+  return rc;
 }
 
 #endif
