@@ -60,13 +60,19 @@ def text(v, where):
     return v
 
 
-def read_json(path):
+def read_text(path):
+    """The file's text; a ReportError naming it when it cannot be read (UnicodeDecodeError passes)."""
     try:
         with open(path, encoding="utf-8") as f:
-            obj = json.load(f)
+            return f.read()
     except OSError as e:
         raise ReportError(f"{path}: {e.strerror}") from None
-    except (ValueError, UnicodeDecodeError):
+
+
+def read_json(path):
+    try:
+        obj = json.loads(read_text(path))
+    except ValueError:  # UnicodeDecodeError too
         obj = None
     if not isinstance(obj, dict):
         raise ReportError(f"{path}: not a valid JSON object")
@@ -76,10 +82,7 @@ def read_json(path):
 def read_jsonl(path):
     """(where, record) for each non-blank line; where is "path:LINE"."""
     try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().split("\n")
-    except OSError as e:
-        raise ReportError(f"{path}: {e.strerror}") from None
+        lines = read_text(path).split("\n")
     except UnicodeDecodeError:
         raise ReportError(f"{path}: not UTF-8 text") from None
     for no, line in enumerate(lines, 1):
