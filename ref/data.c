@@ -143,24 +143,31 @@ static int open_manifest(ng_shard *s, const char *text) {
              ? -1
              : 0;
   if (rc == 0) s->parts = ng_xcalloc((size_t)cJSON_GetArraySize(files), sizeof *s->parts);
-  char *dir = ng_xstrdup(s->path), *slash = strrchr(dir, '/');
-  if (slash) slash[1] = 0;
   const cJSON *f = rc == 0 ? files->child : NULL;
   for (; f && rc == 0; f = f->next) {
-    const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(f, "file"));
-    if (!name || !name[0] || strchr(name, '/'))
-      rc = ng_fail("%s: files[%d]: \"file\" is not a file name", s->path, s->n_parts);
-    char *file = rc == 0 ? ng_path_join(slash ? dir : ".", name) : NULL;
-    if (rc == 0) rc = open_part(s, file);
+    char *file = ng_manifest_part_path(
+        s->path, cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(f, "file")), s->n_parts);
+    rc = file ? open_part(s, file) : -1;
     free(file);
   }
   if (rc == 0 && (vocab != s->vocab_size || sep != s->separator || n != s->n_tokens))
     rc = ng_fail("%s: says vocab_size %" PRIu64 ", separator %" PRIu64 ", %" PRIu64
                  " tokens; its files hold %" PRIu32 ", %" PRIu32 ", %" PRIu64,
                  s->path, vocab, sep, n, s->vocab_size, s->separator, s->n_tokens);
-  free(dir);
   cJSON_Delete(m);
   return rc;
+}
+
+char *ng_manifest_part_path(const char *manifest, const char *name, int i) {
+  if (!name || !name[0] || strchr(name, '/')) {
+    ng_fail("%s: files[%d]: \"file\" is not a file name", manifest, i);
+    return NULL;
+  }
+  char *dir = ng_xstrdup(manifest), *slash = strrchr(dir, '/');
+  if (slash) slash[1] = 0;
+  char *file = ng_path_join(slash ? dir : ".", name);
+  free(dir);
+  return file;
 }
 
 // A manifest is a regular file that starts with '{'; anything else is read as

@@ -290,15 +290,12 @@ static int open_manifest(ng_topk_cache *c, const ng_shard *s, uint64_t sum, topk
       cJSON_GetArraySize(files) < 1 || !cJSON_IsNumber(windows))
     rc = ng_fail("%s: not a normgrow top-k manifest (format \"normgrow-topk-parts\", windows, files)", c->path);
   if (rc == 0) c->parts = ng_xcalloc((size_t)cJSON_GetArraySize(files), sizeof *c->parts);
-  char *dir = ng_xstrdup(c->path), *slash = strrchr(dir, '/');
-  if (slash) slash[1] = 0;
   uint64_t next = 0;
   const cJSON *f = rc == 0 ? files->child : NULL;
   for (; f && rc == 0; f = f->next) {
-    const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(f, "file"));
-    if (!name || !name[0] || strchr(name, '/'))
-      rc = ng_fail("%s: files[%d]: \"file\" is not a file name", c->path, c->n_parts);
-    char *file = rc == 0 ? ng_path_join(slash ? dir : ".", name) : NULL;
+    char *file = ng_manifest_part_path(
+        c->path, cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(f, "file")), c->n_parts);
+    if (!file) rc = -1;
     topk_header h;
     if (rc == 0 && map_part(&c->parts[c->n_parts], file, s, sum, NG_TOPK_PART_VERSION, next, &h))
       rc = ng_fail_prefix(c->path);
@@ -313,7 +310,6 @@ static int open_manifest(ng_topk_cache *c, const ng_shard *s, uint64_t sum, topk
   if (rc == 0 && (next != fit || windows->valuedouble != (double)fit))
     rc = ng_fail("%s: its parts hold %llu windows, the manifest says %.0f, %s holds %llu", c->path,
                  (unsigned long long)next, windows->valuedouble, s->path, (unsigned long long)fit);
-  free(dir);
   cJSON_Delete(m);
   first->windows = next;
   return rc;

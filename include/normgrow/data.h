@@ -56,6 +56,10 @@ void ng_shard_close(ng_shard *s);  // safe on a zeroed struct
 // Whether path is a manifest (of shards, or of a top-k cache's parts): a regular
 // file that starts with '{'.
 bool ng_is_manifest(const char *path);
+// The path of a manifest's part: `name` (its files[i].file), a plain file name,
+// in the manifest's directory. NULL, with an error naming the manifest and i,
+// when name is missing, empty or holds a '/'. The caller frees it.
+char *ng_manifest_part_path(const char *manifest, const char *name, int i);
 // Tokens [start, start + n) (< n_tokens), across files, into out as int32.
 void ng_shard_read(const ng_shard *s, uint64_t start, int64_t n, int32_t *out);
 // Atomic write (temporary file, then rename).
