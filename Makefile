@@ -124,7 +124,7 @@ gpu-bundle:
 endif
 # ---- end of the CUDA backend ------------------------------------------------------
 
-.PHONY: all test asan fuzz bench bench-torch soak demo study-rehearsal golden golden-new crosscheck clean deps
+.PHONY: all test asan fuzz bench bench-torch soak demo study-rehearsal golden golden-new crosscheck clean deps readme-numbers
 SEEDS ?= 1
 all: $(BUILD)/normgrow
 
@@ -190,6 +190,12 @@ soak: $(BUILD)/normgrow
 # The same step in PyTorch (python3-torch), for a side-by-side comparison with `make bench`.
 bench-torch:
 	/usr/bin/python3 tools/bench_torch.py
+
+# The README's numbers made anew from run directories (tools/report/readme.py):
+# make readme-numbers RUNS="demo=runs/demo bf16=../other/runs/demo"; a block whose
+# runs are not named is left as it is. CHECK=1 only says which blocks differ.
+readme-numbers:
+	PYTHONPATH=tools /usr/bin/python3 -m report.readme README.md $(foreach r,$(RUNS),--runs $(r)) $(if $(CHECK),--check,--out README.md --force)
 
 # Recompute the expected outputs of every golden case from its own inputs.
 golden: $(BUILD)/normgrow

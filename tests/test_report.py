@@ -544,6 +544,119 @@ print(json.dumps(out))
 """
 
 
+class Readme(unittest.TestCase):
+    """The README's blocks made from a demo's runs (tools/report/readme.py)."""
+
+    CE = {"joint-pre": (2.02, 2.04), "joint-post": (2.03, 2.03), "grow-pre": (2.05, 2.06), "grow-post": (2.00, 2.02),
+          "control-extra-tokens": (1.95, 1.97), "control-layer-tokens": (2.10, 2.12),
+          "control-lr-restarts": (2.04, 2.05)}
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp()
+        cls.demo = cls.write_demo("demo", 0.0, "Haswell")
+        cls.other = cls.write_demo("other", 0.001, "Cooperlake")
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp)
+
+    @classmethod
+    def write_demo(cls, label, shift, kernels):
+        """runs as `make demo SEEDS=2` names them (ARM, ARM-seed2, teacher);
+        `other` shifts joint-pre's seed-1 CE and its final weights."""
+        root = os.path.join(cls.tmp, label)
+        shape = {"joint-pre": {}, "joint-post": {"placement": "post"},
+                 "grow-pre": {"depths": (1, 2, 3)}, "grow-post": {"placement": "post", "depths": (1, 2, 3)},
+                 "control-extra-tokens": {"placement": "post", "restarts": (2,)},
+                 "control-layer-tokens": {"placement": "post", "restarts": (1,)},
+                 "control-lr-restarts": {"placement": "post", "restarts": (1, 2)}}
+        backend = {"step": 0, "backend": "cpu", "precision": "fp32", "threads": 2, "blas_kernels": kernels,
+                   "blas_kernels_origin": "chosen by OpenBLAS"}
+        runs = [("teacher", 1, 1.8, config("teacher", 1, depths=(3, 3, 3)))]
+        for arm, ces in cls.CE.items():
+            kw = dict(shape[arm])
+            kw.setdefault("depths", (3, 3, 3))
+            for seed, ce in zip((1, 2), ces):
+                runs.append((arm if seed == 1 else f"{arm}-seed{seed}", seed,
+                             ce + (shift if arm == "joint-pre" and seed == 1 else 0.0), config(arm, seed, **kw)))
+        for d, seed, ce, cfg in runs:
+            if d == "teacher":
+                cfg["mode"] = "pretrain"
+            path = write_run(os.path.join(root, d), cfg, [3, 2.5, ce], diag_std=[1, 1, 1],
+                             ablation={1: 0.3, 2: 0.2 + ce / 100, 3: 0.1})
+            with open(os.path.join(path, "backend.jsonl"), "w") as f:
+                f.write(json.dumps(backend) + "\n")
+            with open(os.path.join(path, "final.safetensors"), "wb") as f:
+                f.write(b"%s %s" % (d.encode(), b"shifted" if shift and d == "joint-pre" else b""))
+        return root
+
+    def remake(self, text, **labels):
+        from report import readme
+        said = []
+        sources = {k: readme.Runs(k, v) for k, v in labels.items()}
+        new, differ = readme.remake(text, sources, said.append)
+        return new, differ, said
+
+    def block(self, kind, labels, body=""):
+        return f"before\n<!-- numbers {kind} {labels} -->\n{body}<!-- /numbers -->\nafter\n"
+
+    def test_arms(self):
+        """the arms block: mean ± sample std over the seeds, tokens, and the ablation's last and smallest block"""
+        new, differ, _ = self.remake(self.block("arms", "demo"), demo=self.demo)
+        self.assertEqual(differ, ["arms demo"])
+        row = next(line for line in new.split("\n") if line.startswith("| grow-post |"))
+        # 2.00 and 2.02: mean 2.01, sample std 0.014142; 6 steps x 16 tokens; skip dCE of block 3 is 0.1
+        self.assertEqual(row, "| grow-post | 2.0100 ± 0.0141 | 2 | 0 k | 0.00 M | +0.1000 | +0.1000 (block 3) |")
+        self.assertTrue(new.startswith("before\n") and new.endswith("<!-- /numbers -->\nafter\n"))
+
+    def test_paired(self):
+        """the paired block: the interaction per seed ((2.00 − 2.05) − (2.03 − 2.02), (2.02 − 2.06) − (2.03 − 2.04))
+        and each pair's t interval"""
+        new, _, _ = self.remake(self.block("paired", "demo"), demo=self.demo)
+        rows = {line.split(" | ")[0]: line for line in new.split("\n") if line.startswith("| ")}
+        half = 12.706204736174698 * 0.015
+        self.assertIn("| 2 | -0.0450 | [%+.4f, %+.4f] | no |" % (-0.045 - half, -0.045 + half),
+                      rows["| interaction: (grow-post − grow-pre) − (joint-post − joint-pre)"])
+        # control-layer-tokens − grow-post: 0.10 on both seeds, no spread: the interval is the point
+        self.assertIn("| 2 | +0.1000 | [+0.1000, +0.1000] | yes |", rows["| control-layer-tokens − grow-post"])
+
+    def test_seed1(self):
+        """the seed1 block: seed 1 of every arm, the teacher and how the runs ran"""
+        new, _, _ = self.remake(self.block("seed1", "demo"), demo=self.demo)
+        self.assertIn("teacher 1.8000 on its own batches; joint-pre 2.0200, joint-post 2.0300", new)
+        self.assertIn("backend cpu fp32, 2 threads, OpenBLAS kernels Haswell (chosen by OpenBLAS)", new)
+
+    def test_compare(self):
+        """the compare block: seed 1 of two demos, the difference and whether the final weights are the same bytes"""
+        new, _, _ = self.remake(self.block("compare", "demo other"), demo=self.demo, other=self.other)
+        rows = {line.split(" | ")[0]: line for line in new.split("\n") if line.startswith("| ")}
+        self.assertEqual(rows["| joint-pre"], "| joint-pre | 2.0200 | 2.0210 | +1.00e-03 | no |")
+        self.assertEqual(rows["| grow-post"], "| grow-post | 2.0000 | 2.0000 | +0.00e+00 | yes |")
+        self.assertIn("Largest |other − demo| over the seven students: 1.00e-03 nats.", new)
+
+    def test_check_and_left_alone(self):
+        """a block edited by hand is named by --check; a block whose runs are not given is left and named"""
+        from report import readme
+        readme_path = os.path.join(self.tmp, "README.md")
+        made, _, _ = self.remake(self.block("seed1", "demo") + self.block("arms", "absent", "kept\n"), demo=self.demo)
+        self.assertIn("<!-- numbers arms absent -->\nkept\n<!-- /numbers -->", made)
+        with open(readme_path, "w") as f:
+            f.write(made)
+        args = [readme_path, "--runs", f"demo={self.demo}", "--check"]
+        said = []
+        self.assertEqual(readme.main(args, said.append), 0)
+        self.assertEqual(said, ["readme: block arms absent: left as it is (no runs for absent)"])
+        with open(readme_path, "w") as f:
+            f.write(made.replace("joint-pre 2.0200", "joint-pre 2.0199"))
+        self.assertEqual(readme.main(args, said.append), 1)
+        self.assertEqual(said[-1], f"readme: {readme_path}: block seed1 demo differs from what its runs give")
+        self.assertEqual(readme.main([readme_path, "--runs", "demo", "--check"], said.append), 2)
+        self.assertEqual(said[-1], "readme: --runs demo: expected LABEL=DIR")
+        self.assertEqual(readme.main([readme_path, "--runs", f"demo={self.demo}", "--out", readme_path], said.append), 2)
+        self.assertEqual(said[-1], f"readme: {readme_path} exists: --force replaces it")
+
+
 class Lines(unittest.TextTestResult):
     """One "ok report: ..." or "FAIL report: ..." line per test (tests/run.sh counts them)."""
 

@@ -1,0 +1,249 @@
+"""The README's numbers, made from run directories.
+
+    PYTHONPATH=tools python3 -m report.readme README.md --runs LABEL=DIR... (--check | --out FILE [--force])
+
+A block of the README whose numbers come from runs sits between two markers:
+
+    <!-- numbers KIND LABEL... -->
+    (the block: made by this module, never by hand)
+    <!-- /numbers -->
+
+KIND says what the block is (KINDS below); each LABEL names a set of runs,
+given on the command line as LABEL=DIR, DIR holding one run directory per
+arm and seed as `make demo` writes them (ARM for seed 1, ARM-seedN, and
+`teacher`). A block whose labels are all given is made anew; the others are
+left as they are and named on stderr. --check exits 1 when a block made anew
+differs from the README's (naming it); --out writes the README with the
+blocks made anew (an existing FILE only with --force).
+"""
+import argparse
+import hashlib
+import json
+import os
+import re
+import sys
+
+from .readings import Study, excludes, interaction, interval, last_block_dce, min_block_dce, over, quadruples
+from .runs import ReportError, group_arms, is_run, load_run
+from .stats import paired
+from .trained import classify
+
+BLOCK = re.compile(r"<!-- numbers ([a-z0-9-]+)((?: [A-Za-z0-9_.-]+)+) -->\n(.*?)<!-- /numbers -->\n", re.S)
+# The demo's arms in the order the README gives them, and the paired
+# differences its claims rest on (A − B).
+ARMS = ("joint-pre", "joint-post", "grow-pre", "grow-post",
+        "control-extra-tokens", "control-layer-tokens", "control-lr-restarts")
+PAIRS = (("grow-post", "joint-post"), ("grow-pre", "joint-pre"), ("grow-post", "grow-pre"),
+         ("joint-post", "joint-pre"), ("control-layer-tokens", "grow-post"),
+         ("control-lr-restarts", "grow-post"), ("control-extra-tokens", "grow-post"))
+STEP = 96  # the growing arm's early evaluation the README quotes (after the first growth)
+
+
+class Runs:
+    """The runs under one directory: every arm's seeds, and the teacher."""
+
+    def __init__(self, label, root):
+        if not os.path.isdir(root):
+            raise ReportError(f"readme: {label}={root}: not a directory")
+        dirs = sorted(os.path.join(root, d) for d in os.listdir(root))
+        runs = [load_run(d) for d in dirs if is_run(d)]
+        if not runs:
+            raise ReportError(f"readme: {label}={root}: no run directory in it")
+        classify(runs)
+        self.label, self.root = label, root
+        self.teacher = next((r for r in runs if r.mode == "pretrain"), None)
+        self.arms = {a.name: a for a in group_arms([r for r in runs if r.mode != "pretrain"])}
+
+    def arm(self, name):
+        if name not in self.arms:
+            raise ReportError(f"readme: {self.label}={self.root}: no run of arm {name}")
+        return self.arms[name]
+
+    def seed(self, name, seed):
+        r = next((r for r in self.arm(name).runs if r.seed == seed), None)
+        if r is None:
+            raise ReportError(f"readme: {self.label}={self.root}: arm {name} has no seed {seed}")
+        return r
+
+
+def ce(r):
+    """A run's last validation CE, or why it has none to quote."""
+    return "did not train" if r.failed is not None else "%.4f" % r.last.ce
+
+
+def machine(r):
+    """The first record of the run's backend.jsonl (backend, precision,
+    threads, OpenBLAS kernels and how they were chosen)."""
+    path = os.path.join(r.dir, "backend.jsonl")
+    try:
+        with open(path, encoding="utf-8") as f:
+            rec = json.loads(f.readline())
+    except (OSError, ValueError):
+        raise ReportError(f"readme: {path}: no backend record to name the machine") from None
+    return rec
+
+
+def backend_words(rec):
+    precision = rec.get("precision", "fp32")
+    return (f"backend {rec.get('backend')} {precision}, {rec.get('threads')} threads, "
+            f"OpenBLAS kernels {rec.get('blas_kernels')} ({rec.get('blas_kernels_origin')})")
+
+
+# ---------------------------------------------------------------- kinds of block
+
+def seed1(src):
+    """One `make demo`: seed 1 of every arm, the teacher, and grow-post early."""
+    t = src.teacher
+    parts = [f"{a} {ce(src.seed(a, 1))}" for a in ARMS]
+    early = next((e.ce for e in src.seed("grow-post", 1).evals if e.step == STEP), None)
+    where = backend_words(machine(src.seed("joint-pre", 1)))
+    return (f"teacher {ce(t)} on its own batches; " + ", ".join(parts)
+            + (f" (grow-post at step {STEP}: {early:.4f})" if early is not None else "")
+            + f". Run with {where}.\n")
+
+
+def arm_rows(src):
+    """The arms' final validation CE over seeds and the ablation of each."""
+    out = ["| arm | final val CE | seeds | tokens | layer-tokens | ΔCE removing the last block "
+           "| smallest ΔCE of any block |", "|---|---:|---:|---:|---:|---:|---:|"]
+    for name in ARMS:
+        a = src.arm(name)
+        s = over(a, lambda r: r.last.ce)
+        if s is None:
+            out.append(f"| {name} | did not train | {len(a.runs)} | | | | |")
+            continue
+        cell = "%.4f" % s.mean + (" ± %.4f" % s.std if s.n > 1 else "")
+        first = next(r for r in a.runs if r.failed is None).last
+        last = over(a, last_block_dce)
+        low = min_block_dce(a)
+        out.append(f"| {name} | {cell} | {s.n} | {first.tokens / 1e3:.0f} k | {first.layer_tokens / 1e6:.2f} M | "
+                   f"{'%+.4f' % last.mean if last and last.n else 'n/a'} | "
+                   f"{'%+.4f (block %d)' % low if low else 'n/a'} |")
+    return "\n".join(out) + "\n"
+
+
+def paired_rows(src):
+    """The interaction of placement and growth, and the paired differences the
+    README's claims rest on, each with its 95% interval over the seeds."""
+    arms = list(src.arms.values())
+    out = ["| paired difference | seeds | mean | 95% interval | excludes 0 |", "|---|---:|---:|---:|---|"]
+    for q in quadruples(Study([r for a in arms for r in a.runs], arms)):
+        p = interaction(q)[0]
+        out.append(f"| interaction: ({q[0].name} − {q[1].name}) − ({q[2].name} − {q[3].name}) | "
+                   f"{p.n if p else 0} | {'%+.4f' % p.mean if p else 'n/a'} | {interval(p)} | {excludes(p)} |")
+    for a, b in PAIRS:
+        p = paired({r.seed: r.last.ce for r in src.arm(a).runs if r.failed is None},
+                   {r.seed: r.last.ce for r in src.arm(b).runs if r.failed is None})
+        out.append(f"| {a} − {b} | {p.n if p else 0} | {'%+.4f' % p.mean if p else 'n/a'} | "
+                   f"{interval(p)} | {excludes(p)} |")
+    return "\n".join(out) + "\n"
+
+
+def digest(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def same_bits(a, b):
+    """Whether two runs' final weights are the same bytes."""
+    fa, fb = (os.path.join(r.dir, "final.safetensors") for r in (a, b))
+    return os.path.exists(fa) and os.path.exists(fb) and digest(fa) == digest(fb)
+
+
+def compare(a, b):
+    """Seed 1 of every arm (and the teacher) in two sets of runs: both final
+    validation CEs, B − A, and whether the final weights are the same bytes."""
+    out = [f"| run | {a.label} | {b.label} | {b.label} − {a.label} | same final weights |",
+           "|---|---:|---:|---:|---|"]
+    pairs = [("teacher", a.teacher, b.teacher)] + [(n, a.seed(n, 1), b.seed(n, 1)) for n in ARMS]
+    worst = 0.0
+    for name, ra, rb in pairs:
+        if ra is None or rb is None:
+            raise ReportError(f"readme: {a.label if ra is None else b.label}: no teacher run")
+        d = rb.last.ce - ra.last.ce
+        if name != "teacher":
+            worst = max(worst, abs(d))
+        out.append(f"| {name} | {ce(ra)} | {ce(rb)} | {d:+.2e} | {'yes' if same_bits(ra, rb) else 'no'} |")
+    out.append("")
+    out.append(f"{a.label}: {backend_words(machine(a.seed('joint-pre', 1)))}; "
+               f"{b.label}: {backend_words(machine(b.seed('joint-pre', 1)))}. "
+               f"Largest |{b.label} − {a.label}| over the seven students: {worst:.2e} nats.")
+    return "\n".join(out) + "\n"
+
+
+KINDS = {"seed1": (seed1, 1), "arms": (arm_rows, 1), "paired": (paired_rows, 1), "compare": (compare, 2)}
+
+
+# ---------------------------------------------------------------- the README
+
+def remake(text, sources, say):
+    """(new text, [names of blocks made anew that differ])."""
+    differ = []
+
+    def one(m):
+        kind, labels, old = m.group(1), m.group(2).split(), m.group(3)
+        if kind not in KINDS:
+            raise ReportError(f"readme: a block of kind \"{kind}\": none of {', '.join(KINDS)}")
+        make, n = KINDS[kind]
+        if len(labels) != n:
+            raise ReportError(f"readme: block \"{kind}\" takes {n} label(s), has {len(labels)}")
+        missing = [l for l in labels if l not in sources]
+        if missing:
+            say(f"readme: block {kind} {' '.join(labels)}: left as it is (no runs for {', '.join(missing)})")
+            return m.group(0)
+        new = make(*(sources[l] for l in labels))
+        if new != old:
+            differ.append(f"{kind} {' '.join(labels)}")
+        return f"<!-- numbers {kind} {' '.join(labels)} -->\n{new}<!-- /numbers -->\n"
+
+    return BLOCK.sub(one, text), differ
+
+
+def parse(argv):
+    p = argparse.ArgumentParser(prog="python3 -m report.readme",
+                                description=__doc__.split("\n\n", 1)[1],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("readme")
+    p.add_argument("--runs", action="append", default=[], metavar="LABEL=DIR")
+    how = p.add_mutually_exclusive_group(required=True)
+    how.add_argument("--check", action="store_true")
+    how.add_argument("--out", metavar="FILE")
+    p.add_argument("--force", action="store_true")
+    return p.parse_args(argv)
+
+
+def to_stderr(line):
+    print(line, file=sys.stderr)
+
+
+def main(argv=None, say=to_stderr):
+    from .files import write_atomic
+    from .runs import read_text
+    a = parse(sys.argv[1:] if argv is None else argv)
+    try:
+        sources = {}
+        for spec in a.runs:
+            label, sep, root = spec.partition("=")
+            if not sep or not label or not root:
+                raise ReportError(f"readme: --runs {spec}: expected LABEL=DIR")
+            sources[label] = Runs(label, root)
+        text = read_text(a.readme)
+        new, differ = remake(text, sources, say)
+        if a.check:
+            for d in differ:
+                say(f"readme: {a.readme}: block {d} differs from what its runs give")
+            return 1 if differ else 0
+        if os.path.exists(a.out) and not a.force:
+            raise ReportError(f"readme: {a.out} exists: --force replaces it")
+        write_atomic(a.out, new)
+        return 0
+    except ReportError as e:
+        say(str(e))
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
