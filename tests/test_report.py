@@ -12,6 +12,7 @@ NORMGROW_BIN (default $NG_BIN) the command line is checked through
 `normgrow report` too.
 """
 import copy
+import hashlib
 import json
 import math
 import os
@@ -626,14 +627,31 @@ class Readme(unittest.TestCase):
         new, _, _ = self.remake(self.block("seed1", "demo"), demo=self.demo)
         self.assertIn("teacher 1.8000 on its own batches; joint-pre 2.0200, joint-post 2.0300", new)
         self.assertIn("backend cpu fp32, 2 threads, OpenBLAS kernels Haswell (chosen by OpenBLAS)", new)
+        self.assertNotIn(" min", new)  # the runs written here have no step times
+        timed = shutil.copytree(self.demo, os.path.join(self.tmp, "timed"))
+        for run, seconds in (("teacher", 30), ("grow-post", 12), ("joint-pre", 6)):  # 6 steps, 5 gaps
+            path = os.path.join(timed, run, "metrics.jsonl")
+            with open(path) as f:
+                recs = [json.loads(line) for line in f]
+            for r in recs:
+                if r["event"] == "step":
+                    r["time"] = 1000.0 + seconds * r["step"]
+            with open(path, "w") as f:
+                f.write("".join(json.dumps(r) + "\n" for r in recs))
+        new, _, _ = self.remake(self.block("seed1", "timed"), timed=timed)
+        self.assertIn("; the teacher took 2.5 min, an arm 0.5 to 1.0 min.", new)
 
     def test_compare(self):
         """the compare block: seed 1 of two demos, the difference and whether the final weights are the same bytes"""
         new, _, _ = self.remake(self.block("compare", "demo other"), demo=self.demo, other=self.other)
         rows = {line.split(" | ")[0]: line for line in new.split("\n") if line.startswith("| ")}
-        self.assertEqual(rows["| joint-pre"], "| joint-pre | 2.0200 | 2.0210 | +1.00e-03 | no |")
-        self.assertEqual(rows["| grow-post"], "| grow-post | 2.0000 | 2.0000 | +0.00e+00 | yes |")
-        self.assertIn("Largest |other − demo| over the seven students: 1.00e-03 nats.", new)
+        sha = lambda data: hashlib.sha256(data).hexdigest()[:12]  # noqa: E731
+        self.assertEqual(rows["| joint-pre"], "| joint-pre | 2.0200 | 2.0210 | +1.00e-03 | %s | %s |"
+                         % (sha(b"joint-pre "), sha(b"joint-pre shifted")))
+        self.assertEqual(rows["| grow-post"], "| grow-post | 2.0000 | 2.0000 | +0.00e+00 | %s | %s |"
+                         % (sha(b"grow-post "), sha(b"grow-post ")))
+        self.assertIn("Largest |other − demo| over the seven students: 1.00e-03 nats; the same final weights: "
+                      "teacher, joint-post, grow-pre,", new)
 
     def test_check_and_left_alone(self):
         """a block edited by hand is named by --check; a block whose runs are not given is left and named"""

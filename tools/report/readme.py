@@ -91,15 +91,28 @@ def backend_words(rec):
 
 # ---------------------------------------------------------------- kinds of block
 
+def minutes(r):
+    """Wall minutes from the run's first step record to its last (a resumed
+    run's pause included)."""
+    times = [rec["time"] for rec in r.steps if isinstance(rec.get("time"), (int, float))]
+    return (times[-1] - times[0]) / 60 if len(times) > 1 else None
+
+
 def seed1(src):
-    """One `make demo`: seed 1 of every arm, the teacher, and grow-post early."""
+    """One `make demo`: seed 1 of every arm, the teacher, grow-post early, and
+    how long each took."""
     t = src.teacher
-    parts = [f"{a} {ce(src.seed(a, 1))}" for a in ARMS]
-    early = next((e.ce for e in src.seed("grow-post", 1).evals if e.step == STEP), None)
-    where = backend_words(machine(src.seed("joint-pre", 1)))
-    return (f"teacher {ce(t)} on its own batches; " + ", ".join(parts)
+    if t is None:
+        raise ReportError(f"readme: {src.label}={src.root}: no teacher run")
+    runs = [src.seed(a, 1) for a in ARMS]
+    early = next((e.ce for e in runs[ARMS.index("grow-post")].evals if e.step == STEP), None)
+    took = [m for m in map(minutes, runs) if m is not None]
+    teacher_took = minutes(t)
+    return (f"teacher {ce(t)} on its own batches; " + ", ".join(f"{a} {ce(r)}" for a, r in zip(ARMS, runs))
             + (f" (grow-post at step {STEP}: {early:.4f})" if early is not None else "")
-            + f". Run with {where}.\n")
+            + f". Run with {backend_words(machine(runs[0]))}"
+            + (f"; the teacher took {teacher_took:.1f} min" if teacher_took is not None else "")
+            + (f", an arm {min(took):.1f} to {max(took):.1f} min" if took else "") + ".\n")
 
 
 def arm_rows(src):
@@ -147,30 +160,35 @@ def digest(path):
     return h.hexdigest()
 
 
-def same_bits(a, b):
-    """Whether two runs' final weights are the same bytes."""
-    fa, fb = (os.path.join(r.dir, "final.safetensors") for r in (a, b))
-    return os.path.exists(fa) and os.path.exists(fb) and digest(fa) == digest(fb)
+def weights(r):
+    """The first 12 hex digits of the sha256 of the run's final weights."""
+    path = os.path.join(r.dir, "final.safetensors")
+    return digest(path)[:12] if os.path.exists(path) else "none"
 
 
 def compare(a, b):
     """Seed 1 of every arm (and the teacher) in two sets of runs: both final
-    validation CEs, B − A, and whether the final weights are the same bytes."""
-    out = [f"| run | {a.label} | {b.label} | {b.label} − {a.label} | same final weights |",
-           "|---|---:|---:|---:|---|"]
+    validation CEs, B − A, and a digest of each one's final weights (equal
+    digests: the same bytes; runs elsewhere compare theirs with these)."""
+    out = [f"| run | {a.label} | {b.label} | {b.label} − {a.label} | final weights, sha256: {a.label} | {b.label} |",
+           "|---|---:|---:|---:|---|---|"]
     pairs = [("teacher", a.teacher, b.teacher)] + [(n, a.seed(n, 1), b.seed(n, 1)) for n in ARMS]
-    worst = 0.0
+    worst, same = 0.0, []
     for name, ra, rb in pairs:
         if ra is None or rb is None:
             raise ReportError(f"readme: {a.label if ra is None else b.label}: no teacher run")
         d = rb.last.ce - ra.last.ce
         if name != "teacher":
             worst = max(worst, abs(d))
-        out.append(f"| {name} | {ce(ra)} | {ce(rb)} | {d:+.2e} | {'yes' if same_bits(ra, rb) else 'no'} |")
+        wa, wb = weights(ra), weights(rb)
+        if wa == wb != "none":
+            same.append(name)
+        out.append(f"| {name} | {ce(ra)} | {ce(rb)} | {d:+.2e} | {wa} | {wb} |")
     out.append("")
     out.append(f"{a.label}: {backend_words(machine(a.seed('joint-pre', 1)))}; "
                f"{b.label}: {backend_words(machine(b.seed('joint-pre', 1)))}. "
-               f"Largest |{b.label} − {a.label}| over the seven students: {worst:.2e} nats.")
+               f"Largest |{b.label} − {a.label}| over the seven students: {worst:.2e} nats; "
+               f"the same final weights: {', '.join(same) if same else 'none'}.")
     return "\n".join(out) + "\n"
 
 
