@@ -625,7 +625,8 @@ class Readme(unittest.TestCase):
     def test_seed1(self):
         """the seed1 block: seed 1 of every arm, the teacher and how the runs ran"""
         new, _, _ = self.remake(self.block("seed1", "demo"), demo=self.demo)
-        self.assertIn("teacher 1.8000 on its own batches; joint-pre 2.0200, joint-post 2.0300", new)
+        self.assertIn("teacher 1.8000 on its own batches and 2.5000 on the students'; joint-pre 2.0200, joint-post 2.0300",
+                      new)
         self.assertIn("backend cpu fp32, 2 threads, OpenBLAS kernels Haswell (chosen by OpenBLAS)", new)
         self.assertNotIn(" min", new)  # the runs written here have no step times
         timed = shutil.copytree(self.demo, os.path.join(self.tmp, "timed"))
@@ -640,6 +641,14 @@ class Readme(unittest.TestCase):
                 f.write("".join(json.dumps(r) + "\n" for r in recs))
         new, _, _ = self.remake(self.block("seed1", "timed"), timed=timed)
         self.assertIn("; the teacher took 2.5 min, an arm 0.5 to 1.0 min.", new)
+
+    def test_spread(self):
+        """the spread block: the report's residual-RMS spread table, first and last evaluation, mean over seeds"""
+        new, _, _ = self.remake(self.block("spread", "demo"), demo=self.demo)
+        rows = {line.split(" | ")[0]: line for line in new.split("\n") if line.startswith("| ")}
+        # diag_std 1 at every evaluation; Post-Norm's res2 is written as 10 x that
+        self.assertEqual(rows["| grow-post"], "| grow-post | Post-Norm | 1 → 3 | 1 | 1 | 10 | 10 |")
+        self.assertEqual(rows["| joint-pre"], "| joint-pre | Pre-Norm | 3 → 3 | 1 | 1 | n/a | n/a |")
 
     def test_compare(self):
         """the compare block: seed 1 of two demos, the difference and whether the final weights are the same bytes"""

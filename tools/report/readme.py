@@ -23,7 +23,8 @@ import os
 import re
 import sys
 
-from .readings import Study, excludes, interaction, interval, last_block_dce, min_block_dce, over, quadruples
+from .readings import (Study, excludes, interaction, interval, last_block_dce, min_block_dce, over, quadruples,
+                       rms_spread_table)
 from .runs import ReportError, group_arms, is_run, load_run
 from .stats import paired
 from .trained import classify
@@ -108,7 +109,10 @@ def seed1(src):
     early = next((e.ce for e in runs[ARMS.index("grow-post")].evals if e.step == STEP), None)
     took = [m for m in map(minutes, runs) if m is not None]
     teacher_took = minutes(t)
-    return (f"teacher {ce(t)} on its own batches; " + ", ".join(f"{a} {ce(r)}" for a, r in zip(ARMS, runs))
+    on_students = runs[ARMS.index("grow-post")].last.teacher_ce
+    return (f"teacher {ce(t)} on its own batches"
+            + (f" and {on_students:.4f} on the students'" if on_students is not None else "") + "; "
+            + ", ".join(f"{a} {ce(r)}" for a, r in zip(ARMS, runs))
             + (f" (grow-post at step {STEP}: {early:.4f})" if early is not None else "")
             + f". Run with {backend_words(machine(runs[0]))}"
             + (f"; the teacher took {teacher_took:.1f} min" if teacher_took is not None else "")
@@ -138,9 +142,8 @@ def arm_rows(src):
 def paired_rows(src):
     """The interaction of placement and growth, and the paired differences the
     README's claims rest on, each with its 95% interval over the seeds."""
-    arms = list(src.arms.values())
     out = ["| paired difference | seeds | mean | 95% interval | excludes 0 |", "|---|---:|---:|---:|---|"]
-    for q in quadruples(Study([r for a in arms for r in a.runs], arms)):
+    for q in quadruples(study_of(src)):
         p = interaction(q)[0]
         out.append(f"| interaction: ({q[0].name} − {q[1].name}) − ({q[2].name} − {q[3].name}) | "
                    f"{p.n if p else 0} | {'%+.4f' % p.mean if p else 'n/a'} | {interval(p)} | {excludes(p)} |")
@@ -149,6 +152,19 @@ def paired_rows(src):
                    {r.seed: r.last.ce for r in src.arm(b).runs if r.failed is None})
         out.append(f"| {a} − {b} | {p.n if p else 0} | {'%+.4f' % p.mean if p else 'n/a'} | "
                    f"{interval(p)} | {excludes(p)} |")
+    return "\n".join(out) + "\n"
+
+
+def study_of(src):
+    arms = [src.arm(a) for a in ARMS]
+    return Study([r for a in arms for r in a.runs], arms)
+
+
+def spread(src):
+    """The report's residual-RMS spread table (mean over seeds), as rows."""
+    t = rms_spread_table(study_of(src))
+    out = ["| " + " | ".join(t.header) + " |", "|" + "---|" * t.left + "---:|" * (len(t.header) - t.left)]
+    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in t.rows]
     return "\n".join(out) + "\n"
 
 
@@ -192,7 +208,8 @@ def compare(a, b):
     return "\n".join(out) + "\n"
 
 
-KINDS = {"seed1": (seed1, 1), "arms": (arm_rows, 1), "paired": (paired_rows, 1), "compare": (compare, 2)}
+KINDS = {"seed1": (seed1, 1), "arms": (arm_rows, 1), "paired": (paired_rows, 1), "spread": (spread, 1),
+         "compare": (compare, 2)}
 
 
 # ---------------------------------------------------------------- the README
