@@ -505,7 +505,7 @@ static double rel_l2(l2_sums s) {
   return s.exp > 0.0 ? sqrt(s.diff / s.exp) : sqrt(s.diff);
 }
 
-// The fp32 rules: every tensor by itself (GOLDEN.md).
+// The fp32 rules: every tensor by itself (docs/golden-contract.md "fp32").
 static double fp32_error(const ng_golden_case *gc, const ng_tensor_list *exp,
                          const ng_named_tensor *e, const ng_named_tensor *g, double coef,
                          double G) {

@@ -12,7 +12,6 @@
 #include "normgrow/model.h"
 
 #define GIB 1073741824.0
-#define MAX_CONFIG_BYTES (1 << 20)
 
 // ---------------------------------------------------------------- parameters
 
@@ -306,7 +305,7 @@ void ng_plan_stage_of(const ng_run_config *rc, int stage, const ng_model_config 
 
 int ng_plan_read_model_config(const char *path, ng_model_config *out) {
   char *text;
-  if (ng_read_file(path, MAX_CONFIG_BYTES, &text, NULL) != 0) return -1;
+  if (ng_read_file(path, NG_MAX_CONFIG_BYTES, &text, NULL) != 0) return -1;
   cJSON *j = cJSON_Parse(text);
   int rc = j ? ng_model_config_parse(j, path, out) : ng_fail("%s: not valid JSON", path);
   cJSON_Delete(j);

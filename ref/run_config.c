@@ -11,8 +11,6 @@
 #include "normgrow/grow.h"
 #include "normgrow/run.h"
 
-#define MAX_CONFIG_BYTES (1 << 20)  // a run config is a few KB
-
 // Adds `def` under `key` when obj lacks it (otherwise frees def).
 static void default_item(cJSON *obj, const char *key, cJSON *def) {
   if (cJSON_IsObject(obj) && !cJSON_GetObjectItemCaseSensitive(obj, key))
@@ -453,7 +451,7 @@ int ng_run_config_parse(const char *text, const char *where, ng_run_config *rc) 
 
 int ng_run_config_load(const char *path, const ng_run_overrides *ov, ng_run_config *rc) {
   char *text;
-  if (ng_read_file(path, MAX_CONFIG_BYTES, &text, NULL) != 0) return -1;
+  if (ng_read_file(path, NG_MAX_CONFIG_BYTES, &text, NULL) != 0) return -1;
   int r = parse_with(text, path, ov, rc);
   free(text);
   return r;

@@ -18,8 +18,6 @@
 #include "normgrow/run.h"
 #include "normgrow/safetensors.h"
 
-#define MAX_CONFIG_BYTES (1 << 20)
-
 // 1 when `path` is a regular file, 0 when nothing is there; otherwise -1 and a
 // message (a FIFO would block the reader that opened it).
 static int regular_file(const char *path) {
@@ -33,7 +31,7 @@ bool ng_rundir_is_run(const char *dir) {
   char *path = ng_path_join(dir, "config.json"), *text = NULL;
   int there = regular_file(path);
   bool yes = there != 0;
-  if (there == 1 && ng_read_file(path, MAX_CONFIG_BYTES, &text, NULL) == 0) {
+  if (there == 1 && ng_read_file(path, NG_MAX_CONFIG_BYTES, &text, NULL) == 0) {
     cJSON *j = cJSON_Parse(text);
     yes = !cJSON_IsObject(j) || cJSON_GetObjectItemCaseSensitive(j, "stages");
     cJSON_Delete(j);
@@ -48,7 +46,7 @@ static int read_config(const char *dir, ng_rundir *r) {
   char *path = ng_path_join(dir, "config.json"), *text = NULL;
   ng_run_config rc;
   int there = regular_file(path);
-  int err = there != 1 || ng_read_file(path, MAX_CONFIG_BYTES, &text, NULL) ||
+  int err = there != 1 || ng_read_file(path, NG_MAX_CONFIG_BYTES, &text, NULL) ||
             ng_run_config_parse(text, path, &rc);
   if (there == 0) ng_fail("%s: missing", path);
   if (!err) {
