@@ -206,7 +206,7 @@ static double loss_of(const eval_ctx *e, ng_model *m, ng_acts *a, bool grad, dou
   ng_loss_teacher t = {.logits = e->teacher};
   int64_t nv;
   ng_model_loss(m, a, &t, e->targets, loss_params(e->gc), grad, ce, kd, &nv);
-  return e->teacher ? e->gc->loss.kd_weight * *kd + (1.0 - e->gc->loss.kd_weight) * *ce : *ce;
+  return e->teacher ? ng_loss_mix(e->gc->loss.kd_weight, *ce, *kd) : *ce;
 }
 
 // out.logits [B, T, V], gathered chunk by chunk into a backend buffer [N, V] (caller frees).
@@ -267,7 +267,7 @@ static void emit_topk(const eval_ctx *e, ng_model *m, ng_acts *a, const float *l
   double ce, kd;
   ng_model_loss(m, a, &t, e->targets, lp, false, &ce, &kd, &nv);
   add_scalar(out, "out.topk_kd", kd);
-  add_scalar(out, "out.topk_loss", lp.kd_weight * kd + (1.0 - lp.kd_weight) * ce);
+  add_scalar(out, "out.topk_loss", ng_loss_mix(lp.kd_weight, ce, kd));
   be->ce_kd_topk(be, logits, t.topk_ids, t.topk_vals, t.topk_lse, k, e->targets, N, V, lp, d, &ce,
                  &kd, &nv);
   int64_t shape[3] = {gc->B, gc->T, V};

@@ -912,6 +912,10 @@ static int64_t count_valid(ng_backend *be, const int32_t *targets, int64_t N) {
   return n;
 }
 
+double ng_loss_mix(double kd_weight, double ce, double kd) {
+  return kd_weight * kd + (1.0 - kd_weight) * ce;
+}
+
 void ng_model_loss(ng_model *m, ng_acts *a, const ng_loss_teacher *t, const int32_t *targets,
                    ng_loss_params lp, bool grad, double *ce, double *kd, int64_t *n_valid) {
   NG_ASSERT(!grad || a->train);

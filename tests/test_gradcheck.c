@@ -274,7 +274,7 @@ static double loss_probe(void *p) {
   double ce, kd;
   int64_t nv;
   be->ce_kd(be, c->logits, c->teacher, c->targets, 5, 7, c->lp, NULL, &ce, &kd, &nv);
-  return c->teacher ? c->lp.kd_weight * kd + (1 - c->lp.kd_weight) * ce : ce;
+  return c->teacher ? ng_loss_mix(c->lp.kd_weight, ce, kd) : ce;
 }
 
 static void test_loss(bool teacher, double tau, ng_divergence dv, double beta) {
@@ -307,7 +307,7 @@ static double topk_probe(void *p) {
   double ce, kd;
   int64_t nv;
   be->ce_kd_topk(be, c->logits, c->ids, c->vals, c->lse, c->k, c->targets, 5, 7, c->lp, NULL, &ce, &kd, &nv);
-  return c->lp.kd_weight * kd + (1 - c->lp.kd_weight) * ce;
+  return ng_loss_mix(c->lp.kd_weight, ce, kd);
 }
 
 // Teacher logits t [5, 7] into a cache of its k largest per row (k = 7: all,
@@ -443,7 +443,7 @@ static double model_loss(model_ctx *c, bool grad) {
   ng_loss_teacher t = {.logits = c->teacher};
   ng_model_forward(c->m, c->a, c->tokens, NULL);
   ng_model_loss(c->m, c->a, &t, c->targets, c->lp, grad, &ce, &kd, &nv);
-  return c->teacher ? c->lp.kd_weight * kd + (1 - c->lp.kd_weight) * ce : ce;
+  return c->teacher ? ng_loss_mix(c->lp.kd_weight, ce, kd) : ce;
 }
 
 static double model_probe(void *p) { return model_loss(p, false); }

@@ -314,6 +314,9 @@ typedef struct {
 // valid count; the same as one call over all rows up to fp32 reduction order.
 void ng_model_loss(ng_model *m, ng_acts *a, const ng_loss_teacher *t, const int32_t *targets,
                    ng_loss_params lp, bool grad, double *ce, double *kd, int64_t *n_valid);
+// The distillation loss of a teacher's ce and kd, the one whose gradient
+// ng_model_loss computes: kd_weight kd + (1 - kd_weight) ce.
+double ng_loss_mix(double kd_weight, double ce, double kd);
 // Backward from a->ws.dfinal (ng_model_loss with `grad`): accumulates d loss /
 // d param into the gradients. With `recompute`, block l's saved values are
 // rebuilt from its kept input first.
