@@ -100,6 +100,13 @@ double ng_plan_step_flops(const ng_model_config *student, const ng_plan_params *
   return f;
 }
 
+double ng_model_step_flops(const ng_model *student, const ng_model *teacher, int64_t B, int64_t T) {
+  ng_plan_params sp = {.matmul = ng_model_matmul_params(student, false),
+                       .matmul_trainable = ng_model_matmul_params(student, true)};
+  ng_plan_params tp = {.matmul = teacher ? ng_model_matmul_params(teacher, false) : 0.0};
+  return ng_plan_step_flops(&student->cfg, &sp, teacher ? &teacher->cfg : NULL, &tp, B, T);
+}
+
 // ---------------------------------------------------------------- stages
 
 bool ng_plan_device_backend(const char *backend) { return strcmp(backend, "cuda") == 0; }

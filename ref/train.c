@@ -532,12 +532,7 @@ static int grow(trainer *t, int stage) {
 
 // FLOPs of one step, by the rule of plan.h (which `normgrow plan` uses too).
 static double step_flops(const trainer *t) {
-  const ng_model *s = t->student;
-  ng_plan_params sp = {.matmul = ng_model_matmul_params(s, false),
-                       .matmul_trainable = ng_model_matmul_params(s, true)};
-  ng_plan_params tp = {.matmul = t->tacts ? ng_model_matmul_params(t->teacher, false) : 0.0};
-  return ng_plan_step_flops(&s->cfg, &sp, t->tacts ? &t->teacher->cfg : NULL, &tp, t->rc.batch,
-                            t->rc.seq);
+  return ng_model_step_flops(t->student, t->tacts ? t->teacher : NULL, t->rc.batch, t->rc.seq);
 }
 
 // The indices of the next training batch's windows (t->windows): drawn from
@@ -655,7 +650,7 @@ static int train_step(trainer *t) {
   t->st.step_in_stage++;
   t->st.tokens += N;
   t->st.layer_tokens += N * t->student->cfg.num_hidden_layers;
-  double loss = rc->distill ? rc->loss.kd_weight * kd + (1.0 - rc->loss.kd_weight) * ce : ce;
+  double loss = rc->distill ? ng_loss_mix(rc->loss.kd_weight, ce, kd) : ce;
   if (check_sane(t, loss, ce, gnorm)) return -1;
   cJSON *j = record(t, "step");
   cJSON_AddNumberToObject(j, "lr", lr);
