@@ -63,6 +63,17 @@ static int init_new_block(ng_model *m, int64_t j, int64_t nth, const ng_grow_rul
   return ng_fail("unknown growth init");
 }
 
+void ng_grow_layout(ng_grow_position pos, int64_t d, int64_t k, int64_t *from_old) {
+  int64_t n = 0;
+  for (int64_t j = 0; j < d; j++) {
+    from_old[n++] = j;
+    int64_t add = pos == NG_GROW_TOP ? (j == d - 1 ? k : 0)
+                  : pos == NG_GROW_MIDDLE ? (j == (d - 1) / 2 ? k : 0)
+                                          : (j + 1) * k / d - j * k / d;
+    for (int64_t i = 0; i < add; i++) from_old[n++] = -1;
+  }
+}
+
 int ng_model_grow(const ng_model *old, int64_t new_depth, const ng_grow_rule *rule,
                   ng_model **out, int64_t *from_old) {
   int64_t d = old->cfg.num_hidden_layers;

@@ -21,6 +21,7 @@
 #include "normgrow/diag.h"
 #include "normgrow/fileio.h"
 #include "normgrow/grow.h"
+#include "normgrow/lr_schedule.h"
 #include "normgrow/plan.h"
 #include "normgrow/run.h"
 #include "normgrow/safetensors.h"

@@ -84,6 +84,7 @@
 
 #include "normgrow/backend.h"
 #include "normgrow/config.h"
+#include "normgrow/grow.h"
 
 #define NG_MAX_STAGES 16
 #define NG_MAX_LAYERS 1024
@@ -91,10 +92,6 @@
 
 typedef enum { NG_SAMPLE_UNIFORM, NG_SAMPLE_EPOCH } ng_sampling;
 typedef enum { NG_LR_COSINE, NG_LR_LINEAR, NG_LR_CONSTANT } ng_lr_shape;
-typedef enum { NG_GROW_TOP, NG_GROW_INTERLEAVE, NG_GROW_MIDDLE } ng_grow_position;
-typedef enum {
-  NG_INIT_RANDOM, NG_INIT_COPY_BELOW, NG_INIT_ZERO_OUT, NG_INIT_GATE, NG_INIT_TEACHER
-} ng_grow_init;
 
 typedef struct {
   double peak, floor;
@@ -177,15 +174,7 @@ const char *ng_config_not_run(const cJSON *root);
 int64_t ng_stage_steps(const ng_run_config *rc, int stage);
 // Steps of the whole run (every stage).
 int64_t ng_run_steps(const ng_run_config *rc);
-// Learning rate of the step that starts `tokens_done_in_stage` into `stage`.
-double ng_lr_at(const ng_run_config *rc, int stage, int64_t tokens_done_in_stage);
-
-// Where new blocks go when a model of depth d grows by k: fills from_old
-// [d + k] with the old index of each block of the grown model, or -1 for a
-// new block. top: appended; middle: after old block floor((d-1)/2);
-// interleave: spread evenly, after old block j go
-// floor((j+1) k / d) - floor(j k / d) new blocks.
-void ng_grow_layout(ng_grow_position pos, int64_t d, int64_t k, int64_t *from_old);
+// (The learning rate of each step: lr_schedule.h.)
 
 typedef struct {
   const char *config_path;   // a new run of this arm (with `overrides`), or
