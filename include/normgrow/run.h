@@ -189,11 +189,10 @@ typedef struct {
 } ng_train_args;
 
 // Run or resume one arm; a resumed run ends with weights bit-identical to an
-// uninterrupted one (same thread count). A new run refuses a directory that
-// holds a run's files (config.json, metrics.jsonl, diag.jsonl,
-// diag_final.json, checkpoint.safetensors, final.safetensors) unless `force`,
-// which removes them first. Resuming a finished run says so on stderr and
-// returns 0.
+// uninterrupted one (same thread count). The run directory is the trainer's
+// through rundir.h: a new run refuses a directory that holds any of a run's
+// files (every one but train.lock) unless `force`, which removes them first.
+// Resuming a finished run says so on stderr and returns 0.
 //
 // SIGINT and SIGTERM: the first finishes the current step, writes the
 // checkpoint (atomically) and makes ng_train return that signal's number (> 0;
