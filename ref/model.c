@@ -148,8 +148,8 @@ ng_model *ng_model_create(ng_backend *be, const ng_model_config *cfg, bool train
   m->params = ng_xcalloc((size_t)m->max_params, sizeof(ng_param));
   m->w.layers = ng_xcalloc((size_t)L, sizeof(ng_layer));
   m->g.layers = ng_xcalloc((size_t)L, sizeof(ng_layer));
-  m->gate = ng_xmalloc((size_t)L * sizeof(float));
-  for (int64_t i = 0; i < L; i++) m->gate[i] = 1.0f;
+  m->growth_gate = ng_xmalloc((size_t)L * sizeof(float));
+  for (int64_t i = 0; i < L; i++) m->growth_gate[i] = 1.0f;
   m->widened = -1;
   add_param(m, trainable, &m->w.embed_tokens, &m->g.embed_tokens, 2, V, D,
             "model.embed_tokens.weight", -1);
@@ -190,7 +190,7 @@ void ng_model_free(ng_model *m) {
   free(m->params);
   free(m->w.layers);
   free(m->g.layers);
-  free(m->gate);
+  free(m->growth_gate);
   free(m);
 }
 
@@ -514,7 +514,7 @@ static void grad_ws_alloc(const ng_model *m, int64_t N, int64_t chunk, ng_grad_w
   w->dq_raw = buf(be, N * Hd);
   w->dk_raw = buf(be, N * KVd);
   w->dfinal = buf(be, N * D);
-  w->dgated = buf(be, N * D);
+  w->dgrowth_gated = buf(be, N * D);
   w->dlogits = buf(be, chunk * c->vocab_size);
   if (c->layer_scale) w->dbranch = buf(be, N * D);
 }
@@ -522,7 +522,7 @@ static void grad_ws_alloc(const ng_model *m, int64_t N, int64_t chunk, ng_grad_w
 static void grad_ws_free(ng_backend *be, ng_grad_ws *w) {
   float *all[] = {w->dh[0], w->dh[1], w->dres2, w->dres1, w->dmlp_in, w->datt_in,
                   w->dgate, w->dup,   w->dact,  w->datt,  w->dq,      w->dk,
-                  w->dv,    w->dq_raw, w->dk_raw, w->dfinal, w->dgated, w->dlogits, w->dbranch};
+                  w->dv,    w->dq_raw, w->dk_raw, w->dfinal, w->dgrowth_gated, w->dlogits, w->dbranch};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) be->free(be, all[i]);
 }
 
@@ -789,7 +789,7 @@ static void forward_block(ng_model *m, ng_acts *a, int64_t l, ng_block_mode mode
       break;
     case NG_BLOCK_RUN:
       block_forward(m, a, l, x, out, s);
-      if (m->gate[l] != 1.0f) be->lerp(be, x, out, m->gate[l], a->N * D, out);  // growth gate
+      if (m->growth_gate[l] != 1.0f) be->lerp(be, x, out, m->growth_gate[l], a->N * D, out);  // growth gate
       break;
   }
 }
@@ -949,20 +949,20 @@ void ng_model_loss(ng_model *m, ng_acts *a, const ng_loss_teacher *t, const int3
   }
 }
 
-// y = (1 - g) x + g Block(x): dx = (1 - g) dy + Block'(g dy), through dgated.
+// y = (1 - g) x + g Block(x): dx = (1 - g) dy + Block'(g dy), through dgrowth_gated.
 static void gated_block_backward(ng_model *m, const ng_acts *a, int64_t l, const float *x,
                                  const float *dy, float *dx) {
   ng_backend *be = m->be;
-  float g = m->gate[l];
+  float g = m->growth_gate[l];
   int64_t n = a->N * m->cfg.hidden_size;
   if (g == 1.0f) {
     block_backward(m, a, l, x, dy, dx);
     return;
   }
-  be->scale(be, dy, g, n, a->ws.dgated);
-  block_backward(m, a, l, x, a->ws.dgated, dx);
-  be->scale(be, dy, 1.0f - g, n, a->ws.dgated);
-  be->add(be, dx, a->ws.dgated, n, dx);
+  be->scale(be, dy, g, n, a->ws.dgrowth_gated);
+  block_backward(m, a, l, x, a->ws.dgrowth_gated, dx);
+  be->scale(be, dy, 1.0f - g, n, a->ws.dgrowth_gated);
+  be->add(be, dx, a->ws.dgrowth_gated, n, dx);
 }
 
 // dfinal [N, D] -> d h_L [N, D] (written into out)

@@ -58,7 +58,7 @@ int64_t ng_plan_block_floats(const ng_model_config *c, int64_t first, int64_t la
 }
 
 // Per token, the fields of ng_grad_ws:
-//   8 D    dh[0], dh[1], dres2, dres1, dmlp_in, datt_in, dfinal, dgated
+//   8 D    dh[0], dh[1], dres2, dres1, dmlp_in, datt_in, dfinal, dgrowth_gated
 //   3 F    dgate, dup, dact
 //   3 H hd datt, dq, dq_raw;   3 KV hd  dk, dv, dk_raw
 //   D      dbranch (layer_scale)

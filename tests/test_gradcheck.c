@@ -476,7 +476,7 @@ static void test_model(ng_norm_placement np, bool tied, bool final_norm, int64_t
     c.tokens[i] = (int32_t)ng_rng_below(&rng, 11);
     c.targets[i] = i % 5 == 2 ? -1 : (int32_t)ng_rng_below(&rng, 11);
   }
-  for (int64_t l = 0; l < mc.num_hidden_layers; l++) c.m->gate[l] = gate;
+  for (int64_t l = 0; l < mc.num_hidden_layers; l++) c.m->growth_gate[l] = gate;
   if (frozen) ng_model_freeze(c.m, 0, true);
   ng_model_zero_grad(c.m);
   model_loss(&c, true);

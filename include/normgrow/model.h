@@ -106,7 +106,7 @@ typedef struct {
   int max_params;       // ng_model_n_weights(&cfg)
   ng_param *params;     // embed, layers in order, norm, lm_head
   ng_weights w, g;      // typed views of params[].data and params[].grad
-  float *gate;          // host [L]: block l computes y = (1 - g) x + g Block(x); 1 = plain
+  float *growth_gate;   // host [L]: block l computes y = (1 - g) x + g Block(x); 1 = plain
   float *block_scratch; // blocks held in bf16: the fp32 weights of one block, else NULL
   int64_t widened;      // the block whose weights block_scratch holds (-1: none)
 } ng_model;
@@ -145,7 +145,7 @@ typedef struct {
   float *dgate, *dup, *dact;     // [N, F]
   float *datt, *dq, *dk, *dv;    // [N, H*hd], [N, H*hd], [N, KV*hd] x 2
   float *dq_raw, *dk_raw;        // [N, H*hd], [N, KV*hd]
-  float *dfinal, *dgated;        // [N, D]: dfinal = d loss / d head input
+  float *dfinal, *dgrowth_gated;  // [N, D]: dfinal = d loss / d head input
   float *dlogits;                // [chunk, V]
   float *dbranch;                // [N, D] layer_scale only: d of a sublayer's branch term
 } ng_grad_ws;
