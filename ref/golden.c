@@ -301,7 +301,7 @@ static void emit_ablation(const eval_ctx *e, ng_model *m, const ng_acts_options 
 // The evaluation's model (weights, gradients), training activations, logits
 // and teacher logits [B*T, V] within the machine's memory.
 static int check_eval_memory(const ng_golden_case *gc, const ng_acts_options *o) {
-  ng_acts_options ao = {.train = true, .recompute = o->recompute, .chunk = o->chunk};
+  ng_acts_options ao = {.for_backward = true, .recompute = o->recompute, .chunk = o->chunk};
   double N = (double)gc->B * (double)gc->T, V = (double)gc->model.vocab_size;
   double bytes = 4.0 * ((double)ng_plan_count_params(&gc->model, 0, false).total +
                         (double)ng_plan_acts_floats(&gc->model, gc->B, gc->T, &ao) + 2.0 * N * V);
@@ -322,7 +322,7 @@ int ng_golden_eval(const ng_golden_case *gc, ng_backend *be, const ng_acts_optio
     ng_model_free(m);
     return -1;
   }
-  ng_acts_options ao = {.train = true, .recompute = o->recompute, .chunk = o->chunk};
+  ng_acts_options ao = {.for_backward = true, .recompute = o->recompute, .chunk = o->chunk};
   ng_acts *a = ng_acts_create_with(m, gc->B, gc->T, &ao);
   ng_model_forward(m, a, e.tokens, NULL);
   float *logits = all_logits(&e, m, a, out);

@@ -528,18 +528,18 @@ static void grad_ws_free(ng_backend *be, ng_grad_ws *w) {
 
 ng_acts *ng_acts_create_with(const ng_model *m, int64_t B, int64_t T, const ng_acts_options *o) {
   const ng_model_config *c = &m->cfg;
-  NG_ASSERT(!o->recompute || o->train);
+  NG_ASSERT(!o->recompute || o->for_backward);
   ng_acts *a = ng_xcalloc(1, sizeof *a);
   a->B = B;
   a->T = T;
   a->N = B * T;
-  a->train = o->train;
+  a->for_backward = o->for_backward;
   a->recompute = o->recompute;
   a->chunk = o->chunk > 0 && o->chunk < a->N ? o->chunk : a->N;
-  a->n_hidden = a->train ? (int)c->num_hidden_layers + 1 : 2;
+  a->n_hidden = a->for_backward ? (int)c->num_hidden_layers + 1 : 2;
   a->hidden = ng_xcalloc((size_t)a->n_hidden, sizeof(float *));
   for (int i = 0; i < a->n_hidden; i++) a->hidden[i] = buf(m->be, a->N * c->hidden_size);
-  a->n_blocks = a->train && !a->recompute ? (int)c->num_hidden_layers : 1;
+  a->n_blocks = a->for_backward && !a->recompute ? (int)c->num_hidden_layers : 1;
   a->blocks = ng_xcalloc((size_t)a->n_blocks, sizeof(ng_block_acts));
   for (int i = 0; i < a->n_blocks; i++)  // one set shared by all blocks, or each block's own
     block_acts_alloc(m, B, T, ng_block_layouts_union(c, a->n_blocks == 1 ? 0 : i,
@@ -550,12 +550,12 @@ ng_acts *ng_acts_create_with(const ng_model *m, int64_t B, int64_t T, const ng_a
     a->rstd_final = buf(m->be, a->N);
   }
   a->logits = buf(m->be, a->chunk * c->vocab_size);
-  if (a->train) grad_ws_alloc(m, a->N, a->chunk, &a->ws);
+  if (a->for_backward) grad_ws_alloc(m, a->N, a->chunk, &a->ws);
   return a;
 }
 
-ng_acts *ng_acts_create(const ng_model *m, int64_t B, int64_t T, bool train) {
-  ng_acts_options o = {.train = train};
+ng_acts *ng_acts_create(const ng_model *m, int64_t B, int64_t T, bool for_backward) {
+  ng_acts_options o = {.for_backward = for_backward};
   return ng_acts_create_with(m, B, T, &o);
 }
 
@@ -579,7 +579,7 @@ void ng_acts_free(const ng_model *m, ng_acts *a) {
 }
 
 float *ng_acts_hidden(const ng_acts *a, int64_t l) {
-  return a->train ? a->hidden[l] : a->hidden[l % 2];
+  return a->for_backward ? a->hidden[l] : a->hidden[l % 2];
 }
 
 // ---------------------------------------------------------------- linear layers
@@ -801,7 +801,7 @@ void ng_model_forward(ng_model *m, ng_acts *a, const int32_t *tokens,
   be->embedding_forward(be, tokens, m->w.embed_tokens, a->N, D, ng_acts_hidden(a, 0));
   for (int64_t l = 0; l < L; l++) {
     ng_block_mode mode = modes ? modes[l] : NG_BLOCK_RUN;
-    NG_ASSERT(mode == NG_BLOCK_RUN || !a->train);
+    NG_ASSERT(mode == NG_BLOCK_RUN || !a->for_backward);
     forward_block(m, a, l, mode);
     if (a->on_block) a->on_block(a->on_block_ctx, a, l, saved(a, l));
   }
@@ -918,7 +918,7 @@ double ng_loss_mix(double kd_weight, double ce, double kd) {
 
 void ng_model_loss(ng_model *m, ng_acts *a, const ng_loss_teacher *t, const int32_t *targets,
                    ng_loss_params lp, bool grad, double *ce, double *kd, int64_t *n_valid) {
-  NG_ASSERT(!grad || a->train);
+  NG_ASSERT(!grad || a->for_backward);
   NG_ASSERT(!t || !t->model || t->acts->chunk >= a->chunk);
   ng_backend *be = m->be;
   int64_t N = a->N, V = m->cfg.vocab_size;
@@ -980,7 +980,7 @@ static void final_norm_backward(ng_model *m, ng_acts *a, float *out) {
 }
 
 void ng_model_backward(ng_model *m, ng_acts *a, const int32_t *tokens) {
-  NG_ASSERT(a->train);
+  NG_ASSERT(a->for_backward);
   ng_backend *be = m->be;
   int64_t L = m->cfg.num_hidden_layers;
   float **dh = a->ws.dh;

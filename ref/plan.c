@@ -77,15 +77,15 @@ int64_t ng_plan_grad_ws_floats(const ng_model_config *c, int64_t N, int64_t chun
 int64_t ng_plan_acts_floats(const ng_model_config *c, int64_t B, int64_t T, const ng_acts_options *o) {
   int64_t N = B * T, L = c->num_hidden_layers, D = c->hidden_size, V = c->vocab_size;
   int64_t chunk = o->chunk > 0 && o->chunk < N ? o->chunk : N;
-  int64_t hidden = o->train ? L + 1 : 2;
+  int64_t hidden = o->for_backward ? L + 1 : 2;
   int64_t n = hidden * N * D + chunk * V;
-  if (o->train && !o->recompute) {  // each block's own values
+  if (o->for_backward && !o->recompute) {  // each block's own values
     for (int64_t l = 0; l < L; l++) n += ng_plan_block_floats(c, l, l, N);
   } else {  // one set for all blocks
     n += ng_plan_block_floats(c, 0, L - 1, N);
   }
   if (c->final_norm) n += N * (D + 1);  // final_in, rstd_final
-  if (o->train) n += ng_plan_grad_ws_floats(c, N, chunk);
+  if (o->for_backward) n += ng_plan_grad_ws_floats(c, N, chunk);
   return n;
 }
 
@@ -280,7 +280,7 @@ void ng_plan_stage_of(const ng_run_config *rc, int stage, const ng_model_config 
   out->student = ng_plan_count_params(&sc, frozen, rc->freeze_embeddings);
   out->weights = out->grads = out->student.total * bpp;
   out->adamw = 2 * out->student.total * bpp;
-  ng_acts_options train = {.train = true, .recompute = rc->recompute, .chunk = chunk};
+  ng_acts_options train = {.for_backward = true, .recompute = rc->recompute, .chunk = chunk};
   ng_acts_options fwd = {.chunk = chunk};
   out->acts = f32 * ng_plan_acts_floats(&sc, mb, T, &train);
   out->eval_acts = f32 * ng_plan_acts_floats(&sc, mb, T, &fwd);

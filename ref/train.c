@@ -200,7 +200,7 @@ static void student_acts(trainer *t) {
   const ng_run_config *rc = &t->rc;
   ng_acts_free(t->student, t->sacts);
   ng_acts_free(t->student, t->eval_acts);
-  ng_acts_options train = {.train = true, .recompute = rc->recompute, .chunk = loss_chunk(rc)};
+  ng_acts_options train = {.for_backward = true, .recompute = rc->recompute, .chunk = loss_chunk(rc)};
   ng_acts_options eval = {.chunk = loss_chunk(rc)};
   t->sacts = ng_acts_create_with(t->student, rc->micro_batch, rc->seq, &train);
   t->eval_acts = ng_acts_create_with(t->student, rc->micro_batch, rc->seq, &eval);

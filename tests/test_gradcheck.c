@@ -465,7 +465,7 @@ static void test_model(ng_norm_placement np, bool tied, bool final_norm, int64_t
   int64_t B = 2, T = 4, N = B * T;
   model_ctx c = {ng_model_create(be, &mc, true), NULL, ng_xmalloc(N * 4), ng_xmalloc(N * 4),
                  randn((size_t)(N * mc.vocab_size), 0, 2), {0.6, 1.5, 0, 0, NG_DIV_FORWARD_KL, 0.0}};
-  ng_acts_options ao = {.train = true, .recompute = recompute, .chunk = chunk};
+  ng_acts_options ao = {.for_backward = true, .recompute = recompute, .chunk = chunk};
   c.a = ng_acts_create_with(c.m, B, T, &ao);
   for (int i = 0; i < c.m->n_params; i++) {
     ng_param *p = &c.m->params[i];

@@ -234,7 +234,7 @@ static void run_variant(ng_backend *be, const bench_shape *sh, int64_t chunk, in
   be->upload(be, tokens, host, ids_bytes);
   be->upload(be, targets, host + N, ids_bytes);
   free(host);
-  ng_acts_options to = {.chunk = chunk}, so = {.train = true, .chunk = chunk};
+  ng_acts_options to = {.chunk = chunk}, so = {.for_backward = true, .chunk = chunk};
   ng_acts *ta = ng_acts_create_with(teacher, sh->B, sh->T, &to);
   ng_acts *sa = ng_acts_create_with(student, sh->B, sh->T, &so);
   ng_adamw *opt = ng_adamw_create(student);

@@ -76,7 +76,7 @@ int ng_golden_open(ng_golden_case *gc, const char *path);
 void ng_golden_close(ng_golden_case *gc);
 
 // Compute every out.* tensor of the contract on backend `be`, the loss in
-// chunks of o->chunk rows (0: all) and with o->recompute (o->train unused).
+// chunks of o->chunk rows (0: all) and with o->recompute (o->for_backward unused).
 int ng_golden_eval(const ng_golden_case *gc, ng_backend *be, const ng_acts_options *o,
                    ng_tensor_list *out);
 // Write the outputs (and, with_inputs, the case's own inputs first) atomically.
