@@ -24,7 +24,7 @@ float ng_gate_at(int64_t origin, int64_t step, int64_t gate_steps) {
 
 void ng_set_gates(ng_model *m, const ng_train_state *st, int64_t step) {
   for (int64_t l = 0; l < m->cfg.num_hidden_layers; l++)
-    m->gate[l] = ng_gate_at(st->gate_origin[l], step, st->gate_steps);
+    m->growth_gate[l] = ng_gate_at(st->gate_origin[l], step, st->gate_steps);
 }
 
 // Host copies of backend buffers, kept until the writer has saved.

@@ -17,10 +17,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-// Tokens are read from and written to the file as host u32 values.
-#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
-#error "normgrow assumes a little-endian host"
-#endif
+// Tokens are read from and written to the file as host u32 values (a
+// little-endian host: fileio.h).
 
 // Header field offsets (see data.h).
 enum {

@@ -487,7 +487,7 @@ static void loss_with(ng_model *m, ng_acts *a, const int32_t *tokens, const int3
 void ng_diag_ablation_batch(ng_model *m, ng_acts *a, const int32_t *tokens,
                             const int32_t *targets, const ng_loss_teacher *t,
                             ng_loss_params lp, double *ce, double *kd) {
-  NG_ASSERT(!a->train);
+  NG_ASSERT(!a->for_backward);
   int64_t L = m->cfg.num_hidden_layers;
   ng_block_mode *modes = ng_xcalloc((size_t)L, sizeof *modes);  // all NG_BLOCK_RUN
   loss_with(m, a, tokens, targets, t, lp, modes, &ce[0], &kd[0]);

@@ -206,7 +206,7 @@ static double loss_of(const eval_ctx *e, ng_model *m, ng_acts *a, bool grad, dou
   ng_loss_teacher t = {.logits = e->teacher};
   int64_t nv;
   ng_model_loss(m, a, &t, e->targets, loss_params(e->gc), grad, ce, kd, &nv);
-  return e->teacher ? e->gc->loss.kd_weight * *kd + (1.0 - e->gc->loss.kd_weight) * *ce : *ce;
+  return e->teacher ? ng_loss_mix(e->gc->loss.kd_weight, *ce, *kd) : *ce;
 }
 
 // out.logits [B, T, V], gathered chunk by chunk into a backend buffer [N, V] (caller frees).
@@ -267,7 +267,7 @@ static void emit_topk(const eval_ctx *e, ng_model *m, ng_acts *a, const float *l
   double ce, kd;
   ng_model_loss(m, a, &t, e->targets, lp, false, &ce, &kd, &nv);
   add_scalar(out, "out.topk_kd", kd);
-  add_scalar(out, "out.topk_loss", lp.kd_weight * kd + (1.0 - lp.kd_weight) * ce);
+  add_scalar(out, "out.topk_loss", ng_loss_mix(lp.kd_weight, ce, kd));
   be->ce_kd_topk(be, logits, t.topk_ids, t.topk_vals, t.topk_lse, k, e->targets, N, V, lp, d, &ce,
                  &kd, &nv);
   int64_t shape[3] = {gc->B, gc->T, V};
@@ -301,7 +301,7 @@ static void emit_ablation(const eval_ctx *e, ng_model *m, const ng_acts_options 
 // The evaluation's model (weights, gradients), training activations, logits
 // and teacher logits [B*T, V] within the machine's memory.
 static int check_eval_memory(const ng_golden_case *gc, const ng_acts_options *o) {
-  ng_acts_options ao = {.train = true, .recompute = o->recompute, .chunk = o->chunk};
+  ng_acts_options ao = {.for_backward = true, .recompute = o->recompute, .chunk = o->chunk};
   double N = (double)gc->B * (double)gc->T, V = (double)gc->model.vocab_size;
   double bytes = 4.0 * ((double)ng_plan_count_params(&gc->model, 0, false).total +
                         (double)ng_plan_acts_floats(&gc->model, gc->B, gc->T, &ao) + 2.0 * N * V);
@@ -322,7 +322,7 @@ int ng_golden_eval(const ng_golden_case *gc, ng_backend *be, const ng_acts_optio
     ng_model_free(m);
     return -1;
   }
-  ng_acts_options ao = {.train = true, .recompute = o->recompute, .chunk = o->chunk};
+  ng_acts_options ao = {.for_backward = true, .recompute = o->recompute, .chunk = o->chunk};
   ng_acts *a = ng_acts_create_with(m, gc->B, gc->T, &ao);
   ng_model_forward(m, a, e.tokens, NULL);
   float *logits = all_logits(&e, m, a, out);
@@ -505,7 +505,7 @@ static double rel_l2(l2_sums s) {
   return s.exp > 0.0 ? sqrt(s.diff / s.exp) : sqrt(s.diff);
 }
 
-// The fp32 rules: every tensor by itself (GOLDEN.md).
+// The fp32 rules: every tensor by itself (docs/golden-contract.md "fp32").
 static double fp32_error(const ng_golden_case *gc, const ng_tensor_list *exp,
                          const ng_named_tensor *e, const ng_named_tensor *g, double coef,
                          double G) {

@@ -54,13 +54,24 @@ static int init_new_block(ng_model *m, int64_t j, int64_t nth, const ng_grow_rul
       return 0;
     case NG_INIT_GATE:
       ng_model_init_block(m, j, r->rng, r->std);
-      m->gate[j] = 0.0f;
+      m->growth_gate[j] = 0.0f;
       return 0;
     case NG_INIT_RANDOM:
       ng_model_init_block(m, j, r->rng, r->std);
       return 0;
   }
   return ng_fail("unknown growth init");
+}
+
+void ng_grow_layout(ng_grow_position pos, int64_t d, int64_t k, int64_t *from_old) {
+  int64_t n = 0;
+  for (int64_t j = 0; j < d; j++) {
+    from_old[n++] = j;
+    int64_t add = pos == NG_GROW_TOP ? (j == d - 1 ? k : 0)
+                  : pos == NG_GROW_MIDDLE ? (j == (d - 1) / 2 ? k : 0)
+                                          : (j + 1) * k / d - j * k / d;
+    for (int64_t i = 0; i < add; i++) from_old[n++] = -1;
+  }
 }
 
 int ng_model_grow(const ng_model *old, int64_t new_depth, const ng_grow_rule *rule,
@@ -75,7 +86,7 @@ int ng_model_grow(const ng_model *old, int64_t new_depth, const ng_grow_rule *ru
   for (int64_t j = 0, nth = 0; j < new_depth && rc == 0; j++) {
     if (from_old[j] >= 0) {
       rc = ng_model_copy_block(m, j, old, from_old[j]);
-      m->gate[j] = old->gate[from_old[j]];
+      m->growth_gate[j] = old->growth_gate[from_old[j]];
     } else {
       rc = init_new_block(m, j, nth++, rule);
       reset_layer_scales(m, j);

@@ -640,9 +640,9 @@ int ng_hf_export(const ng_model *m, const char *dir, ng_dtype dtype, size_t shar
   if (dtype != NG_F32 && dtype != NG_BF16)
     return ng_fail("%s: cannot export weights as %s (F32 or BF16)", dir, ng_dtype_name(dtype));
   for (int64_t l = 0; l < m->cfg.num_hidden_layers; l++)
-    if (m->gate[l] != 1.0f)
+    if (m->growth_gate[l] != 1.0f)
       return ng_fail("%s: block %lld has growth gate %g; Qwen3 has no gates", dir,
-                     (long long)l, (double)m->gate[l]);
+                     (long long)l, (double)m->growth_gate[l]);
   if (ng_make_dir(dir) || write_weights(m, dir, dtype, shard_bytes)) return -1;
   cJSON *cfg = export_config(&m->cfg, dtype);
   char *path = ng_path_join(dir, HF_CONFIG);

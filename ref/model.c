@@ -148,8 +148,8 @@ ng_model *ng_model_create(ng_backend *be, const ng_model_config *cfg, bool train
   m->params = ng_xcalloc((size_t)m->max_params, sizeof(ng_param));
   m->w.layers = ng_xcalloc((size_t)L, sizeof(ng_layer));
   m->g.layers = ng_xcalloc((size_t)L, sizeof(ng_layer));
-  m->gate = ng_xmalloc((size_t)L * sizeof(float));
-  for (int64_t i = 0; i < L; i++) m->gate[i] = 1.0f;
+  m->growth_gate = ng_xmalloc((size_t)L * sizeof(float));
+  for (int64_t i = 0; i < L; i++) m->growth_gate[i] = 1.0f;
   m->widened = -1;
   add_param(m, trainable, &m->w.embed_tokens, &m->g.embed_tokens, 2, V, D,
             "model.embed_tokens.weight", -1);
@@ -190,7 +190,7 @@ void ng_model_free(ng_model *m) {
   free(m->params);
   free(m->w.layers);
   free(m->g.layers);
-  free(m->gate);
+  free(m->growth_gate);
   free(m);
 }
 
@@ -514,7 +514,7 @@ static void grad_ws_alloc(const ng_model *m, int64_t N, int64_t chunk, ng_grad_w
   w->dq_raw = buf(be, N * Hd);
   w->dk_raw = buf(be, N * KVd);
   w->dfinal = buf(be, N * D);
-  w->dgated = buf(be, N * D);
+  w->dgrowth_gated = buf(be, N * D);
   w->dlogits = buf(be, chunk * c->vocab_size);
   if (c->layer_scale) w->dbranch = buf(be, N * D);
 }
@@ -522,24 +522,24 @@ static void grad_ws_alloc(const ng_model *m, int64_t N, int64_t chunk, ng_grad_w
 static void grad_ws_free(ng_backend *be, ng_grad_ws *w) {
   float *all[] = {w->dh[0], w->dh[1], w->dres2, w->dres1, w->dmlp_in, w->datt_in,
                   w->dgate, w->dup,   w->dact,  w->datt,  w->dq,      w->dk,
-                  w->dv,    w->dq_raw, w->dk_raw, w->dfinal, w->dgated, w->dlogits, w->dbranch};
+                  w->dv,    w->dq_raw, w->dk_raw, w->dfinal, w->dgrowth_gated, w->dlogits, w->dbranch};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) be->free(be, all[i]);
 }
 
 ng_acts *ng_acts_create_with(const ng_model *m, int64_t B, int64_t T, const ng_acts_options *o) {
   const ng_model_config *c = &m->cfg;
-  NG_ASSERT(!o->recompute || o->train);
+  NG_ASSERT(!o->recompute || o->for_backward);
   ng_acts *a = ng_xcalloc(1, sizeof *a);
   a->B = B;
   a->T = T;
   a->N = B * T;
-  a->train = o->train;
+  a->for_backward = o->for_backward;
   a->recompute = o->recompute;
   a->chunk = o->chunk > 0 && o->chunk < a->N ? o->chunk : a->N;
-  a->n_hidden = a->train ? (int)c->num_hidden_layers + 1 : 2;
+  a->n_hidden = a->for_backward ? (int)c->num_hidden_layers + 1 : 2;
   a->hidden = ng_xcalloc((size_t)a->n_hidden, sizeof(float *));
   for (int i = 0; i < a->n_hidden; i++) a->hidden[i] = buf(m->be, a->N * c->hidden_size);
-  a->n_blocks = a->train && !a->recompute ? (int)c->num_hidden_layers : 1;
+  a->n_blocks = a->for_backward && !a->recompute ? (int)c->num_hidden_layers : 1;
   a->blocks = ng_xcalloc((size_t)a->n_blocks, sizeof(ng_block_acts));
   for (int i = 0; i < a->n_blocks; i++)  // one set shared by all blocks, or each block's own
     block_acts_alloc(m, B, T, ng_block_layouts_union(c, a->n_blocks == 1 ? 0 : i,
@@ -550,12 +550,12 @@ ng_acts *ng_acts_create_with(const ng_model *m, int64_t B, int64_t T, const ng_a
     a->rstd_final = buf(m->be, a->N);
   }
   a->logits = buf(m->be, a->chunk * c->vocab_size);
-  if (a->train) grad_ws_alloc(m, a->N, a->chunk, &a->ws);
+  if (a->for_backward) grad_ws_alloc(m, a->N, a->chunk, &a->ws);
   return a;
 }
 
-ng_acts *ng_acts_create(const ng_model *m, int64_t B, int64_t T, bool train) {
-  ng_acts_options o = {.train = train};
+ng_acts *ng_acts_create(const ng_model *m, int64_t B, int64_t T, bool for_backward) {
+  ng_acts_options o = {.for_backward = for_backward};
   return ng_acts_create_with(m, B, T, &o);
 }
 
@@ -579,7 +579,7 @@ void ng_acts_free(const ng_model *m, ng_acts *a) {
 }
 
 float *ng_acts_hidden(const ng_acts *a, int64_t l) {
-  return a->train ? a->hidden[l] : a->hidden[l % 2];
+  return a->for_backward ? a->hidden[l] : a->hidden[l % 2];
 }
 
 // ---------------------------------------------------------------- linear layers
@@ -789,7 +789,7 @@ static void forward_block(ng_model *m, ng_acts *a, int64_t l, ng_block_mode mode
       break;
     case NG_BLOCK_RUN:
       block_forward(m, a, l, x, out, s);
-      if (m->gate[l] != 1.0f) be->lerp(be, x, out, m->gate[l], a->N * D, out);  // growth gate
+      if (m->growth_gate[l] != 1.0f) be->lerp(be, x, out, m->growth_gate[l], a->N * D, out);  // growth gate
       break;
   }
 }
@@ -801,7 +801,7 @@ void ng_model_forward(ng_model *m, ng_acts *a, const int32_t *tokens,
   be->embedding_forward(be, tokens, m->w.embed_tokens, a->N, D, ng_acts_hidden(a, 0));
   for (int64_t l = 0; l < L; l++) {
     ng_block_mode mode = modes ? modes[l] : NG_BLOCK_RUN;
-    NG_ASSERT(mode == NG_BLOCK_RUN || !a->train);
+    NG_ASSERT(mode == NG_BLOCK_RUN || !a->for_backward);
     forward_block(m, a, l, mode);
     if (a->on_block) a->on_block(a->on_block_ctx, a, l, saved(a, l));
   }
@@ -912,9 +912,13 @@ static int64_t count_valid(ng_backend *be, const int32_t *targets, int64_t N) {
   return n;
 }
 
+double ng_loss_mix(double kd_weight, double ce, double kd) {
+  return kd_weight * kd + (1.0 - kd_weight) * ce;
+}
+
 void ng_model_loss(ng_model *m, ng_acts *a, const ng_loss_teacher *t, const int32_t *targets,
                    ng_loss_params lp, bool grad, double *ce, double *kd, int64_t *n_valid) {
-  NG_ASSERT(!grad || a->train);
+  NG_ASSERT(!grad || a->for_backward);
   NG_ASSERT(!t || !t->model || t->acts->chunk >= a->chunk);
   ng_backend *be = m->be;
   int64_t N = a->N, V = m->cfg.vocab_size;
@@ -945,20 +949,20 @@ void ng_model_loss(ng_model *m, ng_acts *a, const ng_loss_teacher *t, const int3
   }
 }
 
-// y = (1 - g) x + g Block(x): dx = (1 - g) dy + Block'(g dy), through dgated.
+// y = (1 - g) x + g Block(x): dx = (1 - g) dy + Block'(g dy), through dgrowth_gated.
 static void gated_block_backward(ng_model *m, const ng_acts *a, int64_t l, const float *x,
                                  const float *dy, float *dx) {
   ng_backend *be = m->be;
-  float g = m->gate[l];
+  float g = m->growth_gate[l];
   int64_t n = a->N * m->cfg.hidden_size;
   if (g == 1.0f) {
     block_backward(m, a, l, x, dy, dx);
     return;
   }
-  be->scale(be, dy, g, n, a->ws.dgated);
-  block_backward(m, a, l, x, a->ws.dgated, dx);
-  be->scale(be, dy, 1.0f - g, n, a->ws.dgated);
-  be->add(be, dx, a->ws.dgated, n, dx);
+  be->scale(be, dy, g, n, a->ws.dgrowth_gated);
+  block_backward(m, a, l, x, a->ws.dgrowth_gated, dx);
+  be->scale(be, dy, 1.0f - g, n, a->ws.dgrowth_gated);
+  be->add(be, dx, a->ws.dgrowth_gated, n, dx);
 }
 
 // dfinal [N, D] -> d h_L [N, D] (written into out)
@@ -976,7 +980,7 @@ static void final_norm_backward(ng_model *m, ng_acts *a, float *out) {
 }
 
 void ng_model_backward(ng_model *m, ng_acts *a, const int32_t *tokens) {
-  NG_ASSERT(a->train);
+  NG_ASSERT(a->for_backward);
   ng_backend *be = m->be;
   int64_t L = m->cfg.num_hidden_layers;
   float **dh = a->ws.dh;

@@ -12,7 +12,6 @@
 #include "normgrow/model.h"
 
 #define GIB 1073741824.0
-#define MAX_CONFIG_BYTES (1 << 20)
 
 // ---------------------------------------------------------------- parameters
 
@@ -59,7 +58,7 @@ int64_t ng_plan_block_floats(const ng_model_config *c, int64_t first, int64_t la
 }
 
 // Per token, the fields of ng_grad_ws:
-//   8 D    dh[0], dh[1], dres2, dres1, dmlp_in, datt_in, dfinal, dgated
+//   8 D    dh[0], dh[1], dres2, dres1, dmlp_in, datt_in, dfinal, dgrowth_gated
 //   3 F    dgate, dup, dact
 //   3 H hd datt, dq, dq_raw;   3 KV hd  dk, dv, dk_raw
 //   D      dbranch (layer_scale)
@@ -78,15 +77,15 @@ int64_t ng_plan_grad_ws_floats(const ng_model_config *c, int64_t N, int64_t chun
 int64_t ng_plan_acts_floats(const ng_model_config *c, int64_t B, int64_t T, const ng_acts_options *o) {
   int64_t N = B * T, L = c->num_hidden_layers, D = c->hidden_size, V = c->vocab_size;
   int64_t chunk = o->chunk > 0 && o->chunk < N ? o->chunk : N;
-  int64_t hidden = o->train ? L + 1 : 2;
+  int64_t hidden = o->for_backward ? L + 1 : 2;
   int64_t n = hidden * N * D + chunk * V;
-  if (o->train && !o->recompute) {  // each block's own values
+  if (o->for_backward && !o->recompute) {  // each block's own values
     for (int64_t l = 0; l < L; l++) n += ng_plan_block_floats(c, l, l, N);
   } else {  // one set for all blocks
     n += ng_plan_block_floats(c, 0, L - 1, N);
   }
   if (c->final_norm) n += N * (D + 1);  // final_in, rstd_final
-  if (o->train) n += ng_plan_grad_ws_floats(c, N, chunk);
+  if (o->for_backward) n += ng_plan_grad_ws_floats(c, N, chunk);
   return n;
 }
 
@@ -99,6 +98,13 @@ double ng_plan_step_flops(const ng_model_config *student, const ng_plan_params *
   double f = (4.0 * sp->matmul + 2.0 * sp->matmul_trainable) * N + 3.0 * ng_attention_flops(student, B, T);
   if (teacher) f += 2.0 * tp->matmul * N + ng_attention_flops(teacher, B, T);
   return f;
+}
+
+double ng_model_step_flops(const ng_model *student, const ng_model *teacher, int64_t B, int64_t T) {
+  ng_plan_params sp = {.matmul = ng_model_matmul_params(student, false),
+                       .matmul_trainable = ng_model_matmul_params(student, true)};
+  ng_plan_params tp = {.matmul = teacher ? ng_model_matmul_params(teacher, false) : 0.0};
+  return ng_plan_step_flops(&student->cfg, &sp, teacher ? &teacher->cfg : NULL, &tp, B, T);
 }
 
 // ---------------------------------------------------------------- stages
@@ -274,7 +280,7 @@ void ng_plan_stage_of(const ng_run_config *rc, int stage, const ng_model_config 
   out->student = ng_plan_count_params(&sc, frozen, rc->freeze_embeddings);
   out->weights = out->grads = out->student.total * bpp;
   out->adamw = 2 * out->student.total * bpp;
-  ng_acts_options train = {.train = true, .recompute = rc->recompute, .chunk = chunk};
+  ng_acts_options train = {.for_backward = true, .recompute = rc->recompute, .chunk = chunk};
   ng_acts_options fwd = {.chunk = chunk};
   out->acts = f32 * ng_plan_acts_floats(&sc, mb, T, &train);
   out->eval_acts = f32 * ng_plan_acts_floats(&sc, mb, T, &fwd);
@@ -306,7 +312,7 @@ void ng_plan_stage_of(const ng_run_config *rc, int stage, const ng_model_config 
 
 int ng_plan_read_model_config(const char *path, ng_model_config *out) {
   char *text;
-  if (ng_read_file(path, MAX_CONFIG_BYTES, &text, NULL) != 0) return -1;
+  if (ng_read_file(path, NG_MAX_CONFIG_BYTES, &text, NULL) != 0) return -1;
   cJSON *j = cJSON_Parse(text);
   int rc = j ? ng_model_config_parse(j, path, out) : ng_fail("%s: not valid JSON", path);
   cJSON_Delete(j);

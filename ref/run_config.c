@@ -1,17 +1,14 @@
 // normgrow: RUN.json parsing. Defaults are written into the JSON tree before
 // it is read, so that the resolved configuration (every value explicit) is
 // what the run directory records and what a resume reads back.
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "normgrow/common.h"
 #include "normgrow/fileio.h"
-#include "normgrow/grow.h"
+#include "normgrow/grow.h"  // ng_stream_rescalable
 #include "normgrow/run.h"
-
-#define MAX_CONFIG_BYTES (1 << 20)  // a run config is a few KB
 
 // Adds `def` under `key` when obj lacks it (otherwise frees def).
 static void default_item(cJSON *obj, const char *key, cJSON *def) {
@@ -453,7 +450,7 @@ int ng_run_config_parse(const char *text, const char *where, ng_run_config *rc) 
 
 int ng_run_config_load(const char *path, const ng_run_overrides *ov, ng_run_config *rc) {
   char *text;
-  if (ng_read_file(path, MAX_CONFIG_BYTES, &text, NULL) != 0) return -1;
+  if (ng_read_file(path, NG_MAX_CONFIG_BYTES, &text, NULL) != 0) return -1;
   int r = parse_with(text, path, ov, rc);
   free(text);
   return r;
@@ -500,33 +497,4 @@ int64_t ng_run_steps(const ng_run_config *rc) {
   int64_t n = 0;
   for (int s = 0; s < rc->n_stages; s++) n += ng_stage_steps(rc, s);
   return n;
-}
-
-// Warmup from 0 to peak over warmup_tokens, then peak -> floor over the rest
-// of the segment (the stages that share this schedule), by shape.
-double ng_lr_at(const ng_run_config *rc, int stage, int64_t tokens_done_in_stage) {
-  const ng_stage *s = &rc->stages[stage];
-  int64_t t = tokens_done_in_stage, total = 0;
-  for (int i = s->segment_start; i < rc->n_stages && rc->stages[i].segment_start == s->segment_start; i++) {
-    if (i < stage) t += rc->stages[i].tokens;
-    total += rc->stages[i].tokens;
-  }
-  const ng_lr_schedule *lr = &s->lr;
-  if (t < lr->warmup_tokens)  // linear warmup, the first step already above 0
-    return lr->peak * fmin(1.0, (double)(t + rc->batch * rc->seq) / (double)lr->warmup_tokens);
-  if (lr->shape == NG_LR_CONSTANT || total <= lr->warmup_tokens) return lr->peak;
-  double p = (double)(t - lr->warmup_tokens) / (double)(total - lr->warmup_tokens);
-  double f = lr->shape == NG_LR_COSINE ? 0.5 * (1.0 + cos(M_PI * p)) : 1.0 - p;
-  return lr->floor + (lr->peak - lr->floor) * f;
-}
-
-void ng_grow_layout(ng_grow_position pos, int64_t d, int64_t k, int64_t *from_old) {
-  int64_t n = 0;
-  for (int64_t j = 0; j < d; j++) {
-    from_old[n++] = j;
-    int64_t add = pos == NG_GROW_TOP ? (j == d - 1 ? k : 0)
-                  : pos == NG_GROW_MIDDLE ? (j == (d - 1) / 2 ? k : 0)
-                                          : (j + 1) * k / d - j * k / d;
-    for (int64_t i = 0; i < add; i++) from_old[n++] = -1;
-  }
 }

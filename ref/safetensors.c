@@ -11,10 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-// Tensor data is little-endian; the conversions below copy it as host values.
-#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
-#error "normgrow assumes a little-endian host"
-#endif
+// Tensor data is little-endian; the conversions below copy it as host values
+// (a little-endian host: fileio.h).
 
 #define NG_METADATA_KEY "__metadata__"
 // Room for "[" + NG_ST_MAX_DIMS numbers of up to 20 digits + separators + "]".

@@ -13,10 +13,6 @@
 #include "normgrow/fileio.h"
 #include "normgrow/plan.h"
 
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
-#error "normgrow's file formats are little-endian; this host is not"
-#endif
-
 typedef struct {
   char magic[8];
   uint32_t version, k, vocab_size, seq;

@@ -1,16 +1,11 @@
 // normgrow: the training loop of one arm: distillation (or pretraining), the
 // depth-growth curriculum, evaluation, checkpoints, metrics and resume.
-#include <errno.h>
-#include <fcntl.h>
-#include <libgen.h>
 #include <math.h>
 #include <omp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -21,8 +16,10 @@
 #include "normgrow/diag.h"
 #include "normgrow/fileio.h"
 #include "normgrow/grow.h"
+#include "normgrow/lr_schedule.h"
 #include "normgrow/plan.h"
 #include "normgrow/run.h"
+#include "normgrow/rundir.h"
 #include "normgrow/safetensors.h"
 #include "normgrow/topk.h"
 
@@ -46,18 +43,13 @@ typedef struct {
   float *h_vals, *vals, *h_lse, *lse;                 // [B*T, k], [B*T]
   int64_t *windows;                                   // [B]
   ng_epoch_order epochs;  // the windows' order under data.sampling "epoch"
-  FILE *metrics, *diag;  // metrics.jsonl, diag.jsonl
   double t_start, last_report, last_loss;
   eval_result last_eval;  // of the latest evaluation (valid once evaluated)
   bool evaluated;
   int64_t steps_total, steps_at_start;
   int64_t stop_after;  // stop (as if killed) after the checkpoint of this step; 0 = never
-  int lock_fd;         // <run_dir>/train.lock, locked for the run's life; -1 before
+  ng_rundir dir;        // rank 0's: the run directory, locked for the run's life
 } trainer;
-
-static void path_in(const trainer *t, const char *file, char *out, size_t n) {
-  snprintf(out, n, "%s/%s", t->rc.run_dir, file);
-}
 
 // ---------------------------------------------------------------- setup
 
@@ -208,7 +200,7 @@ static void student_acts(trainer *t) {
   const ng_run_config *rc = &t->rc;
   ng_acts_free(t->student, t->sacts);
   ng_acts_free(t->student, t->eval_acts);
-  ng_acts_options train = {.train = true, .recompute = rc->recompute, .chunk = loss_chunk(rc)};
+  ng_acts_options train = {.for_backward = true, .recompute = rc->recompute, .chunk = loss_chunk(rc)};
   ng_acts_options eval = {.chunk = loss_chunk(rc)};
   t->sacts = ng_acts_create_with(t->student, rc->micro_batch, rc->seq, &train);
   t->eval_acts = ng_acts_create_with(t->student, rc->micro_batch, rc->seq, &eval);
@@ -288,23 +280,6 @@ static void loss_of(trainer *t, ng_acts *a, const micro_batch *mb, ng_loss_param
 }
 
 // ---------------------------------------------------------------- logging
-
-// The error of the first append to a log that failed (0: none yet). A log
-// records what the checkpoints already hold, so a failed append (a full disk)
-// stops the run at the end of its step (check_logs); a resume rewrites the log
-// from the last checkpoint.
-static int log_errno;
-
-static void log_line(FILE *log, cJSON *j) {
-  if (!log) {  // a rank other than 0 writes no logs
-    cJSON_Delete(j);
-    return;
-  }
-  char *s = ng_json_print(j, false);
-  if ((fprintf(log, "%s\n", s) < 0 || fflush(log) != 0) && log_errno == 0) log_errno = errno ? errno : EIO;
-  free(s);
-  cJSON_Delete(j);
-}
 
 // Wall-clock time, seconds since the Unix epoch (UTC), to the millisecond.
 static double wall_clock(void) {
@@ -421,8 +396,8 @@ static int log_eval(trainer *t) {
   cJSON_AddNumberToObject(j, "val_ce", r.ce);
   if (t->rc.distill) cJSON_AddNumberToObject(j, "val_kd", r.kd);
   if (t->tacts) cJSON_AddNumberToObject(j, "teacher_ce", r.teacher_ce);
-  log_line(t->metrics, j);
-  log_line(t->diag, diagnose(t, false));
+  ng_rundir_log(&t->dir, NG_LOG_METRICS, j);
+  ng_rundir_log(&t->dir, NG_LOG_DIAG, diagnose(t, false));
   t->last_eval = r;
   t->evaluated = true;
   progress(t, t->last_loss, true);  // every evaluation shows in the progress line
@@ -431,13 +406,13 @@ static int log_eval(trainer *t) {
 
 // <run_dir>/diag_final.json: the diagnostics with the ablation, at the end.
 static int write_final_diag(trainer *t) {
-  char path[600];
-  path_in(t, "diag_final.json", path, sizeof path);
+  char *path = ng_rundir_path(t->rc.run_dir, NG_RUN_DIAG_FINAL);
   cJSON *j = diagnose(t, true);  // every rank takes part
   char *text = ng_json_print(j, true);
   cJSON_Delete(j);
   int rc = is_root(t) ? ng_write_text_atomic(path, text) : 0;
   free(text);
+  free(path);
   return rc;
 }
 
@@ -452,7 +427,7 @@ static void log_growth_diag(trainer *t, const int64_t *from_old) {
     if (from_old[b] < 0) cJSON_AddItemToArray(fresh, cJSON_CreateNumber((double)b + 1));
   cJSON_AddStringToObject(j, "event", "growth");
   cJSON_AddItemToObject(j, "new_blocks", fresh);
-  log_line(t->diag, j);
+  ng_rundir_log(&t->dir, NG_LOG_DIAG, j);
 }
 
 // growth.rescale_stream: the student's stream (and its moments) multiplied by
@@ -520,7 +495,7 @@ static int grow(trainer *t, int stage) {
     cJSON_AddNumberToObject(j, "val_kd_before", before.kd);
     cJSON_AddNumberToObject(j, "val_kd_after", after.kd);
   }
-  log_line(t->metrics, j);
+  ng_rundir_log(&t->dir, NG_LOG_METRICS, j);
   if (is_root(t))
     fprintf(stderr, "%s%s: grew %lld -> %lld blocks at step %lld: val CE %.4f -> %.4f\n",
             isatty(STDERR_FILENO) ? "\n" : "", rc->name, (long long)d, (long long)nd,
@@ -532,12 +507,7 @@ static int grow(trainer *t, int stage) {
 
 // FLOPs of one step, by the rule of plan.h (which `normgrow plan` uses too).
 static double step_flops(const trainer *t) {
-  const ng_model *s = t->student;
-  ng_plan_params sp = {.matmul = ng_model_matmul_params(s, false),
-                       .matmul_trainable = ng_model_matmul_params(s, true)};
-  ng_plan_params tp = {.matmul = t->tacts ? ng_model_matmul_params(t->teacher, false) : 0.0};
-  return ng_plan_step_flops(&s->cfg, &sp, t->tacts ? &t->teacher->cfg : NULL, &tp, t->rc.batch,
-                            t->rc.seq);
+  return ng_model_step_flops(t->student, t->tacts ? t->teacher : NULL, t->rc.batch, t->rc.seq);
 }
 
 // The indices of the next training batch's windows (t->windows): drawn from
@@ -655,7 +625,7 @@ static int train_step(trainer *t) {
   t->st.step_in_stage++;
   t->st.tokens += N;
   t->st.layer_tokens += N * t->student->cfg.num_hidden_layers;
-  double loss = rc->distill ? rc->loss.kd_weight * kd + (1.0 - rc->loss.kd_weight) * ce : ce;
+  double loss = rc->distill ? ng_loss_mix(rc->loss.kd_weight, ce, kd) : ce;
   if (check_sane(t, loss, ce, gnorm)) return -1;
   cJSON *j = record(t, "step");
   cJSON_AddNumberToObject(j, "lr", lr);
@@ -664,7 +634,7 @@ static int train_step(trainer *t) {
   if (rc->distill) cJSON_AddNumberToObject(j, "kd", kd);
   cJSON_AddNumberToObject(j, "grad_norm", gnorm);
   cJSON_AddNumberToObject(j, "tokens_per_s", (double)N / (ng_now() - t0));
-  log_line(t->metrics, j);
+  ng_rundir_log(&t->dir, NG_LOG_METRICS, j);
   t->last_loss = loss;
   progress(t, loss, false);
   return 0;
@@ -730,19 +700,6 @@ static void release_signals(const signal_handlers *h) {
 
 // ---------------------------------------------------------------- run
 
-// -1 with one line naming the log and the error when an append to
-// metrics.jsonl or diag.jsonl has failed.
-static int check_logs(const trainer *t) {
-  const char *names[2] = {"metrics.jsonl", "diag.jsonl"};
-  FILE *logs[2] = {t->metrics, t->diag};
-  for (int i = 0; i < 2; i++)  // (ranks other than 0 write no logs)
-    if (logs[i] && ferror(logs[i]))
-      return ng_fail("%s/%s: cannot append: %s; stopped (the last checkpoint stands: `normgrow "
-                     "train --resume %s` rewrites the log from it)",
-                     t->rc.run_dir, names[i], strerror(log_errno ? log_errno : EIO), t->rc.run_dir);
-  return 0;
-}
-
 // Whether a signal asked any rank to stop (all ranks agree, after the same step);
 // its number is this rank's own or SIGTERM.
 static int stop_requested(trainer *t) {
@@ -754,21 +711,21 @@ static int stop_requested(trainer *t) {
 
 // Every rank takes part (the ranks' weights compared, the moments gathered);
 // rank 0 writes.
-static int save_checkpoint(trainer *t, const char *file, bool with_state) {
-  char path[600];
-  path_in(t, file, path, sizeof path);
+static int save_checkpoint(trainer *t, ng_run_file file, bool with_state) {
   if (t->zero && !ng_zero_weights_agree(t->student, t->comm))
     return ng_fail("step %lld: the ranks' weights differ", (long long)t->st.step);
+  char *path = ng_rundir_path(t->rc.run_dir, file);
+  int rc = 0;
   if (t->zero && with_state) {  // the moments gathered to rank 0's host memory
     float **m, **v;
     ng_zero_host_moments(t->student, t->zero, 0, &m, &v);
-    int rc = is_root(t) ? ng_checkpoint_save_moments(path, t->student, t->opt, m, v, &t->st) : 0;
+    rc = is_root(t) ? ng_checkpoint_save_moments(path, t->student, t->opt, m, v, &t->st) : 0;
     ng_zero_free_host(t->student->n_params, m, v);
-    return rc;
+  } else if (is_root(t)) {
+    rc = ng_checkpoint_save(path, t->student, with_state ? t->opt : NULL, with_state ? &t->st : NULL);
+    if (rc == 0 && with_state) ready_quit_line(t, t->st.step);
   }
-  if (!is_root(t)) return 0;
-  int rc = ng_checkpoint_save(path, t->student, with_state ? t->opt : NULL, with_state ? &t->st : NULL);
-  if (rc == 0 && with_state) ready_quit_line(t, t->st.step);
+  free(path);
   return rc;
 }
 
@@ -784,12 +741,13 @@ static int run_stages(trainer *t) {
       for (int64_t l = 0; l < t->student->cfg.num_hidden_layers; l++) ng_model_freeze(t->student, l, false);
     if (t->st.step_in_stage == 0 && grows && grow(t, s)) return -1;
     while (t->st.step_in_stage < ng_stage_steps(rc, s)) {
-      if (train_step(t) || (t->st.step % rc->eval_every == 0 && log_eval(t)) || check_logs(t))
+      if (train_step(t) || (t->st.step % rc->eval_every == 0 && log_eval(t)) ||
+          ng_rundir_check_logs(&t->dir))
         return -1;
-      if (t->st.step % rc->checkpoint_every == 0 && save_checkpoint(t, "checkpoint.safetensors", true))
+      if (t->st.step % rc->checkpoint_every == 0 && save_checkpoint(t, NG_RUN_CHECKPOINT, true))
         return -1;
       if (t->st.step == t->stop_after) return 0;  // a stop: no final checkpoint
-      if (stop_requested(t)) return save_checkpoint(t, "checkpoint.safetensors", true) ? -1 : stop_signal;
+      if (stop_requested(t)) return save_checkpoint(t, NG_RUN_CHECKPOINT, true) ? -1 : stop_signal;
     }
   }
   t->st.stage = rc->n_stages - 1;
@@ -797,126 +755,33 @@ static int run_stages(trainer *t) {
   // Resumed from the checkpoint of the last step: its evaluation is logged, only
   // what follows the checkpoint is to be written.
   bool at_end = t->steps_at_start == t->steps_total;
-  if (!at_end && ((t->st.step % rc->eval_every != 0 && log_eval(t)) || check_logs(t))) return -1;
-  return (!at_end && save_checkpoint(t, "checkpoint.safetensors", true)) || write_final_diag(t) ||
-         save_checkpoint(t, "final.safetensors", false);
+  if (!at_end &&
+      ((t->st.step % rc->eval_every != 0 && log_eval(t)) || ng_rundir_check_logs(&t->dir)))
+    return -1;
+  return (!at_end && save_checkpoint(t, NG_RUN_CHECKPOINT, true)) || write_final_diag(t) ||
+         save_checkpoint(t, NG_RUN_FINAL, false);
 }
 
 // Whether a run at its last step has its end's files (a process stopped between
 // the last checkpoint and them has not).
 static bool end_written(const trainer *t) {
-  char diag[600], final[600];
-  path_in(t, "diag_final.json", diag, sizeof diag);
-  path_in(t, "final.safetensors", final, sizeof final);
-  return access(diag, F_OK) == 0 && access(final, F_OK) == 0;
+  return ng_rundir_has(t->rc.run_dir, NG_RUN_DIAG_FINAL) && ng_rundir_has(t->rc.run_dir, NG_RUN_FINAL);
 }
 
-// The files of a run in its directory.
-static const char *const run_files[] = {"config.json", "metrics.jsonl", "checkpoint.safetensors",
-                                        "final.safetensors", "diag.jsonl", "diag_final.json", NULL};
-
-// A new run's directory: refused when it holds a run's files, unless `force`,
-// which removes them.
-static int claim_run_dir(const trainer *t, bool force) {
-  char path[600], found[256] = "";
-  if (!is_root(t)) return 0;
-  for (int i = 0; run_files[i]; i++) {
-    path_in(t, run_files[i], path, sizeof path);
-    if (access(path, F_OK) != 0) continue;
-    if (force && unlink(path) != 0) return ng_fail("%s: cannot remove: %s", path, strerror(errno));
-    snprintf(found + strlen(found), sizeof found - strlen(found), "%s%s", found[0] ? ", " : "",
-             run_files[i]);
-  }
-  if (found[0] && !force)
-    return ng_fail("%s holds a run (%s): continue it with `normgrow train --resume %s`, or "
-                   "replace it with --force",
-                   t->rc.run_dir, found, t->rc.run_dir);
-  return 0;
-}
-
-// The run directory (made if missing) locked for this process's life: flock on
-// <dir>/train.lock, which holds the holder's pid. A directory that a live
-// process holds is refused; the lock of a killed process is gone with it. The
-// file stays (removing it would let two processes lock two files).
-static int lock_run_dir(trainer *t, const char *dir) {
+// A new run's directory, rank 0's: locked, claimed (`force` replaces a run
+// there), its config.json written.
+static int take_run_dir(trainer *t, bool force) {
   if (!is_root(t)) return 0;  // rank 0 holds it for the run; the others write nothing
-  char path[600];
-  snprintf(path, sizeof path, "%s/train.lock", dir);
-  if (ng_make_dir(dir) != 0) return -1;
-  t->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
-  if (t->lock_fd < 0) return ng_fail("%s: cannot open: %s", path, strerror(errno));
-  if (flock(t->lock_fd, LOCK_EX | LOCK_NB) != 0) {
-    int err = errno;
-    char pid[24] = "";
-    ssize_t n = pread(t->lock_fd, pid, sizeof pid - 1, 0);
-    pid[n > 0 ? strcspn(pid, "\n") : 0] = 0;
-    if (err != EWOULDBLOCK) return ng_fail("%s: cannot lock: %s", path, strerror(err));
-    return ng_fail("%s: in use by process %s, which trains it (%s is locked); wait for it to end "
-                   "or stop it", dir, pid[0] ? pid : "(pid not yet written)", path);
-  }
-  char pid[24];
-  int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
-  if (ftruncate(t->lock_fd, 0) != 0 || pwrite(t->lock_fd, pid, (size_t)n, 0) != n)
-    return ng_fail("%s: cannot write: %s", path, strerror(errno));
-  return 0;
+  return ng_rundir_lock(&t->dir, t->rc.run_dir) || ng_rundir_claim(&t->dir, force) ||
+                 ng_rundir_write_config(&t->dir, t->rc.json)
+             ? -1
+             : 0;
 }
 
-static int make_run_dir(const trainer *t) {
-  if (!is_root(t)) return 0;
-  if (ng_make_dir(t->rc.run_dir) != 0) return -1;
-  char path[600];
-  path_in(t, "config.json", path, sizeof path);
-  return ng_write_text_atomic(path, t->rc.json);
-}
-
-// A record a resumed run keeps: one of a step up to the checkpoint's, except a
-// growth at the checkpoint's step (a growth follows the step it is logged with,
-// so the resumed run grows, and logs it, again).
-static bool keep_record(const char *line, int64_t ckpt_step) {
-  cJSON *j = cJSON_Parse(line);
-  const cJSON *step = cJSON_GetObjectItemCaseSensitive(j, "step");
-  const cJSON *ev = cJSON_GetObjectItemCaseSensitive(j, "event");
-  bool growth = cJSON_IsString(ev) && strcmp(ev->valuestring, "growth") == 0;
-  bool keep = cJSON_IsNumber(step) && (step->valuedouble < (double)ckpt_step ||
-                                       (step->valuedouble == (double)ckpt_step && !growth));
-  cJSON_Delete(j);
-  return keep;
-}
-
-typedef struct {
-  FILE *in;  // the old log; NULL when there is none
-  int64_t ckpt_step;
-} kept_records;
-
-// ng_write_fn: the records of the old log that keep_record keeps.
-static bool copy_kept_records(FILE *out, void *ctx) {
-  const kept_records *k = ctx;
-  if (!k->in) return true;
-  char *line = NULL;
-  size_t cap = 0;
-  bool ok = true;
-  while (ok && getline(&line, &cap, k->in) > 0)
-    if (keep_record(line, k->ckpt_step)) ok = fputs(line, out) >= 0;
-  free(line);
-  return ok && !ferror(k->in);
-}
-
-// Open a JSON-lines log of the run directory: anew, or on resume rewritten
-// (atomically) to the records before the checkpoint (the resumed run writes
-// the rest again).
-static int reopen_log(trainer *t, const char *file, bool resume, FILE **log) {
-  char path[600];
-  if (!is_root(t)) return 0;
-  path_in(t, file, path, sizeof path);
-  log_errno = 0;
-  if (resume) {
-    kept_records k = {fopen(path, "r"), t->st.step};
-    int rc = ng_write_atomic(path, copy_kept_records, &k);
-    if (k.in) fclose(k.in);
-    if (rc != 0) return -1;
-  }
-  *log = fopen(path, resume ? "a" : "w");
-  return *log ? 0 : ng_fail("%s: %s", path, strerror(errno));
+// The logs, rank 0's: anew, or on resume cut back to the checkpoint (the
+// resumed run writes the rest again).
+static int open_logs(trainer *t, bool resume) {
+  return is_root(t) ? ng_rundir_open_logs(&t->dir, resume ? t->st.step : -1) : 0;
 }
 
 // The run's config.json with a stage of `tokens` more appended (written back).
@@ -945,11 +810,7 @@ static int open_backend(trainer *t) {
 // threads, OpenBLAS kernel family, wall-clock time): backend.jsonl, a line at
 // the start and one at every resume.
 static int log_backend(trainer *t, bool resume) {
-  char path[600];
   if (!is_root(t)) return 0;
-  path_in(t, "backend.jsonl", path, sizeof path);
-  FILE *f = fopen(path, resume ? "a" : "w");
-  if (!f) return ng_fail("%s: %s", path, strerror(errno));
   cJSON *j = cJSON_CreateObject();
   cJSON_AddNumberToObject(j, "step", (double)t->st.step);
   cJSON_AddStringToObject(j, "backend", t->be->name);
@@ -961,10 +822,7 @@ static int log_backend(trainer *t, bool resume) {
   cJSON_AddStringToObject(j, "blas_kernels", ng_blas_corename());
   cJSON_AddStringToObject(j, "blas_kernels_origin", ng_blas_family_origin());
   cJSON_AddNumberToObject(j, "time", wall_clock());
-  log_line(f, j);
-  bool ok = !ferror(f);
-  if (fclose(f) != 0 && ok) ok = false, log_errno = errno;
-  return ok ? 0 : ng_fail("%s: cannot append: %s", path, strerror(log_errno ? log_errno : EIO));
+  return ng_rundir_append_line(&t->dir, NG_RUN_BACKEND, !resume, j);
 }
 
 // The checkpoint's gate ramps run over the config's growth.gate_steps (a
@@ -980,71 +838,11 @@ static int check_gate_steps(trainer *t, const char *config, const char *path) {
   return 0;
 }
 
-// --resume FILE: a checkpoint of a run (then the run's directory resumes),
-// another checkpoint, or another file.
-static int resume_file(const char *file) {
-  ng_st_file f;
-  bool ckpt = ng_st_open(&f, file) == 0;
-  if (ckpt) {
-    const char *format = ng_st_meta(&f, "format");
-    ckpt = format && strcmp(format, NG_CKPT_FORMAT) == 0;
-    ng_st_close(&f);
-  }
-  char *copy = ng_xstrdup(file), *run = dirname(copy), config[600];
-  snprintf(config, sizeof config, "%s/config.json", run);
-  int rc = ckpt && access(config, F_OK) == 0
-               ? ng_fail("%s: a checkpoint file of the run in %s, not a run directory: resume that "
-                         "run with `normgrow train --resume %s`", file, run, run)
-           : ckpt ? ng_fail("%s: a checkpoint file, not a run directory: --resume takes the "
-                            "directory a run trains in; a checkpoint serves as a run's "
-                            "\"teacher\", or in `normgrow diag` and `normgrow export`", file)
-                  : ng_fail("%s: a file, not a run directory: --resume takes the directory a run "
-                            "trains in (`normgrow runs` lists those under runs/)", file);
-  free(copy);
-  return rc;
-}
-
-// --resume DIR: refused, saying what DIR is and what would work, when it is
-// no run directory: nothing there, a file, a data directory, or a directory
-// without config.json (a config.json that is not a run's is the run config
-// loader's to name).
-static int check_resumable(const char *dir) {
-  static const char *const shards[] = {"train.bin", "train.manifest.json", "val.bin",
-                                       "val.manifest.json", NULL};
-  struct stat st;
-  char path[600];
-  if (stat(dir, &st) != 0)
-    return ng_fail("%s: nothing there; --resume takes the directory of a run (`normgrow runs` "
-                   "lists those under runs/)", dir);
-  if (!S_ISDIR(st.st_mode)) return resume_file(dir);
-  for (int i = 0; shards[i]; i++) {
-    snprintf(path, sizeof path, "%s/%s", dir, shards[i]);
-    if (access(path, F_OK) == 0)
-      return ng_fail("%s: a data directory (it holds %s), not a run directory: a run config names "
-                     "its shards in data.train and data.val, and --resume takes the directory a "
-                     "run trains in", dir, shards[i]);
-  }
-  snprintf(path, sizeof path, "%s/config.json", dir);
-  if (access(path, F_OK) != 0)
-    return ng_fail("%s: no config.json, so no run to resume (start one with `normgrow train "
-                   "RUN.json --run-dir %s`)", dir, dir);
-  return 0;
-}
-
-// The run in `dir` at its checkpoint, on the overrides' backend and precision
-// when given; config.json is extended (rewritten) only once the checkpoint has
-// loaded.
-static int resume_from(trainer *t, const char *dir, const ng_run_overrides *ov,
-                       int64_t extend_tokens) {
-  char config[600], path[600];
-  snprintf(config, sizeof config, "%s/config.json", dir);
-  ng_run_overrides where = {.seed = -1, .backend = ov->backend, .precision = ov->precision};
-  // What DIR is, and its config read, before the lock writes anything there.
-  if (check_resumable(dir) || ng_run_config_load(config, &where, &t->rc) ||
-      lock_run_dir(t, dir) || open_backend(t))
-    return -1;
-  snprintf(path, sizeof path, "%s/checkpoint.safetensors", dir);
-  if (access(path, F_OK) != 0)
+// The run's checkpoint (at `path`) loaded and checked against its config (at
+// `config`), which is extended (rewritten) only once the checkpoint has loaded.
+static int resume_checkpoint(trainer *t, const char *dir, const char *config, const char *path,
+                             int64_t extend_tokens) {
+  if (!ng_rundir_has(dir, NG_RUN_CHECKPOINT))
     return ng_fail("%s: a run's config.json but no checkpoint.safetensors (the first is written "
                    "at step %lld); start the run again with `normgrow train %s/config.json --force`",
                    dir, (long long)t->rc.checkpoint_every, dir);
@@ -1055,9 +853,24 @@ static int resume_from(trainer *t, const char *dir, const ng_run_overrides *ov,
                    bad->name);
   if (t->st.stage >= t->rc.n_stages) return ng_fail("%s: stage %lld of %d", path, (long long)t->st.stage, t->rc.n_stages);
   if (check_gate_steps(t, config, path)) return -1;
-  if (extend_tokens > 0 && extend_run(t, config, extend_tokens)) return -1;
-  snprintf(t->rc.run_dir, sizeof t->rc.run_dir, "%s", dir);
-  return 0;
+  return extend_tokens > 0 && extend_run(t, config, extend_tokens) ? -1 : 0;
+}
+
+// The run in `dir` at its checkpoint, on the overrides' backend and precision
+// when given.
+static int resume_from(trainer *t, const char *dir, const ng_run_overrides *ov,
+                       int64_t extend_tokens) {
+  ng_run_overrides where = {.seed = -1, .backend = ov->backend, .precision = ov->precision};
+  // What DIR is, and its config read, before the lock writes anything there.
+  if (ng_rundir_check_resumable(dir) || ng_rundir_load_config(dir, &where, &t->rc) ||
+      (is_root(t) && ng_rundir_lock(&t->dir, dir)) || open_backend(t))
+    return -1;
+  char *config = ng_rundir_path(dir, NG_RUN_CONFIG), *ckpt = ng_rundir_path(dir, NG_RUN_CHECKPOINT);
+  int rc = resume_checkpoint(t, dir, config, ckpt, extend_tokens);
+  free(config);
+  free(ckpt);
+  if (rc == 0) snprintf(t->rc.run_dir, sizeof t->rc.run_dir, "%s", dir);
+  return rc;
 }
 
 // The run's last line on stderr: how to continue a stopped run, or a summary
@@ -1118,11 +931,9 @@ static void trainer_free(trainer *t) {
   ng_topk_close(&t->cache_val);
   ng_shard_close(&t->train);
   ng_shard_close(&t->val);
-  if (t->metrics) fclose(t->metrics);
-  if (t->diag) fclose(t->diag);
   ng_run_config_free(&t->rc);
   ng_backend_close(t->be);
-  if (t->lock_fd >= 0) close(t->lock_fd);  // releases the run directory
+  ng_rundir_close(&t->dir);  // releases the run directory
 }
 
 // The ranks of the run: the communicator, and the sharded optimizer when there
@@ -1143,7 +954,7 @@ static void fail_ranks(const trainer *t) {
 }
 
 int ng_train(const ng_train_args *args) {
-  trainer t = {.stop_after = args->stop_after, .lock_fd = -1};
+  trainer t = {.stop_after = args->stop_after, .dir = {.lock_fd = -1}};
   const char *resume_dir = args->resume_dir;
   if (open_comm(&t)) return -1;
   int rc = resume_dir ? resume_from(&t, resume_dir, &args->overrides, args->extend_tokens)
@@ -1163,10 +974,7 @@ int ng_train(const ng_train_args *args) {
   if (rc == 0) rc = open_data(&t) || open_caches(&t) || check_run_memory(&t) || load_teacher(&t) ? -1 : 0;
   // A new run's directory is made (and claimed) once its inputs have opened.
   if (rc == 0 && !resume_dir)
-    rc = init_student(&t) || lock_run_dir(&t, t.rc.run_dir) || claim_run_dir(&t, args->force) ||
-                 make_run_dir(&t)
-             ? -1
-             : 0;
+    rc = init_student(&t) || take_run_dir(&t, args->force) ? -1 : 0;
   if (rc == 0 && resume_dir && is_root(&t))
     fprintf(stderr, "%s: resuming %s from its checkpoint at step %lld of %lld (stage %lld of %d)\n",
             t.rc.name, resume_dir, (long long)t.st.step, (long long)t.steps_total,
@@ -1179,10 +987,7 @@ int ng_train(const ng_train_args *args) {
     t.steps_at_start = t.st.step;
     t.t_start = ng_now();
     bool resume = resume_dir != NULL;
-    rc = reopen_log(&t, "metrics.jsonl", resume, &t.metrics) ||
-                 reopen_log(&t, "diag.jsonl", resume, &t.diag) || log_backend(&t, resume)
-             ? -1
-             : 0;
+    rc = open_logs(&t, resume) || log_backend(&t, resume) ? -1 : 0;
     signal_handlers h;
     ready_quit_line(&t, resume ? t.st.step : -1);
     catch_signals(&h);

@@ -5,7 +5,7 @@ EXPORT_DIR is a `normgrow export --dtype f32` of a normgrow checkpoint. The
 model is loaded with AutoModelForCausalLM.from_pretrained(EXPORT_DIR,
 trust_remote_code=True) and run on fixed tokens; the same weights and tokens go
 into a golden case that `normgrow golden-eval` evaluates; the two logits must
-agree to 1e-4 of their largest magnitude (GOLDEN.md's tolerance for logits:
+agree to 1e-4 of their largest magnitude (docs/golden-contract.md's tolerance for logits:
 float32 in both, summed in different orders). A custom-architecture export
 must also be refused without trust_remote_code (rather than built as some
 other model). Prints ok/FAIL lines, or one "skip" line when transformers is

@@ -274,7 +274,7 @@ static double loss_probe(void *p) {
   double ce, kd;
   int64_t nv;
   be->ce_kd(be, c->logits, c->teacher, c->targets, 5, 7, c->lp, NULL, &ce, &kd, &nv);
-  return c->teacher ? c->lp.kd_weight * kd + (1 - c->lp.kd_weight) * ce : ce;
+  return c->teacher ? ng_loss_mix(c->lp.kd_weight, ce, kd) : ce;
 }
 
 static void test_loss(bool teacher, double tau, ng_divergence dv, double beta) {
@@ -307,7 +307,7 @@ static double topk_probe(void *p) {
   double ce, kd;
   int64_t nv;
   be->ce_kd_topk(be, c->logits, c->ids, c->vals, c->lse, c->k, c->targets, 5, 7, c->lp, NULL, &ce, &kd, &nv);
-  return c->lp.kd_weight * kd + (1 - c->lp.kd_weight) * ce;
+  return ng_loss_mix(c->lp.kd_weight, ce, kd);
 }
 
 // Teacher logits t [5, 7] into a cache of its k largest per row (k = 7: all,
@@ -443,7 +443,7 @@ static double model_loss(model_ctx *c, bool grad) {
   ng_loss_teacher t = {.logits = c->teacher};
   ng_model_forward(c->m, c->a, c->tokens, NULL);
   ng_model_loss(c->m, c->a, &t, c->targets, c->lp, grad, &ce, &kd, &nv);
-  return c->teacher ? c->lp.kd_weight * kd + (1 - c->lp.kd_weight) * ce : ce;
+  return c->teacher ? ng_loss_mix(c->lp.kd_weight, ce, kd) : ce;
 }
 
 static double model_probe(void *p) { return model_loss(p, false); }
@@ -465,7 +465,7 @@ static void test_model(ng_norm_placement np, bool tied, bool final_norm, int64_t
   int64_t B = 2, T = 4, N = B * T;
   model_ctx c = {ng_model_create(be, &mc, true), NULL, ng_xmalloc(N * 4), ng_xmalloc(N * 4),
                  randn((size_t)(N * mc.vocab_size), 0, 2), {0.6, 1.5, 0, 0, NG_DIV_FORWARD_KL, 0.0}};
-  ng_acts_options ao = {.train = true, .recompute = recompute, .chunk = chunk};
+  ng_acts_options ao = {.for_backward = true, .recompute = recompute, .chunk = chunk};
   c.a = ng_acts_create_with(c.m, B, T, &ao);
   for (int i = 0; i < c.m->n_params; i++) {
     ng_param *p = &c.m->params[i];
@@ -476,7 +476,7 @@ static void test_model(ng_norm_placement np, bool tied, bool final_norm, int64_t
     c.tokens[i] = (int32_t)ng_rng_below(&rng, 11);
     c.targets[i] = i % 5 == 2 ? -1 : (int32_t)ng_rng_below(&rng, 11);
   }
-  for (int64_t l = 0; l < mc.num_hidden_layers; l++) c.m->gate[l] = gate;
+  for (int64_t l = 0; l < mc.num_hidden_layers; l++) c.m->growth_gate[l] = gate;
   if (frozen) ng_model_freeze(c.m, 0, true);
   ng_model_zero_grad(c.m);
   model_loss(&c, true);

@@ -277,7 +277,7 @@ static void test_copies(void) {
   CHECK(same_block(g, 1, g, 0) && same_block(g, 3, g, 2) && same_block(g, 0, m, 0) && same_block(g, 2, m, 1),
         "copy_below duplicates the block below exactly; old blocks kept", "tensors differ");
   // exact: gates are set, not computed
-  CHECK(g->gate[1] == 1.0f && g->gate[3] == 1.0f, "copy_below blocks are plain (gate 1)", "gates %g %g", g->gate[1], g->gate[3]);
+  CHECK(g->growth_gate[1] == 1.0f && g->growth_gate[3] == 1.0f, "copy_below blocks are plain (gate 1)", "gates %g %g", g->growth_gate[1], g->growth_gate[3]);
   ng_model_free(g);
   ng_grow_rule from_teacher = {NG_GROW_TOP, NG_INIT_TEACHER, 0.3, &r, teacher, tl, false};
   NG_ASSERT(ng_model_grow(m, 4, &from_teacher, &g, from_old) == 0);
@@ -337,7 +337,7 @@ static ng_model *stream_model(ng_norm_placement np, bool tied) {
   ng_rng r;
   ng_rng_seed(&r, 12);
   ng_rng_fill_normal(&r, m->w.embed_tokens, (size_t)(c.vocab_size * c.hidden_size), 0.0, 3.0);
-  m->gate[1] = 0.5f;  // a gated block scales with the rest
+  m->growth_gate[1] = 0.5f;  // a gated block scales with the rest
   ng_model_free(base);
   return m;
 }

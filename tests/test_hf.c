@@ -535,7 +535,7 @@ static void test_export_refusals(void) {
   rc = ng_hf_export(m, in_dir(path, under_root("a_file"), "sub"), NG_F32, (size_t)1 << 30);
   CHECK(rc == -1 && strstr(ng_error(), "a_file: exists and is not a directory"),
         "export names a directory it cannot create", "%d: %s", rc, ng_error());
-  m->gate[1] = 0.5f;
+  m->growth_gate[1] = 0.5f;
   rc = ng_hf_export(m, under_root("export_gate"), NG_F32, (size_t)1 << 30);
   CHECK(rc == -1 && strstr(ng_error(), "gate"), "export refuses a growth gate", "%d: %s", rc,
         ng_error());

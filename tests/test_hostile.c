@@ -54,7 +54,7 @@ static void write_good_checkpoint(void) {
 static void export_good(const char *hf) {
   ng_model *m = NULL;
   NG_ASSERT(ng_checkpoint_load(good_path, be, false, &m, NULL, NULL) == 0);
-  m->gate[1] = 1.0f;
+  m->growth_gate[1] = 1.0f;
   NG_ASSERT(ng_hf_export(m, hf, NG_F32, 0) == 0);
   ng_model_free(m);
 }
@@ -118,9 +118,9 @@ static void test_state(void) {
   if (rc == 0) ng_adamw_free(m, o), ng_model_free(m), free(st.gate_origin);
   // Any reader gets the gates of the state's step: (9 - 4) / 8 for block 2.
   rc = ng_checkpoint_load(good_path, be, false, &m, NULL, NULL);
-  CHECK(rc == 0 && m->gate[0] == 1.0f && m->gate[1] == 0.625f,
+  CHECK(rc == 0 && m->growth_gate[0] == 1.0f && m->growth_gate[1] == 0.625f,
         "a model read from a checkpoint has its state's gates (1, 0.625)", "rc %d, gates %g %g", rc,
-        rc ? 0.0 : (double)m->gate[0], rc ? 0.0 : (double)m->gate[1]);
+        rc ? 0.0 : (double)m->growth_gate[0], rc ? 0.0 : (double)m->growth_gate[1]);
   if (rc == 0) ng_model_free(m);
   bad_state("gate_origin of 1e300 (an out-of-range cast before)", "gate_origin", 1, "1e300", "state.gate_origin[1]");
   bad_state("gate_origin as a string", "gate_origin", 0, "\"4\"", "state.gate_origin[0]");
@@ -179,7 +179,7 @@ static void test_older_state(void) {
   FILE *c = fopen(config, "w");
   NG_ASSERT(c && fputs("{\"growth\": {\"init\": \"gate\", \"gate_steps\": 8}}", c) >= 0 && fclose(c) == 0);
   rc = ng_checkpoint_load(path, be, false, &m, NULL, NULL);
-  CHECK(rc == 0 && m->gate[1] == 0.625f, "an older state takes gate_steps from the run's config.json",
+  CHECK(rc == 0 && m->growth_gate[1] == 0.625f, "an older state takes gate_steps from the run's config.json",
         "rc %d: %s", rc, rc ? ng_error() : "gate differs");
   if (rc == 0) ng_model_free(m);
 }

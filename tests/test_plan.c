@@ -141,7 +141,7 @@ static void check_allocations(const char *name, const ng_model_config *c) {
   ng_adamw *opt = ng_adamw_create(m);
   size_t adamw_bytes = g_counted;
   g_counted = 0;
-  ng_acts_options o_train = {.train = true}, o_fwd = {0}, o_rec = {.train = true, .recompute = true, .chunk = 3},
+  ng_acts_options o_train = {.for_backward = true}, o_fwd = {0}, o_rec = {.for_backward = true, .recompute = true, .chunk = 3},
                   o_fchunk = {.chunk = 1};
   ng_acts *train = ng_acts_create_with(m, B, T, &o_train);
   size_t train_bytes = g_counted;

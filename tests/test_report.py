@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.join(ROOT, "tools"))
 from report import compare  # noqa: E402
 from report.readings import (ablation_table, arms_table, class_means_table, class_spreads_table, class_value,  # noqa: E402
                              interaction_table, paired_table, pairwise_table, seed_study_table, stage_table)
-from report.runs import ClassSpread, ReportError  # noqa: E402
+from report.runs import RUN_FILES, ClassSpread, ReportError  # noqa: E402
 from report.stats import paired, summary  # noqa: E402
 from report.study import load_study, tables  # noqa: E402
 from report.trained import unigram_entropy  # noqa: E402
@@ -376,6 +376,28 @@ class BadInput(unittest.TestCase):
         from report.markdown import intro
         self.assertEqual(intro(study).count("no diag.jsonl in"), 1)
         self.assertEqual(study.runs[0].diag, None)
+
+
+def documented_run_files():
+    """The files in docs/runs.md's table "The files of a run directory"."""
+    with open(os.path.join(ROOT, "docs", "runs.md"), encoding="utf-8") as f:
+        section = f.read().split("\n## The files of a run directory\n", 1)[-1]
+    rows = []
+    for line in section.split("\n"):
+        if line.startswith("| `"):
+            rows.append(line[3:line.index("`", 3)])
+        elif rows and not line.startswith("|"):
+            break
+    return rows
+
+
+class RunFiles(unittest.TestCase):
+    def test_documented(self):
+        """the run files the report reads (RUN_FILES) are files of docs/runs.md's table of a run's files"""
+        files = documented_run_files()
+        self.assertIn("config.json", files)
+        for name in RUN_FILES.values():
+            self.assertIn(name, files)
 
 
 class Compare(unittest.TestCase):

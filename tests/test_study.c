@@ -19,6 +19,7 @@
 #include "run_counts.h"
 #include "normgrow/common.h"
 #include "normgrow/fileio.h"
+#include "normgrow/lr_schedule.h"
 #include "normgrow/model.h"
 #include "normgrow/run.h"
 #include "normgrow/tokenizer.h"

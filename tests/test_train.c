@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -17,6 +18,7 @@
 #include "normgrow/data.h"
 #include "normgrow/golden.h"
 #include "normgrow/run.h"
+#include "normgrow/rundir.h"
 #include "normgrow/topk.h"
 
 static char dir[64];
@@ -208,6 +210,72 @@ static void check_resume(int64_t stop) {
   CHECK(ok && same_file(final_a, final_b) && same_log, name, "%s", ok ? "outputs differ" : ng_error());
   metrics_free(&a);
   metrics_free(&b);
+}
+
+// ---------------------------------------------------------------- run directory
+
+// The files of a finished run's directory are those of rundir.h's list, every one.
+static void check_run_files(const char *run) {
+  char path[160];
+  snprintf(path, sizeof path, "%s/%s", dir, run);
+  DIR *d = opendir(path);
+  int seen[NG_RUN_FILES] = {0}, others = 0;
+  char other[sizeof(((struct dirent *)0)->d_name)] = "";
+  for (struct dirent *e; d && (e = readdir(d)) != NULL;) {
+    if (e->d_name[0] == '.') continue;
+    int f = 0;
+    while (f < NG_RUN_FILES && strcmp(e->d_name, ng_run_file_name((ng_run_file)f)) != 0) f++;
+    if (f < NG_RUN_FILES) seen[f]++;
+    else if (others++ == 0) snprintf(other, sizeof other, "%s", e->d_name);
+  }
+  if (d) closedir(d);
+  int missing = 0;
+  for (int f = 0; f < NG_RUN_FILES; f++) missing += seen[f] != 1;
+  CHECK(d && others == 0 && missing == 0,
+        "a finished run's directory holds every file of the run-file list and no other",
+        "%d files not on the list (first %s), %d of the list missing", others, other, missing);
+}
+
+// docs/runs.md's table "The files of a run directory" names rundir.h's files, in order.
+static void check_run_files_documented(void) {
+  const char *root = getenv("NG_ROOT");
+  char path[512], *text = NULL;
+  snprintf(path, sizeof path, "%s/docs/runs.md", root ? root : ".");
+  const char *at = ng_read_file(path, (size_t)1 << 20, &text, NULL) == 0
+                       ? strstr(text, "\n## The files of a run directory\n")
+                       : NULL;
+  int f = 0;
+  bool same = at != NULL;
+  // the table's rows: "| `name` | ..." lines, up to the first line that is no row
+  for (at = at ? strstr(at, "\n|") : NULL; same && at && at[1] == '|'; at = strchr(at + 1, '\n')) {
+    if (strncmp(at, "\n| `", 4) != 0) continue;  // the header and its rule
+    const char *name = at + 4;
+    size_t n = strcspn(name, "`");
+    same = f < NG_RUN_FILES && strlen(ng_run_file_name((ng_run_file)f)) == n &&
+           strncmp(name, ng_run_file_name((ng_run_file)f), n) == 0;
+    f++;
+  }
+  CHECK(same && f == NG_RUN_FILES, "docs/runs.md's table of a run's files names rundir.h's list, in order",
+        "%s: row %d differs (set NG_ROOT: tests/run.sh does)", path, f);
+  free(text);
+}
+
+// A new run's directory that holds any file of a run but the lock is refused,
+// naming it; --force removes it and keeps the lock.
+static void check_claim(void) {
+  char run[160], path[200];
+  snprintf(run, sizeof run, "%s/claimed", dir);
+  ng_rundir d = {.lock_fd = -1};
+  NG_ASSERT(ng_make_dir(run) == 0);
+  snprintf(path, sizeof path, "%s/backend.jsonl", run);
+  write_file(path, "{}\n");
+  bool refused = ng_rundir_lock(&d, run) == 0 && ng_rundir_claim(&d, false) != 0 &&
+                 strstr(ng_error(), "holds a run (backend.jsonl)") != NULL;
+  bool forced = ng_rundir_claim(&d, true) == 0 && access(path, F_OK) != 0 &&
+                ng_rundir_has(run, NG_RUN_LOCK) && ng_rundir_claim(&d, false) == 0;
+  ng_rundir_close(&d);
+  CHECK(refused && forced, "a directory holding only backend.jsonl is claimed as a run's: refused, then "
+        "replaced with --force (train.lock kept)", "refused %d, forced %d: %s", refused, forced, ng_error());
 }
 
 // ---------------------------------------------------------------- settings
@@ -516,6 +584,9 @@ int main(void) {
   snprintf(path, sizeof path, "%s/arm.json", dir);
   write_arm(path, "arm", "");
   CHECK(train(path) == 0, "distill a growing Post-Norm student", "%s", ng_error());
+  check_run_files("arm");
+  check_run_files_documented();
+  check_claim();
   metrics m = read_metrics("arm");
   check_accounting(&m);
   check_learning(&m);

@@ -6,11 +6,12 @@
 // of 151936, with the loss over all tokens at once and in chunks
 // (ng_model_loss): step time and the process's peak memory of each.
 //
-// FLOPs are counted as 2 x matmul-params x tokens for a forward and 6 x for
-// forward + backward (embedding gathers count none; a tied head counts once),
-// plus causal attention: 4 x hd x H x T(T+1)/2 per sequence and layer forward
-// (scores and values over the causal triangle), twice that for the backward.
-// The same count in every precision: a bf16 step does the same work.
+// FLOPs are counted by the trainer's rule (ng_model_step_flops, plan.h): 2 x
+// matmul-params x tokens for a forward and 6 x for forward + backward
+// (embedding gathers count none; a tied head counts once), plus causal
+// attention: 4 x hd x H x T(T+1)/2 per sequence and layer forward (scores and
+// values over the causal triangle), twice that for the backward. The same
+// count in every precision: a bf16 step does the same work.
 #include <cblas.h>
 #include <dnnl.h>
 #include <math.h>
@@ -23,6 +24,7 @@
 #include "normgrow/common.h"
 #include "normgrow/model.h"
 #include "normgrow/optim.h"
+#include "normgrow/plan.h"
 #include "normgrow/rng.h"
 
 static int cmp_double(const void *a, const void *b) {
@@ -232,7 +234,7 @@ static void run_variant(ng_backend *be, const bench_shape *sh, int64_t chunk, in
   be->upload(be, tokens, host, ids_bytes);
   be->upload(be, targets, host + N, ids_bytes);
   free(host);
-  ng_acts_options to = {.chunk = chunk}, so = {.train = true, .chunk = chunk};
+  ng_acts_options to = {.chunk = chunk}, so = {.for_backward = true, .chunk = chunk};
   ng_acts *ta = ng_acts_create_with(teacher, sh->B, sh->T, &to);
   ng_acts *sa = ng_acts_create_with(student, sh->B, sh->T, &so);
   ng_adamw *opt = ng_adamw_create(student);
@@ -287,10 +289,9 @@ static void bench_one(ng_backend *be, const bench_shape *sh, int steps) {
   printf("  sgemm ceiling: %.1f GFLOP/s ([%lld x %lld] x [%lld x %lld]^T: %.1f; MLP shape: %.1f)\n",
          ceiling, (long long)N, (long long)mc->hidden_size, (long long)mc->vocab_size,
          (long long)mc->hidden_size, g_head, g_mlp);
-  ng_model *skeleton = ng_model_create(NULL, mc, false);
-  double P = ng_model_matmul_params(skeleton, false), att = ng_attention_flops(mc, sh->B, sh->T);
+  ng_model *skeleton = ng_model_create(NULL, mc, false);  // teacher and student alike
+  double flops = ng_model_step_flops(skeleton, skeleton, sh->B, sh->T);
   ng_model_free(skeleton);
-  double flops = 6.0 * P * N + 3.0 * att + 2.0 * P * N + att;  // student fwd+bwd, teacher fwd
   bench_result whole, chunked;
   run_variant(be, sh, 0, steps, &whole);
   run_variant(be, sh, chunk, steps, &chunked);
@@ -370,9 +371,8 @@ static double run_report(bench_run *r, const bench_setup *s) {
   ng_backend *be = r->be;
   int64_t N = s->B * s->T;
   qsort(r->total, (size_t)s->steps, sizeof(double), cmp_double);
-  double t = r->total[s->steps / 2], P = ng_model_matmul_params(r->student, false);
-  double att = ng_attention_flops(&s->mc, s->B, s->T);
-  double flops = 6.0 * P * N + 3.0 * att + 2.0 * ng_model_matmul_params(r->teacher, false) * N + att;
+  double t = r->total[s->steps / 2], att = ng_attention_flops(&s->mc, s->B, s->T);
+  double flops = ng_model_step_flops(r->student, r->teacher, s->B, s->T);
   double gflops = flops / t / 1e9, ceiling = be->precision == NG_PREC_BF16 ? s->bf16 : s->sgemm;
   printf("%s %s: step %.3f s (median of %d): teacher fwd %.3f, student fwd %.3f, loss %.3f, "
          "backward %.3f, adamw %.3f\n",

@@ -30,7 +30,7 @@
 #include "normgrow/fileio.h"
 #include "normgrow/plan.h"
 #include "normgrow/run.h"
-#include "rundir.h"
+#include "normgrow/rundir.h"
 
 #define MAX_COUNT (1 << 20)           // --batches, --batch, --seq, --top
 #define MAX_TOKENS ((int64_t)1 << 30)  // batches x batch x seq
@@ -62,19 +62,11 @@ static bool is_dir(const char *path) {
   return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-static bool has(const char *dir, const char *name) {
-  char *path = ng_path_join(dir, name);
-  bool yes = access(path, F_OK) == 0;
-  free(path);
-  return yes;
-}
-
 // Which weights MODEL names, and the run they belong to.
 static int locate(const char *arg, diag_args *a) {
   if (is_dir(arg) && ng_rundir_is_run(arg)) {
     a->run_dir = ng_xstrdup(arg);
-    a->model = ng_path_join(arg, has(arg, "final.safetensors") ? "final.safetensors"
-                                                               : "checkpoint.safetensors");
+    a->model = ng_rundir_path(arg, ng_rundir_has(arg, NG_RUN_FINAL) ? NG_RUN_FINAL : NG_RUN_CHECKPOINT);
   } else {
     a->model = ng_xstrdup(arg);
     char *copy = ng_xstrdup(arg), *dir = dirname(copy);
@@ -82,10 +74,7 @@ static int locate(const char *arg, diag_args *a) {
     free(copy);
   }
   if (!a->run_dir) return 0;
-  char *config = ng_path_join(a->run_dir, "config.json");
-  int rc = ng_run_config_load(config, NULL, &a->rc);
-  free(config);
-  return rc;
+  return ng_rundir_load_config(a->run_dir, NULL, &a->rc);
 }
 
 // The step and tokens of the weights: the checkpoint's training state, or for
@@ -106,14 +95,14 @@ static void find_step(diag_args *a) {
   cJSON_Delete(s);
   ng_st_close(&f);
   const char *base = strrchr(a->model, '/');
-  ng_rundir rd;
-  if (a->step < 0 && a->run_dir && strcmp(base ? base + 1 : a->model, "final.safetensors") == 0 &&
+  ng_rundir_status rd;
+  if (a->step < 0 && a->run_dir && strcmp(base ? base + 1 : a->model, ng_run_file_name(NG_RUN_FINAL)) == 0 &&
       ng_rundir_read(a->run_dir, &rd) == 0) {
     if (rd.finished) {
       a->step = rd.last_step;
       a->tokens = rd.last_step * a->rc.batch * a->rc.seq;
     }
-    ng_rundir_free(&rd);
+    ng_rundir_status_free(&rd);
   }
 }
 

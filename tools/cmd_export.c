@@ -111,7 +111,7 @@ static int copy_tokenizer(const char *checkpoint, const char *out, char **copied
 static int check_gates_open(const char *path, const ng_model *m, const ng_train_state *st) {
   int64_t first = -1, done = 0;
   for (int64_t l = 0; l < m->cfg.num_hidden_layers; l++) {
-    if (m->gate[l] == 1.0f) continue;
+    if (m->growth_gate[l] == 1.0f) continue;
     if (first < 0) first = l;
     int64_t end = st->gate_origin[l] + st->gate_steps;
     done = end > done ? end : done;
@@ -120,7 +120,7 @@ static int check_gates_open(const char *path, const ng_model *m, const ng_train_
   return ng_fail("%s: checkpoint at step %lld is inside a growth ramp (gate %g of block %lld), and "
                  "a Hugging Face model has no gate: export a checkpoint of step %lld or later (or "
                  "the run's final.safetensors)",
-                 path, (long long)st->step, (double)m->gate[first], (long long)first + 1,
+                 path, (long long)st->step, (double)m->growth_gate[first], (long long)first + 1,
                  (long long)done);
 }
 

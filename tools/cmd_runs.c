@@ -1,5 +1,5 @@
 // normgrow runs [DIR] [--long]: the run directories under DIR (default "runs";
-// a run directory holds a run's config.json, rundir.h), one line each within
+// a run directory holds a run's config.json, normgrow/rundir.h), one line each within
 // LINE_COLS columns: its path under DIR, its state, step, final validation CE
 // and the settings in which it differs from the others listed, as many as fit
 // (--long adds every one of them in full, one a line, below its run). When DIR
@@ -17,7 +17,8 @@
 #include "cli.h"
 #include "normgrow/common.h"
 #include "normgrow/fileio.h"
-#include "rundir.h"
+#include "normgrow/rundir.h"
+#include "settings.h"
 
 #define MAX_DEPTH 4        // runs/study/arm is 2 deep
 #define LINE_COLS 100      // a run's line
@@ -27,7 +28,7 @@
 
 typedef struct {
   char *dir, *name;    // its path, and the part under DIR
-  ng_rundir r;
+  ng_rundir_status r;
   char *error;         // why it could not be read (NULL: it was)
   ng_flat_config flat;
 } run_entry;
@@ -172,7 +173,7 @@ static void put_header(int name_cols) {
 static void list_free(run_list *l) {
   for (size_t i = 0; i < l->n; i++) {
     run_entry *e = &l->runs[i];
-    ng_rundir_free(&e->r);
+    ng_rundir_status_free(&e->r);
     ng_flat_config_free(&e->flat);
     free(e->dir);
     free(e->name);

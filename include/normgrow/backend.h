@@ -15,7 +15,7 @@
 // values: download, ce_kd and ce_kd_topk (*ce, *kd, *n_valid), sumsq; and
 // synchronize. Every other op only queues work.
 //
-// Precision (../shared/GOLDEN.md "Reduced precision"): in NG_PREC_BF16 mode the
+// Precision (docs/golden-contract.md "bf16 mode"): in NG_PREC_BF16 mode the
 // inputs of every matmul and of attention's two products (scores, values) are
 // rounded to bf16 and accumulated in fp32; buffers, weights, AdamW moments,
 // norms and loss stay fp32. NG_PREC_FP32 is plain fp32 (no TF32, no bf16 inside).

@@ -38,7 +38,7 @@ typedef struct {
 // without a ramp. The trainer and every reader of a checkpoint take a gate
 // from here and nowhere else.
 float ng_gate_at(int64_t origin, int64_t step, int64_t gate_steps);
-// Sets every block's gate m->gate[l] from st's ramps at `step`.
+// Sets every block's gate m->growth_gate[l] from st's ramps at `step`.
 void ng_set_gates(ng_model *m, const ng_train_state *st, int64_t step);
 
 // Saves the model, and the optimizer and state when not NULL.

@@ -17,6 +17,15 @@
 #include <stdint.h>
 #include <stdio.h>
 
+// normgrow's binary formats (safetensors, token shards, top-k caches) are
+// little-endian, and their readers and writers copy values as host values.
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "normgrow assumes a little-endian host"
+#endif
+
+// The most bytes a JSON config file (a run's, a model's) may hold: a few KB.
+#define NG_MAX_CONFIG_BYTES (1 << 20)
+
 // ---------------------------------------------------------------- paths
 
 // "<dir>/<name>", malloc'd.

@@ -26,7 +26,7 @@
 // 100 eps). Noise in a gradient that is zero by symmetry then passes on every
 // machine, while a real error of 1e-3 G anywhere still fails.
 #define NG_GOLDEN_GRAD_FLOOR 1e-3
-// bf16 mode (../shared/GOLDEN.md "Reduced precision"): forward outputs by the
+// bf16 mode (docs/golden-contract.md "bf16 mode"): forward outputs by the
 // plain rule within 3e-2; the out.grad.* tensors all together within a
 // relative L2 error sqrt(sum (got - exp)^2 / sum exp^2) of 0.1 (out.topk_dlogits
 // by the same L2 on its own); the AdamW step is not compared entry by entry.
@@ -76,7 +76,7 @@ int ng_golden_open(ng_golden_case *gc, const char *path);
 void ng_golden_close(ng_golden_case *gc);
 
 // Compute every out.* tensor of the contract on backend `be`, the loss in
-// chunks of o->chunk rows (0: all) and with o->recompute (o->train unused).
+// chunks of o->chunk rows (0: all) and with o->recompute (o->for_backward unused).
 int ng_golden_eval(const ng_golden_case *gc, ng_backend *be, const ng_acts_options *o,
                    ng_tensor_list *out);
 // Write the outputs (and, with_inputs, the case's own inputs first) atomically.

@@ -27,7 +27,19 @@
 
 #include "normgrow/model.h"
 #include "normgrow/optim.h"
-#include "normgrow/run.h"
+
+// Where new blocks go (growth.position) and how they start (growth.init).
+typedef enum { NG_GROW_TOP, NG_GROW_INTERLEAVE, NG_GROW_MIDDLE } ng_grow_position;
+typedef enum {
+  NG_INIT_RANDOM, NG_INIT_COPY_BELOW, NG_INIT_ZERO_OUT, NG_INIT_GATE, NG_INIT_TEACHER
+} ng_grow_init;
+
+// Where new blocks go when a model of depth d grows by k: fills from_old
+// [d + k] with the old index of each block of the grown model, or -1 for a
+// new block. top: appended; middle: after old block floor((d-1)/2);
+// interleave: spread evenly, after old block j go
+// floor((j+1) k / d) - floor(j k / d) new blocks.
+void ng_grow_layout(ng_grow_position pos, int64_t d, int64_t k, int64_t *from_old);
 
 typedef struct {
   ng_grow_position position;

@@ -106,7 +106,7 @@ typedef struct {
   int max_params;       // ng_model_n_weights(&cfg)
   ng_param *params;     // embed, layers in order, norm, lm_head
   ng_weights w, g;      // typed views of params[].data and params[].grad
-  float *gate;          // host [L]: block l computes y = (1 - g) x + g Block(x); 1 = plain
+  float *growth_gate;   // host [L]: block l computes y = (1 - g) x + g Block(x); 1 = plain
   float *block_scratch; // blocks held in bf16: the fp32 weights of one block, else NULL
   int64_t widened;      // the block whose weights block_scratch holds (-1: none)
 } ng_model;
@@ -145,7 +145,7 @@ typedef struct {
   float *dgate, *dup, *dact;     // [N, F]
   float *datt, *dq, *dk, *dv;    // [N, H*hd], [N, H*hd], [N, KV*hd] x 2
   float *dq_raw, *dk_raw;        // [N, H*hd], [N, KV*hd]
-  float *dfinal, *dgated;        // [N, D]: dfinal = d loss / d head input
+  float *dfinal, *dgrowth_gated;  // [N, D]: dfinal = d loss / d head input
   float *dlogits;                // [chunk, V]
   float *dbranch;                // [N, D] layer_scale only: d of a sublayer's branch term
 } ng_grad_ws;
@@ -159,21 +159,21 @@ typedef void (*ng_block_hook)(void *ctx, const ng_acts *a, int64_t l, const ng_b
 
 // How a forward's activations are kept.
 typedef struct {
-  bool train;      // keep what the backward needs, with the backward workspace
-  bool recompute;  // (train) keep only each block's input; the backward recomputes
-                   // the block's saved values from it (same ops: same bits)
-  int64_t chunk;   // rows of the logits buffers: the loss runs over chunks of this
-                   // many tokens (ng_model_loss); 0 = all N
+  bool for_backward;  // keep what the backward needs, with the backward workspace
+  bool recompute;     // (for_backward) keep only each block's input; the backward
+                      // recomputes the block's saved values from it (same ops: same bits)
+  int64_t chunk;      // rows of the logits buffers: the loss runs over chunks of this
+                      // many tokens (ng_model_loss); 0 = all N
 } ng_acts_options;
 
-// Activations of one forward at batch shape [B, T]. With `train`, every
+// Activations of one forward at batch shape [B, T]. With `for_backward`, every
 // block's values are kept for the backward (with `recompute` one block's at a
 // time, rebuilt from the kept block inputs); without (teacher, evaluation),
 // one block's scratch is reused by all blocks and only two hidden buffers exist.
 // Logits exist only for a chunk of rows at a time.
 struct ng_acts {
   int64_t B, T, N;
-  bool train, recompute;
+  bool for_backward, recompute;
   int64_t chunk;         // rows of logits and dlogits (1..N)
   int n_hidden;          // L + 1 when training, else 2
   float **hidden;        // residual stream [N, D] (use ng_acts_hidden)
@@ -181,7 +181,7 @@ struct ng_acts {
   ng_block_acts *blocks;
   float *final_in, *rstd_final;  // [N, D] head input (normed if final_norm), [N]
   float *logits;         // [chunk, V]: logits of the rows of the last ng_model_logits
-  ng_grad_ws ws;         // train only
+  ng_grad_ws ws;         // for_backward only
   ng_block_hook on_block;  // NULL, or called after every block of a forward
   void *on_block_ctx;
 };
@@ -269,11 +269,11 @@ bool ng_model_hold_bf16(ng_model *m);
 void ng_model_freeze(ng_model *m, int64_t layer, bool frozen);
 
 // Forward-only (teacher, evaluation) or training activations, logits of all N rows.
-ng_acts *ng_acts_create(const ng_model *m, int64_t B, int64_t T, bool train);
+ng_acts *ng_acts_create(const ng_model *m, int64_t B, int64_t T, bool for_backward);
 ng_acts *ng_acts_create_with(const ng_model *m, int64_t B, int64_t T, const ng_acts_options *o);
 void ng_acts_free(const ng_model *m, ng_acts *a);
 // Residual stream after block l (l = 0: embedding output). In a forward without
-// `train`, only the latest one is still there.
+// `for_backward`, only the latest one is still there.
 float *ng_acts_hidden(const ng_acts *a, int64_t l);
 
 // Bytes a chunk of the loss may hold in one [chunk, V] logits buffer by default.
@@ -284,7 +284,7 @@ int64_t ng_loss_chunk_default(const ng_model_config *c, int64_t N);
 
 // Forward of tokens [B*T] (backend buffer) to the head input (a->final_in, or
 // the last hidden state without final_norm): no logits. modes (host, [L], may
-// be NULL = all NG_BLOCK_RUN) selects block-removal ablations (no `train`).
+// be NULL = all NG_BLOCK_RUN) selects block-removal ablations (no `for_backward`).
 void ng_model_forward(ng_model *m, ng_acts *a, const int32_t *tokens,
                       const ng_block_mode *modes);
 // Logits [rows, V] of rows [row0, row0 + rows) of the last forward into
@@ -306,7 +306,7 @@ typedef struct {
 
 // Output head and fused loss (ng_backend.ce_kd, or ce_kd_topk with a cache)
 // of the last forward of a, over chunks of a->chunk rows: for each chunk the
-// head matmuls, the loss terms and, with `grad` (train acts), d loss / d
+// head matmuls, the loss terms and, with `grad` (for_backward acts), d loss / d
 // logits and from it the chunk's rows of a->ws.dfinal (d head input, written)
 // and its share of the head weight's gradient (accumulated), before the next
 // chunk. targets [N] (backend). lp.n_norm: the rows the loss is averaged over
@@ -314,6 +314,9 @@ typedef struct {
 // valid count; the same as one call over all rows up to fp32 reduction order.
 void ng_model_loss(ng_model *m, ng_acts *a, const ng_loss_teacher *t, const int32_t *targets,
                    ng_loss_params lp, bool grad, double *ce, double *kd, int64_t *n_valid);
+// The distillation loss of a teacher's ce and kd, the one whose gradient
+// ng_model_loss computes: kd_weight kd + (1 - kd_weight) ce.
+double ng_loss_mix(double kd_weight, double ce, double kd);
 // Backward from a->ws.dfinal (ng_model_loss with `grad`): accumulates d loss /
 // d param into the gradients. With `recompute`, block l's saved values are
 // rebuilt from its kept input first.

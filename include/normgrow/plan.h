@@ -113,6 +113,9 @@ int64_t ng_plan_acts_floats(const ng_model_config *c, int64_t B, int64_t T, cons
 double ng_plan_step_flops(const ng_model_config *student, const ng_plan_params *sp,
                           const ng_model_config *teacher, const ng_plan_params *tp, int64_t B,
                           int64_t T);
+// The same for built models: the student's backward counts its trainable
+// matmuls (frozen blocks, embeddings); teacher NULL without one (or with a cache).
+double ng_model_step_flops(const ng_model *student, const ng_model *teacher, int64_t B, int64_t T);
 
 // The hardware a plan is made for.
 typedef struct {

@@ -84,6 +84,7 @@
 
 #include "normgrow/backend.h"
 #include "normgrow/config.h"
+#include "normgrow/grow.h"
 
 #define NG_MAX_STAGES 16
 #define NG_MAX_LAYERS 1024
@@ -91,10 +92,6 @@
 
 typedef enum { NG_SAMPLE_UNIFORM, NG_SAMPLE_EPOCH } ng_sampling;
 typedef enum { NG_LR_COSINE, NG_LR_LINEAR, NG_LR_CONSTANT } ng_lr_shape;
-typedef enum { NG_GROW_TOP, NG_GROW_INTERLEAVE, NG_GROW_MIDDLE } ng_grow_position;
-typedef enum {
-  NG_INIT_RANDOM, NG_INIT_COPY_BELOW, NG_INIT_ZERO_OUT, NG_INIT_GATE, NG_INIT_TEACHER
-} ng_grow_init;
 
 typedef struct {
   double peak, floor;
@@ -177,15 +174,7 @@ const char *ng_config_not_run(const cJSON *root);
 int64_t ng_stage_steps(const ng_run_config *rc, int stage);
 // Steps of the whole run (every stage).
 int64_t ng_run_steps(const ng_run_config *rc);
-// Learning rate of the step that starts `tokens_done_in_stage` into `stage`.
-double ng_lr_at(const ng_run_config *rc, int stage, int64_t tokens_done_in_stage);
-
-// Where new blocks go when a model of depth d grows by k: fills from_old
-// [d + k] with the old index of each block of the grown model, or -1 for a
-// new block. top: appended; middle: after old block floor((d-1)/2);
-// interleave: spread evenly, after old block j go
-// floor((j+1) k / d) - floor(j k / d) new blocks.
-void ng_grow_layout(ng_grow_position pos, int64_t d, int64_t k, int64_t *from_old);
+// (The learning rate of each step: lr_schedule.h.)
 
 typedef struct {
   const char *config_path;   // a new run of this arm (with `overrides`), or
@@ -200,11 +189,10 @@ typedef struct {
 } ng_train_args;
 
 // Run or resume one arm; a resumed run ends with weights bit-identical to an
-// uninterrupted one (same thread count). A new run refuses a directory that
-// holds a run's files (config.json, metrics.jsonl, diag.jsonl,
-// diag_final.json, checkpoint.safetensors, final.safetensors) unless `force`,
-// which removes them first. Resuming a finished run says so on stderr and
-// returns 0.
+// uninterrupted one (same thread count). The run directory is the trainer's
+// through rundir.h: a new run refuses a directory that holds any of a run's
+// files (every one but train.lock) unless `force`, which removes them first.
+// Resuming a finished run says so on stderr and returns 0.
 //
 // SIGINT and SIGTERM: the first finishes the current step, writes the
 // checkpoint (atomically) and makes ng_train return that signal's number (> 0;

@@ -5,6 +5,7 @@
 // overflow is a UBSan finding), its counts exact in JSON, its parameters
 // within NG_MAX_PARAMS.
 #include "../run_compare.h"
+#include "normgrow/lr_schedule.h"
 #include "normgrow/plan.h"
 #include "readers.h"
 

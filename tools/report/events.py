@@ -19,7 +19,7 @@ import os
 import shutil
 import time
 
-from .runs import ReportError, is_run, load_config
+from .runs import ReportError, is_run, load_config, run_file
 
 STEP_SCALARS = {"loss": "train/loss", "ce": "train/ce", "kd": "train/kd", "lr": "train/lr",
                 "grad_norm": "train/grad_norm"}
@@ -58,7 +58,7 @@ class RunEvents:
         from tensorboardX import SummaryWriter
         self.run = run
         self.writer = SummaryWriter(logdir=run_logdir(logdir, run), flush_secs=5)
-        self.offsets = {"metrics.jsonl": 0, "diag.jsonl": 0}
+        self.offsets = {"metrics": 0, "diag": 0}
         self.finished = False
 
     def metrics(self, rec):
@@ -92,8 +92,8 @@ class RunEvents:
 
     def poll(self):
         """Writes what the logs gained since the last call (whole lines only)."""
-        for name, fn in (("metrics.jsonl", self.metrics), ("diag.jsonl", self.diag)):
-            path = os.path.join(self.run.dir, name)
+        for name, fn in (("metrics", self.metrics), ("diag", self.diag)):
+            path = run_file(self.run.dir, name)
             try:
                 with open(path, "rb") as f:
                     f.seek(0, os.SEEK_END)
@@ -135,7 +135,7 @@ def follow(paths, logdir, force, poll_seconds):
         if not is_run(p):
             print(f"report: {p} is not a run directory (no run config.json): left out")
             continue
-        runs.append(load_config(os.path.join(p, "config.json"), p))
+        runs.append(load_config(run_file(p, "config"), p))
     if not runs:
         raise ReportError("report: no run directory (one with a run's config.json) among the arguments")
     for r in runs:

@@ -22,10 +22,20 @@ CLASSES = ("window_start", "separator", "after_separator", "structural", "ordina
 # them are flagged atop the report.
 EVAL_SETTINGS = ("data.val", "data.seq", "data.batch", "eval.batches", "teacher_cache.val")
 MAX_DEPTH = 1 << 16
+# The files of a run directory that the report reads, by what they hold
+# (docs/runs.md "The files of a run directory" lists every file of a run;
+# include/normgrow/rundir.h names the same).
+RUN_FILES = {"config": "config.json", "metrics": "metrics.jsonl", "diag": "diag.jsonl",
+             "diag_final": "diag_final.json"}
 
 
 class ReportError(Exception):
     """Bad input: one line naming the file (and line, and field)."""
+
+
+def run_file(run_dir, what):
+    """The path of a run's file, what one of the keys of RUN_FILES."""
+    return os.path.join(run_dir, RUN_FILES[what])
 
 
 # ---------------------------------------------------------------- JSON fields
@@ -246,7 +256,7 @@ def is_run(path):
     """A run directory holds config.json, and that file is not a JSON object
     without "stages" (as a Hugging Face directory's is). One that cannot be
     read counts as a run's, so that reading it names the problem."""
-    config = os.path.join(path, "config.json")
+    config = run_file(path, "config")
     if not os.path.exists(config):
         return False
     try:
@@ -402,12 +412,12 @@ def read_final(path, r):
 
 
 def load_run(path):
-    r = load_config(os.path.join(path, "config.json"), path)
-    read_metrics(os.path.join(path, "metrics.jsonl"), r)
-    if os.path.exists(os.path.join(path, "diag.jsonl")):
-        read_diag(os.path.join(path, "diag.jsonl"), r)
-    if os.path.exists(os.path.join(path, "diag_final.json")):
-        read_final(os.path.join(path, "diag_final.json"), r)
+    r = load_config(run_file(path, "config"), path)
+    read_metrics(run_file(path, "metrics"), r)
+    if os.path.exists(run_file(path, "diag")):
+        read_diag(run_file(path, "diag"), r)
+    if os.path.exists(run_file(path, "diag_final")):
+        read_final(run_file(path, "diag_final"), r)
     return r
 
 
