@@ -741,7 +741,7 @@ static void test_topk(const target *t, int64_t R, int64_t V, int64_t ld, int64_t
 // ---------------------------------------------------------------- the shape list
 
 // Every backend runs every entry, but those marked device_only: a device
-// backend's alone (on the host they take a second or more and cut nothing).
+// backend's alone (on the host they cut nothing and cost more than the rest).
 // "cuda:" names the cut of its kernels an entry was added for.
 static const int64_t memory_n[] = {1, 1001};
 static const struct { int64_t M, N, K; } matmul_shapes[] = {
