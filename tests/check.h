@@ -4,8 +4,10 @@
 #define NORMGROW_TESTS_CHECK_H
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 static int ng_test_failures = 0;
 
@@ -23,6 +25,14 @@ static int ng_test_failures = 0;
   } while (0)
 
 #define TEST_RESULT() (ng_test_failures ? 1 : 0)
+
+// Whether the names a command line asked for, asked [n], hold `name` (none
+// asked: every name is wanted).
+static inline bool ng_test_wanted(char *const asked[], int n, const char *name) {
+  for (int i = 0; i < n; i++)
+    if (strcmp(asked[i], name) == 0) return true;
+  return n == 0;
+}
 
 // max|got - want| / max|want| (max|got - want| when want is all zero); a NaN
 // anywhere in got gives infinity.

@@ -5,7 +5,8 @@
 # directories hold glibc, libstdc++ and libgcc alone (OpenBLAS, oneDNN, cJSON, PCRE2,
 # utf8proc, zlib, OpenMPI, libgomp: gone), its normgrow prints its version and passes
 # every golden case on the CPU and on oneDNN, test_cuda and bench_cuda run as they do
-# without a GPU, and test_backends loads. The loader's own record (LD_DEBUG=libs,files)
+# without a GPU, test_backends loads and takes the op set that tools/gpu_check.sh hands
+# it under compute-sanitizer. The loader's own record (LD_DEBUG=libs,files)
 # of every object each process mapped must name the bundle's lib/ or a library the
 # bundle takes from the machine (tools/gpu_bundle.sh outside: glibc's, libstdc++,
 # libgcc, CUDA's cuBLAS and NCCL), and the build's own normgrow must fail to start
@@ -54,12 +55,16 @@ mapfile -t hide < <({ ldconfig -p | sed -n 's|.* => \(.*\)/[^/]*$|\1|p'; echo /u
     case $d in /usr/lib | /usr/lib/* | /lib | /lib/*) ;; *) [ -d "$d" ] && echo "$d" ;; esac
   done | grep -vxF -f <(tr ':' '\n' <<<"$cuda_path" | xargs -n1 readlink -f))
 
+# The set compute-sanitizer runs there (gpu_check.sh's sanitize step).
+sanitize_set=$(sed -n 's|.*"$dir/bin/test_backends" \(cuda[a-z_ ]*\) >.*|\1|p' "$root/tools/gpu_check.sh")
+check "gpu_check.sh's sanitize step names a test_backends set: $sanitize_set" '[ -n "$sanitize_set" ]'
+
 # In the namespace: bash builtins and the binaries under test alone (the mounts go
 # first; /usr/lib last, as mount itself needs it).
 cat >"$tmp/inside.sh" <<'EOF'
 set -u
-tmp=$1 dir=$2 root=$3 sysbin=$4 cuda_path=$5
-shift 5
+tmp=$1 dir=$2 root=$3 sysbin=$4 cuda_path=$5 sanitize_set=$6
+shift 6
 for d in "$@"; do mount --bind "$tmp/empty" "$d" || exit 90; done
 [ -L /lib ] || mount --bind "$tmp/allow/x86_64-linux-gnu" /lib/x86_64-linux-gnu || exit 90
 mount --bind "$tmp/allow" /usr/lib || exit 90
@@ -79,11 +84,13 @@ run golden_onednn "$dir/bin/normgrow" golden-check --backend onednn golden/*.saf
 run test_cuda "$dir/bin/test_cuda"
 run bench_cuda "$dir/bin/bench_cuda" paper bf16 --reps 1
 LD_TRACE_LOADED_OBJECTS=1 run test_backends "$dir/bin/test_backends"
+# shellcheck disable=SC2086  # the set is words
+run sanitize_set "$dir/bin/test_backends" $sanitize_set
 exit 0
 EOF
 ns=(unshare -m)
 [ "$(id -u)" -eq 0 ] || ns=(unshare -rm)
-"${ns[@]}" bash "$tmp/inside.sh" "$tmp" "$dir" "$root" "$bin" "$cuda_path" "${hide[@]}"
+"${ns[@]}" bash "$tmp/inside.sh" "$tmp" "$dir" "$root" "$bin" "$cuda_path" "$sanitize_set" "${hide[@]}"
 rc=$?
 check "the namespace hides the system's libraries (${#hide[@]} directories and /usr/lib)" '[ $rc -eq 0 ]' \
   "status $rc (90: a mount failed, 91: no $root)"
@@ -106,6 +113,9 @@ check "bundle test_cuda runs its checks without a GPU and skips the device's" \
 check "bundle bench_cuda says there is no device" \
   '[ "$(cat "$tmp/bench_cuda.rc")" -eq 1 ] && grep -q "^bench_cuda: no usable CUDA device\|^bench_cuda: no CUDA device" "$tmp/bench_cuda.out"' \
   "$(head -c 300 "$tmp/bench_cuda.out")"
+check "bundle test_backends takes the sanitizer's set ($sanitize_set) and skips cuda without a GPU" \
+  '[ "$(cat "$tmp/sanitize_set.rc")" -eq 0 ] && grep -q "^skip cuda" "$tmp/sanitize_set.out" && ! grep -q "^FAIL" "$tmp/sanitize_set.out"' \
+  "$(head -c 300 "$tmp/sanitize_set.out")"
 check "bundle test_backends loads" '[ "$(cat "$tmp/test_backends.rc")" -eq 0 ] && ! grep -q "not found" "$tmp/test_backends.out"' \
   "$(grep -m3 "not found" "$tmp/test_backends.out")"
 

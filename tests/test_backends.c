@@ -1,7 +1,16 @@
 // Every op of the backend table on every backend of the build, in every
 // precision it runs here, against the fp32 CPU reference. Inputs go in by
 // upload and results come back by download only (a backend's buffers are
-// never read directly), at several shapes including odd sizes.
+// never read directly), at the shapes of one list shared by every backend:
+// odd sizes that cut the tiles and row blocks of any backend's kernels (cuda's
+// among them: tiles of 64 queries and keys, 256 threads per row, 64-row
+// partials, 16384-element sumsq blocks). A backend's second call of the
+// attention backward and of the loss on the same inputs gives the same bits.
+//
+//   test_backends [BACKEND [OP...]]   only that backend (against the CPU) and
+//                                      only those ops' shapes (default: all);
+//                                      e.g. "cuda attention loss adamw", the set
+//                                      tools/gpu_check.sh runs under compute-sanitizer
 // Bounds (docs/golden-contract.md): fp32 forward values max|got - exp| / max|exp|
 // <= 1e-4, gradients <= 1e-3 with the contract's scale floor (each gradient of
 // an op call relative to at least 1e-3 of the largest of them: a gradient that
@@ -51,10 +60,20 @@ static void *up(bufs *b, const void *h, size_t bytes) {
 
 static float *upf(bufs *b, const float *h, int64_t n) { return up(b, h, (size_t)n * sizeof(float)); }
 
-static float *down(bufs *b, const void *d, int64_t n) {
-  float *h = ng_xmalloc((size_t)n * sizeof(float));
-  b->be->download(b->be, h, d, (size_t)n * sizeof(float));
+static void *down_bytes(bufs *b, const void *d, size_t bytes) {
+  void *h = ng_xmalloc(bytes);
+  b->be->download(b->be, h, d, bytes);
   return h;
+}
+
+static float *down(bufs *b, const void *d, int64_t n) { return down_bytes(b, d, (size_t)n * sizeof(float)); }
+
+// Whether the download of d [n] holds h [n] bit for bit.
+static bool same_bits(bufs *b, const float *d, const float *h, int64_t n) {
+  float *got = down(b, d, n);
+  bool same = memcmp(got, h, (size_t)n * sizeof(float)) == 0;
+  free(got);
+  return same;
 }
 
 static void release(bufs *b) {
@@ -172,28 +191,47 @@ static void free2(float *r[2]) {
 
 // ---------------------------------------------------------------- ops
 
+static float *copyf(const float *x, int64_t n) {
+  float *y = ng_xmalloc((size_t)n * sizeof(float));
+  memcpy(y, x, (size_t)n * sizeof(float));
+  return y;
+}
+
+// upload, alloc (zero-filled), copy, an overlapping copy of the first n - n/3
+// floats onto [n/3, n) (memmove's result), zero and download of n floats.
 static void test_memory(const target *t, int64_t n) {
-  float *x = randn(n, 1.0), *r[2] = {0}, *z[2] = {0};
+  int64_t shift = n / 3;
+  float *x = randn(n, 1.0), *moved = copyf(x, n), *fresh[2] = {0}, *r[2] = {0}, *o[2] = {0};
+  float *z[2] = {0};
+  memmove(moved + shift, moved, (size_t)(n - shift) * sizeof(float));
   for (int i = 0; i < 2; i++) {
     bufs b = {.be = run_be(t, i)};
     float *d = upf(&b, x, n), *e = upf(&b, NULL, n);
+    fresh[i] = down(&b, e, n);
     b.be->copy(b.be, e, d, (size_t)n * sizeof(float));
     r[i] = down(&b, e, n);
+    b.be->copy(b.be, e + shift, e, (size_t)(n - shift) * sizeof(float));
+    o[i] = down(&b, e, n);
     b.be->zero(b.be, d, (size_t)n * sizeof(float));
     b.be->synchronize(b.be);
     z[i] = down(&b, d, n);
     release(&b);
   }
   char name[160];
-  snprintf(name, sizeof name, "%s: upload, copy, download, zero of %lld floats", t->label,
-           (long long)n);
+  snprintf(name, sizeof name,
+           "%s: alloc zero-filled, upload, copy (and overlapping), download, zero of %lld floats",
+           t->label, (long long)n);
   // exact: copies and zero fills move bits; no arithmetic touches them.
-  bool same = memcmp(r[1], x, (size_t)n * sizeof(float)) == 0;
-  for (int64_t i = 0; i < n; i++) same &= z[1][i] == 0.0f;
+  bool same = memcmp(r[1], x, (size_t)n * sizeof(float)) == 0 &&
+              memcmp(o[1], moved, (size_t)n * sizeof(float)) == 0;
+  for (int64_t i = 0; i < n; i++) same &= z[1][i] == 0.0f && fresh[1][i] == 0.0f;
   CHECK(same, name, "values changed");
+  free2(fresh);
   free2(r);
+  free2(o);
   free2(z);
   free(x);
+  free(moved);
 }
 
 // With beta 0, C holds NaN: beta 0 must not read C.
@@ -272,12 +310,6 @@ static void test_rmsnorm(const target *t, int64_t R, int64_t C, bool with_dw) {
   free(dw0);
 }
 
-static float *copyf(const float *x, int64_t n) {
-  float *y = ng_xmalloc((size_t)n * sizeof(float));
-  memcpy(y, x, (size_t)n * sizeof(float));
-  return y;
-}
-
 // channel_scale forward (in place) and backward (dx aliasing dy; dgamma
 // accumulated onto dgamma0, or NULL), against the reference and, for the
 // reference itself, against the formula in double.
@@ -336,22 +368,22 @@ static void test_channel_scale(const target *t, int64_t R, int64_t C, bool with_
   free(fdg);
 }
 
-static void test_rope(const target *t, int64_t B, int64_t T, int64_t nh, int64_t hd) {
+static void test_rope(const target *t, int64_t B, int64_t T, int64_t nh, int64_t hd, double theta) {
   int64_t n = B * T * nh * hd;
   float *x = randn(n, 1.0), *fwd[2], *bwd[2];
   for (int i = 0; i < 2; i++) {
     bufs b = {.be = run_be(t, i)};
     float *d = upf(&b, x, n), *e = upf(&b, x, n);
-    b.be->rope_forward(b.be, d, B, T, nh, hd, 1e4);
-    b.be->rope_backward(b.be, e, B, T, nh, hd, 1e4);
+    b.be->rope_forward(b.be, d, B, T, nh, hd, theta);
+    b.be->rope_backward(b.be, e, B, T, nh, hd, theta);
     fwd[i] = down(&b, d, n);
     bwd[i] = down(&b, e, n);
     release(&b);
   }
-  compare_runs(t, FWD, fwd, n, "rope B=%lld T=%lld nh=%lld hd=%lld forward", (long long)B,
-           (long long)T, (long long)nh, (long long)hd);
-  compare_runs(t, GRAD, bwd, n, "rope B=%lld T=%lld nh=%lld hd=%lld backward", (long long)B,
-           (long long)T, (long long)nh, (long long)hd);
+  compare_runs(t, FWD, fwd, n, "rope B=%lld T=%lld nh=%lld hd=%lld theta=%g forward",
+               (long long)B, (long long)T, (long long)nh, (long long)hd, theta);
+  compare_runs(t, GRAD, bwd, n, "rope B=%lld T=%lld nh=%lld hd=%lld theta=%g backward",
+               (long long)B, (long long)T, (long long)nh, (long long)hd, theta);
   free(x);
 }
 
@@ -392,6 +424,7 @@ static void test_attention(const target *t, ng_attn_shape s) {
   int64_t nq = s.B * s.T * s.H * s.hd, nk = s.B * s.T * s.KV * s.hd, nl = s.B * s.H * s.T;
   float *q = randn(nq, 1.0), *k = randn(nk, 1.0), *v = randn(nk, 1.0), *dout = randn(nq, 1.0);
   float *out[2], *lse[2], *dq[2], *dk[2], *dv[2];
+  bool again = false;
   for (int i = 0; i < 2; i++) {
     bufs b = {.be = run_be(t, i)};
     float *d_q = upf(&b, q, nq), *d_k = upf(&b, k, nk), *d_v = upf(&b, v, nk);
@@ -404,6 +437,11 @@ static void test_attention(const target *t, ng_attn_shape s) {
     dq[i] = down(&b, d_dq, nq);
     dk[i] = down(&b, d_dk, nk);
     dv[i] = down(&b, d_dv, nk);
+    if (i == 1) {  // the backend under test: the same backward again
+      b.be->attention_backward(b.be, s, d_q, d_k, d_v, d_o, d_l, d_do, d_dq, d_dk, d_dv);
+      again = same_bits(&b, d_dq, dq[1], nq) && same_bits(&b, d_dk, dk[1], nk) &&
+              same_bits(&b, d_dv, dv[1], nk);
+    }
     release(&b);
   }
   const char *parts[5] = {"forward out", "forward lse", "backward dq", "backward dk",
@@ -415,6 +453,10 @@ static void test_attention(const target *t, ng_attn_shape s) {
   char op[96];
   snprintf(op, sizeof op, "attention B=%lld T=%lld H=%lld KV=%lld hd=%lld", (long long)s.B,
            (long long)s.T, (long long)s.H, (long long)s.KV, (long long)s.hd);
+  char name[256];
+  snprintf(name, sizeof name, "%s: %s backward twice: the same dq, dk, dv bits", t->label, op);
+  // exact: the same call on the same inputs and the same threads.
+  CHECK(again, name, "bits differ");
   for (int p = 0; p < 2; p++) compare_runs(t, FWD, res[p], sizes[p], "%s %s", op, parts[p]);
   grad_out g[3] = {{"dq", dq, nq}, {"dk", dk, nk}, {"dv", dv, nk}};
   compare_grads(t, op, g, 3);
@@ -478,48 +520,56 @@ static void test_elementwise(const target *t, int64_t R, int64_t C) {
   free(c);
 }
 
-// ce_kd with a full teacher (or none), and ce_kd_topk from the teacher's top k.
-// The fused loss at [N, V] (top-k teacher of k when k > 0) under divergence dv (jsd:
-// beta 0.3), averaged over n_norm rows (0: the call's valid rows).
-static void test_loss(const target *t, int64_t N, int64_t V, bool teacher, int64_t k,
+// The fused loss at [N, V], softmaxes over the first Vu columns: ce_kd with a
+// full teacher (or none), or ce_kd_topk from a top-k teacher of k when k > 0,
+// under divergence dv (jsd: beta 0.3), averaged over n_norm rows (0: the call's
+// valid rows); every fifth row from the fourth ignored. The backend under test
+// calls it twice: the same ce, kd and dlogits bits.
+static void test_loss(const target *t, int64_t N, int64_t V, int64_t Vu, bool teacher, int64_t k,
                       int64_t n_norm, ng_divergence dv) {
   float *logits = randn(N * V, 3.0), *tl = randn(N * V, 3.0), *dl[2];
-  int32_t *y = ng_xmalloc((size_t)N * sizeof(int32_t)), *ids = ng_xmalloc((size_t)(N * k) * 4);
-  float *vals = ng_xmalloc((size_t)(N * k) * sizeof(float)), *lse = ng_xmalloc((size_t)N * 4);
+  int32_t *y = ng_xmalloc((size_t)N * sizeof(int32_t)), *ids = ng_xmalloc((size_t)(N * k + 1) * 4);
+  float *vals = ng_xmalloc((size_t)(N * k + 1) * sizeof(float)), *lse = ng_xmalloc((size_t)N * 4);
   for (int64_t i = 0; i < N; i++) {
-    y[i] = i % 5 == 3 ? -1 : (int32_t)ng_rng_below(&rng, (uint64_t)V);
+    y[i] = i % 5 == 3 ? -1 : (int32_t)ng_rng_below(&rng, (uint64_t)Vu);
     double sum = 0.0;
-    for (int64_t j = 0; j < V; j++) sum += exp((double)tl[i * V + j] / 2.0);
+    for (int64_t j = 0; j < Vu; j++) sum += exp((double)tl[i * V + j] / 2.0);
     lse[i] = (float)log(sum);
     for (int64_t j = 0; j < k; j++) {  // the first k ids stand for the top k (any set works)
       ids[i * k + j] = (int32_t)j;
       vals[i * k + j] = tl[i * V + j];
     }
   }
-  ng_loss_params lp = {0.5, 2.0, V - 1, n_norm, dv, dv == NG_DIV_JSD ? 0.3 : 0.0};
-  double ce[2], kd[2];
-  int64_t nv[2];
+  ng_loss_params lp = {0.5, 2.0, Vu, n_norm, dv, dv == NG_DIV_JSD ? 0.3 : 0.0};
+  double ce[3], kd[3];
+  int64_t nv[3];
+  bool again = false;
   for (int i = 0; i < 2; i++) {
     bufs b = {.be = run_be(t, i)};
     float *d_l = upf(&b, logits, N * V), *d_t = upf(&b, tl, N * V), *d_d = upf(&b, NULL, N * V);
     int32_t *d_y = up(&b, y, (size_t)N * sizeof(int32_t));
-    if (k > 0) {
-      int32_t *d_ids = up(&b, ids, (size_t)(N * k) * sizeof(int32_t));
-      float *d_v = upf(&b, vals, N * k), *d_lse = upf(&b, lse, N);
-      b.be->ce_kd_topk(b.be, d_l, d_ids, d_v, d_lse, k, d_y, N, V, lp, d_d, &ce[i], &kd[i], &nv[i]);
-    } else {
-      b.be->ce_kd(b.be, d_l, teacher ? d_t : NULL, d_y, N, V, lp, d_d, &ce[i], &kd[i], &nv[i]);
+    int32_t *d_ids = k ? up(&b, ids, (size_t)(N * k) * sizeof(int32_t)) : NULL;
+    float *d_v = k ? upf(&b, vals, N * k) : NULL, *d_lse = k ? upf(&b, lse, N) : NULL;
+    for (int c = i; c <= 2 * i; c++) {  // c: 0 the reference, 1 and 2 the backend twice
+      if (k > 0)
+        b.be->ce_kd_topk(b.be, d_l, d_ids, d_v, d_lse, k, d_y, N, V, lp, d_d, &ce[c], &kd[c], &nv[c]);
+      else
+        b.be->ce_kd(b.be, d_l, teacher ? d_t : NULL, d_y, N, V, lp, d_d, &ce[c], &kd[c], &nv[c]);
+      if (c < 2) dl[i] = down(&b, d_d, N * V);
     }
-    dl[i] = down(&b, d_d, N * V);
+    // exact: the same call on the same inputs and the same threads.
+    if (i == 1) again = same_bits(&b, d_d, dl[1], N * V) && ce[2] == ce[1] && kd[2] == kd[1] && nv[2] == nv[1];
     release(&b);
   }
-  char name[192], what[64];
-  snprintf(what, sizeof what, "%s%s%s N=%lld V=%lld n_norm=%lld",
+  char name[256], what[96];
+  snprintf(what, sizeof what, "%s%s%s N=%lld V=%lld (%lld used) n_norm=%lld",
            k ? "ce_kd_topk" : teacher ? "ce_kd" : "ce", teacher || k ? " " : "",
-           teacher || k ? ng_divergence_name(dv) : "", (long long)N, (long long)V,
+           teacher || k ? ng_divergence_name(dv) : "", (long long)N, (long long)V, (long long)Vu,
            (long long)n_norm);
   snprintf(name, sizeof name, "%s: %s: valid rows %lld", t->label, what, (long long)nv[1]);
   CHECK(nv[1] == nv[0], name, "expected %lld", (long long)nv[0]);
+  snprintf(name, sizeof name, "%s: %s twice: the same ce, kd and dlogits bits", t->label, what);
+  CHECK(again, name, "results differ");
   snprintf(name, sizeof name, "%s ce", what);
   compare_scalar(t, name, ce[1], ce[0]);
   if (teacher || k) {
@@ -628,76 +678,267 @@ static void test_adamw(const target *t, int64_t n, bool decay) {
   free(v);
 }
 
-static void test_backend(const target *t) {
-  test_memory(t, 1);
-  test_memory(t, 1001);
-  static const int64_t mm[][3] = {{1, 1, 1}, {7, 5, 3}, {33, 17, 65}, {64, 130, 96}, {3, 5, 0}};
-  for (size_t s = 0; s < sizeof mm / sizeof mm[0]; s++)
-    for (int tr = 0; tr < 4; tr++)
-      for (int beta = 0; beta < 2; beta++)
-        test_matmul(t, tr & 1, tr >> 1, mm[s][0], mm[s][1], mm[s][2], (float)beta);
-  test_embedding(t, 1, 1, 3);
-  test_embedding(t, 37, 11, 13);
-  test_rmsnorm(t, 1, 1, true);
-  test_rmsnorm(t, 33, 65, true);
-  test_rmsnorm(t, 7, 19, false);
-  test_rope(t, 1, 1, 1, 2);
-  test_rope(t, 2, 9, 3, 10);
-  test_attention(t, (ng_attn_shape){1, 1, 2, 1, 4});
-  test_attention(t, (ng_attn_shape){2, 7, 4, 2, 6});
-  test_attention(t, (ng_attn_shape){1, 70, 3, 1, 8});  // more than one row block
-  test_attention(t, (ng_attn_shape){2, 800, 4, 2, 8});  // onednn bf16: two batch slices
-  test_swiglu(t, 1);
-  test_swiglu(t, 1027);
-  test_elementwise(t, 1, 1);
-  test_elementwise(t, 9, 131);
-  test_loss(t, 1, 2, false, 0, 0, NG_DIV_FORWARD_KL);
-  test_loss(t, 13, 37, false, 0, 0, NG_DIV_FORWARD_KL);
-  test_loss(t, 13, 37, true, 0, 0, NG_DIV_FORWARD_KL);
-  test_loss(t, 9, 29, false, 5, 0, NG_DIV_FORWARD_KL);
-  test_adamw(t, 1, true);
-  test_adamw(t, 999, false);
-  test_loss(t, 13, 37, true, 0, 40, NG_DIV_FORWARD_KL);
-  test_loss(t, 9, 29, false, 5, 17, NG_DIV_FORWARD_KL);
-  test_loss_chunks(t, 11, 23, 4);
-  for (int dv = NG_DIV_REVERSE_KL; dv <= NG_DIV_LAST; dv++) {  // the other divergences
-    test_loss(t, 13, 37, true, 0, 0, (ng_divergence)dv);
-    test_loss(t, 9, 29, false, 5, 17, (ng_divergence)dv);
-    test_loss(t, 9, 29, false, 28, 0, (ng_divergence)dv);  // k = vocab_used: the exact one
+static int by_float(const void *a, const void *b) {
+  float x = *(const float *)a, y = *(const float *)b;
+  return x < y ? -1 : x > y;
+}
+static int by_id(const void *a, const void *b) {
+  uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+// Whether ids, vals [k] are a top k of row x [V] with the values of the
+// reference's top k ref [k]: k distinct ids below V, each holding its value,
+// the same values as a multiset (sorts vals and ref).
+static bool topk_row_ok(const float *x, int64_t V, int64_t k, const uint32_t *ids, float *vals,
+                        float *ref) {
+  uint32_t *sorted = ng_xmalloc((size_t)k * sizeof(uint32_t));
+  memcpy(sorted, ids, (size_t)k * sizeof(uint32_t));
+  qsort(sorted, (size_t)k, sizeof *sorted, by_id);
+  bool ok = true;
+  for (int64_t j = 0; j < k; j++)  // exact: each value is a copy of the row's
+    ok = ok && ids[j] < V && vals[j] == x[ids[j]] && (j == 0 || sorted[j] > sorted[j - 1]);
+  qsort(vals, (size_t)k, sizeof(float), by_float);
+  qsort(ref, (size_t)k, sizeof(float), by_float);
+  free(sorted);
+  return ok && memcmp(vals, ref, (size_t)k * sizeof(float)) == 0;
+}
+
+// topk of R rows of logits [R, ld] over their first V columns (row 1 on three
+// levels: ties at the k-th value); which tied ids are taken is the backend's.
+// The log-sum-exp: within 1e-6 of the reference's (a double sum in another order).
+static void test_topk(const target *t, int64_t R, int64_t V, int64_t ld, int64_t k) {
+  float *x = randn(R * ld, 5.0), *vals[2], *lse[2];
+  uint32_t *ids[2];
+  for (int64_t j = 0; R > 1 && j < V; j++) x[ld + j] = (float)(j % 3);
+  for (int i = 0; i < 2; i++) {
+    bufs b = {.be = run_be(t, i)};
+    float *d_x = upf(&b, x, R * ld), *d_v = upf(&b, NULL, R * k), *d_l = upf(&b, NULL, R);
+    uint32_t *d_i = up(&b, NULL, (size_t)(R * k) * sizeof(uint32_t));
+    b.be->topk(b.be, d_x, R, ld, V, k, 0.5, d_i, d_v, d_l);
+    ids[i] = down_bytes(&b, d_i, (size_t)(R * k) * sizeof(uint32_t));
+    vals[i] = down(&b, d_v, R * k);
+    lse[i] = down(&b, d_l, R);
+    release(&b);
   }
-  test_widen_bf16(t, 7);
-  test_widen_bf16(t, 1000);
-  test_channel_scale(t, 1, 1, true);
-  test_channel_scale(t, 130, 67, true);  // three row blocks of the dgamma reduction
-  test_channel_scale(t, 7, 19, false);
+  bool ok = true;
+  double worst = 0.0;
+  for (int64_t r = 0; r < R; r++) {
+    ok = ok && topk_row_ok(x + r * ld, V, k, ids[1] + r * k, vals[1] + r * k, vals[0] + r * k);
+    worst = fmax(worst, fabs((double)lse[1][r] - lse[0][r]) / fabs((double)lse[0][r]));
+  }
+  char name[192];
+  snprintf(name, sizeof name, "%s: topk R=%lld V=%lld ld=%lld k=%lld: the reference's values, lse "
+           "within 1e-6 (%.1e)", t->label, (long long)R, (long long)V, (long long)ld, (long long)k, worst);
+  CHECK(ok && worst <= 1e-6, name, "selection %s", ok ? "right" : "wrong");
+  free2(vals);
+  free2(lse);
+  free(ids[0]);
+  free(ids[1]);
+  free(x);
+}
+
+// ---------------------------------------------------------------- the shape list
+
+// Every backend runs every entry, but those marked device_only: a device
+// backend's alone (on the host they cut nothing and cost more than the rest).
+// "cuda:" names the cut of its kernels an entry was added for.
+static const int64_t memory_n[] = {1, 1001};
+static const struct { int64_t M, N, K; } matmul_shapes[] = {
+    {1, 1, 1}, {7, 5, 3}, {33, 17, 65}, {64, 130, 96}, {3, 5, 0}, {37, 29, 53}};
+static const float matmul_betas[] = {0.0f, 1.0f, 0.5f};  // beta 0: C NaN before
+static const struct { int64_t N, V, D; } embedding_shapes[] = {
+    {1, 1, 3}, {37, 11, 13}, {77, 41, 19}};  // cuda: tokens repeated across blocks
+static const struct {
+  int64_t R, C;
+  bool with_dw, device_only;
+} rmsnorm_shapes[] = {
+    {1, 1, true, false},  {33, 65, true, false},   {7, 19, false, false},
+    {131, 70, true, false},  // cuda: three blocks of 64 rows for dw
+    {131, 70, false, false},
+    {131139, 128, true, true},  // cuda: 2050 row-block partials, past a micro-batch's 2^17 q/k-norm rows
+};
+static const struct {
+  int64_t B, T, nh, hd;
+  double theta;
+} rope_shapes[] = {{1, 1, 1, 2, 1e4}, {2, 9, 3, 10, 1e4}, {2, 11, 3, 10, 5e5}};
+static const ng_attn_shape attention_shapes[] = {
+    {1, 1, 2, 1, 4},    {2, 7, 4, 2, 6},
+    {1, 70, 3, 1, 8},    // more than one row block
+    {2, 800, 4, 2, 8},   // onednn bf16: two batch slices
+    {2, 67, 4, 2, 16},   // cuda: the second tile of 3 rows, bf16 on tensor cores
+    {1, 130, 6, 2, 40},  // cuda: hd 40, fp32 tiles in bf16 mode too
+    {1, 1, 2, 1, 8},     // cuda: T = 1 (dq and dk zero by symmetry)
+    {1, 70, 2, 2, 128},  {1, 64, 3, 1, 64},  // cuda: the widest head, one whole tile
+    {1, 130, 6, 2, 64},  {1, 130, 6, 2, 128},  // cuda: a third tile of 2 rows, GQA 3
+};
+static const int64_t swiglu_n[] = {1, 1027, 1001};
+static const struct { int64_t R, C; } elementwise_shapes[] = {
+    {1, 1}, {9, 131}, {131, 70}, {1, 50001}};  // cuda: 4 sumsq blocks
+static const struct {
+  int64_t N, V, Vu;  // Vu: the used vocabulary, the rest padding
+  bool teacher;      // a full teacher (k == 0)
+  int64_t k, n_norm;
+  bool every_divergence;  // else forward KL alone
+  bool device_only;
+} loss_shapes[] = {
+    {1, 2, 1, false, 0, 0, false, false},
+    {13, 37, 36, false, 0, 0, false, false},
+    {13, 37, 36, true, 0, 0, true, false},
+    {13, 37, 36, true, 0, 40, false, false},
+    {9, 29, 28, false, 5, 0, false, false},
+    {9, 29, 28, false, 5, 17, true, false},
+    {9, 29, 28, false, 28, 0, true, false},  // k = vocab_used: the exact divergence
+    {9, 300, 290, false, 0, 0, false, false},  // cuda: rows past a block of 256 threads
+    {9, 300, 290, false, 0, 20, false, false},  // chunked-loss normalisation: 20 rows, not 7
+    {9, 300, 290, true, 0, 0, true, false},
+    {9, 300, 290, false, 7, 0, false, false},
+    {9, 300, 290, false, 7, 11, true, false},
+    {9, 300, 290, false, 290, 0, true, false},
+    {3, 151936, 151669, false, 64, 0, true, true},  // cuda: Qwen3's vocabulary, a top-64 bitmask
+};
+static const struct {
+  int64_t n;
+  bool decay;
+} adamw_shapes[] = {{1, true}, {999, false}, {50001, false}, {50001, true}};
+static const int64_t widen_n[] = {7, 1000};
+static const struct {
+  int64_t R, C;
+  bool with_dgamma;
+} channel_scale_shapes[] = {
+    {1, 1, true}, {130, 67, true},  // three row blocks of the dgamma reduction
+    {7, 19, false}, {131, 70, true}, {131, 70, false}};
+static const struct { int64_t R, V, ld, k; } topk_shapes[] = {
+    {13, 1000, 1003, 40}, {2, 37, 37, 37}, {2, 151936, 151936, 64}};
+#define COUNT(a) (sizeof(a) / sizeof((a)[0]))
+
+static void run_memory(const target *t) {
+  for (size_t i = 0; i < COUNT(memory_n); i++) test_memory(t, memory_n[i]);
+}
+static void run_matmul(const target *t) {
+  for (size_t s = 0; s < COUNT(matmul_shapes); s++)
+    for (int tr = 0; tr < 4; tr++)
+      for (size_t b = 0; b < COUNT(matmul_betas); b++)
+        test_matmul(t, tr & 1, tr >> 1, matmul_shapes[s].M, matmul_shapes[s].N, matmul_shapes[s].K,
+                    matmul_betas[b]);
+}
+static void run_embedding(const target *t) {
+  for (size_t i = 0; i < COUNT(embedding_shapes); i++)
+    test_embedding(t, embedding_shapes[i].N, embedding_shapes[i].V, embedding_shapes[i].D);
+}
+static void run_rmsnorm(const target *t) {
+  for (size_t i = 0; i < COUNT(rmsnorm_shapes); i++)
+    if (!rmsnorm_shapes[i].device_only || !t->be->host_memory)
+      test_rmsnorm(t, rmsnorm_shapes[i].R, rmsnorm_shapes[i].C, rmsnorm_shapes[i].with_dw);
+}
+static void run_rope(const target *t) {
+  for (size_t i = 0; i < COUNT(rope_shapes); i++)
+    test_rope(t, rope_shapes[i].B, rope_shapes[i].T, rope_shapes[i].nh, rope_shapes[i].hd,
+              rope_shapes[i].theta);
+}
+static void run_attention(const target *t) {
+  for (size_t i = 0; i < COUNT(attention_shapes); i++) test_attention(t, attention_shapes[i]);
+}
+static void run_swiglu(const target *t) {
+  for (size_t i = 0; i < COUNT(swiglu_n); i++) test_swiglu(t, swiglu_n[i]);
+}
+static void run_elementwise(const target *t) {
+  for (size_t i = 0; i < COUNT(elementwise_shapes); i++)
+    test_elementwise(t, elementwise_shapes[i].R, elementwise_shapes[i].C);
+}
+static void run_loss(const target *t) {
+  for (size_t i = 0; i < COUNT(loss_shapes); i++) {
+    if (loss_shapes[i].device_only && t->be->host_memory) continue;
+    int last = loss_shapes[i].every_divergence ? NG_DIV_LAST : NG_DIV_FORWARD_KL;
+    for (int dv = NG_DIV_FORWARD_KL; dv <= last; dv++)
+      test_loss(t, loss_shapes[i].N, loss_shapes[i].V, loss_shapes[i].Vu, loss_shapes[i].teacher,
+                loss_shapes[i].k, loss_shapes[i].n_norm, (ng_divergence)dv);
+  }
+  test_loss_chunks(t, 11, 23, 4);
+}
+static void run_adamw(const target *t) {
+  for (size_t i = 0; i < COUNT(adamw_shapes); i++) test_adamw(t, adamw_shapes[i].n, adamw_shapes[i].decay);
+}
+static void run_widen_bf16(const target *t) {
+  for (size_t i = 0; i < COUNT(widen_n); i++) test_widen_bf16(t, widen_n[i]);
+}
+static void run_channel_scale(const target *t) {
+  for (size_t i = 0; i < COUNT(channel_scale_shapes); i++)
+    test_channel_scale(t, channel_scale_shapes[i].R, channel_scale_shapes[i].C,
+                       channel_scale_shapes[i].with_dgamma);
+}
+static void run_topk(const target *t) {
+  for (size_t i = 0; i < COUNT(topk_shapes); i++)
+    test_topk(t, topk_shapes[i].R, topk_shapes[i].V, topk_shapes[i].ld, topk_shapes[i].k);
+}
+static void run_kernels(const target *t) {
   const char *k = t->be->kernels(t->be);
   char name[256];
   snprintf(name, sizeof name, "%s: names its matmul kernels: %.100s", t->label, k ? k : "NULL");
   CHECK(k && k[0], name, "no description");
 }
 
-// "cpu, onednn" -> each name in turn.
-int main(void) {
+// The ops by name, in the order they run.
+static const struct {
+  const char *name;
+  void (*run)(const target *t);
+} ops[] = {
+    {"memory", run_memory},   {"matmul", run_matmul},         {"embedding", run_embedding},
+    {"rmsnorm", run_rmsnorm}, {"rope", run_rope},             {"attention", run_attention},
+    {"swiglu", run_swiglu},   {"elementwise", run_elementwise}, {"loss", run_loss},
+    {"adamw", run_adamw},     {"widen_bf16", run_widen_bf16}, {"channel_scale", run_channel_scale},
+    {"topk", run_topk},       {"kernels", run_kernels},
+};
+
+// The command line's ops (none: every one).
+static int n_asked;
+static char **asked;
+
+// Every op of the list on backend `name` in each precision it opens in.
+static void test_backend(const char *name) {
+  for (int p = 0; p < 2; p++) {
+    ng_precision prec = p ? NG_PREC_BF16 : NG_PREC_FP32;
+    target t = {ng_backend_open(name, prec), ng_backend_cpu(), ""};
+    snprintf(t.label, sizeof t.label, "%s %s", name, ng_precision_name(prec));
+    if (!t.be) {  // a precision this backend or this machine does not run
+      // Where a GPU is required (tools/gpu_check.sh), cuda must open.
+      if (strcmp(name, "cuda") == 0 && getenv("NG_REQUIRE_GPU"))
+        CHECK(false, "cuda opens (NG_REQUIRE_GPU is set)", "%s", ng_error());
+      else
+        printf("skip %s: %s\n", p ? t.label : name, ng_error());
+      if (p == 0) return;  // no fp32 (no device): the backend cannot run here at all
+      continue;
+    }
+    for (size_t o = 0; o < COUNT(ops); o++)
+      if (ng_test_wanted(asked, n_asked, ops[o].name)) ops[o].run(&t);
+    ng_backend_close(t.be);
+  }
+}
+
+// "cpu, onednn" -> each name in turn, or the one asked for.
+int main(int argc, char **argv) {
   ng_rng_seed(&rng, 7);
-  char *names = ng_xstrdup(ng_backend_names()), *save = NULL;
-  for (char *name = strtok_r(names, ", ", &save); name; name = strtok_r(NULL, ", ", &save)) {
-    for (int p = 0; p < 2; p++) {
-      ng_precision prec = p ? NG_PREC_BF16 : NG_PREC_FP32;
-      target t = {ng_backend_open(name, prec), ng_backend_cpu(), ""};
-      snprintf(t.label, sizeof t.label, "%s %s", name, ng_precision_name(prec));
-      if (!t.be) {  // a precision this backend or this machine does not run
-        // Where a GPU is required (tools/gpu_check.sh), cuda must open.
-        if (strcmp(name, "cuda") == 0 && getenv("NG_REQUIRE_GPU"))
-          CHECK(false, "cuda opens (NG_REQUIRE_GPU is set)", "%s", ng_error());
-        else
-          printf("skip %s: %s\n", p ? t.label : name, ng_error());
-        if (p == 0) break;  // no fp32 (no device): the backend cannot run here at all
-        continue;
-      }
-      test_backend(&t);
-      ng_backend_close(t.be);
+  const char *only = argc > 1 ? argv[1] : NULL;
+  n_asked = argc > 2 ? argc - 2 : 0, asked = argv + 2;
+  for (int i = 0; i < n_asked; i++) {
+    bool known = false;
+    for (size_t o = 0; o < COUNT(ops); o++) known |= strcmp(asked[i], ops[o].name) == 0;
+    if (!known) {
+      fprintf(stderr, "test_backends: unknown op \"%s\"\n", asked[i]);
+      return 2;
     }
   }
+  char *names = ng_xstrdup(ng_backend_names()), *save = NULL;
+  bool found = false;
+  for (char *name = strtok_r(names, ", ", &save); name; name = strtok_r(NULL, ", ", &save)) {
+    if (only && strcmp(name, only) != 0) continue;
+    found = true;
+    test_backend(name);
+  }
   free(names);
+  if (!found) {
+    fprintf(stderr, "test_backends: this build has no backend \"%s\" (%s)\n", only, ng_backend_names());
+    return 2;
+  }
   return TEST_RESULT();
 }

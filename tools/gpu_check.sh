@@ -21,12 +21,15 @@
 #                 missing stops the check here, unless relink mends it
 #   relink    60  only where a binary does not load (or --relink): the bundle's .cu sources
 #                 compiled with this machine's nvcc, the binaries linked anew (gpu_bundle.sh)
-#   op_test   40  test_cuda, fp32 and bf16, every op against the CPU (NG_REQUIRE_GPU: a
+#   op_test   25  test_cuda, fp32 and bf16: CUDA's own first-run checks (cuBLAS's
+#                 rounding, bf16 attention against the CPU's bf16 kernel, the top-k
+#                 kernel's order, the kernels named, NG_CUDA_SYNC; NG_REQUIRE_GPU: a
 #                 skip is a failure)
-#   sanitize  60  compute-sanitizer memcheck, then racecheck, on test_cuda's small set
-#                 (attention at head dims 64 and 128 in both precisions, the loss, AdamW);
-#                 says whether the tool ran at all
-#   op_table  35  test_backends: the generic op test over every backend, cuda included
+#   sanitize  60  compute-sanitizer memcheck, then racecheck, on test_backends' small set
+#                 on cuda alone (attention at every shape of the list, the loss, AdamW,
+#                 the elementwise ops, in both precisions); says whether the tool ran at all
+#   op_table  50  test_backends: every op against the CPU over every backend at the shared
+#                 shapes (CUDA's tile-cutting ones among them), cuda included
 #   golden    40  golden-check --backend cuda on every case, fp32 then bf16
 #   bench     50  bench_cuda paper: the paper's block (hidden 4096, 32/8 heads of 128, FFN
 #                 12288, T 2048) in bf16 and fp32, a cuBLAS bf16 GEMM 4096 x 12288 x 4096
@@ -59,7 +62,7 @@ mkdir -p "$outdir" || exit 2
 out=$(cd "$outdir" && pwd)
 budget=360
 steps=(libs relink op_test sanitize op_table golden bench toy nccl)
-declare -A limit=([libs]=15 [relink]=60 [op_test]=40 [sanitize]=60 [op_table]=35 [golden]=40
+declare -A limit=([libs]=15 [relink]=60 [op_test]=25 [sanitize]=60 [op_table]=50 [golden]=40
   [bench]=50 [toy]=50 [nccl]=10)
 sum=0
 for s in "${steps[@]}"; do sum=$((sum + limit[$s])); done
@@ -184,7 +187,7 @@ sanitize() {
   for tool in memcheck racecheck; do  # each under half the step's limit; output in sanitize-TOOL.txt
     raw=$logs/sanitize-$tool.txt
     run_bin timeout -k 3 27 "$cs" --tool "$tool" --error-exitcode 9 --print-limit 20 \
-      "$dir/bin/test_cuda" sanitize >"$raw" 2>&1
+      "$dir/bin/test_backends" cuda attention loss adamw elementwise >"$raw" 2>&1
     rc=$?
     if grep -q 'ERROR SUMMARY' "$raw"; then
       ran=$((ran + 1))
@@ -199,7 +202,7 @@ sanitize() {
   done
   [ "$ran" -gt 0 ] || { echo "compute-sanitizer did not run to its end here (see sanitize.log)"; exit 3; }
 }
-rehearse_sanitize() { echo "compute-sanitizer --tool memcheck|racecheck test_cuda sanitize"; }
+rehearse_sanitize() { echo "compute-sanitizer --tool memcheck|racecheck test_backends cuda attention loss adamw elementwise"; }
 op_table() { run_bin "$dir/bin/test_backends"; }
 rehearse_op_table() { echo "test_backends"; }
 golden() {
