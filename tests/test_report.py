@@ -681,8 +681,15 @@ class Readme(unittest.TestCase):
                          % (sha(b"joint-pre "), sha(b"joint-pre shifted")))
         self.assertEqual(rows["| grow-post"], "| grow-post | 2.0000 | 2.0000 | +0.00e+00 | %s | %s |"
                          % (sha(b"grow-post "), sha(b"grow-post ")))
-        self.assertIn("Largest |other − demo| over the seven students: 1.00e-03 nats; the same final weights: "
+        self.assertIn("Largest |other − demo| over the 7 students: 1.00e-03 nats; the same final weights: "
                       "teacher, joint-post, grow-pre,", new)
+        partial = shutil.copytree(self.other, os.path.join(self.tmp, "partial"))
+        for d in ("grow-pre", "grow-pre-seed2", "control-lr-restarts"):
+            shutil.rmtree(os.path.join(partial, d))
+        new, _, _ = self.remake(self.block("compare", "demo partial"), demo=self.demo, partial=partial)
+        self.assertNotIn("| grow-pre |", new)
+        self.assertIn("over the 5 students: 1.00e-03 nats", new)
+        self.assertIn("; not run in both: grow-pre, control-lr-restarts.", new)
 
     def test_check_and_left_alone(self):
         """a block edited by hand is named by --check; a block whose runs are not given is left and named"""

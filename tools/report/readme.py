@@ -60,8 +60,12 @@ class Runs:
             raise ReportError(f"readme: {self.label}={self.root}: no run of arm {name}")
         return self.arms[name]
 
+    def find(self, name, seed):
+        """The run of the arm's seed, None when there is none."""
+        return next((r for r in self.arms[name].runs if r.seed == seed), None) if name in self.arms else None
+
     def seed(self, name, seed):
-        r = next((r for r in self.arm(name).runs if r.seed == seed), None)
+        r = self.find(name, seed)
         if r is None:
             raise ReportError(f"readme: {self.label}={self.root}: arm {name} has no seed {seed}")
         return r
@@ -183,28 +187,34 @@ def weights(r):
 
 
 def compare(a, b):
-    """Seed 1 of every arm (and the teacher) in two sets of runs: both final
-    validation CEs, B − A, and a digest of each one's final weights (equal
-    digests: the same bytes; runs elsewhere compare theirs with these)."""
+    """Seed 1 of every arm (and the teacher) that both sets of runs hold: both
+    final validation CEs, B − A, and a digest of each one's final weights
+    (equal digests: the same bytes; runs elsewhere compare theirs with these).
+    Arms that one set lacks are named below the table."""
+    if a.teacher is None or b.teacher is None:
+        raise ReportError(f"readme: {a.label if a.teacher is None else b.label}: no teacher run")
     out = [f"| run | {a.label} | {b.label} | {b.label} − {a.label} | final weights, sha256: {a.label} | {b.label} |",
            "|---|---:|---:|---:|---|---|"]
-    pairs = [("teacher", a.teacher, b.teacher)] + [(n, a.seed(n, 1), b.seed(n, 1)) for n in ARMS]
-    worst, same = 0.0, []
+    pairs = [("teacher", a.teacher, b.teacher)] + [(n, a.find(n, 1), b.find(n, 1)) for n in ARMS]
+    worst, same, missing, students = 0.0, [], [], 0
     for name, ra, rb in pairs:
         if ra is None or rb is None:
-            raise ReportError(f"readme: {a.label if ra is None else b.label}: no teacher run")
+            missing.append(name)
+            continue
         d = rb.last.ce - ra.last.ce
         if name != "teacher":
-            worst = max(worst, abs(d))
+            worst, students = max(worst, abs(d)), students + 1
         wa, wb = weights(ra), weights(rb)
         if wa == wb != "none":
             same.append(name)
         out.append(f"| {name} | {ce(ra)} | {ce(rb)} | {d:+.2e} | {wa} | {wb} |")
+    if not students:
+        raise ReportError(f"readme: {a.label} and {b.label}: no student arm in both")
     out.append("")
-    out.append(f"{a.label}: {backend_words(machine(a.seed('joint-pre', 1)))}; "
-               f"{b.label}: {backend_words(machine(b.seed('joint-pre', 1)))}. "
-               f"Largest |{b.label} − {a.label}| over the seven students: {worst:.2e} nats; "
-               f"the same final weights: {', '.join(same) if same else 'none'}.")
+    out.append(f"{a.label}: {backend_words(machine(a.teacher))}; {b.label}: {backend_words(machine(b.teacher))}. "
+               f"Largest |{b.label} − {a.label}| over the {students} students: {worst:.2e} nats; "
+               f"the same final weights: {', '.join(same) if same else 'none'}"
+               + (f"; not run in both: {', '.join(missing)}." if missing else "."))
     return "\n".join(out) + "\n"
 
 
