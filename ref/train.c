@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "normgrow/backend_cpu.h"
 #include "normgrow/checkpoint.h"
 #include "normgrow/comm.h"
 #include "normgrow/common.h"
@@ -22,6 +23,7 @@
 #include "normgrow/fileio.h"
 #include "normgrow/grow.h"
 #include "normgrow/plan.h"
+#include "normgrow/registry.h"
 #include "normgrow/run.h"
 #include "normgrow/safetensors.h"
 #include "normgrow/topk.h"

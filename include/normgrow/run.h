@@ -82,7 +82,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "normgrow/backend.h"
+#include "normgrow/enums.h"
 #include "normgrow/config.h"
 
 #define NG_MAX_STAGES 16
