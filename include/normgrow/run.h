@@ -82,8 +82,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "normgrow/enums.h"
 #include "normgrow/config.h"
+#include "normgrow/enums.h"
 
 #define NG_MAX_STAGES 16
 #define NG_MAX_LAYERS 1024
