@@ -28,8 +28,8 @@
 #   toy/        the toy distillation arm of tools/gpu_toy (arm.json, its data, its teacher's
 #               final checkpoint) and cpu.jsonl, the arm's metrics trained on this CPU
 #   needed      the libraries bin/ names (DT_NEEDED), for cuda-libs and relink
-#   relink/     the objects of bin/ but CUDA's, the CUDA sources and the headers they include
-#               (cJSON.h among them), nvcc's flags
+#   relink/     the objects of bin/ and the libraries of the build but CUDA's (libs: their
+#               link order), the CUDA sources and the headers they include, nvcc's flags
 #   MANIFEST    commit, compilers, glibc, what the machine must have; SHA256SUMS of every file
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -152,8 +152,8 @@ pack_relink() {
     "$build"/accel/cuda/launch.o "$build"/accel/cuda/comm_nccl.o "$r/obj/"
   # The libraries in link order (the Makefile's NG_LIBS), each above the ones it
   # calls; relink makes the CUDA backend's again, the others are these.
-  local l
-  for l in ${NG_LIBS:?NG_LIBS: the build's libraries in link order (make gpu-bundle sets it)}; do
+  local order="${NG_LIBS:?NG_LIBS: the libraries of the build in link order (make gpu-bundle sets it)}" l
+  for l in $order; do
     echo "$l" >>"$r/libs"
     [ "$l" = libnormgrow_cuda.a ] || cp "$build/$l" "$r/"
   done

@@ -94,7 +94,8 @@ fail=$((fail | up))
 
 # The CUDA sources (nvcc's) and the headers every backend includes reach no
 # library header: the op table needs no JSON library.
-reach=$(awk -v start="$(ls accel/cuda/*.cu include/normgrow/backend.h include/normgrow/enums.h include/normgrow/divergence.h 2>/dev/null | tr '\n' ' ')" '
+start=(accel/cuda/*.cu include/normgrow/backend.h include/normgrow/enums.h include/normgrow/divergence.h)
+mapfile -t reach < <(awk -v start="${start[*]}" '
   { next_of[$1] = next_of[$1] " " $2 }
   END {
     n = split(start, queue, " ")
@@ -105,11 +106,11 @@ reach=$(awk -v start="$(ls accel/cuda/*.cu include/normgrow/backend.h include/no
     }
     for (f in seen) print f
   }' <<<"$graph")
-json=$(grep -l '^[[:space:]]*#[[:space:]]*include[[:space:]]*<cJSON.h>' $reach 2>/dev/null)
+json=$(grep -l '^[[:space:]]*#[[:space:]]*include[[:space:]]*<cJSON.h>' "${reach[@]}" 2>/dev/null | tr '\n' ' ')
 if [ -z "$json" ]; then
-  echo "ok the CUDA sources and backend.h reach no <cJSON.h> ($(wc -w <<<"$reach") files)"
+  echo "ok the CUDA sources and backend.h reach no <cJSON.h> (${#reach[@]} files)"
 else
-  echo "FAIL the CUDA sources or backend.h reach <cJSON.h> through: $(echo $json)"; fail=1
+  echo "FAIL the CUDA sources or backend.h reach <cJSON.h> through: ${json% }"; fail=1
 fi
 
 # Calls: every symbol a library needs from the others is defined in one linked below it.
@@ -120,9 +121,9 @@ if [ ${#libs[@]} -gt 0 ]; then
   for ((i = 0; i < ${#libs[@]}; i++)); do
     below=$(for ((j = i; j < ${#libs[@]}; j++)); do defined "${libs[j]}"; done | sort -u)
     for ((j = 0; j < i; j++)); do
-      bad=$(comm -12 <(needed "${libs[i]}") <(comm -23 <(defined "${libs[j]}") <(echo "$below")))
+      bad=$(comm -12 <(needed "${libs[i]}") <(comm -23 <(defined "${libs[j]}") <(echo "$below")) | tr '\n' ' ')
       if [ -n "$bad" ]; then
-        echo "FAIL $(basename "${libs[i]}") calls up into $(basename "${libs[j]}"): $(echo $bad)"; calls=1
+        echo "FAIL $(basename "${libs[i]}") calls up into $(basename "${libs[j]}"): ${bad% }"; calls=1
       fi
     done
   done
