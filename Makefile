@@ -11,8 +11,6 @@ LDFLAGS += $(SAN) -fopenmp -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR)
 LDLIBS  += -lopenblas -lcjson -lm
 # The tokenizer and corpus reader: PCRE2, utf8proc, zlib.
 LDLIBS  += -lpcre2-8 -lutf8proc -lz
-# The oneDNN backend.
-LDLIBS  += -ldnnl
 # The communicator of data-parallel runs: OpenMPI (ref/comm_mpi.c); the Debian
 # paths when pkg-config does not know it yet (before tools/bootstrap.sh installs it).
 MPI_CFLAGS ?= $(or $(shell pkg-config --cflags ompi-c 2>/dev/null),-I/usr/lib/x86_64-linux-gnu/openmpi/include)
@@ -20,37 +18,67 @@ MPI_LIBS   ?= $(or $(shell pkg-config --libs ompi-c 2>/dev/null),-L/usr/lib/x86_
 CPPFLAGS += $(MPI_CFLAGS)
 LDLIBS  += $(MPI_LIBS)
 
-REF_SRC   := $(wildcard ref/*.c)
-REF_SRC   += accel/backend_onednn.c
+# ---- the layers (docs/design.md "Layers"), each a library linked above the ones it calls
+# core      libnormgrow.a: the model, losses, optimizer, data, files (ref/, less the three below)
+# backends  libnormgrow_cpu.a (ref/backend_cpu.c), libnormgrow_onednn.a (accel/backend_onednn.c,
+#           ONEDNN=1), libnormgrow_cuda.a (accel/cuda, CUDA=1): each calls the core (the
+#           oneDNN backend the CPU's too), none another layer's
+# registry  libnormgrow_registry.a (ref/registry.c): opens the backends this build has
+# trainer   libnormgrow_train.a (ref/train.c): opens its run's backend through the registry
+# tools     normgrow (tools/), the tests
+# `make layers` prints the include graph of the sources and checks it against these layers.
+CPU_SRC      := ref/backend_cpu.c
+ONEDNN_SRC   := accel/backend_onednn.c
+REGISTRY_SRC := ref/registry.c
+TRAIN_SRC    := ref/train.c
+CORE_SRC  := $(filter-out $(CPU_SRC) $(REGISTRY_SRC) $(TRAIN_SRC),$(wildcard ref/*.c))
 TOOL_SRC  := $(wildcard tools/*.c)
 TEST_SRC  := $(wildcard tests/test_*.c)
-REF_OBJ   := $(REF_SRC:%.c=$(BUILD)/%.o)
-TOOL_OBJ  := $(TOOL_SRC:%.c=$(BUILD)/%.o)
+obj        = $(1:%.c=$(BUILD)/%.o)
+TOOL_OBJ  := $(call obj,$(TOOL_SRC))
 TEST_BIN  := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
-LIB       := $(BUILD)/libnormgrow.a
+LIB          := $(BUILD)/libnormgrow.a
+CPU_LIB      := $(BUILD)/libnormgrow_cpu.a
+ONEDNN_LIB   := $(BUILD)/libnormgrow_onednn.a
+REGISTRY_LIB := $(BUILD)/libnormgrow_registry.a
+TRAIN_LIB    := $(BUILD)/libnormgrow_train.a
 DEPS_OK   := $(BUILD)/.deps-ok
+
+# ---- the oneDNN backend (accel/backend_onednn.c) -----------------------------------
+# Built by default; `make ONEDNN=0` builds the OpenMP + OpenBLAS reference without
+# libdnnl: the registry then has no "onednn", and `normgrow bench` measures the
+# reference alone.
+ONEDNN    ?= 1
 
 # ---- CUDA backend (accel/cuda) ---------------------------------------------------
 # Built when nvcc is found (on PATH or in /usr/local/cuda); `make CUDA=0` turns it
 # off. It makes $(BUILD)/libnormgrow_cuda.a, registers "cuda" in the backend
-# registry (ref/backend.c is compiled with -DNG_WITH_CUDA), links normgrow and
+# registry (ref/registry.c is compiled with -DNG_WITH_CUDA), links normgrow and
 # every test with it (and with the toolkit's NCCL, the communicator of its
 # ranks under mpirun: accel/cuda/comm_nccl.c), and builds tests/test_cuda.c (one "skip"
 # line when no GPU can be used) and $(BUILD)/bench_cuda. Without it everything
 # else builds and tests unchanged. Never --use_fast_math.
 NVCC      ?= $(firstword $(shell command -v nvcc 2>/dev/null) $(wildcard /usr/local/cuda/bin/nvcc))
 CUDA      ?= $(if $(NVCC),1,0)
-# ref/backend.o is rebuilt when CUDA changes in the same BUILD (this stamp is new then).
-CUDA_STAMP := $(BUILD)/.cuda-$(CUDA)
-$(CUDA_STAMP):
+# The objects that name the backends this build has (-DNG_WITH_ONEDNN, -DNG_WITH_CUDA)
+# are rebuilt when CUDA or ONEDNN changes in the same BUILD (this stamp is new then).
+BACKENDS_STAMP := $(BUILD)/.backends-cuda$(CUDA)-onednn$(ONEDNN)
+BACKENDS_OBJ   := $(BUILD)/ref/registry.o $(BUILD)/tools/cmd_bench.o
+$(BACKENDS_STAMP):
 	@mkdir -p $(BUILD)
-	@rm -f $(BUILD)/.cuda-*
+	@rm -f $(BUILD)/.backends-*
 	@touch $@
-$(BUILD)/ref/backend.o: $(CUDA_STAMP)
-# What normgrow and the tests link (and depend on): libnormgrow.a, and with CUDA
-# also libnormgrow_cuda.a, in one group (each calls into the other).
-NG_LIBS   := $(LIB)
-NG_DEPS   := $(LIB)
+$(BACKENDS_OBJ): $(BACKENDS_STAMP)
+ifeq ($(ONEDNN),1)
+$(BACKENDS_OBJ): CPPFLAGS += -DNG_WITH_ONEDNN
+LDLIBS    += -ldnnl
+endif
+CUDA_LIB  := $(BUILD)/libnormgrow_cuda.a
+# What normgrow and the tests link, in order, each library above the ones it calls
+# (one pass, no link group), and depend on.
+NG_LIBS   := $(TRAIN_LIB) $(REGISTRY_LIB) $(if $(filter 1,$(CUDA)),$(CUDA_LIB)) \
+             $(if $(filter 1,$(ONEDNN)),$(ONEDNN_LIB)) $(CPU_LIB) $(LIB)
+NG_DEPS   := $(NG_LIBS)
 .PHONY: bench-cuda cuda-ptxas gpu-bundle
 comma     := ,
 BUNDLE    := $(BUILD)/gpu-bundle
@@ -61,15 +89,12 @@ ifeq ($(CUDA),1)
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 CUDA_ARCH ?= -gencode arch=compute_90,code=[sm_90,compute_90]
 NVCCFLAGS ?= $(OPT) -g -std=c++17 -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror
-CUDA_LIB  := $(BUILD)/libnormgrow_cuda.a
 CUDA_OBJ  := $(patsubst %.cu,$(BUILD)/%.o,$(wildcard accel/cuda/*.cu)) $(BUILD)/accel/cuda/launch.o $(BUILD)/accel/cuda/comm_nccl.o
-NG_LIBS   := -Wl,--start-group $(LIB) $(CUDA_LIB) -Wl,--end-group
-NG_DEPS   += $(CUDA_LIB)
 # NCCL when the toolkit has it (accel/cuda/comm_nccl.c: without it, cuda ranks
 # under mpirun are refused in one line).
 LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 $(if $(wildcard $(CUDA_HOME)/include/nccl.h),-lnccl) -lcublas -lcudart -lstdc++
 $(BUILD)/accel/cuda/comm_nccl.o $(BUILD)/tests/test_cuda.o $(BUILD)/accel/cuda/bench_cuda.o: CPPFLAGS += -I$(CUDA_HOME)/include
-$(BUILD)/ref/backend.o: CPPFLAGS += -DNG_WITH_CUDA
+$(BACKENDS_OBJ): CPPFLAGS += -DNG_WITH_CUDA
 all: $(CUDA_LIB) $(BUILD)/bench_cuda
 
 $(BUILD)/accel/cuda/%.o: accel/cuda/%.cu | $(DEPS_OK)
@@ -112,7 +137,7 @@ $(BUNDLE)/bin/test_%: $(BUILD)/tests/test_%.o $(NG_DEPS)
 	@mkdir -p $(dir $@)
 	$(CC) $(BUNDLE_LDFLAGS) $< $(NG_LIBS) $(BUNDLE_LDLIBS) -o $@
 gpu-bundle: $(BUNDLE_BIN) $(BUILD)/normgrow
-	NVCC='$(NVCC)' CUDA_FLAGS='$(OPT) -std=c++17 $(CUDA_ARCH)' tools/gpu_bundle.sh pack $(BUILD) $(BUNDLE)
+	NVCC='$(NVCC)' CUDA_FLAGS='$(OPT) -std=c++17 $(CUDA_ARCH)' NG_LIBS='$(notdir $(NG_LIBS))' tools/gpu_bundle.sh pack $(BUILD) $(BUNDLE)
 
 -include $(CUDA_OBJ:.o=.d) $(BUILD)/accel/cuda/bench_cuda.d
 else
@@ -124,14 +149,14 @@ gpu-bundle:
 endif
 # ---- end of the CUDA backend ------------------------------------------------------
 
-.PHONY: all test asan fuzz bench bench-torch soak demo study-rehearsal golden golden-new crosscheck clean deps readme-numbers
+.PHONY: all test layers asan fuzz bench bench-torch soak demo study-rehearsal golden golden-new crosscheck clean deps readme-numbers
 SEEDS ?= 1
 all: $(BUILD)/normgrow
 
 deps: $(DEPS_OK)
 $(DEPS_OK): tools/bootstrap.sh
 	@mkdir -p $(BUILD)
-	@tools/bootstrap.sh
+	@ONEDNN=$(ONEDNN) tools/bootstrap.sh
 	@touch $@
 
 $(BUILD)/%.o: %.c | $(DEPS_OK)
@@ -145,7 +170,13 @@ $(BUILD)/tools/python_cmd.o: CPPFLAGS += -DNG_SOURCE_TOOLS='"$(CURDIR)/tools"'
 # ref/hf.c builds in the transformers code it writes beside exported weights.
 $(BUILD)/ref/hf.o: $(wildcard ref/hf_remote/*.py)
 
-$(LIB): $(REF_OBJ)
+$(LIB): $(call obj,$(CORE_SRC))
+$(CPU_LIB): $(call obj,$(CPU_SRC))
+$(ONEDNN_LIB): $(call obj,$(ONEDNN_SRC))
+$(REGISTRY_LIB): $(call obj,$(REGISTRY_SRC))
+$(TRAIN_LIB): $(call obj,$(TRAIN_SRC))
+$(LIB) $(CPU_LIB) $(ONEDNN_LIB) $(REGISTRY_LIB) $(TRAIN_LIB):
+	@rm -f $@
 	$(AR) rcs $@ $^
 
 $(BUILD)/normgrow: $(TOOL_OBJ) $(NG_DEPS)
@@ -153,6 +184,11 @@ $(BUILD)/normgrow: $(TOOL_OBJ) $(NG_DEPS)
 
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(NG_DEPS)
 	$(CC) $(LDFLAGS) $< $(NG_LIBS) $(LDLIBS) -o $@
+
+# The include graph of the sources, checked against the layers (no circle, no upward
+# include), and this build's libraries against their link order (no upward call).
+layers: $(NG_DEPS)
+	tools/layers.sh $(NG_LIBS)
 
 test: $(BUILD)/normgrow $(TEST_BIN) $(if $(BUNDLE_SKIP),,gpu-bundle)
 	@NG_BUNDLE_SKIP='$(BUNDLE_SKIP)' tests/run.sh $(BUILD)
@@ -212,4 +248,4 @@ crosscheck: $(BUILD)/normgrow
 clean:
 	rm -rf $(BUILD)
 
--include $(REF_OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(TEST_SRC:tests/%.c=$(BUILD)/tests/%.d)
+-include $(patsubst %.o,%.d,$(call obj,$(wildcard ref/*.c) $(ONEDNN_SRC))) $(TOOL_OBJ:.o=.d) $(TEST_SRC:tests/%.c=$(BUILD)/tests/%.d)

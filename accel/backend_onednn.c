@@ -20,6 +20,7 @@
 
 #include "normgrow/backend.h"
 #include "normgrow/backend_cpu.h"
+#include "normgrow/backend_onednn.h"
 #include "normgrow/common.h"
 
 // A failing oneDNN call is an environment or programming error.
@@ -527,4 +528,57 @@ ng_backend *ng_backend_onednn_open(ng_precision p) {
   DNNL_OK(dnnl_engine_create(&o->engine, dnnl_cpu, 0));
   DNNL_OK(dnnl_stream_create(&o->stream, o->engine, dnnl_stream_default_flags));
   return &o->be;
+}
+
+// ---------------------------------------------------------------- the bf16 ceiling
+
+double ng_onednn_bf16_gflops(int64_t M, int64_t N, int64_t K, char *impl, size_t impl_n) {
+  dnnl_engine_t eng;
+  dnnl_stream_t str;
+  snprintf(impl, impl_n, "none");
+  if (dnnl_engine_create(&eng, dnnl_cpu, 0) != dnnl_success) return 0.0;
+  dnnl_stream_create(&str, eng, dnnl_stream_default_flags);
+  dnnl_memory_desc_t a, b, c;
+  dnnl_dims_t ad = {M, K}, as = {K, 1}, bd = {K, N}, bs = {1, K}, cd = {M, N}, cs = {N, 1};
+  dnnl_memory_desc_init_by_strides(&a, 2, ad, dnnl_bf16, as);
+  dnnl_memory_desc_init_by_strides(&b, 2, bd, dnnl_bf16, bs);
+  dnnl_memory_desc_init_by_strides(&c, 2, cd, dnnl_f32, cs);
+  dnnl_matmul_desc_t desc;
+  dnnl_primitive_desc_t pd = NULL;
+  dnnl_primitive_t prim = NULL;
+  double best = 0.0;
+  if (dnnl_matmul_desc_init(&desc, &a, &b, NULL, &c) == dnnl_success &&
+      dnnl_primitive_desc_create(&pd, &desc, NULL, eng, NULL) == dnnl_success &&
+      dnnl_primitive_create(&prim, pd) == dnnl_success) {
+    const char *name = NULL;
+    dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &name);
+    snprintf(impl, impl_n, "%s", name ? name : "?");
+    uint16_t *A = ng_xcalloc((size_t)(M * K), 2), *B = ng_xcalloc((size_t)(N * K), 2);
+    float *C = ng_xcalloc((size_t)(M * N), sizeof(float));
+    for (int64_t i = 0; i < M * K; i++) A[i] = 0x3f80;  // 1.0
+    for (int64_t i = 0; i < N * K; i++) B[i] = 0x3e80;  // 0.25
+    dnnl_memory_t ma, mb, mc;
+    dnnl_memory_create(&ma, &a, eng, A);
+    dnnl_memory_create(&mb, &b, eng, B);
+    dnnl_memory_create(&mc, &c, eng, C);
+    dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}};
+    for (int r = 0; r < 6; r++) {
+      double t0 = ng_now();
+      dnnl_primitive_execute(prim, str, 3, args);
+      dnnl_stream_wait(str);
+      double g = 2.0 * (double)M * N * K / (ng_now() - t0) / 1e9;
+      if (r > 0 && g > best) best = g;
+    }
+    dnnl_memory_destroy(ma);
+    dnnl_memory_destroy(mb);
+    dnnl_memory_destroy(mc);
+    free(A);
+    free(B);
+    free(C);
+  }
+  if (prim) dnnl_primitive_destroy(prim);
+  if (pd) dnnl_primitive_desc_destroy(pd);
+  dnnl_stream_destroy(str);
+  dnnl_engine_destroy(eng);
+  return best;
 }

@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "normgrow/backend_cpu.h"
 #include "normgrow/checkpoint.h"
 #include "normgrow/comm.h"
 #include "normgrow/common.h"
@@ -18,6 +19,7 @@
 #include "normgrow/grow.h"
 #include "normgrow/lr_schedule.h"
 #include "normgrow/plan.h"
+#include "normgrow/registry.h"
 #include "normgrow/run.h"
 #include "normgrow/rundir.h"
 #include "normgrow/safetensors.h"

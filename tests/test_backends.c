@@ -27,6 +27,7 @@
 #include "normgrow/backend.h"
 #include "normgrow/backend_cpu.h"
 #include "normgrow/common.h"
+#include "normgrow/registry.h"
 #include "normgrow/rng.h"
 
 // Every input is drawn from one generator, seeded once.

@@ -7,6 +7,7 @@
 
 #include "check.h"
 #include "normgrow/backend.h"
+#include "normgrow/backend_cpu.h"
 
 static void expect(const char *running, int level, const char *want) {
   const char *got = ng_blas_better_family(running, level);

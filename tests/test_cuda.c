@@ -29,6 +29,7 @@
 #include "normgrow/backend_cpu.h"
 #include "normgrow/backend_cuda.h"
 #include "normgrow/common.h"
+#include "normgrow/registry.h"
 #include "normgrow/rng.h"
 #include "normgrow/topk.h"
 

@@ -9,6 +9,7 @@
 
 #include "check.h"
 #include "fixtures.h"
+#include "normgrow/backend_cpu.h"
 #include "normgrow/checkpoint.h"
 #include "normgrow/common.h"
 #include "normgrow/diag.h"

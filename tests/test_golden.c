@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "normgrow/backend_cpu.h"
 #include "normgrow/common.h"
 #include "normgrow/golden.h"
 

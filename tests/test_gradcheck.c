@@ -9,6 +9,7 @@
 
 #include "check.h"
 #include "normgrow/backend.h"
+#include "normgrow/backend_cpu.h"
 #include "normgrow/common.h"
 #include "normgrow/model.h"
 #include "normgrow/rng.h"

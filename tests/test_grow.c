@@ -6,6 +6,7 @@
 
 #include "check.h"
 #include "fixtures.h"
+#include "normgrow/backend_cpu.h"
 #include "normgrow/common.h"
 #include "normgrow/grow.h"
 

@@ -2,6 +2,7 @@
 // (config.json as transformers writes it, BF16 shards with an index) against
 // the same weights in one F32 file; export/load round trips; and one bad
 // directory per refusal, each failing with one message that names the culprit.
+#include "normgrow/backend_cpu.h"
 #include "normgrow/hf.h"
 
 #include <cJSON.h>

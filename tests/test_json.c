@@ -14,6 +14,7 @@
 
 #include "check.h"
 #include "run_compare.h"
+#include "normgrow/backend_cpu.h"
 #include "normgrow/checkpoint.h"
 #include "normgrow/common.h"
 #include "normgrow/config.h"

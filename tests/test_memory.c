@@ -15,6 +15,7 @@
 
 #include "check.h"
 #include "fixtures.h"
+#include "normgrow/backend_cpu.h"
 #include "normgrow/common.h"
 #include "normgrow/checkpoint.h"
 #include "normgrow/data.h"

@@ -33,6 +33,7 @@
 #include "normgrow/comm.h"
 #include "normgrow/common.h"
 #include "normgrow/optim.h"
+#include "normgrow/registry.h"
 
 // A backend copy of buf[bytes]; buf itself with `host`.
 static void *put(ng_backend *be, bool host, void *buf, size_t bytes) {

@@ -18,6 +18,7 @@
 #include "normgrow/checkpoint.h"
 #include "normgrow/common.h"
 #include "normgrow/fileio.h"
+#include "normgrow/registry.h"
 #include "normgrow/safetensors.h"
 #include "normgrow/run.h"
 

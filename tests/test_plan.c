@@ -15,6 +15,7 @@
 
 #include "check.h"
 #include "run_counts.h"
+#include "normgrow/backend_cpu.h"
 #include "normgrow/checkpoint.h"
 #include "normgrow/common.h"
 #include "normgrow/optim.h"

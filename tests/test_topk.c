@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "normgrow/backend_cpu.h"
 #include "normgrow/checkpoint.h"
 #include "normgrow/common.h"
 #include "normgrow/golden.h"

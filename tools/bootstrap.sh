@@ -14,7 +14,7 @@ set -euo pipefail
 
 need=(gcc make pkg-config libopenblas-openmp-dev libcjson-dev)
 need+=(libpcre2-dev libutf8proc-dev zlib1g-dev)  # tokenizer and corpus reader
-need+=(libdnnl-dev)  # the oneDNN backend
+[ "${ONEDNN:-1}" = 0 ] || need+=(libdnnl-dev)  # the oneDNN backend (not with make ONEDNN=0)
 need+=(libopenmpi-dev openmpi-bin)  # data-parallel runs over MPI (ref/comm_mpi.c)
 need+=(patchelf)  # make gpu-bundle (tools/gpu_bundle.sh)
 need+=(python3 python3-numpy python3-scipy python3-matplotlib)  # the report (tools/report)

@@ -13,7 +13,6 @@
 // values over the causal triangle), twice that for the backward. The same
 // count in every precision: a bf16 step does the same work.
 #include <cblas.h>
-#include <dnnl.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -21,11 +20,16 @@
 #include <string.h>
 
 #include "cli.h"
+#include "normgrow/backend_cpu.h"
 #include "normgrow/common.h"
 #include "normgrow/model.h"
 #include "normgrow/optim.h"
 #include "normgrow/plan.h"
+#include "normgrow/registry.h"
 #include "normgrow/rng.h"
+#ifdef NG_WITH_ONEDNN  // set by the Makefile when it builds the oneDNN backend
+#include "normgrow/backend_onednn.h"
+#endif
 
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
@@ -49,60 +53,6 @@ static double sgemm_gflops(int64_t M, int64_t N, int64_t K) {
   free(A);
   free(B);
   free(C);
-  return best;
-}
-
-// Best GFLOP/s of oneDNN's matmul C [M, N] f32 = A [M, K] B^T, A and B bf16
-// (inputs already bf16: the kernel alone); *impl receives its implementation.
-// 0 when this CPU has no bf16 matmul.
-static double bf16_gflops(int64_t M, int64_t N, int64_t K, char *impl, size_t impl_n) {
-  dnnl_engine_t eng;
-  dnnl_stream_t str;
-  snprintf(impl, impl_n, "none");
-  if (dnnl_engine_create(&eng, dnnl_cpu, 0) != dnnl_success) return 0.0;
-  dnnl_stream_create(&str, eng, dnnl_stream_default_flags);
-  dnnl_memory_desc_t a, b, c;
-  dnnl_dims_t ad = {M, K}, as = {K, 1}, bd = {K, N}, bs = {1, K}, cd = {M, N}, cs = {N, 1};
-  dnnl_memory_desc_init_by_strides(&a, 2, ad, dnnl_bf16, as);
-  dnnl_memory_desc_init_by_strides(&b, 2, bd, dnnl_bf16, bs);
-  dnnl_memory_desc_init_by_strides(&c, 2, cd, dnnl_f32, cs);
-  dnnl_matmul_desc_t desc;
-  dnnl_primitive_desc_t pd = NULL;
-  dnnl_primitive_t prim = NULL;
-  double best = 0.0;
-  if (dnnl_matmul_desc_init(&desc, &a, &b, NULL, &c) == dnnl_success &&
-      dnnl_primitive_desc_create(&pd, &desc, NULL, eng, NULL) == dnnl_success &&
-      dnnl_primitive_create(&prim, pd) == dnnl_success) {
-    const char *name = NULL;
-    dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &name);
-    snprintf(impl, impl_n, "%s", name ? name : "?");
-    uint16_t *A = ng_xcalloc((size_t)(M * K), 2), *B = ng_xcalloc((size_t)(N * K), 2);
-    float *C = ng_xcalloc((size_t)(M * N), sizeof(float));
-    for (int64_t i = 0; i < M * K; i++) A[i] = 0x3f80;  // 1.0
-    for (int64_t i = 0; i < N * K; i++) B[i] = 0x3e80;  // 0.25
-    dnnl_memory_t ma, mb, mc;
-    dnnl_memory_create(&ma, &a, eng, A);
-    dnnl_memory_create(&mb, &b, eng, B);
-    dnnl_memory_create(&mc, &c, eng, C);
-    dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}};
-    for (int r = 0; r < 6; r++) {
-      double t0 = ng_now();
-      dnnl_primitive_execute(prim, str, 3, args);
-      dnnl_stream_wait(str);
-      double g = 2.0 * (double)M * N * K / (ng_now() - t0) / 1e9;
-      if (r > 0 && g > best) best = g;
-    }
-    dnnl_memory_destroy(ma);
-    dnnl_memory_destroy(mb);
-    dnnl_memory_destroy(mc);
-    free(A);
-    free(B);
-    free(C);
-  }
-  if (prim) dnnl_primitive_destroy(prim);
-  if (pd) dnnl_primitive_desc_destroy(pd);
-  dnnl_stream_destroy(str);
-  dnnl_engine_destroy(eng);
   return best;
 }
 
@@ -420,9 +370,14 @@ static void ceilings(const bench_setup *s, double *sgemm, double *bf16, char *im
   double g_head = sgemm_gflops(N, s->mc.vocab_size, s->mc.hidden_size);
   double g_mlp = sgemm_gflops(N, s->mc.intermediate_size, s->mc.hidden_size);
   *sgemm = g_head > g_mlp ? g_head : g_mlp;
-  double b_head = bf16_gflops(N, s->mc.vocab_size, s->mc.hidden_size, impl, n);
-  double b_mlp = bf16_gflops(N, s->mc.intermediate_size, s->mc.hidden_size, impl, n);
+#ifdef NG_WITH_ONEDNN
+  double b_head = ng_onednn_bf16_gflops(N, s->mc.vocab_size, s->mc.hidden_size, impl, n);
+  double b_mlp = ng_onednn_bf16_gflops(N, s->mc.intermediate_size, s->mc.hidden_size, impl, n);
   *bf16 = b_head > b_mlp ? b_head : b_mlp;
+#else
+  snprintf(impl, n, "none: this build has no oneDNN backend");
+  *bf16 = 0.0;
+#endif
 }
 
 static double median(double *x, int n) {
@@ -440,10 +395,15 @@ int cmd_bench(const ng_cli *c) {
   int64_t steps = 3;
   if (ng_cli_int_opt(c, "steps", 1, 1000, &steps)) return ng_cli_error(ng_error());
   s.steps = (int)steps;
-  // The named backend, or the fp32 reference, onednn fp32 and onednn bf16.
+  // The named backend, or the fp32 reference, onednn fp32 and onednn bf16
+  // (the reference alone in a build without oneDNN).
   const char *names[3] = {"cpu", "onednn", "onednn"};
   ng_precision precs[3] = {NG_PREC_FP32, NG_PREC_FP32, NG_PREC_BF16};
+#ifdef NG_WITH_ONEDNN
   int n = 3;
+#else
+  int n = 1;
+#endif
   if (c->backend || c->precision) {
     names[0] = c->backend ? c->backend : "cpu";
     if (c->precision && ng_precision_parse(c->precision, &precs[0])) return ng_cli_error(ng_error());

@@ -6,6 +6,7 @@
 #include "normgrow/checkpoint.h"
 #include "normgrow/comm.h"
 #include "normgrow/common.h"
+#include "normgrow/registry.h"
 #include "normgrow/topk.h"
 
 int cmd_teacher_cache(const ng_cli *c) {

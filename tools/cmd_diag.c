@@ -29,6 +29,7 @@
 #include "normgrow/diag.h"
 #include "normgrow/fileio.h"
 #include "normgrow/plan.h"
+#include "normgrow/registry.h"
 #include "normgrow/run.h"
 #include "normgrow/rundir.h"
 

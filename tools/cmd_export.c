@@ -13,6 +13,7 @@
 #include <cJSON.h>
 
 #include "cli.h"
+#include "normgrow/backend_cpu.h"
 #include "normgrow/checkpoint.h"
 #include "normgrow/common.h"
 #include "normgrow/fileio.h"

@@ -9,6 +9,7 @@
 #include "cli.h"
 #include "normgrow/common.h"
 #include "normgrow/golden.h"
+#include "normgrow/registry.h"
 
 // Open CASE, evaluate on backend be (the loss in chunks of --loss-chunk rows,
 // default all; --recompute on|off, default off); on failure prints the one line.

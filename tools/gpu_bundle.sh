@@ -28,8 +28,8 @@
 #   toy/        the toy distillation arm of tools/gpu_toy (arm.json, its data, its teacher's
 #               final checkpoint) and cpu.jsonl, the arm's metrics trained on this CPU
 #   needed      the libraries bin/ names (DT_NEEDED), for cuda-libs and relink
-#   relink/     the objects of bin/ but CUDA's, the CUDA sources and the headers they include
-#               (cJSON.h among them), nvcc's flags
+#   relink/     the objects of bin/ and the libraries of the build but CUDA's (libs: their
+#               link order), the CUDA sources and the headers they include, nvcc's flags
 #   MANIFEST    commit, compilers, glibc, what the machine must have; SHA256SUMS of every file
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -146,15 +146,20 @@ pack_toy() {
 pack_relink() {
   local build=$1 bundle=$2 r=$2/relink.tmp
   rm -rf "$r"
-  mkdir -p "$r/obj/tools" "$r/src/accel/cuda" "$r/src/cjson"
+  mkdir -p "$r/obj/tools" "$r/src/accel/cuda"
   cp "$build"/tools/*.o "$r/obj/tools/"
   cp "$build"/tests/test_cuda.o "$build"/tests/test_backends.o "$build"/accel/cuda/bench_cuda.o \
     "$build"/accel/cuda/launch.o "$build"/accel/cuda/comm_nccl.o "$r/obj/"
-  cp "$build/libnormgrow.a" "$r/"
-  strip --strip-debug "$r"/obj/*.o "$r"/obj/tools/*.o "$r/libnormgrow.a"
+  # The libraries in link order (the Makefile's NG_LIBS), each above the ones it
+  # calls; relink makes the CUDA backend's again, the others are these.
+  local order="${NG_LIBS:?NG_LIBS: the libraries of the build in link order (make gpu-bundle sets it)}" l
+  for l in $order; do
+    echo "$l" >>"$r/libs"
+    [ "$l" = libnormgrow_cuda.a ] || cp "$build/$l" "$r/"
+  done
+  strip --strip-debug "$r"/obj/*.o "$r"/obj/tools/*.o "$r"/*.a
   cp "$root"/accel/cuda/*.cu "$root"/accel/cuda/*.h "$r/src/accel/cuda/"
   cp -r "$root/include" "$r/src/"
-  cp /usr/include/cjson/cJSON.h "$r/src/cjson/"
   echo "${CUDA_FLAGS:?CUDA_FLAGS: the nvcc flags of the build (make gpu-bundle sets it)}" >"$r/nvcc-flags"
   rm -rf "$bundle/relink"
   mv "$r" "$bundle/relink"
@@ -266,7 +271,7 @@ relink() {
   mkdir -p "$dir/relink"
   read -ra flags <"$r/nvcc-flags"
   for f in "$r"/src/accel/cuda/*.cu; do
-    "$nvcc" -I"$r/src/include" -I"$r/src/cjson" "${flags[@]}" -c "$f" -o "$dir/relink/$(basename "$f" .cu).o" &
+    "$nvcc" -I"$r/src/include" "${flags[@]}" -c "$f" -o "$dir/relink/$(basename "$f" .cu).o" &
   done
   for f in "$r"/src/accel/cuda/*.cu; do wait -n || die "relink: nvcc failed"; done
   ar rcs "$dir/relink/libnormgrow_cuda.a" "$dir"/relink/*.o "$r/obj/launch.o" "$r/obj/comm_nccl.o"
@@ -285,15 +290,17 @@ relink() {
     [ -z "$static" ] && [ -f "$f" ] && static=$f
   done
   [ -n "$static" ] || die "relink: no libcudart_static.a under $cuda"
-  local link
+  local link archives=() a
+  while read -r a; do
+    if [ "$a" = libnormgrow_cuda.a ]; then archives+=("$dir/relink/$a"); else archives+=("$r/$a"); fi
+  done <"$r/libs"
   for b in "${bins[@]}"; do
     case $b in
       normgrow) link=("$r"/obj/tools/*.o) ;;
       bench_cuda) link=("$r/obj/bench_cuda.o") ;;
       *) link=("$r/obj/$b.o") ;;
     esac
-    gcc -o "$dir/bin/$b" "${link[@]}" -Wl,--start-group "$r/libnormgrow.a" "$dir/relink/libnormgrow_cuda.a" \
-      -Wl,--end-group "${libs[@]}" "$static" -ldl -lrt -lpthread -lstdc++ -lm \
+    gcc -o "$dir/bin/$b" "${link[@]}" "${archives[@]}" "${libs[@]}" "$static" -ldl -lrt -lpthread -lstdc++ -lm \
       -Wl,--disable-new-dtags -Wl,-rpath,'$ORIGIN/../lib' || die "relink: linking $b failed"
   done
 }

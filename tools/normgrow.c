@@ -9,7 +9,9 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "normgrow/backend_cpu.h"
 #include "normgrow/common.h"
+#include "normgrow/registry.h"
 
 // A command: its positional argument count, the --key VALUE options and the
 // --flag options it takes (NULL-terminated; every other option is an error),

@@ -24,6 +24,7 @@
 #include "normgrow/backend_cpu.h"
 #include "normgrow/backend_cuda.h"
 #include "normgrow/common.h"
+#include "normgrow/registry.h"
 #include "normgrow/rng.h"
 
 typedef struct {

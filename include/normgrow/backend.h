@@ -1,7 +1,10 @@
-// normgrow: the backend op table, the seam between the model and the hardware.
+// normgrow: the backend op table, the seam between the model and the hardware:
+// what every backend implements and what the model calls.
 //
 // The model, losses, optimizer and diagnostics are written once (ref/) against
-// this table. Every buffer passed to an op is owned by the backend (host memory
+// this table. Each backend has its own header for how it is made and what it
+// probes (backend_cpu.h, backend_onednn.h, backend_cuda.h); callers open one by
+// name through the registry (registry.h). This header needs no library. Every buffer passed to an op is owned by the backend (host memory
 // for the CPU backend, device memory for CUDA): fp32 row-major unless the name
 // says otherwise. An op is a forward/backward pair; a backward takes the saved
 // forward values it needs and ACCUMULATES (+=) into parameter gradients; into
@@ -26,12 +29,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "normgrow/config.h"
+#include "normgrow/enums.h"
 
 typedef struct ng_backend ng_backend;
 typedef struct ng_comm ng_comm;  // comm.h
-
-typedef enum { NG_PREC_FP32, NG_PREC_BF16 } ng_precision;
 
 // Attention geometry of one call.
 typedef struct {
@@ -52,7 +53,7 @@ typedef struct {
   // over chunks of a batch, each given the batch's valid rows, add up to one
   // call over the whole batch (row for row the same dlogits).
   int64_t n_norm;
-  // The kd term's divergence (config.h), beta for jsd: chosen here, in one
+  // The kd term's divergence (enums.h), beta for jsd: chosen here, in one
   // place, for both teacher kinds (the top-k cache between bucketed distributions).
   ng_divergence divergence;
   double beta;
@@ -199,49 +200,7 @@ struct ng_backend {
                double inv_tau, uint32_t *ids, float *vals, float *lse);
 };
 
-// The fp32 CPU reference backend (OpenMP loops and cblas_sgemm): the oracle.
-// A static instance: closing it does nothing.
-ng_backend *ng_backend_cpu(void);
-
-// --- the registry (ref/backend.c): the backends this build has ------------
-// Opens backend `name` ("cpu", "onednn", "cuda") in precision p; NULL with an error
-// message naming it when the build lacks it or it cannot run p on this machine.
-ng_backend *ng_backend_open(const char *name, ng_precision p);
-// Synchronizes and destroys a backend from ng_backend_open (NULL: no-op).
-void ng_backend_close(ng_backend *be);
-// The names of the backends this build has, comma-separated.
-const char *ng_backend_names(void);
 // 0 when be's loss ops compute divergence d; else fails with one line naming both.
 int ng_backend_check_divergence(const ng_backend *be, ng_divergence d);
-// "fp32" / "bf16", and back (-1 with an error message for anything else).
-const char *ng_precision_name(ng_precision p);
-int ng_precision_parse(const char *s, ng_precision *p);
-
-// The oneDNN backend (accel/backend_onednn.c), for the registry: the CPU's ops
-// with oneDNN matmuls; bf16 needs AVX-512 BF16 or AMX and is refused without.
-ng_backend *ng_backend_onednn_open(ng_precision p);
-
-// The CPU backend's BLAS (OpenBLAS): the kernel family it runs ("SkylakeX")
-// and its build configuration.
-const char *ng_blas_corename(void);
-const char *ng_blas_config(void);
-// Who chose that family, in words for logs: "preset by OPENBLAS_CORETYPE" (the
-// environment set it before normgrow started), "chosen by normgrow" (over
-// OpenBLAS's generic fallback, see below; normgrow marks its own setting with
-// NG_BLAS_CORETYPE_BY_NORMGROW=1) or "chosen by OpenBLAS" (by CPU model).
-const char *ng_blas_family_origin(void);
-#define NG_BLAS_CORETYPE_MARK "NG_BLAS_CORETYPE_BY_NORMGROW"
-// OpenBLAS picks its kernels by CPU model and falls back to generic ones
-// (Prescott: SSE3, about 6x slower sgemm) on models it does not know, even
-// when the CPU has AVX2 or AVX-512. Returns the family this CPU's features
-// allow ("SkylakeX" with AVX-512F, "Haswell" with AVX2 + FMA, "Sandybridge"
-// with AVX) when the running one is an older generic family; NULL when the
-// running family is already right or is one normgrow does not rank.
-const char *ng_blas_better_coretype(void);
-// The rule itself: the family for SIMD level `level` (0 SSE, 1 AVX, 2 AVX2 +
-// FMA, 3 AVX-512F) when `running` is a ranked family below it, else NULL.
-const char *ng_blas_better_family(const char *running, int level);
-// This CPU's SIMD level as the operating system enables it.
-int ng_cpu_simd_level(void);
 
 #endif

@@ -1,4 +1,7 @@
-// normgrow: the CPU backend's kernels, shared with other host backends.
+// normgrow: the CPU backend (ref/backend_cpu.c), the fp32 reference of the op
+// table (OpenMP loops and OpenBLAS's cblas_sgemm): the oracle every other
+// backend is tested against; its kernels, shared with other host backends;
+// and its probes of OpenBLAS and of the CPU.
 //
 // A backend whose buffers are host memory (oneDNN) starts from the CPU op
 // table (*ng_backend_cpu()) and replaces only the ops it does better; the
@@ -11,6 +14,10 @@
 #include <stdint.h>
 
 #include "normgrow/backend.h"
+
+// The fp32 CPU reference backend, fp32 only: a static instance, closing it
+// does nothing.
+ng_backend *ng_backend_cpu(void);
 
 // y [n] = x rounded to the nearest bf16 (ties to even), kept as fp32 (y may
 // alias x). NaN and infinities pass unchanged.
@@ -27,5 +34,28 @@ void ng_cpu_attention_forward(ng_attn_shape s, const float *q, const float *k, c
 void ng_cpu_attention_backward(ng_attn_shape s, const float *q, const float *k, const float *v,
                                const float *out, const float *lse, const float *dout, float *dq,
                                float *dk, float *dv, bool bf16);
+
+// The CPU backend's BLAS (OpenBLAS): the kernel family it runs ("SkylakeX")
+// and its build configuration.
+const char *ng_blas_corename(void);
+const char *ng_blas_config(void);
+// Who chose that family, in words for logs: "preset by OPENBLAS_CORETYPE" (the
+// environment set it before normgrow started), "chosen by normgrow" (over
+// OpenBLAS's generic fallback, see below; normgrow marks its own setting with
+// NG_BLAS_CORETYPE_BY_NORMGROW=1) or "chosen by OpenBLAS" (by CPU model).
+const char *ng_blas_family_origin(void);
+#define NG_BLAS_CORETYPE_MARK "NG_BLAS_CORETYPE_BY_NORMGROW"
+// OpenBLAS picks its kernels by CPU model and falls back to generic ones
+// (Prescott: SSE3, about 6x slower sgemm) on models it does not know, even
+// when the CPU has AVX2 or AVX-512. Returns the family this CPU's features
+// allow ("SkylakeX" with AVX-512F, "Haswell" with AVX2 + FMA, "Sandybridge"
+// with AVX) when the running one is an older generic family; NULL when the
+// running family is already right or is one normgrow does not rank.
+const char *ng_blas_better_coretype(void);
+// The rule itself: the family for SIMD level `level` (0 SSE, 1 AVX, 2 AVX2 +
+// FMA, 3 AVX-512F) when `running` is a ranked family below it, else NULL.
+const char *ng_blas_better_family(const char *running, int level);
+// This CPU's SIMD level as the operating system enables it.
+int ng_cpu_simd_level(void);
 
 #endif

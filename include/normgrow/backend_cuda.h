@@ -15,8 +15,8 @@
 // the default stream of the process's device, in order. Results are
 // deterministic: no float atomics, fixed reduction orders.
 //
-// The registry (ref/backend.c) lists it as "cuda" when the build defines
-// NG_WITH_CUDA (the Makefile does when it builds accel/cuda).
+// Built with make CUDA=1 (the default where nvcc is found); the registry
+// (registry.h) lists it as "cuda".
 #ifndef NORMGROW_BACKEND_CUDA_H
 #define NORMGROW_BACKEND_CUDA_H
 

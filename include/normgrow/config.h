@@ -13,6 +13,8 @@
 
 #include <cJSON.h>
 
+#include "normgrow/enums.h"
+
 // Where a block's norms sit (docs/golden-contract.md section 2). A closed type:
 // every use of it is a switch without default, so that the compiler names each
 // place a new placement must be handled.
@@ -56,16 +58,6 @@ typedef struct {
   bool layer_scale;
   double layer_scale_init;
 } ng_model_config;
-
-// The divergence of the kd term (docs/golden-contract.md section 6), with
-// p_t, p_s the teacher's and student's softmax at the temperature:
-// forward_kl KL(p_t || p_s), reverse_kl KL(p_s || p_t), jsd beta KL(p_t || m) +
-// (1 - beta) KL(p_s || m) with m = beta p_t + (1 - beta) p_s. A closed type.
-typedef enum { NG_DIV_FORWARD_KL = 0, NG_DIV_REVERSE_KL, NG_DIV_JSD } ng_divergence;
-#define NG_DIV_LAST NG_DIV_JSD
-
-// The config name of d: "forward_kl", "reverse_kl", "jsd".
-const char *ng_divergence_name(ng_divergence d);
 
 // "loss": kd_weight, temperature, and the optional divergence (default
 // forward_kl) with beta in (0, 1) (jsd only, required there).

@@ -7,7 +7,7 @@
 
 #include <math.h>
 
-#include "normgrow/config.h"
+#include "normgrow/enums.h"
 
 #ifdef __CUDACC__
 #define NG_HOST_DEVICE __host__ __device__

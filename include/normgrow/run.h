@@ -82,8 +82,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "normgrow/backend.h"
 #include "normgrow/config.h"
+#include "normgrow/enums.h"
 #include "normgrow/grow.h"
 
 #define NG_MAX_STAGES 16

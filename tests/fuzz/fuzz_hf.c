@@ -2,6 +2,7 @@
 // config.json, then either model.safetensors, or model.safetensors.index.json
 // and its two shards model-00001-of-00002.safetensors and
 // model-00002-of-00002.safetensors. Read as a teacher is read.
+#include "normgrow/backend_cpu.h"
 #include "normgrow/hf.h"
 #include "readers.h"
 

@@ -4,6 +4,7 @@
 #define NORMGROW_TESTS_FUZZ_READERS_H
 
 #include "fuzz.h"
+#include "normgrow/backend_cpu.h"
 #include "normgrow/checkpoint.h"
 #include "normgrow/data.h"
 #include "normgrow/golden.h"

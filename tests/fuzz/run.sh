@@ -18,14 +18,18 @@ out=build/fuzz
 san="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
 make -s -j2 build/normgrow
 # (-Wno-pass-failed: at -O1 under the sanitizers clang may not vectorize an `omp simd` loop)
-# (CUDA=0: the readers need no device backend, and the targets link no CUDA library)
-make -s -j2 BUILD=$out CC=clang OPT="-O1" CUDA=0 SAN="$san -fsanitize=fuzzer-no-link -Wno-pass-failed" $out/libnormgrow.a
+# The readers are the core's, with the CPU backend for the models they load: the
+# targets link those two libraries and no registry, so no oneDNN and no CUDA,
+# whatever ONEDNN and CUDA say (docs/design.md "Layers").
+make -s -j2 BUILD=$out CC=clang OPT="-O1" SAN="$san -fsanitize=fuzzer-no-link -Wno-pass-failed" \
+  $out/libnormgrow_cpu.a $out/libnormgrow.a
 cflags="-Iinclude -I/usr/include/x86_64-linux-gnu/openblas-openmp -I/usr/include/cjson -O1 -g -std=c11
   -D_GNU_SOURCE -Wall -Wextra -Werror -fopenmp -DNG_FUZZ_LIBFUZZER $san -fsanitize=fuzzer"
-libs="-L/usr/lib/x86_64-linux-gnu/openblas-openmp -Wl,-rpath,/usr/lib/x86_64-linux-gnu/openblas-openmp -lopenblas -lcjson -lm -lpcre2-8 -lutf8proc -lz -ldnnl"  # as the Makefile's LDLIBS
+libs="-L/usr/lib/x86_64-linux-gnu/openblas-openmp -Wl,-rpath,/usr/lib/x86_64-linux-gnu/openblas-openmp -lopenblas -lcjson -lm -lpcre2-8 -lutf8proc -lz"  # as the Makefile's LDLIBS, less oneDNN's
+libs+=" $(pkg-config --libs ompi-c 2>/dev/null || echo -L/usr/lib/x86_64-linux-gnu/openmpi/lib -lmpi)"  # ref/comm_mpi.c
 for t in "${targets[@]}"; do
   # shellcheck disable=SC2086
-  clang $cflags "tests/fuzz/fuzz_$t.c" $out/libnormgrow.a $libs -o "$out/fuzz_$t"
+  clang $cflags "tests/fuzz/fuzz_$t.c" $out/libnormgrow_cpu.a $out/libnormgrow.a $libs -o "$out/fuzz_$t"
 done
 tests/fuzz/seeds.sh build/normgrow "$out/seeds"
 mkdir -p "$out/crashes"
