@@ -70,6 +70,9 @@ int ng_grow_config(const ng_model_config *old, int64_t new_depth, ng_grow_positi
   ng_grow_layout(pos, d, new_depth - d, from_old);
   *out = *old;
   out->num_hidden_layers = new_depth;
+  if (!new_placement && old->norm_placement == NG_NORM_HYBRID)
+    return ng_fail("growth.new_block_placement: a hybrid model has no placement of its own for its new "
+                   "blocks: name it");
   if (!new_placement) return ng_model_config_validate(out, "growth");
   if (new_depth > NG_MAX_LAYERS)
     return ng_fail("growth.new_block_placement: %lld blocks, but a hybrid model has at most %d",

@@ -342,7 +342,8 @@ static void test_mixln_is_hybrid(void) {
 }
 
 // A hybrid growth past NG_MAX_LAYERS blocks, or to a placement other than pre
-// or post, is refused in one line.
+// or post, and the growth of a hybrid model without a new block placement are
+// refused in one line.
 static void test_hybrid_refusals(void) {
   ng_model_config c = {.vocab_size = 5, .hidden_size = 4, .intermediate_size = 4, .num_hidden_layers = 2,
                        .num_attention_heads = 1, .num_key_value_heads = 1, .head_dim = 2, .rope_theta = 1e4,
@@ -355,6 +356,10 @@ static void test_hybrid_refusals(void) {
   int other = ng_grow_config(&c, 3, NG_GROW_TOP, &lns, &out, from_old);
   CHECK(other != 0 && strstr(ng_error(), "growth.layer_placements[2]") && !strchr(ng_error(), '\n'),
         "hybrid growth of lns blocks is refused", "%s", ng_error());
+  NG_ASSERT(ng_grow_config(&c, 3, NG_GROW_TOP, &PRE_BLOCKS, &out, from_old) == 0);
+  int own = ng_grow_config(&out, 4, NG_GROW_TOP, NULL, &c, from_old);
+  CHECK(own != 0 && strstr(ng_error(), "growth.new_block_placement: a hybrid model") && !strchr(ng_error(), '\n'),
+        "a hybrid model grown without a new block placement is refused", "%s", ng_error());
 }
 
 // DeepNet's beta at random init: v, o, gate, up, down scaled; q, k and norms not.

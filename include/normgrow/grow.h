@@ -55,7 +55,8 @@ typedef struct {
 // new position); else a hybrid config in which each old block keeps the
 // placement it had and each new block is *new_placement. -1 with a message
 // when that config is invalid (a hybrid model of more than NG_MAX_LAYERS
-// blocks, a new placement other than pre or post, a prefix block of another).
+// blocks, a new placement other than pre or post, a prefix block of another)
+// and when a hybrid `old` has no new_placement.
 int ng_grow_config(const ng_model_config *old, int64_t new_depth, ng_grow_position pos,
                    const ng_norm_placement *new_placement, ng_model_config *out, int64_t *from_old);
 
