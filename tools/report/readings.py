@@ -449,8 +449,8 @@ def rms_spread_table(study):
     t = Table("Residual RMS spread",
               "Standard deviation over tokens of the per-token RMS (all tokens) at hidden.L, the output of the "
               "last block (L: the depth at that evaluation), at the first and the last evaluation of diag.jsonl; "
-              "for arms whose last block ends in a norm (post, deepnorm, mixln while L <= P) also at res2.L, the "
-              "sum before that norm (hidden.L is pinned by the norm, res2.L is not). Mean over seeds.",
+              "for arms whose last block ends in a norm (post, deepnorm, mixln while L <= P, hybrid growth while "
+              "block L is post) also at res2.L, the sum before that norm (hidden.L is pinned by the norm, res2.L is not). Mean over seeds.",
               ["arm", "placement", "L first → last", "hidden.L first", "hidden.L last", "res2.L first", "res2.L last"],
               left=3)
     for a in study.arms:
