@@ -68,8 +68,8 @@ int ng_grow_config(const ng_model_config *old, int64_t new_depth, ng_grow_positi
 const char *ng_grow_hybrid_change(const ng_model_config *c, const ng_grow_rule *r);
 
 // Grows `old` to new_depth into *out (same backend, trainable), its config by
-// ng_grow_config. from_old gets [new_depth] old block indices (-1 = new). Gates of old blocks carry over;
-// new blocks get gate 0 under the gate rule, else 1. With model.layer_scale_init
+// ng_grow_config. from_old gets [new_depth] old block indices (-1 = new).
+// Gates of old blocks carry over; new blocks get gate 0 under the gate rule, else 1. With model.layer_scale_init
 // a new block's layer scales start at it under every rule (0: the block adds
 // nothing to the stream until they are trained).
 int ng_model_grow(const ng_model *old, int64_t new_depth, const ng_grow_rule *rule,
