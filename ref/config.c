@@ -146,8 +146,23 @@ char *ng_json_print(const cJSON *j, bool formatted) {
 // computed in size_t / int64 everywhere else.
 #define NG_MAX_DIM 2147483647LL
 
-// The keys of one placement: deepnorm's alpha > 0, mixln's 0 <= P <= L, and
-// zero where the placement has no such key.
+// hybrid's layer_placements: L <= NG_MAX_LAYERS entries, each pre or post.
+static int layer_placements_validate(const ng_model_config *c, const char *where) {
+  if (c->num_hidden_layers > NG_MAX_LAYERS)
+    return ng_fail("%s.num_hidden_layers: %lld, but a hybrid model has at most %d blocks", where,
+                   (long long)c->num_hidden_layers, NG_MAX_LAYERS);
+  for (int64_t l = 0; l < c->num_hidden_layers; l++) {
+    ng_norm_placement p = c->layer_placements[l];
+    if (p != NG_NORM_PRE && p != NG_NORM_POST)
+      return ng_fail("%s.layer_placements[%lld]: %s; a hybrid model's blocks are \"pre\" or \"post\"",
+                     where, (long long)l,
+                     (int)p >= 0 && p <= NG_NORM_LAST ? ng_norm_placement_name(p) : "out of range");
+  }
+  return 0;
+}
+
+// The keys of one placement: deepnorm's alpha > 0, mixln's 0 <= P <= L,
+// hybrid's layer_placements, and zero where the placement has no such key.
 static int placement_keys_validate(const ng_model_config *c, const char *where) {
   bool deepnorm = false, mixln = false;
   switch (c->norm_placement) {
@@ -157,6 +172,9 @@ static int placement_keys_validate(const ng_model_config *c, const char *where) 
     case NG_NORM_SANDWICH: break;
     case NG_NORM_DEEPNORM: deepnorm = true; break;
     case NG_NORM_MIXLN: mixln = true; break;
+    case NG_NORM_HYBRID:
+      if (layer_placements_validate(c, where)) return -1;
+      break;
   }
   if (deepnorm && !(c->deepnorm_alpha > 0.0 && isfinite(c->deepnorm_alpha)))
     return ng_fail("%s.deepnorm_alpha: %g is not a finite number > 0", where, c->deepnorm_alpha);
@@ -202,6 +220,7 @@ const char *ng_norm_placement_name(ng_norm_placement p) {
     case NG_NORM_SANDWICH: return "sandwich";
     case NG_NORM_DEEPNORM: return "deepnorm";
     case NG_NORM_MIXLN: return "mixln";
+    case NG_NORM_HYBRID: return "hybrid";
   }
   NG_ASSERT(!"ng_norm_placement out of range");
   return NULL;
@@ -215,6 +234,7 @@ const char *ng_norm_placement_title(ng_norm_placement p) {
     case NG_NORM_SANDWICH: return "Sandwich";
     case NG_NORM_DEEPNORM: return "DeepNorm";
     case NG_NORM_MIXLN: return "Mix-LN";
+    case NG_NORM_HYBRID: return "Hybrid";
   }
   NG_ASSERT(!"ng_norm_placement out of range");
   return NULL;
@@ -222,7 +242,8 @@ const char *ng_norm_placement_title(ng_norm_placement p) {
 
 int ng_norm_placement_from_name(const char *name, ng_norm_placement *out) {
   static const ng_norm_placement all[] = {NG_NORM_PRE,      NG_NORM_POST,     NG_NORM_LNS,
-                                          NG_NORM_SANDWICH, NG_NORM_DEEPNORM, NG_NORM_MIXLN};
+                                          NG_NORM_SANDWICH, NG_NORM_DEEPNORM, NG_NORM_MIXLN,
+                                          NG_NORM_HYBRID};
   _Static_assert(sizeof all / sizeof all[0] == NG_NORM_LAST + 1, "every placement listed");
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
     if (strcmp(name, ng_norm_placement_name(all[i])) == 0) {
@@ -232,12 +253,28 @@ int ng_norm_placement_from_name(const char *name, ng_norm_placement *out) {
   return -1;
 }
 
+// hybrid's "layer_placements": one placement name per block.
+static int layer_placements_parse(const cJSON *obj, const char *where, ng_model_config *c) {
+  const cJSON *list = cJSON_GetObjectItemCaseSensitive(obj, "layer_placements");
+  if (!cJSON_IsArray(list)) return ng_fail("%s.layer_placements: expected an array of placement names", where);
+  int64_t n = cJSON_GetArraySize(list);
+  if (n != c->num_hidden_layers)
+    return ng_fail("%s.layer_placements: %lld entries for num_hidden_layers %lld", where, (long long)n,
+                   (long long)c->num_hidden_layers);
+  if (n > NG_MAX_LAYERS) return layer_placements_validate(c, where);  // names the limit
+  int64_t l = 0;
+  for (const cJSON *it = list->child; it; it = it->next, l++)
+    if (!cJSON_IsString(it) || ng_norm_placement_from_name(it->valuestring, &c->layer_placements[l]))
+      return ng_fail("%s.layer_placements[%lld]: expected \"pre\" or \"post\"", where, (long long)l);
+  return 0;
+}
+
 int ng_model_config_parse(const cJSON *obj, const char *where, ng_model_config *c) {
   static const char *const keys[] = {
       "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
       "num_attention_heads", "num_key_value_heads", "head_dim", "rope_theta",
       "rms_norm_eps", "tie_word_embeddings", "norm_placement", "final_norm",
-      "deepnorm_alpha", "mixln_post_layers", "layer_scale_init", NULL};
+      "deepnorm_alpha", "mixln_post_layers", "layer_placements", "layer_scale_init", NULL};
   const char *placement;
   memset(c, 0, sizeof *c);
   if (ng_json_expect_object(obj, where) || ng_json_only_keys(obj, where, keys) ||
@@ -266,6 +303,12 @@ int ng_model_config_parse(const cJSON *obj, const char *where, ng_model_config *
     return ng_fail("%s.deepnorm_alpha: missing (the deepnorm placement needs it)", where);
   if (c->norm_placement == NG_NORM_MIXLN && !cJSON_HasObjectItem(obj, "mixln_post_layers"))
     return ng_fail("%s.mixln_post_layers: missing (the mixln placement needs it)", where);
+  bool hybrid = c->norm_placement == NG_NORM_HYBRID;
+  if (hybrid != cJSON_HasObjectItem(obj, "layer_placements"))
+    return ng_fail(hybrid ? "%s.layer_placements: missing (the hybrid placement needs it)"
+                          : "%s.layer_placements: only the hybrid placement has per-block placements",
+                   where);
+  if (hybrid && layer_placements_parse(obj, where, c)) return -1;
   c->layer_scale = cJSON_HasObjectItem(obj, "layer_scale_init");
   if (c->layer_scale &&
       ng_json_num(obj, where, "layer_scale_init", -1e3, 1e3, &c->layer_scale_init))
@@ -359,6 +402,12 @@ cJSON *ng_model_config_to_json(const ng_model_config *c) {
     case NG_NORM_MIXLN:
       cJSON_AddNumberToObject(o, "mixln_post_layers", (double)c->mixln_post_layers);
       break;
+    case NG_NORM_HYBRID: {
+      cJSON *list = cJSON_AddArrayToObject(o, "layer_placements");
+      for (int64_t l = 0; l < c->num_hidden_layers; l++)
+        cJSON_AddItemToArray(list, cJSON_CreateString(ng_norm_placement_name(c->layer_placements[l])));
+      break;
+    }
   }
   if (c->layer_scale) cJSON_AddNumberToObject(o, "layer_scale_init", c->layer_scale_init);
   return o;

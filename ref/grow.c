@@ -74,14 +74,58 @@ void ng_grow_layout(ng_grow_position pos, int64_t d, int64_t k, int64_t *from_ol
   }
 }
 
+int ng_grow_config(const ng_model_config *old, int64_t new_depth, ng_grow_position pos,
+                   const ng_norm_placement *new_placement, ng_model_config *out, int64_t *from_old) {
+  int64_t d = old->num_hidden_layers;
+  NG_ASSERT(new_depth >= d);
+  ng_grow_layout(pos, d, new_depth - d, from_old);
+  *out = *old;
+  out->num_hidden_layers = new_depth;
+  if (!new_placement && old->norm_placement == NG_NORM_HYBRID)
+    return ng_fail("growth.new_block_placement: a hybrid model has no placement of its own for its new "
+                   "blocks: name it");
+  if (!new_placement) return ng_model_config_validate(out, "growth");
+  if (new_depth > NG_MAX_LAYERS)
+    return ng_fail("growth.new_block_placement: %lld blocks, but a hybrid model has at most %d",
+                   (long long)new_depth, NG_MAX_LAYERS);
+  for (int64_t j = 0; j < new_depth; j++)
+    out->layer_placements[j] = from_old[j] >= 0 ? ng_block_placement(old, from_old[j]) : *new_placement;
+  out->norm_placement = NG_NORM_HYBRID;
+  out->mixln_post_layers = 0;
+  return ng_model_config_validate(out, "growth");
+}
+
+const char *ng_grow_hybrid_change(const ng_model_config *c, const ng_grow_rule *r) {
+  NG_ASSERT(r->new_placement != NULL);
+  bool identity_pre = r->init == NG_INIT_GATE || r->init == NG_INIT_ZERO_OUT ||
+                      (c->layer_scale && c->layer_scale_init == 0.0);
+  switch (*r->new_placement) {
+    case NG_NORM_PRE:
+      return identity_pre ? NULL
+                          : "new pre blocks do not start as the identity (growth.init is none of "
+                            "\"gate\" and \"zero_out\", and model.layer_scale_init is not 0)";
+    case NG_NORM_POST:
+      return r->init == NG_INIT_GATE
+                 ? NULL
+                 : "new post blocks do not start as the identity (only growth.init \"gate\" makes "
+                   "them so: with nothing added by its sublayers a post block still computes "
+                   "N_pf(N_pa(x)))";
+    case NG_NORM_LNS:
+    case NG_NORM_SANDWICH:
+    case NG_NORM_DEEPNORM:
+    case NG_NORM_MIXLN:
+    case NG_NORM_HYBRID: break;  // ng_grow_config refuses these
+  }
+  NG_ASSERT(!"a new block placement other than pre or post");
+  return NULL;
+}
+
 int ng_model_grow(const ng_model *old, int64_t new_depth, const ng_grow_rule *rule,
                   ng_model **out, int64_t *from_old) {
-  int64_t d = old->cfg.num_hidden_layers;
-  NG_ASSERT(new_depth >= d);
-  ng_model_config cfg = old->cfg;
-  cfg.num_hidden_layers = new_depth;
+  ng_model_config cfg;
+  if (ng_grow_config(&old->cfg, new_depth, rule->position, rule->new_placement, &cfg, from_old))
+    return -1;
   ng_model *m = ng_model_create(old->be, &cfg, true);
-  ng_grow_layout(rule->position, d, new_depth - d, from_old);
   int rc = ng_model_copy_io(m, old);
   for (int64_t j = 0, nth = 0; j < new_depth && rc == 0; j++) {
     if (from_old[j] >= 0) {
@@ -139,6 +183,7 @@ int ng_stream_rescalable(const ng_model_config *c, const char *where) {
     case NG_NORM_POST:
     case NG_NORM_DEEPNORM:
     case NG_NORM_MIXLN:
+    case NG_NORM_HYBRID:
       return ng_fail("%s: the stream of a %s model cannot be rescaled (its blocks' outputs are "
                      "normed)", where, ng_norm_placement_title(c->norm_placement));
     case NG_NORM_SANDWICH:

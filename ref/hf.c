@@ -77,7 +77,7 @@ static const char *const read_keys[] = {
     "use_sliding_window", "layer_types", "vocab_size", "hidden_size", "intermediate_size",
     "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
     "rope_theta", "rms_norm_eps", "tie_word_embeddings", "norm_placement", "final_norm",
-    "deepnorm_alpha", "mixln_post_layers", NULL};
+    "deepnorm_alpha", "mixln_post_layers", "layer_placements", NULL};
 
 static int check_no_duplicates(const cJSON *cfg, const char *where) {
   for (const char *const *k = read_keys; *k; k++) {
@@ -194,6 +194,7 @@ static cJSON *to_normgrow(const cJSON *cfg) {
   copy_or(ng, cfg, "final_norm", cJSON_CreateTrue());
   copy_or(ng, cfg, "deepnorm_alpha", NULL);  // a placement's own keys: where it has them
   copy_or(ng, cfg, "mixln_post_layers", NULL);
+  copy_or(ng, cfg, "layer_placements", NULL);
   return ng;
 }
 
@@ -443,7 +444,8 @@ bool ng_hf_plain_qwen3(const ng_model_config *c) {
     case NG_NORM_LNS:
     case NG_NORM_SANDWICH:
     case NG_NORM_DEEPNORM:
-    case NG_NORM_MIXLN: return false;
+    case NG_NORM_MIXLN:
+    case NG_NORM_HYBRID: return false;
   }
   NG_ASSERT(!"ng_norm_placement out of range");
   return false;
@@ -478,6 +480,11 @@ static cJSON *export_config(const ng_model_config *c, ng_dtype dtype) {
   cJSON_AddNumberToObject(o, "hidden_size", (double)c->hidden_size);
   cJSON_AddNumberToObject(o, "initializer_range", 0.02);
   cJSON_AddNumberToObject(o, "intermediate_size", (double)c->intermediate_size);
+  if (c->norm_placement == NG_NORM_HYBRID) {
+    cJSON *list = cJSON_AddArrayToObject(o, "layer_placements");
+    for (int64_t l = 0; l < c->num_hidden_layers; l++)
+      cJSON_AddItemToArray(list, cJSON_CreateString(ng_norm_placement_name(c->layer_placements[l])));
+  }
   cJSON_AddNumberToObject(o, "max_position_embeddings", 32768);
   cJSON_AddNumberToObject(o, "max_window_layers", (double)c->num_hidden_layers);
   if (c->norm_placement == NG_NORM_MIXLN)

@@ -19,6 +19,7 @@ ng_norm_placement ng_block_placement(const ng_model_config *c, int64_t l) {
     case NG_NORM_SANDWICH:
     case NG_NORM_DEEPNORM: return c->norm_placement;
     case NG_NORM_MIXLN: return l < c->mixln_post_layers ? NG_NORM_POST : NG_NORM_PRE;
+    case NG_NORM_HYBRID: return c->layer_placements[l];
   }
   NG_ASSERT(!"ng_norm_placement out of range");
   return NG_NORM_PRE;
@@ -41,7 +42,8 @@ ng_block_layout ng_block_layout_of(const ng_model_config *c, int64_t l) {
       lay.output_norm = true;
       lay.alpha = (float)c->deepnorm_alpha;
       return lay;
-    case NG_NORM_MIXLN: break;  // ng_block_placement never says mixln
+    case NG_NORM_MIXLN:
+    case NG_NORM_HYBRID: break;  // ng_block_placement never says mixln or hybrid
   }
   NG_ASSERT(!"block placement out of range");
   return lay;

@@ -265,8 +265,7 @@ static void flops_besides(const ng_run_config *rc, int stage, const ng_model_con
 void ng_plan_stage_of(const ng_run_config *rc, int stage, const ng_model_config *teacher,
                       const ng_plan_device *dev, ng_plan_stage *out) {
   const ng_stage *st = &rc->stages[stage];
-  ng_model_config sc = rc->model;
-  sc.num_hidden_layers = st->depth;
+  ng_model_config sc = ng_stage_model(rc, stage);
   // The parser allows freeze_existing only on a stage that grows: the blocks
   // of the stage before are the frozen ones.
   int64_t frozen = st->freeze_existing ? rc->stages[stage - 1].depth : 0;

@@ -203,9 +203,36 @@ static int check_ramps_end(const ng_run_config *rc) {
                  (long long)rc->gate_steps, last, (long long)after);
 }
 
+// growth.new_block_placement (optional): pre blocks grown on a post model, or
+// post blocks on a pre model. A run's model is never given as hybrid: growth
+// makes it.
+static int parse_new_block_placement(const cJSON *o, ng_run_config *rc) {
+  ng_norm_placement prefix = rc->model.norm_placement, p;
+  if (prefix == NG_NORM_HYBRID)
+    return ng_fail("model.norm_placement: a run's hybrid student is made by growth: give its first "
+                   "stage's placement (\"pre\" or \"post\") and growth.new_block_placement");
+  rc->hybrid_growth = cJSON_HasObjectItem(o, "new_block_placement");
+  if (!rc->hybrid_growth) return 0;
+  const char *name;
+  if (ng_json_str(o, "growth", "new_block_placement", &name)) return -1;
+  if (ng_norm_placement_from_name(name, &p) || (p != NG_NORM_PRE && p != NG_NORM_POST))
+    return ng_fail("growth.new_block_placement: \"%s\" is neither \"pre\" nor \"post\"", name);
+  if (prefix != NG_NORM_PRE && prefix != NG_NORM_POST)
+    return ng_fail("growth.new_block_placement: grows on a pre or post model; model.norm_placement is "
+                   "\"%s\"", ng_norm_placement_name(prefix));
+  if (p == prefix)
+    return ng_fail("growth.new_block_placement: \"%s\" is model.norm_placement itself; leave the key "
+                   "out", name);
+  if (rc->rescale_stream)
+    return ng_fail("growth.rescale_stream: the stream of a model with post blocks cannot be rescaled "
+                   "(their outputs are normed); growth.new_block_placement makes one");
+  rc->new_block_placement = p;
+  return 0;
+}
+
 static int parse_growth(cJSON *o, ng_run_config *rc) {
   static const char *const keys[] = {"position",       "init",          "gate_steps", "teacher_layers",
-                                     "rescale_stream", "depth_scaled_init", NULL};
+                                     "rescale_stream", "depth_scaled_init", "new_block_placement", NULL};
   int pos, init;
   default_item(o, "gate_steps", cJSON_CreateNumber(0));
   default_item(o, "teacher_layers", cJSON_CreateArray());
@@ -218,7 +245,7 @@ static int parse_growth(cJSON *o, ng_run_config *rc) {
     return -1;
   rc->grow_position = (ng_grow_position)pos;
   rc->grow_init = (ng_grow_init)init;
-  if (parse_growth_scale(o, rc)) return -1;
+  if (parse_growth_scale(o, rc) || parse_new_block_placement(o, rc)) return -1;
   if (rc->grow_init == NG_INIT_GATE && rc->gate_steps < 1)
     return ng_fail("growth.gate_steps: the gate init needs at least 1 ramp step");
   if (rc->grow_init == NG_INIT_GATE && check_ramps_end(rc)) return -1;
@@ -497,4 +524,18 @@ int64_t ng_run_steps(const ng_run_config *rc) {
   int64_t n = 0;
   for (int s = 0; s < rc->n_stages; s++) n += ng_stage_steps(rc, s);
   return n;
+}
+
+ng_model_config ng_stage_model(const ng_run_config *rc, int stage) {
+  ng_model_config c = rc->model, grown;
+  c.num_hidden_layers = rc->stages[0].depth;
+  int64_t from_old[NG_MAX_LAYERS];  // stage depths are at most NG_MAX_LAYERS
+  for (int s = 1; s <= stage; s++) {
+    if (rc->stages[s].depth == c.num_hidden_layers) continue;
+    // Valid by the parser: depths up to NG_MAX_LAYERS, a pre or post model, pre or post new blocks.
+    NG_ASSERT(ng_grow_config(&c, rc->stages[s].depth, rc->grow_position,
+                             rc->hybrid_growth ? &rc->new_block_placement : NULL, &grown, from_old) == 0);
+    c = grown;
+  }
+  return c;
 }

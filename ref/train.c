@@ -136,16 +136,10 @@ static int load_teacher(trainer *t) {
   return 0;
 }
 
-static ng_model_config student_config(const ng_run_config *rc, int64_t depth) {
-  ng_model_config c = rc->model;
-  c.num_hidden_layers = depth;
-  return c;
-}
-
 // Fresh student at the first stage's depth: random, or copied from the teacher.
 static int init_student(trainer *t) {
   const ng_run_config *rc = &t->rc;
-  ng_model_config cfg = student_config(rc, rc->stages[0].depth);
+  ng_model_config cfg = ng_stage_model(rc, 0);
   ng_rng init;
   ng_rng_seed(&init, rc->seed ^ 0x696e6974ULL);  // "init": a stream of its own
   t->student = ng_model_create(t->be, &cfg, true);
@@ -451,6 +445,14 @@ static double rescale_stream(trainer *t) {
   return c;
 }
 
+// The placement of each block of m, by name (a growth record's block_placements).
+static cJSON *block_placements(const ng_model *m) {
+  cJSON *list = cJSON_CreateArray();
+  for (int64_t l = 0; l < m->cfg.num_hidden_layers; l++)
+    cJSON_AddItemToArray(list, cJSON_CreateString(ng_norm_placement_name(ng_block_placement(&m->cfg, l))));
+  return list;
+}
+
 static int grow(trainer *t, int stage) {
   const ng_run_config *rc = &t->rc;
   int64_t d = t->student->cfg.num_hidden_layers, nd = rc->stages[stage].depth;
@@ -461,7 +463,8 @@ static int grow(trainer *t, int stage) {
   ng_rng init;
   ng_rng_seed(&init, rc->seed ^ (0x67726f77ULL + (uint64_t)stage));  // "grow" + stage
   ng_grow_rule rule = {rc->grow_position, rc->grow_init, rc->init_std, &init, t->teacher,
-                       rc->grow_teacher_layers + (d - rc->stages[0].depth), rc->depth_scaled_init};
+                       rc->grow_teacher_layers + (d - rc->stages[0].depth), rc->depth_scaled_init,
+                       rc->hybrid_growth ? &rc->new_block_placement : NULL};
   ng_model *grown;
   int64_t *from_old = ng_xmalloc((size_t)nd * sizeof(int64_t));
   if (ng_model_grow(t->student, nd, &rule, &grown, from_old)) {
@@ -493,6 +496,7 @@ static int grow(trainer *t, int stage) {
   cJSON_AddNumberToObject(j, "val_ce_before", before.ce);
   cJSON_AddNumberToObject(j, "val_ce_after", after.ce);
   if (rc->rescale_stream) cJSON_AddNumberToObject(j, "stream_scale", stream_scale);
+  if (rc->hybrid_growth) cJSON_AddItemToObject(j, "block_placements", block_placements(t->student));
   if (rc->distill) {
     cJSON_AddNumberToObject(j, "val_kd_before", before.kd);
     cJSON_AddNumberToObject(j, "val_kd_after", after.kd);
@@ -502,6 +506,10 @@ static int grow(trainer *t, int stage) {
     fprintf(stderr, "%s%s: grew %lld -> %lld blocks at step %lld: val CE %.4f -> %.4f\n",
             isatty(STDERR_FILENO) ? "\n" : "", rc->name, (long long)d, (long long)nd,
             (long long)t->st.step, before.ce, after.ce);
+  const char *change = rc->hybrid_growth ? ng_grow_hybrid_change(&t->student->cfg, &rule) : NULL;
+  if (is_root(t) && change)
+    fprintf(stderr, "%s: the growth to %lld blocks changed the function: %s\n", rc->name, (long long)nd,
+            change);
   return 0;
 }
 

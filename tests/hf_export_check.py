@@ -40,7 +40,7 @@ def normgrow_logits(binary, export_dir, tokens, work):
     model = {k: cfg[k] for k in keys}
     model["norm_placement"] = cfg.get("norm_placement", "pre")
     model["final_norm"] = cfg.get("final_norm", True)
-    for key in ("deepnorm_alpha", "mixln_post_layers"):  # a placement's own keys
+    for key in ("deepnorm_alpha", "mixln_post_layers", "layer_placements"):  # a placement's own keys
         if key in cfg:
             model[key] = cfg[key]
     weights, _ = read_safetensors(export_dir / "model.safetensors")

@@ -36,7 +36,7 @@ check "data left the shards as they were" cmp -s "$tmp/data/val.bin" "$tmp/val.b
 data --seed 5 --force >/dev/null 2>&1
 check "data --force replaces them" bash -c '! cmp -s "$1" "$2"' _ "$tmp/data/val.bin" "$tmp/val.before"
 
-config() {  # name run_dir tokens batch hidden checkpoint_every placement final_norm [more model keys]
+config() {  # name run_dir tokens batch hidden checkpoint_every placement final_norm [more model keys [more growth keys]]
   cat <<JSON
 {"name": "$1", "seed": 3, "run_dir": "$2", "mode": "pretrain",
  "data": {"train": "$tmp/data/train.bin", "val": "$tmp/data/val.bin", "batch": $4, "seq": 32},
@@ -47,7 +47,7 @@ config() {  # name run_dir tokens batch hidden checkpoint_every placement final_
    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8, "rope_theta": 10000,
    "rms_norm_eps": 1e-6, "tie_word_embeddings": false, "norm_placement": "$7", "final_norm": $8${9:-}},
  "stages": [{"depth": 1, "tokens": $(($3 / 2))}, {"depth": 2, "tokens": $(($3 / 2))}],
- "growth": {"init": "gate", "gate_steps": 5}}
+ "growth": {"init": "gate", "gate_steps": 5${10:-}}}
 JSON
 }
 config arm "$tmp/whole" 204800 8 32 1000 post false >"$tmp/whole.json"
@@ -225,6 +225,20 @@ for p in 'sandwich' 'deepnorm, "deepnorm_alpha": 1.25' 'mixln, "mixln_post_layer
              { [ "$2" != mixln ] || grep -q "\"mixln_post_layers\":[[:space:]]*1" "$1/config.json"; }' _ "$tmp/hf-$name" "$name"
   "$py" "$root/tests/hf_export_check.py" "$bin" "$tmp/hf-$name" "$tmp" 2>"$tmp/py.err" || echo "FAIL hf_export_check.py: $(tail -n 3 "$tmp/py.err")"
 done
+# So does a hybrid model: a Post-Norm run growing a Pre-Norm block (config.json lists the
+# layers' placements), and the growth of a post block with zero_out on a pre model says in
+# one line that it changed the function.
+config hybrid "$tmp/hybrid" 5120 8 32 1000 post true "" ', "new_block_placement": "pre"' >"$tmp/hybrid.json"
+"$bin" train "$tmp/hybrid.json" 2>/dev/null && "$bin" export "$tmp/hybrid/final.safetensors" "$tmp/hf-hybrid" --dtype f32 >/dev/null ||
+  echo "FAIL train and export of a hybrid run"
+check "the hybrid export's config.json records its placement and each layer's" \
+  bash -c 'tr -d " \t\n" <"$1/config.json" | grep -q "\"layer_placements\":\[\"post\",\"pre\"\].*\"norm_placement\":\"hybrid\""' _ "$tmp/hf-hybrid"
+"$py" "$root/tests/hf_export_check.py" "$bin" "$tmp/hf-hybrid" "$tmp" 2>"$tmp/py.err" || echo "FAIL hf_export_check.py: $(tail -n 3 "$tmp/py.err")"
+config zero "$tmp/zero" 5120 8 32 1000 pre true "" ', "new_block_placement": "post"' |
+  sed 's/"init": "gate", "gate_steps": 5/"init": "zero_out"/' >"$tmp/zero.json"
+"$bin" train "$tmp/zero.json" 2>"$tmp/err" >/dev/null || echo "FAIL a pre run growing a zero_out post block"
+check "a growth whose new post blocks are not identities says so in one line" \
+  grep -q "^zero: the growth to 2 blocks changed the function: new post blocks do not start as the identity" "$tmp/err"
 
 # Tokenizer files beside the run's shards (shards made with a Hugging Face
 # tokenizer) are copied into the export; byte-level shards have none.

@@ -463,6 +463,9 @@ static void test_model(ng_norm_placement np, bool tied, bool final_norm, int64_t
                         .deepnorm_alpha = np == NG_NORM_DEEPNORM ? 1.7 : 0.0,
                         .mixln_post_layers = np == NG_NORM_MIXLN ? 1 : 0,  // block 1 post, 2 pre
                         .layer_scale = layer_scale};
+  // hybrid: untied blocks pre, post (post grown on pre), tied post, pre (pre grown on post)
+  mc.layer_placements[0] = tied ? NG_NORM_POST : NG_NORM_PRE;
+  mc.layer_placements[1] = tied ? NG_NORM_PRE : NG_NORM_POST;
   int64_t B = 2, T = 4, N = B * T;
   model_ctx c = {ng_model_create(be, &mc, true), NULL, ng_xmalloc(N * 4), ng_xmalloc(N * 4),
                  randn((size_t)(N * mc.vocab_size), 0, 2), {0.6, 1.5, 0, 0, NG_DIV_FORWARD_KL, 0.0}};
@@ -565,5 +568,12 @@ int main(void) {
   test_model(NG_NORM_SANDWICH, true, false, 4, 1, 0.3f, true, 3, true);
   test_model(NG_NORM_DEEPNORM, false, true, 4, 2, 1.0f, false, 0, false);
   test_model(NG_NORM_MIXLN, true, false, 4, 1, 0.3f, false, 3, true);
+  // Hybrid last, so that the draws of the cases above stay as they were.
+  test_model(NG_NORM_HYBRID, false, true, 4, 2, 0.3f, false, 0, false);
+  test_model(NG_NORM_HYBRID, true, false, 4, 1, 1.0f, false, 3, true);
+  layer_scale = false;
+  test_model(NG_NORM_HYBRID, false, true, 4, 2, 1.0f, false, 0, false);    // a pre, then a post block
+  test_model(NG_NORM_HYBRID, true, true, 4, 1, 0.3f, true, 0, false);      // a post, then a pre block
+  test_model(NG_NORM_HYBRID, false, false, 4, 2, 0.3f, false, 3, true);    // recomputed, in chunks
   return TEST_RESULT();
 }

@@ -60,7 +60,7 @@ static double grow_into(ng_model *m, ng_grow_init init, ng_grow_position pos, ng
                         int64_t *from_old) {
   ng_rng r;
   ng_rng_seed(&r, 8);
-  ng_grow_rule rule = {pos, init, 0.3, &r, NULL, NULL, false};
+  ng_grow_rule rule = {pos, init, 0.3, &r, NULL, NULL, false, NULL};
   float *before = logits_of(m);
   NG_ASSERT(ng_model_grow(m, 4, &rule, g, from_old) == 0);
   float *after = logits_of(*g);
@@ -121,24 +121,36 @@ static void test_function_preservation(void) {
 //   E  keeps them up to the norms' eps (< 1e-5) at every step, not exactly: new
 //      post-style blocks on top rescale each token, which the final norm undoes
 //   C  changes them (by more than 1e-3) at some step
-// mixln's P: the first P blocks are post.
+// mixln's P: the first P blocks are post. grown (hybrid growth): the placement
+// of every new block, NULL for the model's own.
 enum { C, K, E };
+static const ng_norm_placement PRE_BLOCKS = NG_NORM_PRE, POST_BLOCKS = NG_NORM_POST;
 static const struct {
   ng_norm_placement placement;
   int64_t P;
   ng_grow_init init;
   int keeps[3];  // by ng_grow_position
+  const ng_norm_placement *grown;
 } preservation[] = {
-    {NG_NORM_PRE, 0, NG_INIT_GATE, {K, K, K}},        {NG_NORM_PRE, 0, NG_INIT_ZERO_OUT, {K, K, K}},
-    {NG_NORM_POST, 0, NG_INIT_GATE, {K, K, K}},       {NG_NORM_POST, 0, NG_INIT_ZERO_OUT, {E, C, C}},
-    {NG_NORM_LNS, 0, NG_INIT_GATE, {K, C, C}},        {NG_NORM_LNS, 0, NG_INIT_ZERO_OUT, {K, C, C}},
-    {NG_NORM_SANDWICH, 0, NG_INIT_GATE, {K, K, K}},   {NG_NORM_SANDWICH, 0, NG_INIT_ZERO_OUT, {K, K, K}},
-    {NG_NORM_DEEPNORM, 0, NG_INIT_GATE, {K, K, K}},   {NG_NORM_DEEPNORM, 0, NG_INIT_ZERO_OUT, {E, C, C}},
-    {NG_NORM_MIXLN, 1, NG_INIT_GATE, {K, K, K}},      {NG_NORM_MIXLN, 1, NG_INIT_ZERO_OUT, {K, K, K}},
-    {NG_NORM_MIXLN, 2, NG_INIT_GATE, {K, C, C}},      {NG_NORM_MIXLN, 2, NG_INIT_ZERO_OUT, {K, C, C}},
-    {NG_NORM_PRE, 0, NG_INIT_RANDOM, {C, C, C}},      {NG_NORM_POST, 0, NG_INIT_RANDOM, {C, C, C}},
-    {NG_NORM_LNS, 0, NG_INIT_RANDOM, {C, C, C}},      {NG_NORM_SANDWICH, 0, NG_INIT_RANDOM, {C, C, C}},
-    {NG_NORM_DEEPNORM, 0, NG_INIT_RANDOM, {C, C, C}}, {NG_NORM_MIXLN, 1, NG_INIT_RANDOM, {C, C, C}},
+    {NG_NORM_PRE, 0, NG_INIT_GATE, {K, K, K}, NULL},        {NG_NORM_PRE, 0, NG_INIT_ZERO_OUT, {K, K, K}, NULL},
+    {NG_NORM_POST, 0, NG_INIT_GATE, {K, K, K}, NULL},       {NG_NORM_POST, 0, NG_INIT_ZERO_OUT, {E, C, C}, NULL},
+    {NG_NORM_LNS, 0, NG_INIT_GATE, {K, C, C}, NULL},        {NG_NORM_LNS, 0, NG_INIT_ZERO_OUT, {K, C, C}, NULL},
+    {NG_NORM_SANDWICH, 0, NG_INIT_GATE, {K, K, K}, NULL},   {NG_NORM_SANDWICH, 0, NG_INIT_ZERO_OUT, {K, K, K}, NULL},
+    {NG_NORM_DEEPNORM, 0, NG_INIT_GATE, {K, K, K}, NULL},   {NG_NORM_DEEPNORM, 0, NG_INIT_ZERO_OUT, {E, C, C}, NULL},
+    {NG_NORM_MIXLN, 1, NG_INIT_GATE, {K, K, K}, NULL},      {NG_NORM_MIXLN, 1, NG_INIT_ZERO_OUT, {K, K, K}, NULL},
+    {NG_NORM_MIXLN, 2, NG_INIT_GATE, {K, C, C}, NULL},      {NG_NORM_MIXLN, 2, NG_INIT_ZERO_OUT, {K, C, C}, NULL},
+    {NG_NORM_PRE, 0, NG_INIT_RANDOM, {C, C, C}, NULL},      {NG_NORM_POST, 0, NG_INIT_RANDOM, {C, C, C}, NULL},
+    {NG_NORM_LNS, 0, NG_INIT_RANDOM, {C, C, C}, NULL},      {NG_NORM_SANDWICH, 0, NG_INIT_RANDOM, {C, C, C}, NULL},
+    {NG_NORM_DEEPNORM, 0, NG_INIT_RANDOM, {C, C, C}, NULL}, {NG_NORM_MIXLN, 1, NG_INIT_RANDOM, {C, C, C}, NULL},
+    // hybrid: post blocks grown on a pre model, pre blocks on a post model (on
+    // top, zeroed post blocks renorm what the final norm renorms again: eps)
+    {NG_NORM_PRE, 0, NG_INIT_GATE, {K, K, K}, &POST_BLOCKS},
+    {NG_NORM_PRE, 0, NG_INIT_ZERO_OUT, {E, C, C}, &POST_BLOCKS},
+    {NG_NORM_PRE, 0, NG_INIT_RANDOM, {C, C, C}, &POST_BLOCKS},
+    {NG_NORM_POST, 0, NG_INIT_GATE, {K, K, K}, &PRE_BLOCKS},
+    {NG_NORM_POST, 0, NG_INIT_ZERO_OUT, {K, K, K}, &PRE_BLOCKS},
+    {NG_NORM_POST, 0, NG_INIT_RANDOM, {C, C, C}, &PRE_BLOCKS},
+    {NG_NORM_POST, 0, NG_INIT_COPY_BELOW, {C, C, C}, &PRE_BLOCKS},
 };
 
 static const char *init_name(ng_grow_init init) {
@@ -162,7 +174,8 @@ static void test_preservation_table(void) {
                                       7, true);
       ng_rng r;
       ng_rng_seed(&r, 8);
-      ng_grow_rule rule = {(ng_grow_position)pos, preservation[i].init, 0.3, &r, NULL, NULL, false};
+      ng_grow_rule rule = {(ng_grow_position)pos, preservation[i].init, 0.3, &r, NULL, NULL, false,
+                           preservation[i].grown};
       int want = preservation[i].keeps[pos];
       double change[2];
       for (int step = 0; step < 2; step++) {  // every growth step
@@ -181,11 +194,22 @@ static void test_preservation_table(void) {
       double most = fmax(change[0], change[1]);
       // exact: see logits_of (K)
       bool as_said = want == K ? most == 0.0 : want == E ? most > 0.0 && most < 1e-5 : most > 1e-3;
-      char name[160];
-      snprintf(name, sizeof name, "%s (P %lld): %s init at %s %s the function (every growth step)",
+      char name[192];
+      snprintf(name, sizeof name, "%s (P %lld)%s%s: %s init at %s %s the function (every growth step)",
                ng_norm_placement_name(preservation[i].placement), (long long)preservation[i].P,
+               preservation[i].grown ? ", new blocks " : "",
+               preservation[i].grown ? ng_norm_placement_name(*preservation[i].grown) : "",
                init_name(preservation[i].init), positions[pos], says[want]);
       CHECK(as_said, name, "max changes %.3e, %.3e", change[0], change[1]);
+      if (!preservation[i].grown || pos != NG_GROW_INTERLEAVE) continue;
+      // What the trainer says at a hybrid growth: nothing exactly where the
+      // new blocks are identities (K); a reason where they are not.
+      const ng_model_config prefix = {.norm_placement = preservation[i].placement};
+      const char *why = ng_grow_hybrid_change(&prefix, &rule);
+      snprintf(name, sizeof name, "%s, new blocks %s, %s init: the growth %s",
+               ng_norm_placement_name(preservation[i].placement), ng_norm_placement_name(*preservation[i].grown),
+               init_name(preservation[i].init), want == K ? "logs no change" : "logs why the function changes");
+      CHECK((why == NULL) == (want == K), name, "%s", why ? why : "no reason");
     }
   }
 }
@@ -199,7 +223,7 @@ static void test_teacher_by_role(void) {
   ng_rng r;
   ng_rng_seed(&r, 1);
   int64_t from_old[2], tl[1] = {2};
-  ng_grow_rule rule = {NG_GROW_TOP, NG_INIT_TEACHER, 0.3, &r, teacher, tl, false};
+  ng_grow_rule rule = {NG_GROW_TOP, NG_INIT_TEACHER, 0.3, &r, teacher, tl, false, NULL};
   NG_ASSERT(ng_model_grow(m, 2, &rule, &g, from_old) == 0);
   const ng_param *ff = ng_model_find(g, "model.layers.1.pre_feedforward_layernorm.weight");
   const ng_param *pa = ng_model_find(g, "model.layers.1.post_attention_layernorm.weight");
@@ -226,7 +250,7 @@ static void test_mixln_block_moves(void) {
   ng_rng r;
   ng_rng_seed(&r, 1);
   int64_t from_old[4];
-  ng_grow_rule rule = {NG_GROW_INTERLEAVE, NG_INIT_GATE, 0.3, &r, NULL, NULL, false};
+  ng_grow_rule rule = {NG_GROW_INTERLEAVE, NG_INIT_GATE, 0.3, &r, NULL, NULL, false, NULL};
   NG_ASSERT(ng_model_grow(m, 4, &rule, &g, from_old) == 0);  // old block 2 is now block 3
   const ng_param *in = ng_model_find(g, "model.layers.2.input_layernorm.weight");
   const ng_param *pa = ng_model_find(g, "model.layers.2.post_attention_layernorm.weight");
@@ -239,6 +263,104 @@ static void test_mixln_block_moves(void) {
         "from_old[2] = %lld", (long long)from_old[2]);
   ng_model_free(g);
   ng_model_free(m);
+}
+
+static bool same_block(const ng_model *a, int64_t la, const ng_model *b, int64_t lb) {
+  for (int i = 0; i < a->n_params; i++) {
+    const ng_param *p = &a->params[i];
+    if (p->layer != la) continue;
+    const ng_param *q = ng_model_find_in_layer(b, p, lb);
+    if (!q || memcmp(p->data, q->data, p->numel * sizeof(float)) != 0) return false;  // exact: copies
+  }
+  return true;
+}
+
+// Hybrid growth: post blocks interleaved into a pre model (2 -> 4), then pre
+// blocks into that (4 -> 6, another rule): every old block keeps its
+// placement and its tensors exactly, every new block is of the rule's
+// placement with its own norms; the config says so, and reads back.
+static void test_hybrid_placements(void) {
+  ng_model *m = small_model(NG_NORM_PRE, 2, 5), *g, *h;
+  ng_rng r;
+  ng_rng_seed(&r, 1);
+  int64_t from_old[6], from_g[6];
+  ng_grow_rule post = {NG_GROW_INTERLEAVE, NG_INIT_RANDOM, 0.3, &r, NULL, NULL, false, &POST_BLOCKS};
+  ng_grow_rule pre = {NG_GROW_TOP, NG_INIT_RANDOM, 0.3, &r, NULL, NULL, false, &PRE_BLOCKS};
+  NG_ASSERT(ng_model_grow(m, 4, &post, &g, from_old) == 0 && ng_model_grow(g, 6, &pre, &h, from_g) == 0);
+  static const ng_norm_placement want[6] = {NG_NORM_PRE, NG_NORM_POST, NG_NORM_PRE,
+                                            NG_NORM_POST, NG_NORM_PRE, NG_NORM_PRE};
+  bool placed = h->cfg.norm_placement == NG_NORM_HYBRID && g->cfg.norm_placement == NG_NORM_HYBRID;
+  bool norms = true, kept = true;
+  for (int64_t l = 0; l < 6; l++) {
+    placed &= ng_block_placement(&h->cfg, l) == want[l];
+    char in[96], pf[96];
+    snprintf(in, sizeof in, "model.layers.%lld.input_layernorm.weight", (long long)l);
+    snprintf(pf, sizeof pf, "model.layers.%lld.post_feedforward_layernorm.weight", (long long)l);
+    norms &= (ng_model_find(h, in) != NULL) == (want[l] == NG_NORM_PRE) &&
+             (ng_model_find(h, pf) != NULL) == (want[l] == NG_NORM_POST);
+    int64_t in_g = from_g[l], in_m = in_g >= 0 ? from_old[in_g] : -1;
+    if (in_g >= 0) kept &= same_block(h, l, g, in_g) && ng_block_placement(&g->cfg, in_g) == want[l];
+    if (in_m >= 0) kept &= same_block(h, l, m, in_m);
+  }
+  cJSON *j = ng_model_config_to_json(&h->cfg);
+  ng_model_config back;
+  bool reads = ng_model_config_parse(j, "model", &back) == 0 && back.norm_placement == NG_NORM_HYBRID;
+  for (int64_t l = 0; reads && l < 6; l++) reads &= ng_block_placement(&back, l) == want[l];
+  cJSON_Delete(j);
+  CHECK(placed && norms, "hybrid growth: blocks pre, post, pre, post, pre, pre with their own norms",
+        "placement %d", (int)h->cfg.norm_placement);
+  CHECK(kept, "hybrid growth: old blocks keep their placement and tensors exactly (two growths)", "differ");
+  CHECK(reads, "hybrid growth: the grown config reads back with its per-block placements", "%s", ng_error());
+  ng_model_free(h);
+  ng_model_free(g);
+  ng_model_free(m);
+}
+
+// Mix-LN with P post blocks and the hybrid model of P "post" entries, then
+// "pre" ones, are one model: the same tensors, the same logits (exact: the
+// same blocks run the same calls, ng_block_placement being their one source).
+static void test_mixln_is_hybrid(void) {
+  ng_model *mix = test_placed_model(be, NG_NORM_MIXLN, 2, 3, 23, 5, false);
+  ng_model_config c = mix->cfg;
+  c.norm_placement = NG_NORM_HYBRID;
+  c.mixln_post_layers = 0;
+  c.layer_placements[0] = c.layer_placements[1] = NG_NORM_POST;
+  c.layer_placements[2] = NG_NORM_PRE;
+  ng_model *hyb = ng_model_create(be, &c, false);
+  bool same = hyb->n_params == mix->n_params;
+  for (int i = 0; same && i < hyb->n_params; i++) {
+    const ng_param *q = ng_model_find(mix, hyb->params[i].name);
+    same = q && q->numel == hyb->params[i].numel;
+    if (same) memcpy(hyb->params[i].data, q->data, q->numel * sizeof(float));
+  }
+  float *a = logits_of(mix), *b = same ? logits_of(hyb) : NULL;
+  CHECK(same && memcmp(a, b, 12 * 23 * sizeof(float)) == 0,
+        "mixln P 2 and hybrid post, post, pre: the same tensors and logits", "differ");
+  free(a);
+  free(b);
+  ng_model_free(mix);
+  ng_model_free(hyb);
+}
+
+// A hybrid growth past NG_MAX_LAYERS blocks, or to a placement other than pre
+// or post, and the growth of a hybrid model without a new block placement are
+// refused in one line.
+static void test_hybrid_refusals(void) {
+  ng_model_config c = {.vocab_size = 5, .hidden_size = 4, .intermediate_size = 4, .num_hidden_layers = 2,
+                       .num_attention_heads = 1, .num_key_value_heads = 1, .head_dim = 2, .rope_theta = 1e4,
+                       .rms_norm_eps = 1e-6, .norm_placement = NG_NORM_POST}, out;
+  static int64_t from_old[NG_MAX_LAYERS + 1];
+  const ng_norm_placement lns = NG_NORM_LNS;
+  int deep = ng_grow_config(&c, NG_MAX_LAYERS + 1, NG_GROW_TOP, &PRE_BLOCKS, &out, from_old);
+  CHECK(deep != 0 && strstr(ng_error(), "growth.new_block_placement") && !strchr(ng_error(), '\n'),
+        "hybrid growth past NG_MAX_LAYERS blocks is refused", "%s", ng_error());
+  int other = ng_grow_config(&c, 3, NG_GROW_TOP, &lns, &out, from_old);
+  CHECK(other != 0 && strstr(ng_error(), "growth.layer_placements[2]") && !strchr(ng_error(), '\n'),
+        "hybrid growth of lns blocks is refused", "%s", ng_error());
+  NG_ASSERT(ng_grow_config(&c, 3, NG_GROW_TOP, &PRE_BLOCKS, &out, from_old) == 0);
+  int own = ng_grow_config(&out, 4, NG_GROW_TOP, NULL, &c, from_old);
+  CHECK(own != 0 && strstr(ng_error(), "growth.new_block_placement: a hybrid model") && !strchr(ng_error(), '\n'),
+        "a hybrid model grown without a new block placement is refused", "%s", ng_error());
 }
 
 // DeepNet's beta at random init: v, o, gate, up, down scaled; q, k and norms not.
@@ -258,29 +380,20 @@ static void test_deepnorm_init(void) {
   ng_model_free(b);
 }
 
-static bool same_block(const ng_model *a, int64_t la, const ng_model *b, int64_t lb) {
-  for (int i = 0; i < a->n_params; i++) {
-    const ng_param *p = &a->params[i];
-    if (p->layer != la) continue;
-    const ng_param *q = ng_model_find_in_layer(b, p, lb);
-    if (!q || memcmp(p->data, q->data, p->numel * sizeof(float)) != 0) return false;  // exact: copies
-  }
-  return true;
-}
 
 static void test_copies(void) {
   ng_model *m = small_model(NG_NORM_POST, 2, 3), *g, *teacher = small_model(NG_NORM_PRE, 5, 4);
   ng_rng r;
   ng_rng_seed(&r, 1);
   int64_t from_old[4], tl[2] = {4, 1};
-  ng_grow_rule copy = {NG_GROW_INTERLEAVE, NG_INIT_COPY_BELOW, 0.3, &r, NULL, NULL, false};
+  ng_grow_rule copy = {NG_GROW_INTERLEAVE, NG_INIT_COPY_BELOW, 0.3, &r, NULL, NULL, false, NULL};
   NG_ASSERT(ng_model_grow(m, 4, &copy, &g, from_old) == 0);
   CHECK(same_block(g, 1, g, 0) && same_block(g, 3, g, 2) && same_block(g, 0, m, 0) && same_block(g, 2, m, 1),
         "copy_below duplicates the block below exactly; old blocks kept", "tensors differ");
   // exact: gates are set, not computed
   CHECK(g->growth_gate[1] == 1.0f && g->growth_gate[3] == 1.0f, "copy_below blocks are plain (gate 1)", "gates %g %g", g->growth_gate[1], g->growth_gate[3]);
   ng_model_free(g);
-  ng_grow_rule from_teacher = {NG_GROW_TOP, NG_INIT_TEACHER, 0.3, &r, teacher, tl, false};
+  ng_grow_rule from_teacher = {NG_GROW_TOP, NG_INIT_TEACHER, 0.3, &r, teacher, tl, false, NULL};
   NG_ASSERT(ng_model_grow(m, 4, &from_teacher, &g, from_old) == 0);
   // A Post-Norm block from a Pre-Norm teacher: every shared tensor copied;
   // post_feedforward_layernorm keeps its init (gains 1). Exact: copies and set values.
@@ -306,7 +419,7 @@ static void test_optimizer_follows(void) {
   }
   ng_rng r;
   ng_rng_seed(&r, 1);
-  ng_grow_rule rule = {NG_GROW_MIDDLE, NG_INIT_RANDOM, 0.3, &r, NULL, NULL, false};
+  ng_grow_rule rule = {NG_GROW_MIDDLE, NG_INIT_RANDOM, 0.3, &r, NULL, NULL, false, NULL};
   int64_t from_old[3];
   NG_ASSERT(ng_model_grow(m, 3, &rule, &g, from_old) == 0);  // blocks: old 0, new, old 1
   ng_adamw *keep = ng_adamw_regrow(m, o, g, from_old, false), *reset = ng_adamw_regrow(m, o, g, from_old, true);
@@ -407,7 +520,7 @@ static void test_depth_scaled(void) {
     ng_rng_seed(&r1, 4);
     ng_rng_seed(&r2, 4);
     ng_grow_init init = gate ? NG_INIT_GATE : NG_INIT_RANDOM;
-    ng_grow_rule a = {NG_GROW_TOP, init, 0.3, &r1, NULL, NULL, false}, b = {NG_GROW_TOP, init, 0.3, &r2, NULL, NULL, true};
+    ng_grow_rule a = {NG_GROW_TOP, init, 0.3, &r1, NULL, NULL, false, NULL}, b = {NG_GROW_TOP, init, 0.3, &r2, NULL, NULL, true, NULL};
     NG_ASSERT(ng_model_grow(m, 4, &a, &plain, from_old) == 0 && ng_model_grow(m, 4, &b, &scaled, from_old) == 0);
     bool ok = true;
     for (int i = 0; i < plain->n_params; i++) {
@@ -507,6 +620,31 @@ static void test_layer_scale_growth(void) {
   CHECK(post > 1e-3 && scales,
         "layer scales at init 0 do NOT keep the function under Post-Norm (interleave)",
         "max change %.3e", post);
+  // Hybrid growth with layer scales at 0, random init interleaved: new pre
+  // blocks on a post model are identities, new post blocks on a pre model are
+  // not; the growth's log line says so.
+  for (int k = 0; k < 2; k++) {
+    ng_model *m = layer_scale_model(k ? NG_NORM_PRE : NG_NORM_POST, 0.0), *g;
+    ng_rng r;
+    ng_rng_seed(&r, 8);
+    ng_grow_rule rule = {NG_GROW_INTERLEAVE, NG_INIT_RANDOM, 0.3, &r, NULL, NULL, false,
+                         k ? &POST_BLOCKS : &PRE_BLOCKS};
+    int64_t from_old[4];
+    float *before = logits_of(m);
+    NG_ASSERT(ng_model_grow(m, 4, &rule, &g, from_old) == 0);
+    float *after = logits_of(g);
+    double d = max_diff(before, after, 12 * 23);
+    const char *why = ng_grow_hybrid_change(&m->cfg, &rule);
+    // exact: see logits_of
+    CHECK(k ? d > 1e-3 && why != NULL : d == 0.0 && why == NULL,
+          k ? "layer scales at init 0: post blocks grown on a pre model change the function, and say so"
+            : "layer scales at init 0: pre blocks grown on a post model keep the logits exactly",
+          "max change %.3e; %s", d, why ? why : "no reason logged");
+    free(before);
+    free(after);
+    ng_model_free(m);
+    ng_model_free(g);
+  }
   double small = layer_scale_change(NG_NORM_PRE, 0.01, NG_INIT_RANDOM, NG_GROW_TOP, &scales);
   double unit = layer_scale_change(NG_NORM_PRE, 1.0, NG_INIT_RANDOM, NG_GROW_TOP, &scales);
   snprintf(name, sizeof name,
@@ -523,6 +661,9 @@ int main(void) {
   test_teacher_by_role();
   test_deepnorm_init();
   test_mixln_block_moves();
+  test_hybrid_placements();
+  test_hybrid_refusals();
+  test_mixln_is_hybrid();
   test_copies();
   test_optimizer_follows();
   test_rescale_stream();

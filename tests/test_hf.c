@@ -87,12 +87,15 @@ static void edit_file(const char *dir, const char *name, const char *from, const
 // ---------------------------------------------------------------- models
 
 // Toy Qwen3 shapes: grouped-query heads, hidden_size != heads * head_dim.
+// hybrid: blocks pre, post, post (post blocks grown on a pre prefix).
 static ng_model_config toy_config(ng_norm_placement placement, bool final_norm, bool tied) {
-  return (ng_model_config){.vocab_size = 61, .hidden_size = 32, .intermediate_size = 48,
-                           .num_hidden_layers = 3, .num_attention_heads = 4,
-                           .num_key_value_heads = 2, .head_dim = 16, .rope_theta = 1e6,
-                           .rms_norm_eps = 1e-6, .tie_word_embeddings = tied,
-                           .final_norm = final_norm, .norm_placement = placement};
+  ng_model_config c = {.vocab_size = 61, .hidden_size = 32, .intermediate_size = 48,
+                       .num_hidden_layers = 3, .num_attention_heads = 4,
+                       .num_key_value_heads = 2, .head_dim = 16, .rope_theta = 1e6,
+                       .rms_norm_eps = 1e-6, .tie_word_embeddings = tied,
+                       .final_norm = final_norm, .norm_placement = placement};
+  c.layer_placements[1] = c.layer_placements[2] = NG_NORM_POST;
+  return c;
 }
 
 // Random matrices and norm gains 1 + noise (so that a swapped gain shows).
@@ -340,7 +343,10 @@ static void test_tied_ignores_lm_head(void) {
 
 // Doubles exactly: config.json holds them in digits that read back to the same double.
 static bool same_config(const ng_model_config *a, const ng_model_config *b) {
-  return a->vocab_size == b->vocab_size && a->hidden_size == b->hidden_size &&
+  bool blocks = a->num_hidden_layers == b->num_hidden_layers;
+  for (int64_t l = 0; blocks && l < a->num_hidden_layers; l++)
+    blocks = ng_block_placement(a, l) == ng_block_placement(b, l);
+  return blocks && a->vocab_size == b->vocab_size && a->hidden_size == b->hidden_size &&
          a->intermediate_size == b->intermediate_size &&
          a->num_hidden_layers == b->num_hidden_layers &&
          a->num_attention_heads == b->num_attention_heads &&
@@ -396,16 +402,18 @@ static void test_export_pre_plain(void) {
   ng_model_free(m);
 }
 
-// Sandwich, DeepNorm and Mix-LN models export and load back with their
-// placement, their own keys and every weight (sandwich's four norms included).
+// Sandwich, DeepNorm, Mix-LN and hybrid models export and load back with their
+// placement, their own keys (hybrid's per-block list) and every weight
+// (sandwich's four norms included).
 static void test_export_placements(void) {
   ng_model_config sandwich = toy_config(NG_NORM_SANDWICH, true, false);
   ng_model_config deepnorm = toy_config(NG_NORM_DEEPNORM, false, true);
   ng_model_config mixln = toy_config(NG_NORM_MIXLN, true, false);
+  ng_model_config hybrid = toy_config(NG_NORM_HYBRID, true, false);
   deepnorm.deepnorm_alpha = 1.3;
   mixln.mixln_post_layers = 2;
-  const ng_model_config *all[] = {&sandwich, &deepnorm, &mixln};
-  for (int i = 0; i < 3; i++) {
+  const ng_model_config *all[] = {&sandwich, &deepnorm, &mixln, &hybrid};
+  for (int i = 0; i < 4; i++) {
     ng_model *m = random_model(all[i], 11 + (uint64_t)i);
     char name[64];
     snprintf(name, sizeof name, "export_%s", ng_norm_placement_name(all[i]->norm_placement));
@@ -700,6 +708,7 @@ int main(void) {
   test_export_layer_scale(NG_NORM_SANDWICH, "export_sandwich_layer_scale");
   test_export_layer_scale(NG_NORM_DEEPNORM, "export_deepnorm_layer_scale");
   test_export_layer_scale(NG_NORM_MIXLN, "export_mixln_layer_scale");
+  test_export_layer_scale(NG_NORM_HYBRID, "export_hybrid_layer_scale");
   test_export_sharded();
   test_export_refusals();
   test_config_defaults();

@@ -321,9 +321,14 @@ static void test_placements(void) {
     c.layer_scale_init = c.layer_scale ? 0.5 : 0.0;
     c.deepnorm_alpha = p == NG_NORM_DEEPNORM ? 1.5 : 0.0;
     c.mixln_post_layers = p == NG_NORM_MIXLN ? 2 : 0;
+    for (int64_t l = 0; l < c.num_hidden_layers; l++)  // hybrid: post, pre, post
+      c.layer_placements[l] = l % 2 ? NG_NORM_PRE : NG_NORM_POST;
     cJSON *j = ng_model_config_to_json(&c);
     ng_model_config back;
     int rc = ng_model_config_parse(j, "model", &back);
+    bool blocks_back = true;
+    for (int64_t l = 0; rc == 0 && l < c.num_hidden_layers; l++)
+      blocks_back &= ng_block_placement(&back, l) == ng_block_placement(&c, l);
     char name[96];
     snprintf(name, sizeof name, "placement %s%s reads back", ng_norm_placement_name(c.norm_placement),
              c.layer_scale ? " with layer scales" : "");
@@ -331,7 +336,8 @@ static void test_placements(void) {
     CHECK(rc == 0 && back.norm_placement == c.norm_placement &&
               back.deepnorm_alpha == c.deepnorm_alpha &&
               back.mixln_post_layers == c.mixln_post_layers &&
-              back.layer_scale == c.layer_scale && back.layer_scale_init == c.layer_scale_init,
+              back.layer_scale == c.layer_scale && back.layer_scale_init == c.layer_scale_init &&
+              blocks_back,
           name, "rc %d, got %d", rc, (int)back.norm_placement);
     ng_model *m = ng_model_create(NULL, &c, false);
     bool blocks_ok = m->n_params == ng_model_n_weights(&c);
@@ -368,6 +374,16 @@ static void test_placements(void) {
   CHECK(ng_block_placement(&c, 0) == NG_NORM_POST && ng_block_placement(&c, 1) == NG_NORM_POST &&
             ng_block_placement(&c, 2) == NG_NORM_PRE,
         "mixln: blocks l <= P are post, the others pre", "P = %lld", (long long)c.mixln_post_layers);
+  ng_model_config hybrid = c;
+  hybrid.norm_placement = NG_NORM_HYBRID;
+  hybrid.mixln_post_layers = 0;
+  hybrid.layer_placements[0] = hybrid.layer_placements[2] = NG_NORM_PRE;
+  hybrid.layer_placements[1] = NG_NORM_POST;
+  CHECK(ng_block_placement(&hybrid, 0) == NG_NORM_PRE && ng_block_placement(&hybrid, 1) == NG_NORM_POST &&
+            ng_block_placement(&hybrid, 2) == NG_NORM_PRE && ng_block_layout_of(&hybrid, 1).output_norm &&
+            !ng_block_layout_of(&hybrid, 1).input_norm && ng_block_layout_of(&hybrid, 2).input_norm,
+        "hybrid: block l is layer_placements[l - 1]", "placements %d %d %d", (int)ng_block_placement(&hybrid, 0),
+        (int)ng_block_placement(&hybrid, 1), (int)ng_block_placement(&hybrid, 2));
   ng_model_config lns = c, deep = c;
   lns.norm_placement = NG_NORM_LNS;
   lns.mixln_post_layers = 0;
@@ -396,6 +412,14 @@ static void test_placement_keys(void) {
       {"mixln", "mixln_post_layers", "1.5", "model.mixln_post_layers"},
       {"mixln", NULL, NULL, "model.mixln_post_layers"},
       {"post", "mixln_post_layers", "1", "model.mixln_post_layers"},
+      {"hybrid", NULL, NULL, "model.layer_placements"},
+      {"hybrid", "layer_placements", "[\"pre\", \"post\"]", "model.layer_placements"},
+      {"hybrid", "layer_placements", "[\"pre\", \"lns\", \"post\"]", "model.layer_placements[1]"},
+      {"hybrid", "layer_placements", "[\"pre\", \"post\", \"hybrid\"]", "model.layer_placements[2]"},
+      {"hybrid", "layer_placements", "[\"pre\", \"post\", \"middle\"]", "model.layer_placements[2]"},
+      {"hybrid", "layer_placements", "[\"pre\", \"post\", 1]", "model.layer_placements[2]"},
+      {"hybrid", "layer_placements", "\"post\"", "model.layer_placements"},
+      {"pre", "layer_placements", "[\"pre\", \"post\", \"pre\"]", "model.layer_placements"},
   };
   ng_model_config c = toy_model();
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {

@@ -315,6 +315,46 @@ class Readings(unittest.TestCase):
         row = [r for r in t.rows if r[2] == "separator"][0]
         self.assertEqual([str(x) for x in row[3:]], ["0", "0", "0.500", "0.500", "0", "0", "0.000"])
 
+    def hybrid_run(self, placements=True):
+        """A Pre-Norm arm growing Post-Norm blocks (1→2→3, on top): growth records with
+        block_placements (unless not placements), res2 points of its post blocks only."""
+        cfg = config("h", 1)
+        cfg["growth"]["new_block_placement"] = "post"
+        d = write_run(os.path.join(self.tmp, "h-s1"), cfg, [3, 3, 2.0], diag_std=[1, 1, 1])
+        path = os.path.join(d, "metrics.jsonl")
+        lines = [json.loads(x) for x in open(path)]
+        for x in lines:
+            if x["event"] == "growth" and placements:
+                x["block_placements"] = ["pre"] + ["post"] * (x["depth"] - 1)
+        open(path, "w").write("".join(json.dumps(x) + "\n" for x in lines))
+        records = []
+        for depth, step in ((1, 2), (2, 4), (3, 6)):
+            r = diag_record(depth, step, 1.0, "post")
+            r["points"] = [p for p in r["points"] if p["kind"] == "hidden" or p["layer"] > 1]
+            records.append(r)
+        with open(os.path.join(d, "diag.jsonl"), "w") as f:
+            f.write("".join(json.dumps(x) + "\n" for x in records))
+        with open(os.path.join(d, "diag_final.json"), "w") as f:
+            json.dump(records[-1], f)
+        return d
+
+    def test_hybrid_growth(self):
+        """hybrid growth: the arm's title names both placements; its blocks' output norms follow the growth records"""
+        run = load_study([self.hybrid_run()], quiet).arms[0].first
+        self.assertEqual(run.title, "Pre-Norm, grown Post-Norm")
+        self.assertEqual([run.block_output_norm(b, d) for d in (1, 2, 3) for b in range(1, d + 1)],
+                         [False, False, True, False, True, True])
+        self.assertTrue(run.output_norms)
+        self.assertEqual(run.final.res2_std[2:], [10.0, 10.0])
+        self.assertTrue(math.isnan(run.final.res2_std[1]))
+
+    def test_hybrid_without_placements(self):
+        """hybrid growth whose growth records lack block_placements: one line naming the field"""
+        with self.assertRaises(ReportError) as e:
+            load_study([self.hybrid_run(placements=False)], quiet)
+        self.assertIn("metrics.jsonl:4: block_placements: expected", str(e.exception))
+        self.assertNotIn("\n", str(e.exception))
+
     def test_summary(self):
         """over seeds: the mean and the sample std (n − 1); a NaN value makes both NaN; no value: n 0"""
         s = summary([1.0, 2.0, 4.0, None])

@@ -57,10 +57,10 @@ static void test_every_config_parses(void) {
     }
     globfree(&g);
   }
-  // toy: teacher + 7 arms + 3 interventions + 2 continued + 5 reading B; paper the same
-  // without the teacher and the interventions, and the 7 arms of the 3.09 B student;
-  // toy-large and rehearsal: teacher + 7 arms
-  CHECK(bad == 0 && n == 55, "every run config under configs/ parses (55)", "%d of %d fail", bad, n);
+  // toy: teacher + 7 arms + 3 interventions + 2 continued + 5 reading B + 2 hybrid; paper
+  // the same without the teacher, the interventions and the hybrid arms, and the 7 arms of
+  // the 3.09 B student; toy-large and rehearsal: teacher + 7 arms
+  CHECK(bad == 0 && n == 57, "every run config under configs/ parses (57)", "%d of %d fail", bad, n);
 }
 
 // ---------------------------------------------------------------- schedules
@@ -264,6 +264,37 @@ static void test_reading_b(const char *scale) {
   CHECK(same, name, "another setting differs");
 }
 
+// ---------------------------------------------------------------- hybrid growth
+
+// configs/toy/hybrid: grow-pre growing post blocks and grow-post growing pre
+// blocks, each the demo's arm but for its name, run_dir and
+// growth.new_block_placement; their last stage's students are hybrid models
+// whose first stage's blocks keep their placement (new blocks on top).
+static void test_hybrid_arms(void) {
+  static const char *const changed[] = {"name", "run_dir", "growth.new_block_placement"};
+  static const struct {
+    const char *base, *arm;
+    ng_norm_placement prefix, grown;
+  } arms[] = {{"toy/grow-pre", "toy/hybrid/grow-pre-post", NG_NORM_PRE, NG_NORM_POST},
+              {"toy/grow-post", "toy/hybrid/grow-post-pre", NG_NORM_POST, NG_NORM_PRE}};
+  for (int i = 0; i < 2; i++) {
+    ng_run_config rc;
+    bool ok = same_settings(arms[i].base, arms[i].arm, changed, 3) && load(arms[i].arm, &rc) == 0;
+    if (ok) {
+      ng_model_config last = ng_stage_model(&rc, rc.n_stages - 1);
+      ok = rc.hybrid_growth && rc.new_block_placement == arms[i].grown && last.norm_placement == NG_NORM_HYBRID;
+      for (int64_t l = 0; ok && l < last.num_hidden_layers; l++)
+        ok = ng_block_placement(&last, l) == (l < rc.stages[0].depth ? arms[i].prefix : arms[i].grown);
+      ng_run_config_free(&rc);
+    }
+    char name[192];
+    snprintf(name, sizeof name, "%s is %s but for its name, run_dir and new_block_placement; its last "
+             "stage's blocks are %s below, %s above", arms[i].arm, arms[i].base,
+             ng_norm_placement_name(arms[i].prefix), ng_norm_placement_name(arms[i].grown));
+    CHECK(ok, name, "another setting differs, or the placements");
+  }
+}
+
 // ---------------------------------------------------------------- the larger toy study
 
 // Each toy-large config is the toy one but for what docs/assumptions.md's
@@ -433,6 +464,7 @@ int main(void) {
   test_reading_a("rehearsal");
   test_reading_b("toy");
   test_reading_b("paper");
+  test_hybrid_arms();
   test_toy_large();
   test_student_309b();
   test_paper_data();

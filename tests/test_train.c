@@ -331,6 +331,58 @@ static double weights_diff(const char *run_a, const char *run_b, const char *fil
   return worst;
 }
 
+// Hybrid growth: the Post-Norm arm growing Pre-Norm blocks on top (gate): each
+// growth keeps val CE exactly and logs the grown blocks' placements; the
+// checkpoints hold the per-block placements (post, pre, pre at the end); a run
+// stopped between the growths resumes to the same bits.
+static void check_hybrid_growth(void) {
+  static const char *const runs[] = {"hybrid", "hybrid_stopped"};
+  char path[160];
+  bool ok = true;
+  for (int i = 0; i < 2; i++) {
+    snprintf(path, sizeof path, "%s/%s.json", dir, runs[i]);
+    write_arm(path, runs[i], "");
+    edit_file(path, "\"gate_steps\": 5}", "\"gate_steps\": 5, \"new_block_placement\": \"pre\"}");
+    ng_train_args a = {.config_path = path, .overrides = {.seed = -1}, .stop_after = i ? 30 : 0};
+    ok = ok && ng_train(&a) == 0;
+  }
+  snprintf(path, sizeof path, "%s/hybrid_stopped", dir);
+  ng_train_args resume = {.resume_dir = path};
+  ok = ok && ng_train(&resume) == 0;
+  CHECK(ok, "distill a Post-Norm student growing Pre-Norm blocks, and stop and resume it", "%s", ng_error());
+  metrics m = read_metrics("hybrid");
+  int growths = 0;
+  bool preserved = true, listed = true;
+  static const char *const want[2][3] = {{"post", "pre"}, {"post", "pre", "pre"}};
+  for (int i = 0; i < m.n; i++) {
+    if (!is(m.rec[i], "growth")) continue;
+    // exact: gate 0 (see check_accounting)
+    preserved &= num(m.rec[i], "val_ce_before") == num(m.rec[i], "val_ce_after");
+    const cJSON *list = cJSON_GetObjectItemCaseSensitive(m.rec[i], "block_placements");
+    listed &= growths < 2 && cJSON_GetArraySize(list) == growths + 2;
+    for (int l = 0; listed && l < growths + 2; l++)
+      listed &= strcmp(cJSON_GetArrayItem(list, l)->valuestring, want[growths][l]) == 0;
+    growths++;
+  }
+  metrics_free(&m);
+  CHECK(growths == 2 && preserved && listed,
+        "hybrid growth: gate growth keeps val CE exactly; the growth records list post, pre (, pre)",
+        "%d growths", growths);
+  ng_model *final = NULL;
+  snprintf(path, sizeof path, "%s/hybrid/final.safetensors", dir);
+  bool placed = ng_checkpoint_load(path, ng_backend_cpu(), false, &final, NULL, NULL) == 0 &&
+                final->cfg.norm_placement == NG_NORM_HYBRID && ng_block_placement(&final->cfg, 0) == NG_NORM_POST &&
+                ng_block_placement(&final->cfg, 1) == NG_NORM_PRE && ng_block_placement(&final->cfg, 2) == NG_NORM_PRE &&
+                ng_model_find(final, "model.layers.2.input_layernorm.weight") &&
+                !ng_model_find(final, "model.layers.0.input_layernorm.weight");
+  ng_model_free(final);
+  CHECK(placed, "hybrid growth: the final checkpoint is a hybrid model of blocks post, pre, pre", "%s", ng_error());
+  // exact: the resume continues the same ops in the same order
+  CHECK(weights_diff("hybrid", "hybrid_stopped", "final.safetensors") == 0.0,
+        "hybrid growth: stopped after step 30 (between the growths) and resumed: final weights bit-identical",
+        "weights differ");
+}
+
 // Largest |loss difference| over the step records both logs have (up to
 // `steps`), and whether their tokens, layer-tokens and FLOPs are equal.
 static double loss_diff(const char *run_a, const char *run_b, int64_t steps, bool *same_accounting) {
@@ -501,7 +553,35 @@ static void expect_bad(const char *name, const char *extra_or_null, const char *
   CHECK(rc != 0 && strstr(ng_error(), want) && !strchr(ng_error(), '\n'), name, "rc %d, message: %s", rc, ng_error());
 }
 
+// The arm with model.norm_placement `placement` and growth.new_block_placement
+// `grown` (with rescale_stream when `rescale`): refused in one line with `want`.
+static void expect_bad_hybrid(const char *name, const char *placement, const char *grown, bool rescale,
+                              const char *want) {
+  char path[160], from[64], to[128];
+  snprintf(path, sizeof path, "%s/bad.json", dir);
+  write_arm(path, "bad", "");
+  snprintf(to, sizeof to, "\"norm_placement\": \"%s\"", placement);
+  edit_file(path, "\"norm_placement\": \"post\"", to);
+  snprintf(from, sizeof from, "\"gate_steps\": 5}");
+  snprintf(to, sizeof to, "\"gate_steps\": 5, \"new_block_placement\": \"%s\"%s}", grown,
+           rescale ? ", \"rescale_stream\": true" : "");
+  edit_file(path, from, to);
+  int rc = train(path);
+  CHECK(rc != 0 && strstr(ng_error(), want) && !strchr(ng_error(), '\n'), name, "rc %d, message: %s", rc, ng_error());
+}
+
 static void check_bad_configs(void) {
+  expect_bad_hybrid("new_block_placement of the model's own placement", "post", "post", false,
+                    "growth.new_block_placement: \"post\" is model.norm_placement itself");
+  expect_bad_hybrid("new_block_placement lns", "post", "lns", false,
+                    "growth.new_block_placement: \"lns\" is neither");
+  expect_bad_hybrid("new_block_placement on a sandwich model", "sandwich", "pre", false,
+                    "growth.new_block_placement: grows on a pre or post model");
+  expect_bad_hybrid("rescale_stream with post blocks grown on a pre model", "pre", "post", true,
+                    "growth.rescale_stream: the stream of a model with post blocks");
+  expect_bad("a hybrid model in a run config", NULL, "\"norm_placement\": \"post\"",
+             "\"norm_placement\": \"hybrid\", \"layer_placements\": [\"pre\", \"post\", \"pre\"]",
+             "model.norm_placement: a run's hybrid student is made by growth");
   expect_bad("a zero depth", NULL, "{\"depth\": 2, \"tokens\": 5120}", "{\"depth\": 0, \"tokens\": 5120}", "stages[1].depth");
   expect_bad("a depth below the one before", NULL, "\"stages\": [{\"depth\": 1", "\"stages\": [{\"depth\": 3", "only grow");
   expect_bad("a zero-token stage", NULL, "{\"depth\": 2, \"tokens\": 5120}", "{\"depth\": 2, \"tokens\": 0}", "stages[1].tokens");
@@ -596,6 +676,7 @@ int main(void) {
   check_resume(30);  // inside stage 2
   check_resume(40);  // at the stage boundary, before the growth
   check_settings();
+  check_hybrid_growth();
   write_wide_teacher();
   check_bad_configs();
   char cmd[128];

@@ -196,8 +196,9 @@ static void print_header(const char *path, const ng_run_config *rc, const teache
   const ng_model_config *m = &rc->model;
   const ng_plan_device *d = &h->dev;
   printf("normgrow plan: %s (%s), %s\n", rc->name, path, rc->distill ? "distillation" : "pretraining");
-  printf("  student  %s, hidden %lld, FFN %lld, %lld/%lld heads of %lld, vocab %lld, %s head%s\n",
-         ng_norm_placement_title(m->norm_placement), (long long)m->hidden_size,
+  printf("  student  %s%s%s, hidden %lld, FFN %lld, %lld/%lld heads of %lld, vocab %lld, %s head%s\n",
+         ng_norm_placement_title(m->norm_placement), rc->hybrid_growth ? ", new blocks " : "",
+         rc->hybrid_growth ? ng_norm_placement_title(rc->new_block_placement) : "", (long long)m->hidden_size,
          (long long)m->intermediate_size, (long long)m->num_attention_heads,
          (long long)m->num_key_value_heads, (long long)m->head_dim, (long long)m->vocab_size,
          m->tie_word_embeddings ? "tied" : "untied", m->final_norm ? ", final norm" : "");

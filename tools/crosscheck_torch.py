@@ -103,9 +103,15 @@ def write_safetensors(path, tensors, metadata):
 
 def block_placement(m, i):
     """The placement block i (0-based) computes: mixln's first mixln_post_layers
-    blocks are post, its others pre."""
+    blocks are post, its others pre; hybrid's block i is layer_placements[i]
+    ("pre" or "post")."""
     if m["norm_placement"] == "mixln":
         return "post" if i < m["mixln_post_layers"] else "pre"
+    if m["norm_placement"] == "hybrid":
+        placement = m["layer_placements"][i]
+        if placement not in ("pre", "post"):
+            raise ValueError(f"model.layer_placements[{i}]: {placement!r} is neither pre nor post")
+        return placement
     return m["norm_placement"]
 
 
@@ -377,7 +383,8 @@ class Case:
         m, B, T = self.model, *self.tokens.shape
         placement = m["norm_placement"] + (f" alpha {m['deepnorm_alpha']:.3g}" if "deepnorm_alpha" in m
                                            else f" P{m['mixln_post_layers']}" if "mixln_post_layers" in m
-                                           else "")
+                                           else " " + "/".join(m["layer_placements"])
+                                           if "layer_placements" in m else "")
         parts = [placement, f"V{m['vocab_size']} D{m['hidden_size']}",
                  f"F{m['intermediate_size']} L{m['num_hidden_layers']}",
                  f"H{m['num_attention_heads']}/{m['num_key_value_heads']}x{m['head_dim']}",
@@ -440,6 +447,8 @@ def random_model(rng, kv_ratio, placement, tied, final_norm, layer_scale=False):
         m["deepnorm_alpha"] = float(rng.uniform(0.5, 2.5))
     if placement == "mixln":
         m["mixln_post_layers"] = int(rng.integers(0, m["num_hidden_layers"] + 1))
+    if placement == "hybrid":  # each block pre or post, in any order
+        m["layer_placements"] = [str(p) for p in rng.choice(["pre", "post"], m["num_hidden_layers"])]
     return m
 
 
@@ -518,7 +527,7 @@ def balanced(rng, n, values):
     return [picks[i] for i in rng.permutation(n)]
 
 
-PLACEMENTS = ["pre", "post", "lns", "sandwich", "deepnorm", "mixln"]
+PLACEMENTS = ["pre", "post", "lns", "sandwich", "deepnorm", "mixln", "hybrid"]
 
 
 def random_features(rng, n):
@@ -870,11 +879,11 @@ def self_test(seed):
     ok = err <= 1e-12
     print(f"self-test: rotary vs complex rotation: {err:.2e} {'PASS' if ok else 'FAIL'}")
     placements = ("pre", "post", "lns", "post", "lns", "sandwich", "deepnorm", "mixln",
-                  "sandwich", "deepnorm", "mixln", "pre", "post", "lns")
-    for i, placement in enumerate(placements):  # the last six with LayerScale
+                  "sandwich", "deepnorm", "mixln", "pre", "post", "lns", "hybrid", "hybrid")
+    for i, placement in enumerate(placements):  # the ninth to the fifteenth with LayerScale
         features = {"placement": placement, "tied": i < 2 or i >= 8, "final_norm": i % 3 == 0,
                     "teacher": True, "clip": True, "kv_ratio": 2 ** (i % 3),
-                    "ignore_all": False, "layer_scale": i >= 8,
+                    "ignore_all": False, "layer_scale": 8 <= i < 15,
                     "divergence": ("forward_kl", "reverse_kl", "jsd")[i % 3]}
         case = informative_case(rng, features)
         checks = [("finite differences", finite_difference_error(case, rng), 1e-6),

@@ -7,7 +7,9 @@
 # --study placements: joint and grown students of every norm placement (pre, post,
 #   lns, sandwich, deepnorm, mixln); --study divergences: grown pre and post
 #   students under forward_kl, reverse_kl and jsd; --study interventions: grow-pre
-#   with each intervention on the stream's scale (docs/design.md). A study's new
+#   with each intervention on the stream's scale (docs/design.md); --study hybrid:
+#   grow-pre growing Post-Norm blocks and grow-post growing Pre-Norm blocks
+#   (configs/toy/hybrid, growth.new_block_placement) beside grow-pre and grow-post. A study's new
 #   arms are configs/toy/*.json or variants of them written into
 #   runs/demo-<study>/configs, their runs and the study's report go to
 #   runs/demo-<study>/; its arms that are the demo's own (joint-pre, joint-post,
@@ -19,7 +21,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 seeds=1 jobs=1 where=() study=
-usage="usage: tools/demo.sh [--seeds N] [--jobs J] [--backend NAME] [--precision fp32|bf16] [--study placements|divergences|interventions|large]"
+usage="usage: tools/demo.sh [--seeds N] [--jobs J] [--backend NAME] [--precision fp32|bf16] [--study placements|divergences|interventions|hybrid|large]"
 while [ $# -gt 0 ]; do
   case $1 in
     --seeds) seeds=$2; shift 2 ;;
@@ -81,6 +83,9 @@ case $study in
   interventions)
     out=runs/demo-$study
     arms=(grow-pre grow-post grow-pre-rescale-stream grow-pre-depth-scaled-init grow-pre-layer-scale) ;;
+  hybrid)  # post blocks grown on a pre prefix, pre blocks on a post prefix
+    out=runs/demo-$study configs=configs/toy/hybrid
+    arms=(grow-pre grow-post grow-pre-post grow-post-pre) ;;
   large)  # its own data, teacher and arms: none is the demo's
     demo=runs/demo-$study out=runs/demo-$study configs=configs/toy-large main_arms=
     teacher_config=$configs/teacher.json corpus=gcide ;;

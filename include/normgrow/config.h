@@ -1,8 +1,9 @@
 // normgrow: model, loss and optimizer configuration, parsed strictly from JSON.
 //
 // Field names are Hugging Face Qwen3 config.json names, plus norm_placement
-// ("pre" | "post" | "lns" | "sandwich" | "deepnorm" | "mixln"), final_norm, and
-// the placements' own keys deepnorm_alpha and mixln_post_layers. Parsing
+// ("pre" | "post" | "lns" | "sandwich" | "deepnorm" | "mixln" | "hybrid"),
+// final_norm, and the placements' own keys deepnorm_alpha, mixln_post_layers
+// and layer_placements. Parsing
 // rejects unknown keys, missing keys, values of the wrong JSON type and
 // impossible sizes, with one message that names the field ("<where>.num_key_value_heads: ...").
 #ifndef NORMGROW_CONFIG_H
@@ -22,7 +23,10 @@
 // the block's 1-based position in the current stack. sandwich (Peri-LN) norms
 // each sublayer's input and output; deepnorm is post with the residual scaled
 // by deepnorm_alpha; mixln makes its first mixln_post_layers blocks post and
-// the others pre (include/normgrow/model.h has the formulas).
+// the others pre; hybrid gives each block its own placement, pre or post, in
+// layer_placements (the model a growth with growth.new_block_placement makes:
+// new blocks of another placement than the blocks below them). model.h has the
+// formulas; ng_block_placement says what each block computes.
 typedef enum {
   NG_NORM_PRE = 0,
   NG_NORM_POST = 1,
@@ -30,18 +34,24 @@ typedef enum {
   NG_NORM_SANDWICH = 3,
   NG_NORM_DEEPNORM = 4,
   NG_NORM_MIXLN = 5,
+  NG_NORM_HYBRID = 6,
 } ng_norm_placement;
-#define NG_NORM_LAST NG_NORM_MIXLN  // the last one
+#define NG_NORM_LAST NG_NORM_HYBRID  // the last one
 
 // Every name, for messages.
 #define NG_NORM_PLACEMENT_NAMES \
-  "\"pre\", \"post\", \"lns\", \"sandwich\", \"deepnorm\", \"mixln\""
-// The config name of p: "pre", "post", "lns", "sandwich", "deepnorm", "mixln".
+  "\"pre\", \"post\", \"lns\", \"sandwich\", \"deepnorm\", \"mixln\", \"hybrid\""
+// The config name of p: "pre", "post", "lns", "sandwich", "deepnorm", "mixln", "hybrid".
 const char *ng_norm_placement_name(ng_norm_placement p);
-// Its title in reports: "Pre-Norm", "Post-Norm", "LNS", "Sandwich", "DeepNorm", "Mix-LN".
+// Its title in reports: "Pre-Norm", "Post-Norm", "LNS", "Sandwich", "DeepNorm", "Mix-LN",
+// "Hybrid".
 const char *ng_norm_placement_title(ng_norm_placement p);
 // The placement named `name` into *out; -1 (no message) when none is.
 int ng_norm_placement_from_name(const char *name, ng_norm_placement *out);
+
+// The most blocks of a model with per-block placements (hybrid), and of a run's
+// per-block lists (run.h).
+#define NG_MAX_LAYERS 1024
 
 typedef struct {
   int64_t vocab_size, hidden_size, intermediate_size, num_hidden_layers;
@@ -51,6 +61,9 @@ typedef struct {
   ng_norm_placement norm_placement;
   double deepnorm_alpha;      // deepnorm only (required there, > 0), else 0
   int64_t mixln_post_layers;  // mixln only (required there, 0..num_hidden_layers), else 0
+  // hybrid only (required there): block l's placement, pre or post, for l <
+  // num_hidden_layers <= NG_MAX_LAYERS; unused (and not read) with any other
+  ng_norm_placement layer_placements[NG_MAX_LAYERS];
   // The optional "layer_scale_init" (LayerScale): when present, every block has
   // two learnable per-channel scales [D] on its sublayers' branch terms as they
   // enter the residual sums (model.h), and a freshly initialised block starts

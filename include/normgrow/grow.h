@@ -10,6 +10,14 @@
 //   gate        random, wrapped in y = (1 - g) x + g Block(x) with g = 0 at
 //               growth (an identity in both placements), ramped up by the trainer
 //   teacher     a copy of a teacher layer (teacher_layers, one per new block)
+// A new block is of the placement the model's own rule gives its position,
+// unless the rule names a new_placement (hybrid growth: growth.new_block_placement):
+// then every new block is a block of that placement (pre or post) and every old
+// block keeps the placement it had, so the grown model is "hybrid" (config.h),
+// e.g. post blocks on a pre prefix. A new pre block starts as the identity
+// under gate and zero_out (and with layer scales at 0), a new post block only
+// under gate: with nothing added by its sublayers it still computes
+// y = N_pf(N_pa(x)) (ng_grow_hybrid_change says so at a growth).
 // Under LNS (LayerNorm-Scaling) a block's norm outputs are divided by
 // sqrt(position): a new block (zero_out or gate: an identity) below older
 // ones moves them up and shrinks their scale, so growth preserves the function
@@ -49,11 +57,31 @@ typedef struct {
   const ng_model *teacher;       // init teacher
   const int64_t *teacher_layers; // init teacher: one per new block
   bool depth_scaled;             // new blocks' o_proj, down_proj times 1/sqrt(2 l)
+  const ng_norm_placement *new_placement;  // NULL: the model's own rule; else (pre
+                                           // or post) every new block's placement
 } ng_grow_rule;
 
-// Grows `old` to new_depth into *out (same backend, trainable). from_old gets
-// [new_depth] old block indices (-1 = new). Gates of old blocks carry over;
-// new blocks get gate 0 under the gate rule, else 1. With model.layer_scale_init
+// The config of a model of config `old` grown to new_depth at `pos`, and
+// from_old [new_depth] as ng_grow_layout fills it. With new_placement NULL,
+// old's config at the new depth (each block as old's placement says for its
+// new position); else a hybrid config in which each old block keeps the
+// placement it had and each new block is *new_placement. -1 with a message
+// when that config is invalid (a hybrid model of more than NG_MAX_LAYERS
+// blocks, a new placement other than pre or post, a prefix block of another)
+// and when a hybrid `old` has no new_placement.
+int ng_grow_config(const ng_model_config *old, int64_t new_depth, ng_grow_position pos,
+                   const ng_norm_placement *new_placement, ng_model_config *out, int64_t *from_old);
+
+// At a growth by r into a model of config c with r->new_placement: why its new
+// blocks do not start as the identity (the grown model computes another
+// function), or NULL when they do. A pre block starts as the identity under the
+// gate and zero_out inits and with layer scales at 0 (model.layer_scale_init);
+// a post block only under the gate init.
+const char *ng_grow_hybrid_change(const ng_model_config *c, const ng_grow_rule *r);
+
+// Grows `old` to new_depth into *out (same backend, trainable), its config by
+// ng_grow_config. from_old gets [new_depth] old block indices (-1 = new).
+// Gates of old blocks carry over; new blocks get gate 0 under the gate rule, else 1. With model.layer_scale_init
 // a new block's layer scales start at it under every rule (0: the block adds
 // nothing to the stream until they are trained).
 int ng_model_grow(const ng_model *old, int64_t new_depth, const ng_grow_rule *rule,

@@ -7,8 +7,9 @@
 //
 // normgrow reads every field a Qwen3 config.json carries, plus two keys of its
 // own: `norm_placement` ("pre" | "post" | "lns" | "sandwich" | "deepnorm" |
-// "mixln", default "pre"), `final_norm` (default true), and the placements'
-// `deepnorm_alpha` and `mixln_post_layers` where they have them. A Pre-Norm
+// "mixln" | "hybrid", default "pre"), `final_norm` (default true), and the placements'
+// `deepnorm_alpha`, `mixln_post_layers` and `layer_placements` (hybrid: each
+// layer's "pre" or "post") where they have them. A Pre-Norm
 // model with a final norm is exported without them, so its directory is a plain Qwen3 checkpoint that transformers loads as is.
 // Any other model (another placement, or no final norm) is exported as the custom
 // architecture "NormgrowForCausalLM" (model_type "normgrow"): config.json has

@@ -10,6 +10,7 @@
 //             (Peri-LN; N_ff = pre_feedforward_layernorm)
 //   deepnorm: a = N_pa(alpha x + Attn(x));       y = N_pf(alpha a + MLP(a))
 //   mixln:    blocks l <= mixln_post_layers are post blocks, the others pre
+//   hybrid:   block l is a pre or a post block as layer_placements[l - 1] says
 //
 // Every block is computed by one code path, driven by its layout
 // (ng_block_layout_of: which norms it has, its norm scale c and residual
@@ -30,7 +31,7 @@
 // saving the unscaled branch terms as att_branch and mlp_branch. So for pre and
 // lns: a = x + gamma_attn Attn(N_in(x)); y = a + gamma_mlp MLP(N_pa(a)); for
 // sandwich the scale is on the normed sublayer output: a = x + gamma_attn
-// N_pa(Attn(N_in(x))); for post, deepnorm and mixln's post blocks the scaled
+// N_pa(Attn(N_in(x))); for post, deepnorm and mixln's and hybrid's post blocks the scaled
 // branch is added before the output norm: a = N_pa(alpha x + gamma_attn Attn(x)).
 #ifndef NORMGROW_MODEL_H
 #define NORMGROW_MODEL_H
@@ -206,7 +207,9 @@ typedef struct {
 #define NG_BLOCK_MAX_WEIGHTS 15
 
 // The placement block l (0-based) of a model of config c computes: its own
-// placement, or for mixln post (l < mixln_post_layers) or pre. Never mixln.
+// placement; for mixln post (l < mixln_post_layers) or pre; for hybrid
+// layer_placements[l]. Never mixln or hybrid: every per-block placement of
+// normgrow is resolved here, and everything else asks this function.
 ng_norm_placement ng_block_placement(const ng_model_config *c, int64_t l);
 ng_block_layout ng_block_layout_of(const ng_model_config *c, int64_t l);
 // The layout whose saved values serve blocks first..last (one set shared by

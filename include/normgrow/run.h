@@ -15,7 +15,9 @@
 //            the shard's non-overlapping windows (or a teacher cache's), each
 //            once per epoch in a seeded order reshuffled every epoch
 //            (ng_epoch_order, data.h), its position the run's tokens / seq)
-//   "model": { model config of the student at its final depth (config.h) },
+//   "model": { model config of the student at its final depth (config.h); with
+//              growth.new_block_placement, that of its first stage's blocks, and
+//              never "hybrid": ng_stage_model gives each stage's model },
 //   "teacher": "runs/toy/teacher/final.safetensors",          (distill only; a
 //              normgrow checkpoint or a Hugging Face Qwen3 directory)
 //   "teacher_cache": {"train": "train.topk", "val": "val.topk"},  (optional: KD
@@ -41,8 +43,14 @@
 //                                        the first fixed training batch: unit RMS at
 //                                        the new blocks' input; Pre-Norm and LNS with
 //                                        a final norm; grow.h, docs/design.md)
-//              "depth_scaled_init": false},  (new blocks' o_proj and down_proj times
+//              "depth_scaled_init": false,  (new blocks' o_proj and down_proj times
 //                                        1/sqrt(2 l), l their position; random or gate)
+//              "new_block_placement": "post"},  (optional, "pre" or "post", the other
+//                                        one than model.norm_placement's "pre" or "post":
+//                                        every new block is of this placement, every old
+//                                        one keeps its own, so the grown student is a
+//                                        hybrid model (grow.h, config.h); without it new
+//                                        blocks are of the model's placement)
 //   "stages": [{"depth": 3, "tokens": 65536, "restart_lr": false, "lr": {...},
 //               "freeze_existing": false}, ...],
 //   "eval": {"every_steps": 50, "batches": 4},
@@ -87,7 +95,6 @@
 #include "normgrow/grow.h"
 
 #define NG_MAX_STAGES 16
-#define NG_MAX_LAYERS 1024
 #define NG_MAX_STRUCTURAL 32  // structural_tokens ids
 
 typedef enum { NG_SAMPLE_UNIFORM, NG_SAMPLE_EPOCH } ng_sampling;
@@ -133,6 +140,8 @@ typedef struct {
   ng_grow_init grow_init;
   int64_t gate_steps;
   bool rescale_stream, depth_scaled_init;  // interventions on the stream's scale (grow.h)
+  bool hybrid_growth;        // growth.new_block_placement given: new blocks are of
+  ng_norm_placement new_block_placement;  // this placement (pre or post)
   int64_t n_grow_teacher_layers;
   int64_t grow_teacher_layers[NG_MAX_LAYERS];
   int n_stages;
@@ -169,6 +178,10 @@ void ng_run_config_free(ng_run_config *rc);
 // what takes it: a Hugging Face config.json ("architectures" or "model_type")
 // or a normgrow model config ("vocab_size"); NULL for anything else.
 const char *ng_config_not_run(const cJSON *root);
+
+// The student's model config at stage `stage`: model at that stage's depth,
+// with hybrid growth each growth before it made by ng_grow_config (grow.h).
+ng_model_config ng_stage_model(const ng_run_config *rc, int stage);
 
 // Steps of a stage (its tokens are a whole number of batches).
 int64_t ng_stage_steps(const ng_run_config *rc, int stage);

@@ -7,6 +7,7 @@
 #   sandwich: a = x + N_pa(Attn(N_in(x)));    y = a + N_pf(MLP(N_ff(a)))  (Peri-LN)
 #   deepnorm: a = N_pa(alpha x + Attn(x));    y = N_pf(alpha a + MLP(a)), alpha = deepnorm_alpha
 #   mixln:    layers l < mixln_post_layers (0-based) post, the others pre
+#   hybrid:   layer l pre or post as layer_placements[l] (0-based) says
 # and an optional final norm. Tensor names are normgrow's (Hugging Face
 # Qwen3's, plus Gemma's pre_feedforward_layernorm and post_feedforward_layernorm). Written beside the weights by
 # `normgrow export`; load with
@@ -88,9 +89,11 @@ class MLP(nn.Module):
 
 
 def block_placement(c, layer):
-    """The placement layer `layer` (0-based) computes: mixln's are post or pre."""
+    """The placement layer `layer` (0-based) computes: mixln's and hybrid's are post or pre."""
     if c.norm_placement == "mixln":
         return "post" if layer < c.mixln_post_layers else "pre"
+    if c.norm_placement == "hybrid":
+        return c.layer_placements[layer]
     return c.norm_placement
 
 

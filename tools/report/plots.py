@@ -175,7 +175,7 @@ def spread_curve(r, kind):
     if not r.diag:
         return []
     return [(d.tokens, d.hidden_std if kind == "hidden" else d.res2_std, d.depth) for d in r.diag
-            if kind == "hidden" or r.block_output_norm(d.depth)]
+            if kind == "hidden" or r.block_output_norm(d.depth, d.depth)]
 
 
 def rms_std(study, out_dir):
@@ -294,7 +294,7 @@ def rms_readings(study, out_dir):
                 xs, ys = [], []
                 for i, g in enumerate(first.growth_inputs):
                     v = [r.growth_inputs[i] for r in runs if i < len(r.growth_inputs)]
-                    v = [getattr(x, attr) for x in v if attr == "hidden_std" or runs[0].block_output_norm(x.block - 1)]
+                    v = [getattr(x, attr) for x in v if attr == "hidden_std" or runs[0].block_output_norm(x.block - 1, x.depth)]
                     if v:
                         xs.append(g.step)
                         ys.append(sum(v) / len(v))

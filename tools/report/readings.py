@@ -300,7 +300,7 @@ def spread_range(r, kind="hidden"):
     """(first, last, smallest, largest) std over tokens of the per-token RMS
     at hidden.L (or res2.L) over the run's evaluations; None without records."""
     v = [d.hidden_std if kind == "hidden" else d.res2_std for d in r.diag or []
-         if kind == "hidden" or r.block_output_norm(d.depth)]
+         if kind == "hidden" or r.block_output_norm(d.depth, d.depth)]
     return (v[0], v[-1], min(v), max(v)) if v else None
 
 
@@ -449,8 +449,8 @@ def rms_spread_table(study):
     t = Table("Residual RMS spread",
               "Standard deviation over tokens of the per-token RMS (all tokens) at hidden.L, the output of the "
               "last block (L: the depth at that evaluation), at the first and the last evaluation of diag.jsonl; "
-              "for arms whose last block ends in a norm (post, deepnorm, mixln while L <= P) also at res2.L, the "
-              "sum before that norm (hidden.L is pinned by the norm, res2.L is not). Mean over seeds.",
+              "for arms whose last block ends in a norm (post, deepnorm, mixln while L <= P, hybrid growth while "
+              "block L is post) also at res2.L, the sum before that norm (hidden.L is pinned by the norm, res2.L is not). Mean over seeds.",
               ["arm", "placement", "L first → last", "hidden.L first", "hidden.L last", "res2.L first", "res2.L last"],
               left=3)
     for a in study.arms:
@@ -460,7 +460,7 @@ def rms_spread_table(study):
         for k in range(4):
             def get(r, k=k):
                 v = [e.hidden_std for e in r.diag or []] if k < 2 else \
-                    [e.res2_std for e in r.diag or [] if r.block_output_norm(e.depth)]
+                    [e.res2_std for e in r.diag or [] if r.block_output_norm(e.depth, e.depth)]
                 return (v[-1] if k % 2 else v[0]) if v else None
             row.append(cell(a, get, fmt=G4))
         t.rows.append(row)
@@ -516,7 +516,7 @@ def growth_inputs_table(study):
                 if i >= len(r.growth_inputs):
                     return None
                 x = r.growth_inputs[i]
-                return None if attr == "res2_std" and not r.block_output_norm(x.block - 1) else getattr(x, attr)
+                return None if attr == "res2_std" and not r.block_output_norm(x.block - 1, x.depth) else getattr(x, attr)
             t.rows.append([a.name, a.first.title, str(g.step), str(g.tokens), str(g.depth), str(g.block)]
                           + [cell(a, lambda r, at=at: get(r, at), fmt=G4)
                              for at in ("hidden_std", "res2_std", "hidden_mean")])

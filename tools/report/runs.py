@@ -204,6 +204,7 @@ class Run:
     mixln_post_layers: int
     schedule: str
     steps_total: int
+    grown_placement: str = None  # growth.new_block_placement: new blocks' placement (hybrid growth)
     last_step: int = 0
     finished: bool = False
     evals: list = field(default_factory=list)  # [Eval]
@@ -213,12 +214,19 @@ class Run:
     growth_inputs: list = field(default_factory=list)  # [GrowthInput]
     final: Final = None  # None without diag_final.json
     settings: dict = field(default_factory=dict)  # flattened config.json
+    # hybrid growth: {depth: placement of each block}, the first stage's from the
+    # config, each grown model's from its growth record's block_placements
+    block_placements: dict = field(default_factory=dict)
 
-    def block_output_norm(self, block):
-        """Whether block `block` (from 1) ends in a norm: post, deepnorm and
-        mix-LN's first mixln_post_layers blocks."""
+    def block_output_norm(self, block, depth=None):
+        """Whether block `block` (from 1) of the model of depth `depth` (default
+        the final one) ends in a norm: post, deepnorm, mix-LN's first
+        mixln_post_layers blocks, and the post blocks of a hybrid growth."""
         if block < 1:
             return False
+        if self.grown_placement is not None:
+            at = self.block_placements.get(self.depth if depth is None else depth, ())
+            return block <= len(at) and at[block - 1] == "post"
         if self.placement in ("post", "deepnorm"):
             return True
         return self.placement == "mixln" and block - 1 < self.mixln_post_layers
@@ -234,6 +242,8 @@ class Run:
 
     @property
     def title(self):
+        if self.grown_placement is not None:
+            return f"{PLACEMENTS[self.placement]}, grown {PLACEMENTS[self.grown_placement]}"
         return PLACEMENTS[self.placement]
 
 
@@ -290,10 +300,16 @@ def load_config(path, run_dir):
     stages = c.get("stages")
     schedule = schedule_of(stages, path)
     tokens = sum(whole(dig(s, "tokens"), f"{path}: stages[{i}].tokens") for i, s in enumerate(stages))
+    grown = dig(c, "growth", "new_block_placement")
+    if grown is not None and (grown not in ("pre", "post") or placement not in ("pre", "post")):
+        raise ReportError(f"{path}: growth.new_block_placement: \"{grown}\" on a {placement} model "
+                          "(expected pre or post blocks on a pre or post model)")
+    first = whole(dig(stages[0], "depth"), f"{path}: stages[0].depth")
     return Run(dir=run_dir, config=c, name=text(c.get("name"), f"{path}: name"),
                seed=whole(c.get("seed"), f"{path}: seed"), mode=text(c.get("mode"), f"{path}: mode"),
                placement=placement, depth=depth, mixln_post_layers=post_layers, schedule=schedule,
-               steps_total=tokens // (batch * seq), settings=flatten(c))
+               steps_total=tokens // (batch * seq), settings=flatten(c), grown_placement=grown,
+               block_placements={first: (placement,) * first} if grown is not None else {})
 
 
 def read_metrics(path, r):
@@ -313,7 +329,14 @@ def read_metrics(path, r):
                 flops=number(rec.get("flops"), f"{where}: flops")))
             r.finished = step == r.steps_total
         elif event == "growth":
-            r.growths.append((step, tokens, whole(rec.get("depth"), f"{where}: depth")))
+            depth = whole(rec.get("depth"), f"{where}: depth")
+            r.growths.append((step, tokens, depth))
+            if r.grown_placement is not None:
+                at = rec.get("block_placements")
+                if not (isinstance(at, list) and len(at) == depth and all(p in ("pre", "post") for p in at)):
+                    raise ReportError(f"{where}: block_placements: expected \"pre\" or \"post\" for each "
+                                      f"of the {depth} blocks")
+                r.block_placements[depth] = tuple(at)
         elif event == "step":
             r.steps.append(rec)
     if not r.evals:
@@ -358,7 +381,7 @@ def growth_inputs(rec, where, r):
             raise ReportError(f"{where}: new_blocks: block {b} is not in 1..{depth}")
         r.growth_inputs.append(GrowthInput(
             step, tokens, depth, b, point_stat(rec, f"hidden.{b - 1}", "std", where),
-            point_stat(rec, f"res2.{b - 1}", "std", where) if r.block_output_norm(b - 1) else math.nan,
+            point_stat(rec, f"res2.{b - 1}", "std", where) if r.block_output_norm(b - 1, depth) else math.nan,
             point_stat(rec, f"hidden.{b - 1}", "mean", where)))
 
 
@@ -371,7 +394,7 @@ def read_diag(path, r):
         depth = whole(rec.get("depth"), f"{where}: depth")
         tokens = whole(rec.get("tokens"), f"{where}: tokens")
         step = whole(rec["step"], f"{where}: step") if rec.get("step") is not None else -1
-        post = r.block_output_norm(depth)
+        post = r.block_output_norm(depth, depth)
         r.diag.append(DiagEval(
             step, tokens, depth, point_stat(rec, f"hidden.{depth}", "std", where),
             point_stat(rec, f"res2.{depth}", "std", where) if post else math.nan,
