@@ -41,12 +41,15 @@ static const command commands[] = {
      "tokenize --tokenizer PATH TEXT|- | tokenize --tokenizer PATH --decode IDS|-\n"
      "    a text's token ids, or the text of ids"},
     {"train", cmd_train, 0, 1, true,
-     LIST("resume", "run-dir", "seed", "stop-after", "extend-tokens", "backend", "precision"),
-     LIST("force"),
-     "train RUN.json [--seed S] [--run-dir DIR] [--force] | train --resume RUN_DIR [--extend-tokens N]\n"
+     LIST("resume", "run-dir", "seed", "set", "stop-after", "extend-tokens", "backend", "precision"),
+     LIST("force", "check"),
+     "train RUN.json [--set KEY=VALUE]... [--seed S] [--run-dir DIR] [--force] [--check]\n"
+     "         | train --resume RUN_DIR [--extend-tokens N]\n"
      "         either with [--backend NAME] [--precision fp32|bf16] (replace the run's own)\n"
      "    run one arm (--force: replace a run in its directory), or continue it from its last\n"
-     "    checkpoint (--extend-tokens: a finished run, N tokens more); Ctrl-C stops at a checkpoint"},
+     "    checkpoint (--extend-tokens: a finished run, N tokens more); Ctrl-C stops at a checkpoint;\n"
+     "    --set: a key of RUN.json replaced (lr.peak=1e-3, stages.0.tokens=8192, a string as it is);\n"
+     "    --check: print the resolved config (with the overrides), train nothing"},
     {"diag", cmd_diag, 1, 1, true,
      LIST("backend", "precision", "data", "teacher", "batches", "batch", "seq", "structural",
           "top", "kd-weight", "temperature", "out"),

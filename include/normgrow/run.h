@@ -150,11 +150,20 @@ typedef struct {
 } ng_run_config;
 
 // Values given on the command line that replace the file's.
+// sets: "KEY=VALUE" each (`normgrow train --set`), applied in order before the
+// others: KEY a path of object keys and array indices joined by dots
+// ("lr.peak", "stages.0.tokens", "model.norm_placement"); a missing object on
+// the way is created, a missing last key added (the run config's own checks
+// then refuse a key it does not know); VALUE JSON ("5e-4", "true", "[1, 2]",
+// "\"top\""), or else the text itself as a string ("top"). A config with sets
+// is named "PATH (with --set)" in its errors.
 typedef struct {
   int64_t seed;          // >= 0: replaces "seed"
   const char *run_dir;   // not NULL: replaces "run_dir"
   const char *backend;   // not NULL: replaces "backend"
   const char *precision; // not NULL: replaces "precision"
+  int n_sets;
+  const char *const *sets;
 } ng_run_overrides;
 
 // Loading refuses a file that is no run config with one line saying what it
