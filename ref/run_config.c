@@ -139,17 +139,23 @@ static int parse_optim(cJSON *o, ng_run_config *rc) {
 }
 
 static int parse_init(cJSON *o, ng_run_config *rc) {
-  static const char *const keys[] = {"std", "layers", "embeddings", "freeze_embeddings", NULL};
+  static const char *const keys[] = {"std", "layers", "embeddings", "freeze_embeddings",
+                                     "deepnorm_beta", NULL};
   static const char *const sources[] = {"random", "teacher", NULL};
   int emb;
+  bool deepnorm = rc->model.norm_placement == NG_NORM_DEEPNORM;
   default_item(o, "layers", cJSON_CreateString("random"));
   default_item(o, "embeddings", cJSON_CreateString("random"));
   default_item(o, "freeze_embeddings", cJSON_CreateFalse());
+  if (deepnorm) default_item(o, "deepnorm_beta", cJSON_CreateTrue());
   if (ng_json_expect_object(o, "init") || ng_json_only_keys(o, "init", keys) ||
       ng_json_num(o, "init", "std", 0.0, 10.0, &rc->init_std) ||
       json_enum(o, "init", "embeddings", sources, &emb) ||
       ng_json_bool(o, "init", "freeze_embeddings", &rc->freeze_embeddings))
     return -1;
+  if (!deepnorm && section(o, "deepnorm_beta"))
+    return ng_fail("init.deepnorm_beta: only a deepnorm model has DeepNet's beta init");
+  if (deepnorm && ng_json_bool(o, "init", "deepnorm_beta", &rc->deepnorm_beta)) return -1;
   rc->embeddings_from_teacher = emb == 1;
   const cJSON *layers = section(o, "layers");
   if (cJSON_IsString(layers)) {
