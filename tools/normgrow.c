@@ -63,6 +63,13 @@ static const command commands[] = {
      "report RUN_DIR... [--out DIR] [--force] [--tensorboard LOGDIR [--follow]]\n"
      "    tables and plots comparing runs (runs that did not train marked) -> DIR/report.md;\n"
      "    --tensorboard: also the runs' event files, --follow: only those, as the runs train"},
+    {"sweep", cmd_sweep, 1, 1, false,
+     LIST("out", "set", "seeds", "jobs", "stop-after", "backend", "precision"), NONE,
+     "sweep RUN.json --out DIR [--set KEY=V1,V2,...]... [--seeds S1,S2,...] [--jobs J]\n"
+     "         [--backend NAME] [--precision fp32|bf16] [--threads N (per run; default: the cores / J)]\n"
+     "    RUN.json trained at every setting of the grid and every seed, J runs at a time, each in\n"
+     "    DIR/<setting>/seed<S>; run again, finished runs are kept and stopped ones resumed;\n"
+     "    DIR/sweep.md and sweep.json: final validation CE per setting, mean and spread over seeds"},
     {"runs", cmd_runs, 0, 1, false, NONE, LIST("long"),
      "runs [DIR] [--long]\n"
      "    the run directories under DIR (default runs), one a line: state (running: the pid),\n"
