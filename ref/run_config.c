@@ -136,17 +136,23 @@ static int parse_optim(cJSON *o, ng_run_config *rc) {
 }
 
 static int parse_init(cJSON *o, ng_run_config *rc) {
-  static const char *const keys[] = {"std", "layers", "embeddings", "freeze_embeddings", NULL};
+  static const char *const keys[] = {"std", "layers", "embeddings", "freeze_embeddings",
+                                     "deepnorm_beta", NULL};
   static const char *const sources[] = {"random", "teacher", NULL};
   int emb;
+  bool deepnorm = rc->model.norm_placement == NG_NORM_DEEPNORM;
   default_item(o, "layers", cJSON_CreateString("random"));
   default_item(o, "embeddings", cJSON_CreateString("random"));
   default_item(o, "freeze_embeddings", cJSON_CreateFalse());
+  if (deepnorm) default_item(o, "deepnorm_beta", cJSON_CreateTrue());
   if (ng_json_expect_object(o, "init") || ng_json_only_keys(o, "init", keys) ||
       ng_json_num(o, "init", "std", 0.0, 10.0, &rc->init_std) ||
       json_enum(o, "init", "embeddings", sources, &emb) ||
       ng_json_bool(o, "init", "freeze_embeddings", &rc->freeze_embeddings))
     return -1;
+  if (!deepnorm && section(o, "deepnorm_beta"))
+    return ng_fail("init.deepnorm_beta: only a deepnorm model has DeepNet's beta init");
+  if (deepnorm && ng_json_bool(o, "init", "deepnorm_beta", &rc->deepnorm_beta)) return -1;
   rc->embeddings_from_teacher = emb == 1;
   const cJSON *layers = section(o, "layers");
   if (cJSON_IsString(layers)) {
@@ -427,8 +433,71 @@ static int parse_root(cJSON *root, ng_run_config *rc) {
   return 0;
 }
 
-static void apply_overrides(cJSON *root, const ng_run_overrides *ov) {
-  if (!ov || !cJSON_IsObject(root)) return;
+#define MAX_SET_KEY 256  // characters of a --set's key
+
+// The value of a --set: its text as JSON, else the text as a string.
+static cJSON *set_value(const char *text) {
+  cJSON *v = cJSON_ParseWithOpts(text, NULL, true);
+  return v ? v : cJSON_CreateString(text);
+}
+
+// Puts value (owned) at the path key (its parts separated by dots, each
+// NUL-ended in place) below node; `set` is the whole --set, for messages.
+static int put_at(cJSON *node, char *key, const char *set, cJSON *value) {
+  for (char *part = key;;) {
+    char *next = strchr(part, '.');
+    if (next) *next++ = 0;
+    int above = part == key ? 0 : (int)(part - key - 1);  // the length of node's path
+    cJSON *child = NULL;
+    if (!*part) {
+      cJSON_Delete(value);
+      return ng_fail("--set %s: an empty part in the key", set);
+    }
+    if (cJSON_IsArray(node)) {
+      int size = cJSON_GetArraySize(node);
+      char *end;
+      long i = strtol(part, &end, 10);
+      if (*part < '0' || *part > '9' || *end || i >= size) {
+        cJSON_Delete(value);
+        return ng_fail("--set %s: %.*s has %d entr%s: \"%s\" is not the index of one", set, above,
+                       set, size, size == 1 ? "y" : "ies", part);
+      }
+      if (!next) {
+        NG_ASSERT(cJSON_ReplaceItemInArray(node, (int)i, value));
+        return 0;
+      }
+      child = cJSON_GetArrayItem(node, (int)i);
+    } else if (cJSON_IsObject(node)) {
+      child = cJSON_GetObjectItemCaseSensitive(node, part);
+      if (!next) {
+        NG_ASSERT(child ? cJSON_ReplaceItemInObjectCaseSensitive(node, part, value)
+                        : cJSON_AddItemToObject(node, part, value));
+        return 0;
+      }
+      if (!child) child = cJSON_AddObjectToObject(node, part);
+    } else {
+      cJSON_Delete(value);
+      return ng_fail("--set %s: %.*s is a value, not an object or array", set, above, set);
+    }
+    node = child;
+    part = next;
+  }
+}
+
+// One --set KEY=VALUE into root (ng_run_overrides).
+static int apply_set(cJSON *root, const char *set) {
+  const char *eq = strchr(set, '=');
+  if (!eq || eq == set) return ng_fail("--set %s: expected KEY=VALUE (a key such as lr.peak)", set);
+  char key[MAX_SET_KEY];
+  if ((size_t)(eq - set) >= sizeof key) return ng_fail("--set %s: the key is too long", set);
+  snprintf(key, sizeof key, "%.*s", (int)(eq - set), set);
+  return put_at(root, key, set, set_value(eq + 1));
+}
+
+static int apply_overrides(cJSON *root, const ng_run_overrides *ov) {
+  if (!ov || !cJSON_IsObject(root)) return 0;
+  for (int i = 0; i < ov->n_sets; i++)
+    if (apply_set(root, ov->sets[i])) return -1;
   if (ov->seed >= 0) {
     cJSON_DeleteItemFromObjectCaseSensitive(root, "seed");
     cJSON_AddNumberToObject(root, "seed", (double)ov->seed);
@@ -440,6 +509,7 @@ static void apply_overrides(cJSON *root, const ng_run_overrides *ov) {
       cJSON_DeleteItemFromObjectCaseSensitive(root, keys[i]);
       cJSON_AddStringToObject(root, keys[i], vals[i]);
     }
+  return 0;
 }
 
 const char *ng_config_not_run(const cJSON *root) {
@@ -464,11 +534,12 @@ static int parse_with(const char *text, const char *where, const ng_run_override
     cJSON_Delete(root);
     return ng_fail("%s: %s", where, other);
   }
-  apply_overrides(root, ov);
-  int r = parse_root(root, rc);
+  char named[600];  // where, and whether --set changed what it holds
+  snprintf(named, sizeof named, "%s%s", where, ov && ov->n_sets ? " (with --set)" : "");
+  int r = apply_overrides(root, ov) || parse_root(root, rc);
   if (r == 0) rc->json = ng_json_print(root, true);
   cJSON_Delete(root);
-  return r ? ng_fail_prefix(where) : 0;
+  return r ? ng_fail_prefix(named) : 0;
 }
 
 int ng_run_config_parse(const char *text, const char *where, ng_run_config *rc) {

@@ -144,7 +144,7 @@ static int init_student(trainer *t) {
   ng_rng_seed(&init, rc->seed ^ 0x696e6974ULL);  // "init": a stream of its own
   t->student = ng_model_create(t->be, &cfg, true);
   ng_model_init_random(t->student, &init, rc->init_std);
-  ng_model_deepnorm_init(t->student, rc->model.num_hidden_layers);  // beta at the final depth
+  if (rc->deepnorm_beta) ng_model_deepnorm_init(t->student, rc->model.num_hidden_layers);  // beta at the final depth
   for (int64_t l = 0; l < rc->n_init_layers; l++) {
     if (rc->init_layers[l] >= t->teacher->cfg.num_hidden_layers)
       return ng_fail("init.layers[%lld]: the teacher has %lld layers", (long long)l,

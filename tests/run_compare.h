@@ -38,6 +38,7 @@ static inline bool ng_same_run(const ng_run_config *a, const ng_run_config *b) {
               SAME_STR(cache_train) && SAME_STR(cache_val) && SAME_BYTES(loss) && SAME_BYTES(optim) &&
               SAME(reset_state_on_growth) && SAME_BYTES(init_std) && SAME(n_init_layers) &&
               SAME_BYTES(init_layers) && SAME(embeddings_from_teacher) && SAME(freeze_embeddings) &&
+              SAME(deepnorm_beta) &&
               SAME(grow_position) && SAME(grow_init) && SAME(gate_steps) &&
               SAME(n_grow_teacher_layers) && SAME_BYTES(grow_teacher_layers) && SAME(n_stages) &&
               SAME(eval_every) && SAME(eval_batches) && SAME(checkpoint_every) &&

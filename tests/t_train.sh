@@ -283,3 +283,42 @@ case "$bes" in
   ;;
 *) echo "skip backend resume: this build has only $bes" ;;
 esac
+
+# DeepNet's beta init is init.deepnorm_beta's (default true): a 2-block deepnorm run whose
+# one step barely moves its weights (LR 1e-9) holds v_proj, o_proj and the MLP's matrices
+# at beta = (8 x 2)^(-1/4) = 0.5 times those of the same run with deepnorm_beta false (the
+# same draw), q_proj, k_proj and the embeddings as they are; another placement refuses the key.
+deep=(--set model.norm_placement=deepnorm --set model.deepnorm_alpha=1.5 --set lr.peak=1e-9
+      --set lr.floor=0 --set stages.0.tokens=256)
+"$bin" train "$tmp/teacher.json" "${deep[@]}" --run-dir "$tmp/beta-on" 2>/dev/null &&
+  "$bin" train "$tmp/teacher.json" "${deep[@]}" --set init.deepnorm_beta=false --run-dir "$tmp/beta-off" 2>/dev/null &&
+  python3 - "$tmp/beta-on/final.safetensors" "$tmp/beta-off/final.safetensors" <<'PY'
+import json, struct, sys
+def load(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header, data = json.loads(f.read(n)), f.read()
+    return {k: struct.unpack("<%df" % ((v["data_offsets"][1] - v["data_offsets"][0]) // 4),
+                             data[v["data_offsets"][0]:v["data_offsets"][1]])
+            for k, v in header.items() if k != "__metadata__"}
+on, off = load(sys.argv[1]), load(sys.argv[2])
+scaled = ("v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+def far(name):  # largest |on - f off| over the tensor; one step of LR 1e-9 moves a weight by ~1e-9
+    f = 0.5 if ".layers." in name and any(s in name for s in scaled) else 1.0
+    return max(abs(a - f * b) for a, b in zip(on[name], off[name]))
+names = [k for k in on if k.endswith("_proj.weight") or "embed" in k]
+n_scaled = sum(1 for k in names if any(s in k for s in scaled))
+sys.exit(not (n_scaled == 10 and len(names) == 15 and all(far(k) < 1e-7 for k in names)))
+PY
+if [ $? -eq 0 ]; then
+  echo "ok init.deepnorm_beta: true scales the five matrices of each block by 0.5 = (8 x 2)^(-1/4), false leaves them"
+else
+  echo "FAIL init.deepnorm_beta: the two runs' weights are not in the ratio of DeepNet's beta (or a run failed)"
+fi
+"$bin" train "$tmp/teacher.json" --set init.deepnorm_beta=false --check >/dev/null 2>"$tmp/err"
+rc=$?
+if [ "$rc" -ne 0 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && grep -q 'init.deepnorm_beta: only a deepnorm model' "$tmp/err"; then
+  echo "ok init.deepnorm_beta on a Pre-Norm model: refused ($(cat "$tmp/err"))"
+else
+  echo "FAIL init.deepnorm_beta on a Pre-Norm model: status $rc, stderr: $(cat "$tmp/err")"
+fi

@@ -58,6 +58,7 @@ int cmd_golden_update(const ng_cli *c);
 int cmd_bench(const ng_cli *c);
 int cmd_plan(const ng_cli *c);
 int cmd_report(const ng_cli *c);
+int cmd_sweep(const ng_cli *c);
 int cmd_data(const ng_cli *c);
 int cmd_tokenize(const ng_cli *c);
 int cmd_train(const ng_cli *c);

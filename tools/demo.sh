@@ -59,13 +59,18 @@ case $study in
     mkdir -p "$configs"
     for kind in joint grow; do
       for p in pre post lns sandwich deepnorm mixln; do
-        case $p in  # deepnorm: DeepNet's alpha (2 L_final)^(1/4) at the final depth 6;
-          deepnorm) x=' "deepnorm_alpha": 1.8612097182041991,' ;;  # mixln: Mix-LN's quarter
-          mixln) x=' "mixln_post_layers": 1,' ;;                      # of 6 blocks, rounded down
+        # deepnorm: DeepNet's alpha (2 L_final)^(1/4) at the final depth 6, without DeepNet's
+        # beta init (at this width it leaves DeepNorm on the unigram plateau: README);
+        # mixln: Mix-LN's quarter of 6 blocks, rounded down
+        y=()
+        case $p in
+          deepnorm) x=' "deepnorm_alpha": 1.8612097182041991,'
+            y=('"freeze_embeddings": false|"freeze_embeddings": false, "deepnorm_beta": false') ;;
+          mixln) x=' "mixln_post_layers": 1,' ;;
           pre | post) arms+=("$kind-$p"); continue ;;  # the demo's own
           *) x= ;;
         esac
-        variant "$kind-pre" "$kind-$p" "\"norm_placement\": \"pre\",|\"norm_placement\": \"$p\",$x"
+        variant "$kind-pre" "$kind-$p" "\"norm_placement\": \"pre\",|\"norm_placement\": \"$p\",$x" "${y[@]}"
         arms+=("$kind-$p")
       done
     done ;;

@@ -43,12 +43,15 @@ static const command commands[] = {
      "tokenize --tokenizer PATH TEXT|- | tokenize --tokenizer PATH --decode IDS|-\n"
      "    a text's token ids, or the text of ids"},
     {"train", cmd_train, 0, 1, true,
-     LIST("resume", "run-dir", "seed", "stop-after", "extend-tokens", "backend", "precision"),
-     LIST("force"),
-     "train RUN.json [--seed S] [--run-dir DIR] [--force] | train --resume RUN_DIR [--extend-tokens N]\n"
+     LIST("resume", "run-dir", "seed", "set", "stop-after", "extend-tokens", "backend", "precision"),
+     LIST("force", "check"),
+     "train RUN.json [--set KEY=VALUE]... [--seed S] [--run-dir DIR] [--force] [--check]\n"
+     "         | train --resume RUN_DIR [--extend-tokens N]\n"
      "         either with [--backend NAME] [--precision fp32|bf16] (replace the run's own)\n"
      "    run one arm (--force: replace a run in its directory), or continue it from its last\n"
-     "    checkpoint (--extend-tokens: a finished run, N tokens more); Ctrl-C stops at a checkpoint"},
+     "    checkpoint (--extend-tokens: a finished run, N tokens more); Ctrl-C stops at a checkpoint;\n"
+     "    --set: a key of RUN.json replaced (lr.peak=1e-3, stages.0.tokens=8192, a string as it is);\n"
+     "    --check: print the resolved config (with the overrides), train nothing"},
     {"diag", cmd_diag, 1, 1, true,
      LIST("backend", "precision", "data", "teacher", "batches", "batch", "seq", "structural",
           "top", "kd-weight", "temperature", "out"),
@@ -62,6 +65,13 @@ static const command commands[] = {
      "report RUN_DIR... [--out DIR] [--force] [--tensorboard LOGDIR [--follow]]\n"
      "    tables and plots comparing runs (runs that did not train marked) -> DIR/report.md;\n"
      "    --tensorboard: also the runs' event files, --follow: only those, as the runs train"},
+    {"sweep", cmd_sweep, 1, 1, false,
+     LIST("out", "set", "seeds", "jobs", "stop-after", "backend", "precision"), NONE,
+     "sweep RUN.json --out DIR [--set KEY=V1,V2,...]... [--seeds S1,S2,...] [--jobs J]\n"
+     "         [--backend NAME] [--precision fp32|bf16] [--threads N (per run; default: the cores / J)]\n"
+     "    RUN.json trained at every setting of the grid and every seed, J runs at a time, each in\n"
+     "    DIR/<setting>/seed<S>; run again, finished runs are kept and stopped ones resumed;\n"
+     "    DIR/sweep.md and sweep.json: final validation CE per setting, mean and spread over seeds"},
     {"runs", cmd_runs, 0, 1, false, NONE, LIST("long"),
      "runs [DIR] [--long]\n"
      "    the run directories under DIR (default runs), one a line: state (running: the pid),\n"

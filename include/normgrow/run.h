@@ -31,7 +31,12 @@
 //   "lr": {"peak": 3e-3, "floor": 3e-4, "warmup_tokens": 8192, "shape": "cosine"|"linear"|"constant"},
 //   "init": {"std": 0.02, "layers": "random" | [teacher layer per student block]
 //                                  | {"every": k} (block i <- teacher layer i k),
-//            "embeddings": "random" | "teacher", "freeze_embeddings": false},
+//            "embeddings": "random" | "teacher", "freeze_embeddings": false,
+//            "deepnorm_beta": true},  (deepnorm only: DeepNet's init, v_proj, o_proj and
+//                                     the MLP's matrices of the first stage's blocks times
+//                                     beta = (8 L)^(-1/4), L the final depth (blocks
+//                                     added by growth start at init.std); false: every
+//                                     matrix at init.std)
 //   "growth": {"position": "top"|"interleave"|"middle",
 //              "init": "random"|"copy_below"|"zero_out"|"gate"|"teacher",
 //              "gate_steps": 50,  (the gate init's ramp, in steps; the last growth
@@ -69,8 +74,8 @@
 // restarts with its own schedule), restart_lr (default false: the stage
 // continues the schedule of the stage before), freeze_existing (default false),
 // growth (when every stage has the same depth), init.layers/embeddings
-// (default random), structural_tokens (diagnostics; at most NG_MAX_STRUCTURAL
-// ids), checkpoint_every_steps, data.micro_batch, data.sampling, train (and
+// (default random), init.deepnorm_beta (default true), structural_tokens
+// (diagnostics; at most NG_MAX_STRUCTURAL ids), checkpoint_every_steps, data.micro_batch, data.sampling, train (and
 // each of its keys). Evaluation and diagnostics
 // run in micro-batches too (the diagnostics' ablation CE is then the mean over
 // micro-batches). Integers are exact JSON integers (at most 2^53 - 1). A run's
@@ -136,6 +141,7 @@ typedef struct {
   int64_t n_init_layers;     // 0: random blocks
   int64_t init_layers[NG_MAX_LAYERS];
   bool embeddings_from_teacher, freeze_embeddings;
+  bool deepnorm_beta;        // init.deepnorm_beta (false for every other placement)
   ng_grow_position grow_position;
   ng_grow_init grow_init;
   int64_t gate_steps;
@@ -156,11 +162,20 @@ typedef struct {
 } ng_run_config;
 
 // Values given on the command line that replace the file's.
+// sets: "KEY=VALUE" each (`normgrow train --set`), applied in order before the
+// others: KEY a path of object keys and array indices joined by dots
+// ("lr.peak", "stages.0.tokens", "model.norm_placement"); a missing object on
+// the way is created, a missing last key added (the run config's own checks
+// then refuse a key it does not know); VALUE JSON ("5e-4", "true", "[1, 2]",
+// "\"top\""), or else the text itself as a string ("top"). A config with sets
+// is named "PATH (with --set)" in its errors.
 typedef struct {
   int64_t seed;          // >= 0: replaces "seed"
   const char *run_dir;   // not NULL: replaces "run_dir"
   const char *backend;   // not NULL: replaces "backend"
   const char *precision; // not NULL: replaces "precision"
+  int n_sets;
+  const char *const *sets;
 } ng_run_overrides;
 
 // Loading refuses a file that is no run config with one line saying what it

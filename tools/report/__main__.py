@@ -21,8 +21,10 @@ class Refused(Exception):
 
 
 class Parser(argparse.ArgumentParser):
+    """prog "normgrow COMMAND": a usage error is Refused with one line (the sweep's too)."""
+
     def error(self, message):  # one line, as every normgrow command
-        raise Refused(f"report: {message} (normgrow report --help shows its usage)")
+        raise Refused(f"{self.prog.split()[-1]}: {message} ({self.prog} --help shows its usage)")
 
 
 def parse(argv):
