@@ -1,7 +1,9 @@
 // normgrow: the oneDNN backend, on the CPU.
 //
 // Buffers are host memory, as in the CPU backend, whose ops it shares: its
-// table starts as a copy of the CPU's and replaces the matmul and attention.
+// table starts as a copy of the CPU's and replaces the matmul, attention, and
+// the loss, norms, RoPE, SwiGLU, elementwise ops and AdamW (vectorised:
+// cpu_vec.h; the loss and norms stay fp32 in bf16 mode).
 // Matmuls run as oneDNN matmul primitives, created once per shape
 // (transposes, M, N, K, beta) and kept in a cache.
 // - fp32: f32 inputs with fpmath mode strict, so that no environment variable
@@ -21,6 +23,8 @@
 #include "normgrow/backend.h"
 #include "normgrow/backend_cpu.h"
 #include "normgrow/common.h"
+
+#include "cpu_vec.h"
 
 // A failing oneDNN call is an environment or programming error.
 #define DNNL_OK(call)                                                          \
@@ -48,8 +52,6 @@ typedef struct {
 typedef struct {
   ng_attn_shape s;
   mm_exec scores, values, grads;
-  dnnl_primitive_t exp;  // x = exp(x) over the scores [s.B*s.H*s.T, s.T], in place
-  dnnl_memory_t exp_x;
 } att_prims;
 
 // A growable host buffer.
@@ -72,7 +74,9 @@ typedef struct {
   int n_att, cap_att;
   scratch abuf, bbuf;        // bf16 inputs of the current matmul
   scratch att_buf[A_COUNT];  // the attention's buffers
-  char kernels[256];         // "oneDNN" and the distinct implementations chosen
+  // The distinct oneDNN implementations chosen so far, comma-separated: of the
+  // 2-D matmuls, of attention's products; and the description kernels() gives.
+  char mm_impl[128], att_impl[128], kernels[512];
 } onednn;
 
 static onednn *ctx_of(ng_backend *be) { return (onednn *)be->ctx; }
@@ -85,16 +89,17 @@ static dnnl_memory_desc_t plain_md(int64_t rows, int64_t cols, bool t, dnnl_data
   return md;
 }
 
-static void note_kernel(onednn *o, const char *impl) {
-  if (strstr(o->kernels, impl)) return;
-  size_t n = strlen(o->kernels);
-  snprintf(o->kernels + n, sizeof o->kernels - n, "%s%s", n ? ", " : "oneDNN ", impl);
+// Adds impl to the list (128 chars) unless it is there.
+static void note_kernel(char *list, const char *impl) {
+  if (strstr(list, impl)) return;
+  size_t n = strlen(list);
+  snprintf(list + n, 128 - n, "%s%s", n ? ", " : "", impl);
 }
 
 // A matmul primitive C = A B over the descriptors, fpmath mode strict, with
-// C = A B + beta C when beta != 0.
+// C = A B + beta C when beta != 0; its implementation noted in `impls`.
 static mm_exec make_exec(onednn *o, const dnnl_memory_desc_t *a, const dnnl_memory_desc_t *b,
-                         const dnnl_memory_desc_t *c, float beta) {
+                         const dnnl_memory_desc_t *c, float beta, char *impls) {
   dnnl_matmul_desc_t desc;
   DNNL_OK(dnnl_matmul_desc_init(&desc, a, b, NULL, c));
   dnnl_primitive_attr_t attr;
@@ -112,7 +117,7 @@ static mm_exec make_exec(onednn *o, const dnnl_memory_desc_t *a, const dnnl_memo
   DNNL_OK(dnnl_primitive_attr_destroy(attr));
   const char *impl = NULL;
   DNNL_OK(dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl));
-  note_kernel(o, impl);
+  note_kernel(impls, impl);
   mm_exec x;
   DNNL_OK(dnnl_primitive_create(&x.prim, pd));
   DNNL_OK(dnnl_memory_create(&x.a, a, o->engine, DNNL_MEMORY_NONE));
@@ -149,7 +154,7 @@ static mm_prim *make_prim(onednn *o, bool ta, bool tb, int64_t M, int64_t N, int
     o->prims = ng_xrealloc(o->prims, (size_t)o->cap * sizeof *o->prims);
   }
   mm_prim *p = &o->prims[o->n++];
-  *p = (mm_prim){ta, tb, M, N, K, beta, make_exec(o, &a, &b, &c, beta)};
+  *p = (mm_prim){ta, tb, M, N, K, beta, make_exec(o, &a, &b, &c, beta, o->mm_impl)};
   return p;
 }
 
@@ -260,32 +265,14 @@ static att_prims make_att(onednn *o, ng_attn_shape s) {
   dnnl_memory_desc_t mx = dense_md(5, x, dnnl_bf16), my = dense_md(5, y, dnnl_bf16),
                      myt = md_of(5, yt, yts, dnnl_bf16), ms = dense_md(5, sc, dnnl_f32),
                      msb = dense_md(5, sc, dnnl_bf16), mo = dense_md(5, x, dnnl_f32);
-  p.scores = make_exec(o, &mx, &myt, &ms, 0.0f);
-  p.values = make_exec(o, &msb, &my, &mo, 0.0f);
+  p.scores = make_exec(o, &mx, &myt, &ms, 0.0f, o->att_impl);
+  p.values = make_exec(o, &msb, &my, &mo, 0.0f, o->att_impl);
   dnnl_dims_t at = {B, KV, T, G * T}, ats = {KV * G * T * T, G * T * T, 1, T},
               xg = {B, KV, G * T, hd}, g = {B, KV, T, hd};
   dnnl_memory_desc_t mat = md_of(4, at, ats, dnnl_bf16), mxg = dense_md(4, xg, dnnl_bf16),
                      mg = dense_md(4, g, dnnl_f32);
-  p.grads = make_exec(o, &mat, &mxg, &mg, 0.0f);
-  dnnl_dims_t rows = {B * KV * G * T, T};
-  dnnl_memory_desc_t mr = dense_md(2, rows, dnnl_f32);
-  dnnl_eltwise_desc_t ed;
-  DNNL_OK(dnnl_eltwise_forward_desc_init(&ed, dnnl_forward_inference, dnnl_eltwise_exp, &mr, 0.0f,
-                                         0.0f));
-  dnnl_primitive_desc_t pd;
-  DNNL_OK(dnnl_primitive_desc_create(&pd, &ed, NULL, o->engine, NULL));
-  DNNL_OK(dnnl_primitive_create(&p.exp, pd));
-  DNNL_OK(dnnl_primitive_desc_destroy(pd));
-  DNNL_OK(dnnl_memory_create(&p.exp_x, &mr, o->engine, DNNL_MEMORY_NONE));
+  p.grads = make_exec(o, &mat, &mxg, &mg, 0.0f, o->att_impl);
   return p;
-}
-
-// S = exp(S) elementwise (oneDNN's vectorized exp), S the scores of p's shape.
-static void run_exp(onednn *o, const att_prims *p, float *S) {
-  DNNL_OK(dnnl_memory_set_data_handle(p->exp_x, S));
-  dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, p->exp_x}, {DNNL_ARG_DST, p->exp_x}};
-  DNNL_OK(dnnl_primitive_execute(p->exp, o->stream, 2, args));
-  DNNL_OK(dnnl_stream_wait(o->stream));
 }
 
 static const att_prims *find_att(onednn *o, ng_attn_shape s) {
@@ -327,33 +314,16 @@ static float att_scale(ng_attn_shape s) { return (float)(1.0 / sqrt((double)s.hd
 
 // The causal softmax of the score rows S [B*H*T, T] (row r: query i = r % T),
 // in place: P = exp(scale S - lse) for key j <= i, else 0; lse [B*H*T]; Pb =
-// P in bf16. The exponentials run as one oneDNN pass between two row loops.
-static void att_softmax(onednn *o, const att_prims *p, ng_attn_shape s, float *S, float *lse,
-                        uint16_t *Pb) {
+// P in bf16.
+static void att_softmax(ng_attn_shape s, float *S, float *lse, uint16_t *Pb) {
   float scale = att_scale(s);
   int64_t R = s.B * s.H * s.T;
 #pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < R; r++) {  // row <- scale S - max (masked: 0), lse <- max
+  for (int64_t r = 0; r < R; r++) {
     int64_t i = r % s.T;
     float *row = S + r * s.T;
-    for (int64_t j = 0; j <= i; j++) row[j] *= scale;
-    float mx = row[0];
-    for (int64_t j = 1; j <= i; j++) mx = row[j] > mx ? row[j] : mx;
-    for (int64_t j = 0; j <= i; j++) row[j] -= mx;
-    for (int64_t j = i + 1; j < s.T; j++) row[j] = 0.0f;
-    lse[r] = mx;
-  }
-  run_exp(o, p, S);
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < R; r++) {  // P = exp(scale S - max) / sum
-    int64_t i = r % s.T;
-    float *row = S + r * s.T;
-    double sum = 0.0;
-    for (int64_t j = 0; j <= i; j++) sum += row[j];
-    lse[r] += (float)log(sum);
-    float inv = (float)(1.0 / sum);
-    for (int64_t j = 0; j <= i; j++) row[j] *= inv;
-    for (int64_t j = i + 1; j < s.T; j++) row[j] = 0.0f;
+    lse[r] = ng_vec_softmax_row(row, i + 1, scale);
+    memset(row + i + 1, 0, (size_t)(s.T - i - 1) * sizeof(float));
     ng_to_bf16(row, s.T, Pb + r * s.T);
   }
 }
@@ -361,18 +331,10 @@ static void att_softmax(onednn *o, const att_prims *p, ng_attn_shape s, float *S
 // The backward's row steps, in place: S [B*H*T, T] -> P = exp(scale S - lse)
 // (causal), then dP [B*H*T, T] -> dS = P * (dP - rowsum(dO * O)); Pb, dSb =
 // P, dS in bf16. out, dout [B, T, H, hd].
-static void att_softmax_backward(onednn *o, const att_prims *p, ng_attn_shape s, float *S,
-                                 const float *lse, const float *out, const float *dout,
-                                 float *dP, uint16_t *Pb, uint16_t *dSb) {
+static void att_softmax_backward(ng_attn_shape s, float *S, const float *lse, const float *out,
+                                 const float *dout, float *dP, uint16_t *Pb, uint16_t *dSb) {
   float scale = att_scale(s);
   int64_t R = s.B * s.H * s.T;
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < R; r++) {
-    int64_t i = r % s.T;
-    float *row = S + r * s.T;
-    for (int64_t j = 0; j <= i; j++) row[j] = scale * row[j] - lse[r];
-  }
-  run_exp(o, p, S);
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < R; r++) {
     int64_t b = r / (s.H * s.T), h = r / s.T % s.H, i = r % s.T;
@@ -380,8 +342,9 @@ static void att_softmax_backward(onednn *o, const att_prims *p, ng_attn_shape s,
     double di = 0.0;
     for (int64_t c = 0; c < s.hd; c++) di += (double)out[off + c] * dout[off + c];
     float *pr = S + r * s.T, *dp = dP + r * s.T;
-    for (int64_t j = i + 1; j < s.T; j++) pr[j] = 0.0f;
-    for (int64_t j = 0; j < s.T; j++) dp[j] = pr[j] * (dp[j] - (float)di);
+    ng_vec_softmax_row_given(pr, i + 1, scale, lse[r]);
+    memset(pr + i + 1, 0, (size_t)(s.T - i - 1) * sizeof(float));
+    ng_vec_softmax_grad_row(pr, (float)di, s.T, dp);
     ng_to_bf16(pr, s.T, Pb + r * s.T);
     ng_to_bf16(dp, s.T, dSb + r * s.T);
   }
@@ -404,7 +367,7 @@ static void att_forward_slice(onednn *o, ng_attn_shape s, const float *q, const 
   to_heads_bf16(k, s.B, s.T, s.KV, s.hd, K);
   to_heads_bf16(v, s.B, s.T, s.KV, s.hd, V);
   run_exec(o, &p->scores, Q, K, S);  // S [bs, H, T, T] = Q K^T
-  att_softmax(o, p, s, S, lse, Pb);
+  att_softmax(s, S, lse, Pb);
   run_exec(o, &p->values, Pb, V, O);  // O [bs, H, T, hd] = P V
   from_heads(O, 1.0f, s.B, s.T, s.H, s.hd, out);
 }
@@ -427,7 +390,7 @@ static void att_backward_slice(onednn *o, ng_attn_shape s, const float *q, const
   to_heads_bf16(dout, s.B, s.T, s.H, s.hd, dO);
   run_exec(o, &p->scores, Q, K, S);    // S = Q K^T
   run_exec(o, &p->scores, dO, V, dP);  // dP = dO V^T
-  att_softmax_backward(o, p, s, S, lse, out, dout, dP, Pb, dSb);
+  att_softmax_backward(s, S, lse, out, dout, dP, Pb, dSb);
   run_exec(o, &p->grads, Pb, dO, OV);   // dV [bs, KV, T, hd] = P^T dO
   run_exec(o, &p->grads, dSb, Q, OK);   // dK^T / scale = dS^T Q
   run_exec(o, &p->values, dSb, K, OQ);  // dQ / scale = dS K
@@ -482,8 +445,6 @@ static void onednn_destroy(ng_backend *be) {
     free_exec(&o->att[i].scores);
     free_exec(&o->att[i].values);
     free_exec(&o->att[i].grads);
-    dnnl_primitive_destroy(o->att[i].exp);
-    dnnl_memory_destroy(o->att[i].exp_x);
   }
   free(o->prims);
   free(o->att);
@@ -495,9 +456,20 @@ static void onednn_destroy(ng_backend *be) {
   free(o);
 }
 
+// The kernel family of each op, as run so far: "matmuls: oneDNN
+// brg:avx512_core_bf16; attention: ...; loss, ...: AVX-512".
 static const char *onednn_kernels(ng_backend *be) {
-  const onednn *o = ctx_of(be);
-  return o->kernels[0] ? o->kernels : "oneDNN (no matmul yet)";
+  onednn *o = ctx_of(be);
+  char att[192];
+  if (be->precision == NG_PREC_FP32)
+    snprintf(att, sizeof att, "the CPU's (OpenBLAS %s)", ng_blas_corename());
+  else
+    snprintf(att, sizeof att, "oneDNN %s products, %s softmax rows",
+             o->att_impl[0] ? o->att_impl : "(none yet)", ng_vec_family());
+  snprintf(o->kernels, sizeof o->kernels,
+           "matmuls: oneDNN %s; attention: %s; loss, RMSNorm, RoPE, SwiGLU, add/scale, AdamW: %s",
+           o->mm_impl[0] ? o->mm_impl : "(none yet)", att, ng_vec_family());
+  return o->kernels;
 }
 
 // bf16 runs on oneDNN's AVX-512 BF16 or AMX kernels only.
@@ -524,6 +496,20 @@ ng_backend *ng_backend_onednn_open(ng_precision p) {
   o->be.matmul = onednn_matmul;
   o->be.attention_forward = onednn_attention_forward;
   o->be.attention_backward = onednn_attention_backward;
+  // The loss, norms, RoPE, SwiGLU, elementwise ops, sum of squares and AdamW
+  // vectorised (cpu_vec.h), in both precisions.
+  o->be.rmsnorm_forward = ng_vec_rmsnorm_forward;
+  o->be.rmsnorm_backward = ng_vec_rmsnorm_backward;
+  o->be.rope_forward = ng_vec_rope_forward;
+  o->be.rope_backward = ng_vec_rope_backward;
+  o->be.swiglu_forward = ng_vec_swiglu_forward;
+  o->be.swiglu_backward = ng_vec_swiglu_backward;
+  o->be.add = ng_vec_add;
+  o->be.lerp = ng_vec_lerp;
+  o->be.scale = ng_vec_scale;
+  o->be.sumsq = ng_vec_sumsq;
+  o->be.adamw = ng_vec_adamw;
+  o->be.ce_kd = ng_vec_ce_kd;
   DNNL_OK(dnnl_engine_create(&o->engine, dnnl_cpu, 0));
   DNNL_OK(dnnl_stream_create(&o->stream, o->engine, dnnl_stream_default_flags));
   return &o->be;

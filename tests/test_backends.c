@@ -641,25 +641,34 @@ static void test_backend(const target *t) {
   test_rmsnorm(t, 1, 1, true);
   test_rmsnorm(t, 33, 65, true);
   test_rmsnorm(t, 7, 19, false);
+  test_rmsnorm(t, 130, 1000, true);  // onednn: vector tails, three row blocks of dw
   test_rope(t, 1, 1, 1, 2);
   test_rope(t, 2, 9, 3, 10);
+  test_rope(t, 2, 37, 2, 66);  // onednn: a half of 33, a vector tail
   test_attention(t, (ng_attn_shape){1, 1, 2, 1, 4});
   test_attention(t, (ng_attn_shape){2, 7, 4, 2, 6});
   test_attention(t, (ng_attn_shape){1, 70, 3, 1, 8});  // more than one row block
   test_attention(t, (ng_attn_shape){2, 800, 4, 2, 8});  // onednn bf16: two batch slices
+  test_attention(t, (ng_attn_shape){2, 37, 6, 2, 16});  // groups of 3, rows with vector tails
   test_swiglu(t, 1);
   test_swiglu(t, 1027);
+  test_swiglu(t, 40001);  // onednn: parallel chunks and a tail
   test_elementwise(t, 1, 1);
   test_elementwise(t, 9, 131);
+  test_elementwise(t, 131, 307);  // onednn: parallel chunks and a tail
   test_loss(t, 1, 2, false, 0, 0, NG_DIV_FORWARD_KL);
   test_loss(t, 13, 37, false, 0, 0, NG_DIV_FORWARD_KL);
   test_loss(t, 13, 37, true, 0, 0, NG_DIV_FORWARD_KL);
   test_loss(t, 9, 29, false, 5, 0, NG_DIV_FORWARD_KL);
   test_adamw(t, 1, true);
   test_adamw(t, 999, false);
+  test_adamw(t, 40001, true);  // onednn: parallel chunks and a tail
+  test_loss(t, 7, 1001, false, 0, 0, NG_DIV_FORWARD_KL);  // onednn: vector body and tail
+  test_loss(t, 7, 1001, true, 0, 0, NG_DIV_FORWARD_KL);
   test_loss(t, 13, 37, true, 0, 40, NG_DIV_FORWARD_KL);
   test_loss(t, 9, 29, false, 5, 17, NG_DIV_FORWARD_KL);
   test_loss_chunks(t, 11, 23, 4);
+  test_loss_chunks(t, 11, 1001, 5);
   for (int dv = NG_DIV_REVERSE_KL; dv <= NG_DIV_LAST; dv++) {  // the other divergences
     test_loss(t, 13, 37, true, 0, 0, (ng_divergence)dv);
     test_loss(t, 9, 29, false, 5, 17, (ng_divergence)dv);
