@@ -11,8 +11,9 @@
 // - bf16: both inputs are converted to bf16 on the fly at every matmul (the
 //   model keeps only its fp32 master weights: there are no bf16 copies to
 //   refresh after an optimizer step), multiplied with fp32 accumulation into
-//   the fp32 output. Attention's products run as batched bf16 matmuls over
-//   heads (see "attention" below); in fp32 attention is the CPU kernel.
+//   the fp32 output.
+// Attention's products run as batched matmuls over heads (see "attention"
+// below), in the backend's precision.
 #include <dnnl.h>
 #include <dnnl_debug.h>
 #include <math.h>
@@ -60,7 +61,7 @@ typedef struct {
   size_t cap;  // bytes
 } scratch;
 
-// The attention's buffers, per batch slice: heads-major bf16 copies of its
+// The attention's buffers, per batch slice: heads-major copies of its
 // inputs, scores and their gradients, products before the layout change.
 enum { A_Q, A_K, A_V, A_DO, A_S, A_DP, A_PB, A_DSB, A_OQ, A_OK, A_OV, A_COUNT };
 
@@ -205,15 +206,17 @@ static void onednn_matmul(ng_backend *be, bool ta, bool tb, int64_t M, int64_t N
 
 // ---------------------------------------------------------------- attention
 //
-// bf16 attention as batched matmuls over all heads of a batch slice, with
+// Attention as batched matmuls over all heads of a batch slice, with
 // G = H / KV query heads per kv head (a kv head is broadcast over its group):
 //   forward:  S = Q K^T;  P = causal softmax(scale S), lse saved;  O = P V
 //   backward: S = Q K^T;  P = exp(scale S - lse);  dP = dO V^T;
 //             dS = P * (dP - rowsum(dO * O));  dV = P^T dO;
 //             dQ = scale dS K;  dK = scale dS^T Q
-// The matmul inputs (Q, K, V, dO, P, dS) are bf16 in heads-major layout
-// ([b, head, t, hd], so that a kv head's G query heads are one [G*T, hd]
-// block); products accumulate in fp32 and change layout back to
+// The matmul inputs (Q, K, V, dO, P, dS) are in heads-major layout ([b,
+// head, t, hd], so that a kv head's G query heads are one [G*T, hd] block),
+// in bf16 in bf16 mode (P and dS as bf16 copies of the fp32 rows), fp32
+// otherwise (P and dS the score rows themselves); products accumulate in
+// fp32 (oneDNN's fpmath mode strict in fp32 mode) and change layout back to
 // [B, T, heads, hd] at the end. Scores are whole [T, T] blocks, the causal
 // mask applied in the softmax (P = 0 above the diagonal, so dS = 0 there).
 // Three primitives serve the five products:
@@ -257,19 +260,26 @@ static dnnl_memory_desc_t dense_md(int n, const dnnl_dims_t d, dnnl_data_type_t 
   return md_of(n, d, st, dt);
 }
 
+// The backend's matmul input type and its size in bytes.
+static dnnl_data_type_t in_type(const onednn *o) {
+  return o->be.precision == NG_PREC_BF16 ? dnnl_bf16 : dnnl_f32;
+}
+static size_t in_size(const onednn *o) { return o->be.precision == NG_PREC_BF16 ? 2 : 4; }
+
 static att_prims make_att(onednn *o, ng_attn_shape s) {
   int64_t B = s.B, KV = s.KV, G = s.H / s.KV, T = s.T, hd = s.hd;
   att_prims p = {.s = s};
+  dnnl_data_type_t in = in_type(o);
   dnnl_dims_t x = {B, KV, G, T, hd}, y = {B, KV, 1, T, hd}, yt = {B, KV, 1, hd, T},
               yts = {KV * T * hd, T * hd, T * hd, 1, hd}, sc = {B, KV, G, T, T};
-  dnnl_memory_desc_t mx = dense_md(5, x, dnnl_bf16), my = dense_md(5, y, dnnl_bf16),
-                     myt = md_of(5, yt, yts, dnnl_bf16), ms = dense_md(5, sc, dnnl_f32),
-                     msb = dense_md(5, sc, dnnl_bf16), mo = dense_md(5, x, dnnl_f32);
+  dnnl_memory_desc_t mx = dense_md(5, x, in), my = dense_md(5, y, in),
+                     myt = md_of(5, yt, yts, in), ms = dense_md(5, sc, dnnl_f32),
+                     msb = dense_md(5, sc, in), mo = dense_md(5, x, dnnl_f32);
   p.scores = make_exec(o, &mx, &myt, &ms, 0.0f, o->att_impl);
   p.values = make_exec(o, &msb, &my, &mo, 0.0f, o->att_impl);
   dnnl_dims_t at = {B, KV, T, G * T}, ats = {KV * G * T * T, G * T * T, 1, T},
               xg = {B, KV, G * T, hd}, g = {B, KV, T, hd};
-  dnnl_memory_desc_t mat = md_of(4, at, ats, dnnl_bf16), mxg = dense_md(4, xg, dnnl_bf16),
+  dnnl_memory_desc_t mat = md_of(4, at, ats, in), mxg = dense_md(4, xg, in),
                      mg = dense_md(4, g, dnnl_f32);
   p.grads = make_exec(o, &mat, &mxg, &mg, 0.0f, o->att_impl);
   return p;
@@ -288,13 +298,15 @@ static const att_prims *find_att(onednn *o, ng_attn_shape s) {
   return &o->att[o->n_att++];
 }
 
-// y [B, nh, T, hd] = x [B, T, nh, hd] rounded to bf16.
-static void to_heads_bf16(const float *x, int64_t B, int64_t T, int64_t nh, int64_t hd,
-                          uint16_t *y) {
+// y [B, nh, T, hd] = x [B, T, nh, hd], rounded to bf16 (bf16) or fp32 copies.
+static void to_heads(const float *x, int64_t B, int64_t T, int64_t nh, int64_t hd, bool bf16,
+                     void *y) {
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < B * nh * T; r++) {
     int64_t b = r / (nh * T), h = r / T % nh, t = r % T;
-    ng_to_bf16(x + ((b * T + t) * nh + h) * hd, hd, y + r * hd);
+    const float *xr = x + ((b * T + t) * nh + h) * hd;
+    if (bf16) ng_to_bf16(xr, hd, (uint16_t *)y + r * hd);
+    else memcpy((float *)y + r * hd, xr, (size_t)hd * sizeof(float));
   }
 }
 
@@ -314,7 +326,7 @@ static float att_scale(ng_attn_shape s) { return (float)(1.0 / sqrt((double)s.hd
 
 // The causal softmax of the score rows S [B*H*T, T] (row r: query i = r % T),
 // in place: P = exp(scale S - lse) for key j <= i, else 0; lse [B*H*T]; Pb =
-// P in bf16.
+// P in bf16 (NULL: fp32 mode, P stays in S).
 static void att_softmax(ng_attn_shape s, float *S, float *lse, uint16_t *Pb) {
   float scale = att_scale(s);
   int64_t R = s.B * s.H * s.T;
@@ -324,13 +336,13 @@ static void att_softmax(ng_attn_shape s, float *S, float *lse, uint16_t *Pb) {
     float *row = S + r * s.T;
     lse[r] = ng_vec_softmax_row(row, i + 1, scale);
     memset(row + i + 1, 0, (size_t)(s.T - i - 1) * sizeof(float));
-    ng_to_bf16(row, s.T, Pb + r * s.T);
+    if (Pb) ng_to_bf16(row, s.T, Pb + r * s.T);
   }
 }
 
 // The backward's row steps, in place: S [B*H*T, T] -> P = exp(scale S - lse)
 // (causal), then dP [B*H*T, T] -> dS = P * (dP - rowsum(dO * O)); Pb, dSb =
-// P, dS in bf16. out, dout [B, T, H, hd].
+// P, dS in bf16 (NULL: fp32 mode). out, dout [B, T, H, hd].
 static void att_softmax_backward(ng_attn_shape s, float *S, const float *lse, const float *out,
                                  const float *dout, float *dP, uint16_t *Pb, uint16_t *dSb) {
   float scale = att_scale(s);
@@ -345,8 +357,8 @@ static void att_softmax_backward(ng_attn_shape s, float *S, const float *lse, co
     ng_vec_softmax_row_given(pr, i + 1, scale, lse[r]);
     memset(pr + i + 1, 0, (size_t)(s.T - i - 1) * sizeof(float));
     ng_vec_softmax_grad_row(pr, (float)di, s.T, dp);
-    ng_to_bf16(pr, s.T, Pb + r * s.T);
-    ng_to_bf16(dp, s.T, dSb + r * s.T);
+    if (Pb) ng_to_bf16(pr, s.T, Pb + r * s.T);
+    if (dSb) ng_to_bf16(dp, s.T, dSb + r * s.T);
   }
 }
 
@@ -355,45 +367,55 @@ static void *att_buf(onednn *o, int k, int64_t n, size_t size) {
   return scratch_get(&o->att_buf[k], (size_t)n * size);
 }
 
-// One batch slice of the bf16 forward (s.B = its batch rows).
+// The bf16 copy of scores [n] (buffer k), or NULL in fp32 mode.
+static uint16_t *bf16_scores(onednn *o, int k, int64_t n) {
+  return o->be.precision == NG_PREC_BF16 ? att_buf(o, k, n, 2) : NULL;
+}
+
+// One batch slice of the forward (s.B = its batch rows).
 static void att_forward_slice(onednn *o, ng_attn_shape s, const float *q, const float *k,
                               const float *v, float *out, float *lse) {
   const att_prims *p = find_att(o, s);
   int64_t nq = s.B * s.T * s.H * s.hd, nk = s.B * s.T * s.KV * s.hd, ns = s.B * s.H * s.T * s.T;
-  uint16_t *Q = att_buf(o, A_Q, nq, 2), *K = att_buf(o, A_K, nk, 2), *V = att_buf(o, A_V, nk, 2);
-  uint16_t *Pb = att_buf(o, A_PB, ns, 2);
+  bool bf16 = o->be.precision == NG_PREC_BF16;
+  size_t es = in_size(o);
+  void *Q = att_buf(o, A_Q, nq, es), *K = att_buf(o, A_K, nk, es), *V = att_buf(o, A_V, nk, es);
+  uint16_t *Pb = bf16_scores(o, A_PB, ns);
   float *S = att_buf(o, A_S, ns, 4), *O = att_buf(o, A_OQ, nq, 4);
-  to_heads_bf16(q, s.B, s.T, s.H, s.hd, Q);
-  to_heads_bf16(k, s.B, s.T, s.KV, s.hd, K);
-  to_heads_bf16(v, s.B, s.T, s.KV, s.hd, V);
+  to_heads(q, s.B, s.T, s.H, s.hd, bf16, Q);
+  to_heads(k, s.B, s.T, s.KV, s.hd, bf16, K);
+  to_heads(v, s.B, s.T, s.KV, s.hd, bf16, V);
   run_exec(o, &p->scores, Q, K, S);  // S [bs, H, T, T] = Q K^T
   att_softmax(s, S, lse, Pb);
-  run_exec(o, &p->values, Pb, V, O);  // O [bs, H, T, hd] = P V
+  run_exec(o, &p->values, Pb ? (void *)Pb : S, V, O);  // O [bs, H, T, hd] = P V
   from_heads(O, 1.0f, s.B, s.T, s.H, s.hd, out);
 }
 
-// One batch slice of the bf16 backward.
+// One batch slice of the backward.
 static void att_backward_slice(onednn *o, ng_attn_shape s, const float *q, const float *k,
                                const float *v, const float *out, const float *lse,
                                const float *dout, float *dq, float *dk, float *dv) {
   const att_prims *p = find_att(o, s);
   int64_t nq = s.B * s.T * s.H * s.hd, nk = s.B * s.T * s.KV * s.hd, ns = s.B * s.H * s.T * s.T;
-  uint16_t *Q = att_buf(o, A_Q, nq, 2), *K = att_buf(o, A_K, nk, 2), *V = att_buf(o, A_V, nk, 2);
-  uint16_t *dO = att_buf(o, A_DO, nq, 2), *Pb = att_buf(o, A_PB, ns, 2),
-           *dSb = att_buf(o, A_DSB, ns, 2);
+  bool bf16 = o->be.precision == NG_PREC_BF16;
+  size_t es = in_size(o);
+  void *Q = att_buf(o, A_Q, nq, es), *K = att_buf(o, A_K, nk, es), *V = att_buf(o, A_V, nk, es);
+  void *dO = att_buf(o, A_DO, nq, es);
+  uint16_t *Pb = bf16_scores(o, A_PB, ns), *dSb = bf16_scores(o, A_DSB, ns);
   float *S = att_buf(o, A_S, ns, 4), *dP = att_buf(o, A_DP, ns, 4);
   float *OQ = att_buf(o, A_OQ, nq, 4), *OK = att_buf(o, A_OK, nk, 4), *OV = att_buf(o, A_OV, nk, 4);
+  const void *P_in = Pb ? (void *)Pb : S, *dS_in = dSb ? (void *)dSb : dP;
   float scale = att_scale(s);
-  to_heads_bf16(q, s.B, s.T, s.H, s.hd, Q);
-  to_heads_bf16(k, s.B, s.T, s.KV, s.hd, K);
-  to_heads_bf16(v, s.B, s.T, s.KV, s.hd, V);
-  to_heads_bf16(dout, s.B, s.T, s.H, s.hd, dO);
+  to_heads(q, s.B, s.T, s.H, s.hd, bf16, Q);
+  to_heads(k, s.B, s.T, s.KV, s.hd, bf16, K);
+  to_heads(v, s.B, s.T, s.KV, s.hd, bf16, V);
+  to_heads(dout, s.B, s.T, s.H, s.hd, bf16, dO);
   run_exec(o, &p->scores, Q, K, S);    // S = Q K^T
   run_exec(o, &p->scores, dO, V, dP);  // dP = dO V^T
   att_softmax_backward(s, S, lse, out, dout, dP, Pb, dSb);
-  run_exec(o, &p->grads, Pb, dO, OV);   // dV [bs, KV, T, hd] = P^T dO
-  run_exec(o, &p->grads, dSb, Q, OK);   // dK^T / scale = dS^T Q
-  run_exec(o, &p->values, dSb, K, OQ);  // dQ / scale = dS K
+  run_exec(o, &p->grads, P_in, dO, OV);   // dV [bs, KV, T, hd] = P^T dO
+  run_exec(o, &p->grads, dS_in, Q, OK);   // dK^T / scale = dS^T Q
+  run_exec(o, &p->values, dS_in, K, OQ);  // dQ / scale = dS K
   from_heads(OV, 1.0f, s.B, s.T, s.KV, s.hd, dv);
   from_heads(OK, scale, s.B, s.T, s.KV, s.hd, dk);
   from_heads(OQ, scale, s.B, s.T, s.H, s.hd, dq);
@@ -405,10 +427,6 @@ static size_t kv_off(ng_attn_shape full, int64_t b0) { return (size_t)(b0 * full
 
 static void onednn_attention_forward(ng_backend *be, ng_attn_shape s, const float *q,
                                      const float *k, const float *v, float *out, float *lse) {
-  if (be->precision == NG_PREC_FP32) {
-    ng_cpu_attention_forward(s, q, k, v, out, lse, false);
-    return;
-  }
   int64_t bs = att_slice(s);
   for (int64_t b0 = 0; b0 < s.B; b0 += bs) {
     ng_attn_shape sl = s;
@@ -422,10 +440,6 @@ static void onednn_attention_backward(ng_backend *be, ng_attn_shape s, const flo
                                       const float *k, const float *v, const float *out,
                                       const float *lse, const float *dout, float *dq, float *dk,
                                       float *dv) {
-  if (be->precision == NG_PREC_FP32) {
-    ng_cpu_attention_backward(s, q, k, v, out, lse, dout, dq, dk, dv, false);
-    return;
-  }
   int64_t bs = att_slice(s);
   for (int64_t b0 = 0; b0 < s.B; b0 += bs) {
     ng_attn_shape sl = s;
@@ -460,15 +474,11 @@ static void onednn_destroy(ng_backend *be) {
 // brg:avx512_core_bf16; attention: ...; loss, ...: AVX-512".
 static const char *onednn_kernels(ng_backend *be) {
   onednn *o = ctx_of(be);
-  char att[192];
-  if (be->precision == NG_PREC_FP32)
-    snprintf(att, sizeof att, "the CPU's (OpenBLAS %s)", ng_blas_corename());
-  else
-    snprintf(att, sizeof att, "oneDNN %s products, %s softmax rows",
-             o->att_impl[0] ? o->att_impl : "(none yet)", ng_vec_family());
   snprintf(o->kernels, sizeof o->kernels,
-           "matmuls: oneDNN %s; attention: %s; loss, RMSNorm, RoPE, SwiGLU, add/scale, AdamW: %s",
-           o->mm_impl[0] ? o->mm_impl : "(none yet)", att, ng_vec_family());
+           "matmuls: oneDNN %s; attention: oneDNN %s products, %s softmax rows; loss, RMSNorm, "
+           "RoPE, SwiGLU, add/scale, AdamW: %s",
+           o->mm_impl[0] ? o->mm_impl : "(none yet)", o->att_impl[0] ? o->att_impl : "(none yet)",
+           ng_vec_family(), ng_vec_family());
   return o->kernels;
 }
 
