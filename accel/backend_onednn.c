@@ -179,11 +179,22 @@ static void *scratch_get(scratch *buf, size_t bytes) {
   return buf->p;
 }
 
-// x [n] as bf16 in buf.
-static const void *bf16_input(const float *x, int64_t n, scratch *buf) {
-  uint16_t *y = scratch_get(buf, (size_t)n * sizeof(uint16_t));
-  ng_to_bf16(x, n, y);
-  return y;
+// Elements per chunk of the conversions to bf16: at most this many, ng_to_bf16
+// converts without entering OpenMP.
+#define BF16_CHUNK 16384
+
+// a [na], b [nb] = A, B rounded to bf16, in one parallel region over chunks of
+// both (a matmul's two inputs: one fork and join, not two).
+static void to_bf16_pair(const float *A, int64_t na, const float *B, int64_t nb, uint16_t *a,
+                         uint16_t *b) {
+  int64_t ca = (na + BF16_CHUNK - 1) / BF16_CHUNK, cb = (nb + BF16_CHUNK - 1) / BF16_CHUNK;
+#pragma omp parallel for schedule(static) if (ca + cb > 1)
+  for (int64_t c = 0; c < ca + cb; c++) {
+    bool in_a = c < ca;
+    int64_t i = (in_a ? c : c - ca) * BF16_CHUNK, n = in_a ? na : nb;
+    int64_t e = i + BF16_CHUNK < n ? i + BF16_CHUNK : n;
+    ng_to_bf16((in_a ? A : B) + i, e - i, (in_a ? a : b) + i);
+  }
 }
 
 // C [M, N] = op(A) op(B) + beta * C (ng_backend.matmul)
@@ -198,8 +209,11 @@ static void onednn_matmul(ng_backend *be, bool ta, bool tb, int64_t M, int64_t N
   }
   const void *a = A, *b = B;
   if (be->precision == NG_PREC_BF16) {
-    a = bf16_input(A, M * K, &o->abuf);
-    b = bf16_input(B, K * N, &o->bbuf);
+    uint16_t *ha = scratch_get(&o->abuf, (size_t)(M * K) * sizeof(uint16_t));
+    uint16_t *hb = scratch_get(&o->bbuf, (size_t)(K * N) * sizeof(uint16_t));
+    to_bf16_pair(A, M * K, B, K * N, ha, hb);
+    a = ha;
+    b = hb;
   }
   run_exec(o, &find_prim(o, ta, tb, M, N, K, beta)->x, a, b, C);
 }

@@ -631,7 +631,9 @@ static void test_adamw(const target *t, int64_t n, bool decay) {
 static void test_backend(const target *t) {
   test_memory(t, 1);
   test_memory(t, 1001);
-  static const int64_t mm[][3] = {{1, 1, 1}, {7, 5, 3}, {33, 17, 65}, {64, 130, 96}, {3, 5, 0}};
+  // {150, 170, 120}: inputs of more than one 16384-element conversion chunk
+  static const int64_t mm[][3] = {{1, 1, 1},    {7, 5, 3},       {33, 17, 65},
+                                  {64, 130, 96}, {150, 170, 120}, {3, 5, 0}};
   for (size_t s = 0; s < sizeof mm / sizeof mm[0]; s++)
     for (int tr = 0; tr < 4; tr++)
       for (int beta = 0; beta < 2; beta++)
