@@ -31,8 +31,8 @@ const char *ng_vec_family(void) {
 
 // exp(x) in fp32 without a library call, so that loops over it vectorise:
 // x = n ln2 + r, |r| <= ln2 / 2 (n rounded by the 1.5 * 2^23 trick, ln2 in two
-// parts), exp(r) by Cephes' degree-7 minimax polynomial (within 2 ulp of
-// expf), times 2^n built in the exponent bits. x is clamped to [ln FLT_MIN,
+// parts), exp(r) by Cephes' expf polynomial (within 1 ulp of the correctly
+// rounded exp on a sweep of [-87, 88]), times 2^n built in the exponent bits. x is clamped to [ln FLT_MIN,
 // 88] (e^88 ~ 1.7e38, below FLT_MAX): below, the result is 0; above, e^88.
 // NaN stays NaN.
 static inline float vexp(float x) {
