@@ -26,7 +26,11 @@ import os
 import statistics
 import time
 
-import torch
+# OpenMP threads wait passively, as normgrow's do (it runs itself again with this policy):
+# spinning threads starve on a shared machine. Set before torch loads its OpenMP runtime.
+os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+
+import torch  # noqa: E402 (after the OpenMP policy)
 import torch.nn.functional as F
 
 D, L, H, KV, HD, FF, V, B, T = 512, 4, 8, 4, 64, 1536, 8192, 8, 256
