@@ -20,15 +20,20 @@ LDLIBS  += $(MPI_LIBS)
 
 # ---- the layers (docs/design.md "Layers"), each a library linked above the ones it calls
 # core      libnormgrow.a: the model, losses, optimizer, data, files (ref/, less the three below)
-# backends  libnormgrow_cpu.a (ref/backend_cpu.c), libnormgrow_onednn.a (accel/backend_onednn.c,
-#           ONEDNN=1), libnormgrow_cuda.a (accel/cuda, CUDA=1): each calls the core (the
+# backends  libnormgrow_cpu.a (ref/backend_cpu.c), libnormgrow_onednn.a (accel/backend_onednn.c and
+#           accel/cpu_vec.c, ONEDNN=1), libnormgrow_cuda.a (accel/cuda, CUDA=1): each calls the core (the
 #           oneDNN backend the CPU's too), none another layer's
 # registry  libnormgrow_registry.a (ref/registry.c): opens the backends this build has
 # trainer   libnormgrow_train.a (ref/train.c): opens its run's backend through the registry
 # tools     normgrow (tools/), the tests
 # `make layers` prints the include graph of the sources and checks it against these layers.
 CPU_SRC      := ref/backend_cpu.c
-ONEDNN_SRC   := accel/backend_onednn.c
+ONEDNN_SRC   := accel/backend_onednn.c accel/cpu_vec.c
+# The oneDNN backend's vectorised kernels: sqrtf as the instruction (no errno
+# call) and selects between computed values as blends (no floating-point traps
+# assumed), so that their loops vectorise. Neither changes a value (IEEE
+# results, same order of operations; not fast-math).
+$(BUILD)/accel/cpu_vec.o: CFLAGS += -fno-math-errno -fno-trapping-math
 REGISTRY_SRC := ref/registry.c
 TRAIN_SRC    := ref/train.c
 CORE_SRC  := $(filter-out $(CPU_SRC) $(REGISTRY_SRC) $(TRAIN_SRC),$(wildcard ref/*.c))

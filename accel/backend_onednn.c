@@ -1,7 +1,9 @@
 // normgrow: the oneDNN backend, on the CPU.
 //
 // Buffers are host memory, as in the CPU backend, whose ops it shares: its
-// table starts as a copy of the CPU's and replaces the matmul and attention.
+// table starts as a copy of the CPU's and replaces the matmul, attention, and
+// the loss, norms, RoPE, SwiGLU, elementwise ops and AdamW (vectorised:
+// cpu_vec.h; the loss and norms stay fp32 in bf16 mode).
 // Matmuls run as oneDNN matmul primitives, created once per shape
 // (transposes, M, N, K, beta) and kept in a cache.
 // - fp32: f32 inputs with fpmath mode strict, so that no environment variable
@@ -9,8 +11,9 @@
 // - bf16: both inputs are converted to bf16 on the fly at every matmul (the
 //   model keeps only its fp32 master weights: there are no bf16 copies to
 //   refresh after an optimizer step), multiplied with fp32 accumulation into
-//   the fp32 output. Attention's products run as batched bf16 matmuls over
-//   heads (see "attention" below); in fp32 attention is the CPU kernel.
+//   the fp32 output.
+// Attention's products run as batched matmuls over heads (see "attention"
+// below), in the backend's precision.
 #include <dnnl.h>
 #include <dnnl_debug.h>
 #include <math.h>
@@ -22,6 +25,8 @@
 #include "normgrow/backend_cpu.h"
 #include "normgrow/backend_onednn.h"
 #include "normgrow/common.h"
+
+#include "cpu_vec.h"
 
 // A failing oneDNN call is an environment or programming error.
 #define DNNL_OK(call)                                                          \
@@ -49,8 +54,6 @@ typedef struct {
 typedef struct {
   ng_attn_shape s;
   mm_exec scores, values, grads;
-  dnnl_primitive_t exp;  // x = exp(x) over the scores [s.B*s.H*s.T, s.T], in place
-  dnnl_memory_t exp_x;
 } att_prims;
 
 // A growable host buffer.
@@ -59,7 +62,7 @@ typedef struct {
   size_t cap;  // bytes
 } scratch;
 
-// The attention's buffers, per batch slice: heads-major bf16 copies of its
+// The attention's buffers, per batch slice: heads-major copies of its
 // inputs, scores and their gradients, products before the layout change.
 enum { A_Q, A_K, A_V, A_DO, A_S, A_DP, A_PB, A_DSB, A_OQ, A_OK, A_OV, A_COUNT };
 
@@ -73,7 +76,9 @@ typedef struct {
   int n_att, cap_att;
   scratch abuf, bbuf;        // bf16 inputs of the current matmul
   scratch att_buf[A_COUNT];  // the attention's buffers
-  char kernels[256];         // "oneDNN" and the distinct implementations chosen
+  // The distinct oneDNN implementations chosen so far, comma-separated: of the
+  // 2-D matmuls, of attention's products; and the description kernels() gives.
+  char mm_impl[128], att_impl[128], kernels[512];
 } onednn;
 
 static onednn *ctx_of(ng_backend *be) { return (onednn *)be->ctx; }
@@ -86,16 +91,17 @@ static dnnl_memory_desc_t plain_md(int64_t rows, int64_t cols, bool t, dnnl_data
   return md;
 }
 
-static void note_kernel(onednn *o, const char *impl) {
-  if (strstr(o->kernels, impl)) return;
-  size_t n = strlen(o->kernels);
-  snprintf(o->kernels + n, sizeof o->kernels - n, "%s%s", n ? ", " : "oneDNN ", impl);
+// Adds impl to the list (128 chars) unless it is there.
+static void note_kernel(char *list, const char *impl) {
+  if (strstr(list, impl)) return;
+  size_t n = strlen(list);
+  snprintf(list + n, 128 - n, "%s%s", n ? ", " : "", impl);
 }
 
 // A matmul primitive C = A B over the descriptors, fpmath mode strict, with
-// C = A B + beta C when beta != 0.
+// C = A B + beta C when beta != 0; its implementation noted in `impls`.
 static mm_exec make_exec(onednn *o, const dnnl_memory_desc_t *a, const dnnl_memory_desc_t *b,
-                         const dnnl_memory_desc_t *c, float beta) {
+                         const dnnl_memory_desc_t *c, float beta, char *impls) {
   dnnl_matmul_desc_t desc;
   DNNL_OK(dnnl_matmul_desc_init(&desc, a, b, NULL, c));
   dnnl_primitive_attr_t attr;
@@ -113,7 +119,7 @@ static mm_exec make_exec(onednn *o, const dnnl_memory_desc_t *a, const dnnl_memo
   DNNL_OK(dnnl_primitive_attr_destroy(attr));
   const char *impl = NULL;
   DNNL_OK(dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl));
-  note_kernel(o, impl);
+  note_kernel(impls, impl);
   mm_exec x;
   DNNL_OK(dnnl_primitive_create(&x.prim, pd));
   DNNL_OK(dnnl_memory_create(&x.a, a, o->engine, DNNL_MEMORY_NONE));
@@ -150,7 +156,7 @@ static mm_prim *make_prim(onednn *o, bool ta, bool tb, int64_t M, int64_t N, int
     o->prims = ng_xrealloc(o->prims, (size_t)o->cap * sizeof *o->prims);
   }
   mm_prim *p = &o->prims[o->n++];
-  *p = (mm_prim){ta, tb, M, N, K, beta, make_exec(o, &a, &b, &c, beta)};
+  *p = (mm_prim){ta, tb, M, N, K, beta, make_exec(o, &a, &b, &c, beta, o->mm_impl)};
   return p;
 }
 
@@ -174,11 +180,22 @@ static void *scratch_get(scratch *buf, size_t bytes) {
   return buf->p;
 }
 
-// x [n] as bf16 in buf.
-static const void *bf16_input(const float *x, int64_t n, scratch *buf) {
-  uint16_t *y = scratch_get(buf, (size_t)n * sizeof(uint16_t));
-  ng_to_bf16(x, n, y);
-  return y;
+// Elements per chunk of the conversions to bf16: at most this many, ng_to_bf16
+// converts without entering OpenMP.
+#define BF16_CHUNK 16384
+
+// a [na], b [nb] = A, B rounded to bf16, in one parallel region over chunks of
+// both (a matmul's two inputs: one fork and join, not two).
+static void to_bf16_pair(const float *A, int64_t na, const float *B, int64_t nb, uint16_t *a,
+                         uint16_t *b) {
+  int64_t ca = (na + BF16_CHUNK - 1) / BF16_CHUNK, cb = (nb + BF16_CHUNK - 1) / BF16_CHUNK;
+#pragma omp parallel for schedule(static) if (ca + cb > 1)
+  for (int64_t c = 0; c < ca + cb; c++) {
+    bool in_a = c < ca;
+    int64_t i = (in_a ? c : c - ca) * BF16_CHUNK, n = in_a ? na : nb;
+    int64_t e = i + BF16_CHUNK < n ? i + BF16_CHUNK : n;
+    ng_to_bf16((in_a ? A : B) + i, e - i, (in_a ? a : b) + i);
+  }
 }
 
 // C [M, N] = op(A) op(B) + beta * C (ng_backend.matmul)
@@ -193,23 +210,28 @@ static void onednn_matmul(ng_backend *be, bool ta, bool tb, int64_t M, int64_t N
   }
   const void *a = A, *b = B;
   if (be->precision == NG_PREC_BF16) {
-    a = bf16_input(A, M * K, &o->abuf);
-    b = bf16_input(B, K * N, &o->bbuf);
+    uint16_t *ha = scratch_get(&o->abuf, (size_t)(M * K) * sizeof(uint16_t));
+    uint16_t *hb = scratch_get(&o->bbuf, (size_t)(K * N) * sizeof(uint16_t));
+    to_bf16_pair(A, M * K, B, K * N, ha, hb);
+    a = ha;
+    b = hb;
   }
   run_exec(o, &find_prim(o, ta, tb, M, N, K, beta)->x, a, b, C);
 }
 
 // ---------------------------------------------------------------- attention
 //
-// bf16 attention as batched matmuls over all heads of a batch slice, with
+// Attention as batched matmuls over all heads of a batch slice, with
 // G = H / KV query heads per kv head (a kv head is broadcast over its group):
 //   forward:  S = Q K^T;  P = causal softmax(scale S), lse saved;  O = P V
 //   backward: S = Q K^T;  P = exp(scale S - lse);  dP = dO V^T;
 //             dS = P * (dP - rowsum(dO * O));  dV = P^T dO;
 //             dQ = scale dS K;  dK = scale dS^T Q
-// The matmul inputs (Q, K, V, dO, P, dS) are bf16 in heads-major layout
-// ([b, head, t, hd], so that a kv head's G query heads are one [G*T, hd]
-// block); products accumulate in fp32 and change layout back to
+// The matmul inputs (Q, K, V, dO, P, dS) are in heads-major layout ([b,
+// head, t, hd], so that a kv head's G query heads are one [G*T, hd] block),
+// in bf16 in bf16 mode (P and dS as bf16 copies of the fp32 rows), fp32
+// otherwise (P and dS the score rows themselves); products accumulate in
+// fp32 (oneDNN's fpmath mode strict in fp32 mode) and change layout back to
 // [B, T, heads, hd] at the end. Scores are whole [T, T] blocks, the causal
 // mask applied in the softmax (P = 0 above the diagonal, so dS = 0 there).
 // Three primitives serve the five products:
@@ -253,40 +275,29 @@ static dnnl_memory_desc_t dense_md(int n, const dnnl_dims_t d, dnnl_data_type_t 
   return md_of(n, d, st, dt);
 }
 
+// The backend's matmul input type and its size in bytes.
+static dnnl_data_type_t in_type(const onednn *o) {
+  return o->be.precision == NG_PREC_BF16 ? dnnl_bf16 : dnnl_f32;
+}
+static size_t in_size(const onednn *o) { return o->be.precision == NG_PREC_BF16 ? 2 : 4; }
+
 static att_prims make_att(onednn *o, ng_attn_shape s) {
   int64_t B = s.B, KV = s.KV, G = s.H / s.KV, T = s.T, hd = s.hd;
   att_prims p = {.s = s};
+  dnnl_data_type_t in = in_type(o);
   dnnl_dims_t x = {B, KV, G, T, hd}, y = {B, KV, 1, T, hd}, yt = {B, KV, 1, hd, T},
               yts = {KV * T * hd, T * hd, T * hd, 1, hd}, sc = {B, KV, G, T, T};
-  dnnl_memory_desc_t mx = dense_md(5, x, dnnl_bf16), my = dense_md(5, y, dnnl_bf16),
-                     myt = md_of(5, yt, yts, dnnl_bf16), ms = dense_md(5, sc, dnnl_f32),
-                     msb = dense_md(5, sc, dnnl_bf16), mo = dense_md(5, x, dnnl_f32);
-  p.scores = make_exec(o, &mx, &myt, &ms, 0.0f);
-  p.values = make_exec(o, &msb, &my, &mo, 0.0f);
+  dnnl_memory_desc_t mx = dense_md(5, x, in), my = dense_md(5, y, in),
+                     myt = md_of(5, yt, yts, in), ms = dense_md(5, sc, dnnl_f32),
+                     msb = dense_md(5, sc, in), mo = dense_md(5, x, dnnl_f32);
+  p.scores = make_exec(o, &mx, &myt, &ms, 0.0f, o->att_impl);
+  p.values = make_exec(o, &msb, &my, &mo, 0.0f, o->att_impl);
   dnnl_dims_t at = {B, KV, T, G * T}, ats = {KV * G * T * T, G * T * T, 1, T},
               xg = {B, KV, G * T, hd}, g = {B, KV, T, hd};
-  dnnl_memory_desc_t mat = md_of(4, at, ats, dnnl_bf16), mxg = dense_md(4, xg, dnnl_bf16),
+  dnnl_memory_desc_t mat = md_of(4, at, ats, in), mxg = dense_md(4, xg, in),
                      mg = dense_md(4, g, dnnl_f32);
-  p.grads = make_exec(o, &mat, &mxg, &mg, 0.0f);
-  dnnl_dims_t rows = {B * KV * G * T, T};
-  dnnl_memory_desc_t mr = dense_md(2, rows, dnnl_f32);
-  dnnl_eltwise_desc_t ed;
-  DNNL_OK(dnnl_eltwise_forward_desc_init(&ed, dnnl_forward_inference, dnnl_eltwise_exp, &mr, 0.0f,
-                                         0.0f));
-  dnnl_primitive_desc_t pd;
-  DNNL_OK(dnnl_primitive_desc_create(&pd, &ed, NULL, o->engine, NULL));
-  DNNL_OK(dnnl_primitive_create(&p.exp, pd));
-  DNNL_OK(dnnl_primitive_desc_destroy(pd));
-  DNNL_OK(dnnl_memory_create(&p.exp_x, &mr, o->engine, DNNL_MEMORY_NONE));
+  p.grads = make_exec(o, &mat, &mxg, &mg, 0.0f, o->att_impl);
   return p;
-}
-
-// S = exp(S) elementwise (oneDNN's vectorized exp), S the scores of p's shape.
-static void run_exp(onednn *o, const att_prims *p, float *S) {
-  DNNL_OK(dnnl_memory_set_data_handle(p->exp_x, S));
-  dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, p->exp_x}, {DNNL_ARG_DST, p->exp_x}};
-  DNNL_OK(dnnl_primitive_execute(p->exp, o->stream, 2, args));
-  DNNL_OK(dnnl_stream_wait(o->stream));
 }
 
 static const att_prims *find_att(onednn *o, ng_attn_shape s) {
@@ -302,13 +313,15 @@ static const att_prims *find_att(onednn *o, ng_attn_shape s) {
   return &o->att[o->n_att++];
 }
 
-// y [B, nh, T, hd] = x [B, T, nh, hd] rounded to bf16.
-static void to_heads_bf16(const float *x, int64_t B, int64_t T, int64_t nh, int64_t hd,
-                          uint16_t *y) {
+// y [B, nh, T, hd] = x [B, T, nh, hd], rounded to bf16 (bf16) or fp32 copies.
+static void to_heads(const float *x, int64_t B, int64_t T, int64_t nh, int64_t hd, bool bf16,
+                     void *y) {
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < B * nh * T; r++) {
     int64_t b = r / (nh * T), h = r / T % nh, t = r % T;
-    ng_to_bf16(x + ((b * T + t) * nh + h) * hd, hd, y + r * hd);
+    const float *xr = x + ((b * T + t) * nh + h) * hd;
+    if (bf16) ng_to_bf16(xr, hd, (uint16_t *)y + r * hd);
+    else memcpy((float *)y + r * hd, xr, (size_t)hd * sizeof(float));
   }
 }
 
@@ -328,52 +341,27 @@ static float att_scale(ng_attn_shape s) { return (float)(1.0 / sqrt((double)s.hd
 
 // The causal softmax of the score rows S [B*H*T, T] (row r: query i = r % T),
 // in place: P = exp(scale S - lse) for key j <= i, else 0; lse [B*H*T]; Pb =
-// P in bf16. The exponentials run as one oneDNN pass between two row loops.
-static void att_softmax(onednn *o, const att_prims *p, ng_attn_shape s, float *S, float *lse,
-                        uint16_t *Pb) {
-  float scale = att_scale(s);
-  int64_t R = s.B * s.H * s.T;
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < R; r++) {  // row <- scale S - max (masked: 0), lse <- max
-    int64_t i = r % s.T;
-    float *row = S + r * s.T;
-    for (int64_t j = 0; j <= i; j++) row[j] *= scale;
-    float mx = row[0];
-    for (int64_t j = 1; j <= i; j++) mx = row[j] > mx ? row[j] : mx;
-    for (int64_t j = 0; j <= i; j++) row[j] -= mx;
-    for (int64_t j = i + 1; j < s.T; j++) row[j] = 0.0f;
-    lse[r] = mx;
-  }
-  run_exp(o, p, S);
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < R; r++) {  // P = exp(scale S - max) / sum
-    int64_t i = r % s.T;
-    float *row = S + r * s.T;
-    double sum = 0.0;
-    for (int64_t j = 0; j <= i; j++) sum += row[j];
-    lse[r] += (float)log(sum);
-    float inv = (float)(1.0 / sum);
-    for (int64_t j = 0; j <= i; j++) row[j] *= inv;
-    for (int64_t j = i + 1; j < s.T; j++) row[j] = 0.0f;
-    ng_to_bf16(row, s.T, Pb + r * s.T);
-  }
-}
-
-// The backward's row steps, in place: S [B*H*T, T] -> P = exp(scale S - lse)
-// (causal), then dP [B*H*T, T] -> dS = P * (dP - rowsum(dO * O)); Pb, dSb =
-// P, dS in bf16. out, dout [B, T, H, hd].
-static void att_softmax_backward(onednn *o, const att_prims *p, ng_attn_shape s, float *S,
-                                 const float *lse, const float *out, const float *dout,
-                                 float *dP, uint16_t *Pb, uint16_t *dSb) {
+// P in bf16 (NULL: fp32 mode, P stays in S).
+static void att_softmax(ng_attn_shape s, float *S, float *lse, uint16_t *Pb) {
   float scale = att_scale(s);
   int64_t R = s.B * s.H * s.T;
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < R; r++) {
     int64_t i = r % s.T;
     float *row = S + r * s.T;
-    for (int64_t j = 0; j <= i; j++) row[j] = scale * row[j] - lse[r];
+    lse[r] = ng_vec_softmax_row(row, i + 1, scale);
+    memset(row + i + 1, 0, (size_t)(s.T - i - 1) * sizeof(float));
+    if (Pb) ng_to_bf16(row, s.T, Pb + r * s.T);
   }
-  run_exp(o, p, S);
+}
+
+// The backward's row steps, in place: S [B*H*T, T] -> P = exp(scale S - lse)
+// (causal), then dP [B*H*T, T] -> dS = P * (dP - rowsum(dO * O)); Pb, dSb =
+// P, dS in bf16 (NULL: fp32 mode). out, dout [B, T, H, hd].
+static void att_softmax_backward(ng_attn_shape s, float *S, const float *lse, const float *out,
+                                 const float *dout, float *dP, uint16_t *Pb, uint16_t *dSb) {
+  float scale = att_scale(s);
+  int64_t R = s.B * s.H * s.T;
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < R; r++) {
     int64_t b = r / (s.H * s.T), h = r / s.T % s.H, i = r % s.T;
@@ -381,10 +369,11 @@ static void att_softmax_backward(onednn *o, const att_prims *p, ng_attn_shape s,
     double di = 0.0;
     for (int64_t c = 0; c < s.hd; c++) di += (double)out[off + c] * dout[off + c];
     float *pr = S + r * s.T, *dp = dP + r * s.T;
-    for (int64_t j = i + 1; j < s.T; j++) pr[j] = 0.0f;
-    for (int64_t j = 0; j < s.T; j++) dp[j] = pr[j] * (dp[j] - (float)di);
-    ng_to_bf16(pr, s.T, Pb + r * s.T);
-    ng_to_bf16(dp, s.T, dSb + r * s.T);
+    ng_vec_softmax_row_given(pr, i + 1, scale, lse[r]);
+    memset(pr + i + 1, 0, (size_t)(s.T - i - 1) * sizeof(float));
+    ng_vec_softmax_grad_row(pr, (float)di, s.T, dp);
+    if (Pb) ng_to_bf16(pr, s.T, Pb + r * s.T);
+    if (dSb) ng_to_bf16(dp, s.T, dSb + r * s.T);
   }
 }
 
@@ -393,45 +382,55 @@ static void *att_buf(onednn *o, int k, int64_t n, size_t size) {
   return scratch_get(&o->att_buf[k], (size_t)n * size);
 }
 
-// One batch slice of the bf16 forward (s.B = its batch rows).
+// The bf16 copy of scores [n] (buffer k), or NULL in fp32 mode.
+static uint16_t *bf16_scores(onednn *o, int k, int64_t n) {
+  return o->be.precision == NG_PREC_BF16 ? att_buf(o, k, n, 2) : NULL;
+}
+
+// One batch slice of the forward (s.B = its batch rows).
 static void att_forward_slice(onednn *o, ng_attn_shape s, const float *q, const float *k,
                               const float *v, float *out, float *lse) {
   const att_prims *p = find_att(o, s);
   int64_t nq = s.B * s.T * s.H * s.hd, nk = s.B * s.T * s.KV * s.hd, ns = s.B * s.H * s.T * s.T;
-  uint16_t *Q = att_buf(o, A_Q, nq, 2), *K = att_buf(o, A_K, nk, 2), *V = att_buf(o, A_V, nk, 2);
-  uint16_t *Pb = att_buf(o, A_PB, ns, 2);
+  bool bf16 = o->be.precision == NG_PREC_BF16;
+  size_t es = in_size(o);
+  void *Q = att_buf(o, A_Q, nq, es), *K = att_buf(o, A_K, nk, es), *V = att_buf(o, A_V, nk, es);
+  uint16_t *Pb = bf16_scores(o, A_PB, ns);
   float *S = att_buf(o, A_S, ns, 4), *O = att_buf(o, A_OQ, nq, 4);
-  to_heads_bf16(q, s.B, s.T, s.H, s.hd, Q);
-  to_heads_bf16(k, s.B, s.T, s.KV, s.hd, K);
-  to_heads_bf16(v, s.B, s.T, s.KV, s.hd, V);
+  to_heads(q, s.B, s.T, s.H, s.hd, bf16, Q);
+  to_heads(k, s.B, s.T, s.KV, s.hd, bf16, K);
+  to_heads(v, s.B, s.T, s.KV, s.hd, bf16, V);
   run_exec(o, &p->scores, Q, K, S);  // S [bs, H, T, T] = Q K^T
-  att_softmax(o, p, s, S, lse, Pb);
-  run_exec(o, &p->values, Pb, V, O);  // O [bs, H, T, hd] = P V
+  att_softmax(s, S, lse, Pb);
+  run_exec(o, &p->values, Pb ? (void *)Pb : S, V, O);  // O [bs, H, T, hd] = P V
   from_heads(O, 1.0f, s.B, s.T, s.H, s.hd, out);
 }
 
-// One batch slice of the bf16 backward.
+// One batch slice of the backward.
 static void att_backward_slice(onednn *o, ng_attn_shape s, const float *q, const float *k,
                                const float *v, const float *out, const float *lse,
                                const float *dout, float *dq, float *dk, float *dv) {
   const att_prims *p = find_att(o, s);
   int64_t nq = s.B * s.T * s.H * s.hd, nk = s.B * s.T * s.KV * s.hd, ns = s.B * s.H * s.T * s.T;
-  uint16_t *Q = att_buf(o, A_Q, nq, 2), *K = att_buf(o, A_K, nk, 2), *V = att_buf(o, A_V, nk, 2);
-  uint16_t *dO = att_buf(o, A_DO, nq, 2), *Pb = att_buf(o, A_PB, ns, 2),
-           *dSb = att_buf(o, A_DSB, ns, 2);
+  bool bf16 = o->be.precision == NG_PREC_BF16;
+  size_t es = in_size(o);
+  void *Q = att_buf(o, A_Q, nq, es), *K = att_buf(o, A_K, nk, es), *V = att_buf(o, A_V, nk, es);
+  void *dO = att_buf(o, A_DO, nq, es);
+  uint16_t *Pb = bf16_scores(o, A_PB, ns), *dSb = bf16_scores(o, A_DSB, ns);
   float *S = att_buf(o, A_S, ns, 4), *dP = att_buf(o, A_DP, ns, 4);
   float *OQ = att_buf(o, A_OQ, nq, 4), *OK = att_buf(o, A_OK, nk, 4), *OV = att_buf(o, A_OV, nk, 4);
+  const void *P_in = Pb ? (void *)Pb : S, *dS_in = dSb ? (void *)dSb : dP;
   float scale = att_scale(s);
-  to_heads_bf16(q, s.B, s.T, s.H, s.hd, Q);
-  to_heads_bf16(k, s.B, s.T, s.KV, s.hd, K);
-  to_heads_bf16(v, s.B, s.T, s.KV, s.hd, V);
-  to_heads_bf16(dout, s.B, s.T, s.H, s.hd, dO);
+  to_heads(q, s.B, s.T, s.H, s.hd, bf16, Q);
+  to_heads(k, s.B, s.T, s.KV, s.hd, bf16, K);
+  to_heads(v, s.B, s.T, s.KV, s.hd, bf16, V);
+  to_heads(dout, s.B, s.T, s.H, s.hd, bf16, dO);
   run_exec(o, &p->scores, Q, K, S);    // S = Q K^T
   run_exec(o, &p->scores, dO, V, dP);  // dP = dO V^T
-  att_softmax_backward(o, p, s, S, lse, out, dout, dP, Pb, dSb);
-  run_exec(o, &p->grads, Pb, dO, OV);   // dV [bs, KV, T, hd] = P^T dO
-  run_exec(o, &p->grads, dSb, Q, OK);   // dK^T / scale = dS^T Q
-  run_exec(o, &p->values, dSb, K, OQ);  // dQ / scale = dS K
+  att_softmax_backward(s, S, lse, out, dout, dP, Pb, dSb);
+  run_exec(o, &p->grads, P_in, dO, OV);   // dV [bs, KV, T, hd] = P^T dO
+  run_exec(o, &p->grads, dS_in, Q, OK);   // dK^T / scale = dS^T Q
+  run_exec(o, &p->values, dS_in, K, OQ);  // dQ / scale = dS K
   from_heads(OV, 1.0f, s.B, s.T, s.KV, s.hd, dv);
   from_heads(OK, scale, s.B, s.T, s.KV, s.hd, dk);
   from_heads(OQ, scale, s.B, s.T, s.H, s.hd, dq);
@@ -443,10 +442,6 @@ static size_t kv_off(ng_attn_shape full, int64_t b0) { return (size_t)(b0 * full
 
 static void onednn_attention_forward(ng_backend *be, ng_attn_shape s, const float *q,
                                      const float *k, const float *v, float *out, float *lse) {
-  if (be->precision == NG_PREC_FP32) {
-    ng_cpu_attention_forward(s, q, k, v, out, lse, false);
-    return;
-  }
   int64_t bs = att_slice(s);
   for (int64_t b0 = 0; b0 < s.B; b0 += bs) {
     ng_attn_shape sl = s;
@@ -460,10 +455,6 @@ static void onednn_attention_backward(ng_backend *be, ng_attn_shape s, const flo
                                       const float *k, const float *v, const float *out,
                                       const float *lse, const float *dout, float *dq, float *dk,
                                       float *dv) {
-  if (be->precision == NG_PREC_FP32) {
-    ng_cpu_attention_backward(s, q, k, v, out, lse, dout, dq, dk, dv, false);
-    return;
-  }
   int64_t bs = att_slice(s);
   for (int64_t b0 = 0; b0 < s.B; b0 += bs) {
     ng_attn_shape sl = s;
@@ -483,8 +474,6 @@ static void onednn_destroy(ng_backend *be) {
     free_exec(&o->att[i].scores);
     free_exec(&o->att[i].values);
     free_exec(&o->att[i].grads);
-    dnnl_primitive_destroy(o->att[i].exp);
-    dnnl_memory_destroy(o->att[i].exp_x);
   }
   free(o->prims);
   free(o->att);
@@ -496,9 +485,16 @@ static void onednn_destroy(ng_backend *be) {
   free(o);
 }
 
+// The kernel family of each op, as run so far: "matmuls: oneDNN
+// brg:avx512_core_bf16; attention: ...; loss, ...: AVX-512".
 static const char *onednn_kernels(ng_backend *be) {
-  const onednn *o = ctx_of(be);
-  return o->kernels[0] ? o->kernels : "oneDNN (no matmul yet)";
+  onednn *o = ctx_of(be);
+  snprintf(o->kernels, sizeof o->kernels,
+           "matmuls: oneDNN %s; attention: oneDNN %s products, %s softmax rows; loss, RMSNorm, "
+           "RoPE, SwiGLU, add/scale, AdamW: %s",
+           o->mm_impl[0] ? o->mm_impl : "(none yet)", o->att_impl[0] ? o->att_impl : "(none yet)",
+           ng_vec_family(), ng_vec_family());
+  return o->kernels;
 }
 
 // bf16 runs on oneDNN's AVX-512 BF16 or AMX kernels only.
@@ -525,6 +521,20 @@ ng_backend *ng_backend_onednn_open(ng_precision p) {
   o->be.matmul = onednn_matmul;
   o->be.attention_forward = onednn_attention_forward;
   o->be.attention_backward = onednn_attention_backward;
+  // The loss, norms, RoPE, SwiGLU, elementwise ops, sum of squares and AdamW
+  // vectorised (cpu_vec.h), in both precisions.
+  o->be.rmsnorm_forward = ng_vec_rmsnorm_forward;
+  o->be.rmsnorm_backward = ng_vec_rmsnorm_backward;
+  o->be.rope_forward = ng_vec_rope_forward;
+  o->be.rope_backward = ng_vec_rope_backward;
+  o->be.swiglu_forward = ng_vec_swiglu_forward;
+  o->be.swiglu_backward = ng_vec_swiglu_backward;
+  o->be.add = ng_vec_add;
+  o->be.lerp = ng_vec_lerp;
+  o->be.scale = ng_vec_scale;
+  o->be.sumsq = ng_vec_sumsq;
+  o->be.adamw = ng_vec_adamw;
+  o->be.ce_kd = ng_vec_ce_kd;
   DNNL_OK(dnnl_engine_create(&o->engine, dnnl_cpu, 0));
   DNNL_OK(dnnl_stream_create(&o->stream, o->engine, dnnl_stream_default_flags));
   return &o->be;

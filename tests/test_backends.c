@@ -767,7 +767,8 @@ static void test_topk(const target *t, int64_t R, int64_t V, int64_t ld, int64_t
 // "cuda:" names the cut of its kernels an entry was added for.
 static const int64_t memory_n[] = {1, 1001};
 static const struct { int64_t M, N, K; } matmul_shapes[] = {
-    {1, 1, 1}, {7, 5, 3}, {33, 17, 65}, {64, 130, 96}, {3, 5, 0}, {37, 29, 53}};
+    {1, 1, 1}, {7, 5, 3}, {33, 17, 65}, {64, 130, 96}, {3, 5, 0}, {37, 29, 53},
+    {150, 170, 120}};  // onednn bf16: inputs of more than one 16384-element conversion chunk
 static const float matmul_betas[] = {0.0f, 1.0f, 0.5f};  // beta 0: C NaN before
 static const struct { int64_t N, V, D; } embedding_shapes[] = {
     {1, 1, 3}, {37, 11, 13}, {77, 41, 19}};  // cuda: tokens repeated across blocks
@@ -778,12 +779,14 @@ static const struct {
     {1, 1, true, false},  {33, 65, true, false},   {7, 19, false, false},
     {131, 70, true, false},  // cuda: three blocks of 64 rows for dw
     {131, 70, false, false},
+    {130, 1000, true, false},  // onednn: vector tails, three row blocks of dw
     {131139, 128, true, true},  // cuda: 2050 row-block partials, past a micro-batch's 2^17 q/k-norm rows
 };
 static const struct {
   int64_t B, T, nh, hd;
   double theta;
-} rope_shapes[] = {{1, 1, 1, 2, 1e4}, {2, 9, 3, 10, 1e4}, {2, 11, 3, 10, 5e5}};
+} rope_shapes[] = {{1, 1, 1, 2, 1e4}, {2, 9, 3, 10, 1e4}, {2, 11, 3, 10, 5e5},
+                   {2, 37, 2, 66, 1e4}};  // onednn: a half of 33, a vector tail
 static const ng_attn_shape attention_shapes[] = {
     {1, 1, 2, 1, 4},    {2, 7, 4, 2, 6},
     {1, 70, 3, 1, 8},    // more than one row block
@@ -793,10 +796,12 @@ static const ng_attn_shape attention_shapes[] = {
     {1, 1, 2, 1, 8},     // cuda: T = 1 (dq and dk zero by symmetry)
     {1, 70, 2, 2, 128},  {1, 64, 3, 1, 64},  // cuda: the widest head, one whole tile
     {1, 130, 6, 2, 64},  {1, 130, 6, 2, 128},  // cuda: a third tile of 2 rows, GQA 3
+    {2, 37, 6, 2, 16},   // onednn: groups of 3, softmax rows with vector tails
 };
-static const int64_t swiglu_n[] = {1, 1027, 1001};
+static const int64_t swiglu_n[] = {1, 1027, 1001, 40001};  // onednn: parallel chunks and a tail
 static const struct { int64_t R, C; } elementwise_shapes[] = {
-    {1, 1}, {9, 131}, {131, 70}, {1, 50001}};  // cuda: 4 sumsq blocks
+    {1, 1}, {9, 131}, {131, 70}, {1, 50001},  // cuda: 4 sumsq blocks
+    {131, 307}};  // onednn: parallel chunks and a tail
 static const struct {
   int64_t N, V, Vu;  // Vu: the used vocabulary, the rest padding
   bool teacher;      // a full teacher (k == 0)
@@ -817,6 +822,8 @@ static const struct {
     {9, 300, 290, false, 7, 0, false, false},
     {9, 300, 290, false, 7, 11, true, false},
     {9, 300, 290, false, 290, 0, true, false},
+    {7, 1001, 1001, false, 0, 0, false, false},  // onednn: a vector body and a tail
+    {7, 1001, 1001, true, 0, 0, false, false},
     {3, 151936, 151669, false, 64, 0, true, true},  // cuda: Qwen3's vocabulary, a top-64 bitmask
 };
 static const struct {
@@ -877,6 +884,7 @@ static void run_loss(const target *t) {
                 loss_shapes[i].k, loss_shapes[i].n_norm, (ng_divergence)dv);
   }
   test_loss_chunks(t, 11, 23, 4);
+  test_loss_chunks(t, 11, 1001, 5);  // onednn: the vector body and tail row by row
 }
 static void run_adamw(const target *t) {
   for (size_t i = 0; i < COUNT(adamw_shapes); i++) test_adamw(t, adamw_shapes[i].n, adamw_shapes[i].decay);

@@ -5,14 +5,20 @@ The same shapes (teacher and student: hidden 512, 4 Pre-Norm Qwen3 blocks, 8 que
 4 key-value heads of 64, FFN 1536, vocabulary 8192, untied head, final norm; a batch of
 8 x 256 tokens), the same step (teacher forward without gradients, student forward, CE +
 KD at kd_weight 0.5 and temperature 2, backward, AdamW with global-norm clipping), in
-float32 on the CPU with torch's own kernels, and the same FLOP count as `normgrow bench`:
+on the CPU with torch's own kernels, and the same FLOP count as `normgrow bench`:
 6 x matmul-params x tokens + 3 x attention for the student, 2 x params x tokens +
 attention for the teacher, attention = 4 hd H T(T+1)/2 per sequence and layer.
 
+Two steps in interleaved rounds (one step of each per round, so that a machine whose
+load drifts slows both alike): float32, and bf16 autocast (torch.autocast on the CPU:
+matmuls in bf16 with fp32 master weights, AdamW in fp32; the loss on the logits in fp32),
+the counterpart of `normgrow bench`'s onednn bf16 step.
+
   python3 tools/bench_torch.py [--steps N] [--threads N]
 
-Prints torch's fp32 matmul ceiling at the head's shape, the median step time, tokens/s
-and GFLOP/s; run `normgrow bench` in the same minute and compare ratios, not seconds.
+Prints torch's fp32 and bf16 matmul ceilings at the head's shape, each step's median
+time, tokens/s and GFLOP/s, and bf16 over fp32; run `normgrow bench` in the same minutes
+and compare ratios, not seconds.
 """
 
 import argparse
@@ -20,7 +26,11 @@ import os
 import statistics
 import time
 
-import torch
+# OpenMP threads wait passively, as normgrow's do (it runs itself again with this policy):
+# spinning threads starve on a shared machine. Set before torch loads its OpenMP runtime.
+os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+
+import torch  # noqa: E402 (after the OpenMP policy)
 import torch.nn.functional as F
 
 D, L, H, KV, HD, FF, V, B, T = 512, 4, 8, 4, 64, 1536, 8192, 8, 256
@@ -93,8 +103,8 @@ def flops():
     return 6 * matmul_params() * n + 3 * att + 2 * matmul_params() * n + att
 
 
-def ceiling():
-    a, b = torch.randn(B * T, D), torch.randn(V, D)
+def ceiling(dtype):
+    a, b = torch.randn(B * T, D).to(dtype), torch.randn(V, D).to(dtype)
     best = 0.0
     for r in range(4):
         t0 = time.perf_counter()
@@ -121,10 +131,12 @@ def main():
     targets = torch.randint(0, V, (B, T))
     tau, alpha = 2.0, 0.5
 
-    def step():
-        with torch.no_grad():
-            t_logits = teacher(tokens)
-        s_logits = student(tokens)
+    def step(bf16):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            with torch.no_grad():
+                t_logits = teacher(tokens)
+            s_logits = student(tokens)
+        t_logits, s_logits = t_logits.float(), s_logits.float()
         ce = F.cross_entropy(s_logits.view(-1, V), targets.view(-1))
         kd = F.kl_div(F.log_softmax(s_logits / tau, -1).view(-1, V),
                       F.log_softmax(t_logits / tau, -1).view(-1, V),
@@ -135,19 +147,27 @@ def main():
         torch.nn.utils.clip_grad_norm_(student.parameters(), 1.0)
         opt.step()
 
-    ceil = ceiling()
-    step()  # warm-up
-    times = []
+    ceil = {False: ceiling(torch.float32), True: ceiling(torch.bfloat16)}
+    times = {False: [], True: []}
+    for bf16 in (False, True):
+        step(bf16)  # warm-up
     for _ in range(args.steps):
-        t0 = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - t0)
-    t = statistics.median(times)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; "
-          f"matmul ceiling {ceil:.1f} GFLOP/s at [{B * T} x {D}] x [{V} x {D}]^T")
-    print(f"step: {t:.3f} s (median of {args.steps}); throughput: {B * T / t:.0f} tokens/s, "
-          f"{flops() / t / 1e9:.1f} GFLOP/s ({flops() / 1e9:.1f} GFLOP per step) = "
-          f"{100 * flops() / t / 1e9 / ceil:.0f}% of the matmul ceiling")
+        for bf16 in (False, True):
+            t0 = time.perf_counter()
+            step(bf16)
+            times[bf16].append(time.perf_counter() - t0)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; matmul ceilings at "
+          f"[{B * T} x {D}] x [{V} x {D}]^T: fp32 {ceil[False]:.1f} GFLOP/s, "
+          f"bf16 {ceil[True]:.1f} GFLOP/s; {args.steps} rounds of one step each")
+    med = {}
+    for bf16 in (False, True):
+        t = med[bf16] = statistics.median(times[bf16])
+        name = "bf16 autocast" if bf16 else "fp32"
+        print(f"{name} step: {t:.3f} s (median of {args.steps}); throughput: "
+              f"{B * T / t:.0f} tokens/s, {flops() / t / 1e9:.1f} GFLOP/s "
+              f"({flops() / 1e9:.1f} GFLOP per step) = "
+              f"{100 * flops() / t / 1e9 / ceil[bf16]:.0f}% of its matmul ceiling")
+    print(f"bf16 autocast over fp32: {med[False] / med[True]:.2f}x tokens/s")
 
 
 if __name__ == "__main__":

@@ -61,9 +61,21 @@ static double sgemm_gflops(int64_t M, int64_t N, int64_t K) {
 // Where a step's time goes: the backend's ops timed by wrappers around them
 // (exact for host backends, whose ops have finished when they return; a device
 // backend would need a synchronize in each wrapper).
-typedef enum { P_MATMUL, P_ATTENTION, P_NORM, P_LOSS, P_ADAMW, P_COUNT } part;
-static const char *const part_names[P_COUNT] = {"matmuls", "attention", "rmsnorm", "loss",
-                                                "adamw"};
+typedef enum {
+  P_MATMUL,
+  P_ATTENTION,
+  P_NORM,
+  P_LOSS,
+  P_ADAMW,
+  P_ROPE,
+  P_SWIGLU,
+  P_ELEMENTWISE,  // add, lerp, scale, channel_scale
+  P_EMBEDDING,
+  P_COUNT
+} part;
+static const char *const part_names[P_COUNT] = {"matmuls", "attention", "rmsnorm",
+                                                "loss",    "adamw",     "rope",
+                                                "swiglu",  "add/scale", "embedding"};
 static double part_time[P_COUNT];
 static ng_backend inner;  // the backend's own ops, called by the timed ones
 
@@ -105,6 +117,47 @@ static void t_adamw(ng_backend *be, float *p, const float *g, float *m, float *v
   TIMED(P_ADAMW, inner.adamw(be, p, g, m, v, n, ap, decay));
 }
 
+static void t_rope_fwd(ng_backend *be, float *x, int64_t B, int64_t T, int64_t nh, int64_t hd,
+                       double theta) {
+  TIMED(P_ROPE, inner.rope_forward(be, x, B, T, nh, hd, theta));
+}
+static void t_rope_bwd(ng_backend *be, float *dx, int64_t B, int64_t T, int64_t nh, int64_t hd,
+                       double theta) {
+  TIMED(P_ROPE, inner.rope_backward(be, dx, B, T, nh, hd, theta));
+}
+static void t_swiglu_fwd(ng_backend *be, const float *gate, const float *up, int64_t n, float *s) {
+  TIMED(P_SWIGLU, inner.swiglu_forward(be, gate, up, n, s));
+}
+static void t_swiglu_bwd(ng_backend *be, const float *gate, const float *up, const float *ds,
+                         int64_t n, float *dgate, float *dup) {
+  TIMED(P_SWIGLU, inner.swiglu_backward(be, gate, up, ds, n, dgate, dup));
+}
+static void t_add(ng_backend *be, const float *a, const float *b, int64_t n, float *y) {
+  TIMED(P_ELEMENTWISE, inner.add(be, a, b, n, y));
+}
+static void t_lerp(ng_backend *be, const float *a, const float *b, float g, int64_t n, float *y) {
+  TIMED(P_ELEMENTWISE, inner.lerp(be, a, b, g, n, y));
+}
+static void t_scale(ng_backend *be, const float *x, float s, int64_t n, float *y) {
+  TIMED(P_ELEMENTWISE, inner.scale(be, x, s, n, y));
+}
+static void t_cscale_fwd(ng_backend *be, const float *x, const float *gamma, int64_t R, int64_t C,
+                         float *y) {
+  TIMED(P_ELEMENTWISE, inner.channel_scale_forward(be, x, gamma, R, C, y));
+}
+static void t_cscale_bwd(ng_backend *be, const float *x, const float *gamma, const float *dy,
+                         int64_t R, int64_t C, float *dx, float *dgamma) {
+  TIMED(P_ELEMENTWISE, inner.channel_scale_backward(be, x, gamma, dy, R, C, dx, dgamma));
+}
+static void t_embed_fwd(ng_backend *be, const int32_t *tokens, const float *weight, int64_t N,
+                        int64_t D, float *out) {
+  TIMED(P_EMBEDDING, inner.embedding_forward(be, tokens, weight, N, D, out));
+}
+static void t_embed_bwd(ng_backend *be, const int32_t *tokens, const float *dout, int64_t N,
+                        int64_t D, float *dweight) {
+  TIMED(P_EMBEDDING, inner.embedding_backward(be, tokens, dout, N, D, dweight));
+}
+
 static void profile_on(ng_backend *be) {
   inner = *be;
   memset(part_time, 0, sizeof part_time);
@@ -115,6 +168,17 @@ static void profile_on(ng_backend *be) {
   be->rmsnorm_backward = t_norm_bwd;
   be->ce_kd = t_ce_kd;
   be->adamw = t_adamw;
+  be->rope_forward = t_rope_fwd;
+  be->rope_backward = t_rope_bwd;
+  be->swiglu_forward = t_swiglu_fwd;
+  be->swiglu_backward = t_swiglu_bwd;
+  be->add = t_add;
+  be->lerp = t_lerp;
+  be->scale = t_scale;
+  be->channel_scale_forward = t_cscale_fwd;
+  be->channel_scale_backward = t_cscale_bwd;
+  be->embedding_forward = t_embed_fwd;
+  be->embedding_backward = t_embed_bwd;
 }
 
 static void profile_off(ng_backend *be) { *be = inner; }
@@ -331,20 +395,21 @@ static double run_report(bench_run *r, const bench_setup *s) {
   printf("  %.0f tokens/s, %.1f GFLOP/s (%.1f GFLOP per step) = %.0f%% of the %s ceiling\n",
          (double)N / t, gflops, flops / 1e9, 100.0 * gflops / ceiling,
          be->precision == NG_PREC_BF16 ? "bf16 matmul" : "sgemm");
-  printf("  time by op:");
+  printf("  time by op, per step (share of the step):");
   double rest = r->all;
   for (int p = 0; p < P_COUNT; p++) {
-    printf(" %s %.0f%%,", part_names[p], 100.0 * r->parts[p] / r->all);
+    printf(" %s %.3f s (%.0f%%),", part_names[p], r->parts[p] / s->steps,
+           100.0 * r->parts[p] / r->all);
     rest -= r->parts[p];
   }
-  printf(" other ops %.0f%%\n", 100.0 * rest / r->all);
+  printf(" other ops %.3f s (%.0f%%)\n", rest / s->steps, 100.0 * rest / r->all);
   // The 2-D matmuls' share of the FLOPs (attention's products are its own)
   // and the part of the step outside them, per step.
   double mm_s = r->parts[P_MATMUL] / s->steps, mm_gflops = (flops - 4.0 * att) / mm_s / 1e9;
   r->outside = t * (1.0 - r->parts[P_MATMUL] / r->all);
   printf("  matmuls %.1f GFLOP/s = %.0f%% of the ceiling; outside them %.3f s per step\n",
          mm_gflops, 100.0 * mm_gflops / ceiling, r->outside);
-  printf("  matmul kernels: %s\n", be->kernels(be));
+  printf("  kernels: %s\n", be->kernels(be));
   return (double)N / t;
 }
 

@@ -1,0 +1,481 @@
+// normgrow: the oneDNN backend's vectorised host kernels (cpu_vec.h).
+//
+// The pattern throughout: a parallel driver (OpenMP over rows, or over chunks
+// of a flat array) calls a kernel on one row or chunk; the kernel is a plain
+// loop under `omp simd`, compiled for AVX-512 and for plain x86-64 by
+// target_clones (an OpenMP region's body is not cloned, so the kernels hold
+// none). Sums over a row reduce in vector lanes (in double where the
+// reference sums in double) and then the lanes together: a fixed order for a
+// given clone, whatever the thread count.
+#include "cpu_vec.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "normgrow/backend_cpu.h"
+#include "normgrow/common.h"
+
+#define VEC_CLONES __attribute__((target_clones("avx512f", "default")))
+
+// Elements per parallel chunk of the flat elementwise ops (memory-bound).
+#define VEC_CHUNK 16384
+// Rows per block in the column sums of the RMSNorm gain's gradient.
+#define ROW_BLOCK 64
+
+const char *ng_vec_family(void) {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") ? "AVX-512" : "x86-64 (no AVX-512)";
+}
+
+// ---------------------------------------------------------------- exp
+
+// exp(x) in fp32 without a library call, so that loops over it vectorise:
+// x = n ln2 + r, |r| <= ln2 / 2 (n rounded by the 1.5 * 2^23 trick, ln2 in two
+// parts), exp(r) by Cephes' expf polynomial (within 1 ulp of the correctly
+// rounded exp on a sweep of [-87, 88]), times 2^n built in the exponent bits. x is clamped to [ln FLT_MIN,
+// 88] (e^88 ~ 1.7e38, below FLT_MAX): below, the result is 0; above, e^88.
+// NaN stays NaN.
+static inline float vexp(float x) {
+  const float lo = -87.3365447f, hi = 88.0f, magic = 12582912.0f;  // 1.5 * 2^23
+  float xc = x > hi ? hi : x < lo ? lo : x;
+  float t = xc * 1.44269504088896341f + magic, n = t - magic;
+  int32_t ti;
+  memcpy(&ti, &t, sizeof ti);
+  float r = xc - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  float e = p * r * r + r + 1.0f;
+  int32_t bits = (ti - 0x4B400000 + 127) * (1 << 23);  // 2^n: n + 127 in the exponent
+  float scale;
+  memcpy(&scale, &bits, sizeof scale);
+  return x < lo ? 0.0f : e * scale;
+}
+
+// ---------------------------------------------------------------- reductions
+
+VEC_CLONES
+static float row_max(const float *x, int64_t n) {
+  float m = x[0];
+#pragma omp simd reduction(max : m)
+  for (int64_t j = 0; j < n; j++) m = x[j] > m ? x[j] : m;
+  return m;
+}
+
+// e [n] = exp((x - mx) k); returns sum e, in double.
+VEC_CLONES
+static double exp_sum(const float *x, int64_t n, float mx, float k, float *e) {
+  double z = 0.0;
+#pragma omp simd reduction(+ : z)
+  for (int64_t j = 0; j < n; j++) {
+    float v = vexp((x[j] - mx) * k);
+    e[j] = v;
+    z += v;
+  }
+  return z;
+}
+
+// et [n] = exp((t - mt) k); *zt = sum et and returns sum et ((t - mt) - (s - ms)),
+// both in double: the forward KL's pass over the teacher's row t.
+VEC_CLONES
+static double teacher_pass(const float *t, const float *s, int64_t n, float mt, float ms, float k,
+                           float *et, double *zt) {
+  double z = 0.0, dot = 0.0;
+#pragma omp simd reduction(+ : z, dot)
+  for (int64_t j = 0; j < n; j++) {
+    float v = vexp((t[j] - mt) * k);
+    et[j] = v;
+    z += v;
+    dot += (double)(v * ((t[j] - mt) - (s[j] - ms)));
+  }
+  *zt = z;
+  return dot;
+}
+
+// ds [n] = c1 ps + c2 est - c3 et (et NULL: c1 ps).
+VEC_CLONES
+static void loss_grad(const float *ps, const float *est, const float *et, int64_t n, float c1,
+                      float c2, float c3, float *ds) {
+  if (!et) {
+#pragma omp simd
+    for (int64_t j = 0; j < n; j++) ds[j] = c1 * ps[j];
+    return;
+  }
+#pragma omp simd
+  for (int64_t j = 0; j < n; j++) ds[j] = c1 * ps[j] + (c2 * est[j] - c3 * et[j]);
+}
+
+// ---------------------------------------------------------------- the loss
+
+// One row s [V] of the fused loss, teacher row t [V] or NULL, target y; with
+// ps = softmax(s), pst = softmax(s / tau), pt = softmax(t / tau):
+//   ce = log sum exp(s) - s_y;  kl = KL(pt || pst)
+//      = (1/tau) sum_j pt_j ((t_j - mt) - (s_j - ms)) + log(zst / zt);
+//   ds = w ((1 - a) (ps - onehot) + a tau (pst - pt)), or w (ps - onehot) without t.
+// scratch holds 3 rows of V floats (ps, est, et).
+static void loss_row(const float *s, const float *t, int32_t y, int64_t V, ng_loss_params lp,
+                     double w, float *ds, float *scratch, double *ce, double *kl) {
+  float *ps = scratch, *est = scratch + V, *et = scratch + 2 * V;
+  float ms = row_max(s, V);
+  double zs = exp_sum(s, V, ms, 1.0f, ps);
+  *ce = (double)ms + log(zs) - (double)s[y];
+  *kl = 0.0;
+  double a_ce = t ? 1.0 - lp.kd_weight : 1.0, a_kd = t ? lp.kd_weight * lp.temperature : 0.0;
+  double zst = 1.0, zt = 1.0;
+  if (t) {
+    float inv_tau = (float)(1.0 / lp.temperature), mt = row_max(t, V);
+    zst = exp_sum(s, V, ms, inv_tau, est);
+    double dot = teacher_pass(t, s, V, mt, ms, inv_tau, et, &zt);
+    *kl = dot * inv_tau / zt + log(zst) - log(zt);
+  }
+  if (!ds) return;
+  loss_grad(ps, est, t ? et : NULL, V, (float)(w * a_ce / zs), (float)(w * a_kd / zst),
+            (float)(w * a_kd / zt), ds);
+  ds[y] -= (float)(w * a_ce);
+}
+
+void ng_vec_ce_kd(ng_backend *be, const float *logits, const float *teacher,
+                  const int32_t *targets, int64_t N, int64_t V, ng_loss_params lp,
+                  float *dlogits, double *ce, double *kd, int64_t *n_valid) {
+  (void)be;
+  if (teacher && lp.divergence != NG_DIV_FORWARD_KL) {
+    ng_backend *cpu = ng_backend_cpu();
+    cpu->ce_kd(cpu, logits, teacher, targets, N, V, lp, dlogits, ce, kd, n_valid);
+    return;
+  }
+  int64_t Vu = lp.vocab_used > 0 && lp.vocab_used < V ? lp.vocab_used : V;
+  int64_t nv = 0;
+  for (int64_t i = 0; i < N; i++) nv += targets[i] >= 0;
+  int64_t n_norm = lp.n_norm > 0 ? lp.n_norm : nv;
+  double w = n_norm ? 1.0 / (double)n_norm : 0.0;
+  double *row_ce = ng_xcalloc((size_t)N, sizeof(double));  // [N]
+  double *row_kl = ng_xcalloc((size_t)N, sizeof(double));  // [N]
+#pragma omp parallel
+  {
+    float *scratch = ng_xmalloc(3 * (size_t)Vu * sizeof(float));  // [3, Vu] per thread
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < N; i++) {
+      float *ds = dlogits ? dlogits + (size_t)i * V : NULL;
+      if (targets[i] < 0) {
+        if (ds) memset(ds, 0, (size_t)V * sizeof(float));
+        continue;
+      }
+      if (ds && Vu < V) memset(ds + Vu, 0, (size_t)(V - Vu) * sizeof(float));  // padding ids
+      loss_row(logits + (size_t)i * V, teacher ? teacher + (size_t)i * V : NULL, targets[i], Vu,
+               lp, w, ds, scratch, &row_ce[i], &row_kl[i]);
+    }
+    free(scratch);
+  }
+  double sce = 0.0, skl = 0.0;
+  for (int64_t i = 0; i < N; i++) {
+    sce += row_ce[i];
+    skl += row_kl[i];
+  }
+  free(row_ce);
+  free(row_kl);
+  *ce = sce * w;
+  *kd = teacher ? lp.temperature * lp.temperature * skl * w : 0.0;
+  *n_valid = nv;
+}
+
+// ---------------------------------------------------------------- RMSNorm
+
+// y [C] = w x rstd, rstd = 1 / sqrt(mean(x^2) + eps), returned.
+VEC_CLONES
+static float rmsnorm_row(const float *x, const float *w, int64_t C, float eps, float *y) {
+  double ss = 0.0;
+#pragma omp simd reduction(+ : ss)
+  for (int64_t c = 0; c < C; c++) ss += (double)(x[c] * x[c]);
+  float rs = (float)(1.0 / sqrt(ss / (double)C + (double)eps));
+#pragma omp simd
+  for (int64_t c = 0; c < C; c++) y[c] = w[c] * (x[c] * rs);
+  return rs;
+}
+
+void ng_vec_rmsnorm_forward(ng_backend *be, const float *x, const float *w, int64_t R, int64_t C,
+                            float eps, float *y, float *rstd) {
+  (void)be;
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < R; r++)
+    rstd[r] = rmsnorm_row(x + (size_t)r * C, w, C, eps, y + (size_t)r * C);
+}
+
+// dx [C] += rs (g - xh mean(g xh)), xh = x rs, g = dy w.
+VEC_CLONES
+static void rmsnorm_grad_row(const float *x, const float *w, float rs, const float *dy, int64_t C,
+                             float *dx) {
+  double dot = 0.0;
+#pragma omp simd reduction(+ : dot)
+  for (int64_t c = 0; c < C; c++) dot += (double)((dy[c] * w[c]) * (x[c] * rs));
+  float mean = (float)(dot / (double)C);
+#pragma omp simd
+  for (int64_t c = 0; c < C; c++) dx[c] += rs * (dy[c] * w[c] - x[c] * rs * mean);
+}
+
+// pw [C] += sum over rows [r0, r1) of dy x rstd.
+VEC_CLONES
+static void gain_grad_rows(const float *x, const float *rstd, const float *dy, int64_t r0,
+                           int64_t r1, int64_t C, float *pw) {
+  for (int64_t r = r0; r < r1; r++) {
+    const float *xr = x + (size_t)r * C, *dyr = dy + (size_t)r * C;
+    float rs = rstd[r];
+#pragma omp simd
+    for (int64_t c = 0; c < C; c++) pw[c] += dyr[c] * (xr[c] * rs);
+  }
+}
+
+// dw [C] += the block partials [nblk, C], in order.
+VEC_CLONES
+static void add_partials(const float *part, int64_t nblk, int64_t C, float *dw) {
+  for (int64_t b = 0; b < nblk; b++) {
+#pragma omp simd
+    for (int64_t c = 0; c < C; c++) dw[c] += part[(size_t)b * C + c];
+  }
+}
+
+void ng_vec_rmsnorm_backward(ng_backend *be, const float *x, const float *w, const float *rstd,
+                             const float *dy, int64_t R, int64_t C, float *dx, float *dw) {
+  (void)be;
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < R; r++)
+    rmsnorm_grad_row(x + (size_t)r * C, w, rstd[r], dy + (size_t)r * C, C, dx + (size_t)r * C);
+  if (!dw) return;
+  // dw over fixed blocks of rows, then the block partials in order.
+  int64_t nblk = (R + ROW_BLOCK - 1) / ROW_BLOCK;
+  float *part = ng_xcalloc((size_t)nblk * (size_t)C, sizeof(float));  // [nblk, C]
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < nblk; b++)
+    gain_grad_rows(x, rstd, dy, b * ROW_BLOCK, (b + 1) * ROW_BLOCK < R ? (b + 1) * ROW_BLOCK : R,
+                   C, part + (size_t)b * C);
+  add_partials(part, nblk, C, dw);
+  free(part);
+}
+
+// ---------------------------------------------------------------- RoPE
+
+// One head x [hd]: (x1, x2) <- (x1 c - x2 sn, x2 c + x1 sn), sn = sign * s.
+VEC_CLONES
+static void rope_head(float *x, const float *c, const float *s, int64_t half, float sign) {
+  float *x1 = x, *x2 = x + half;
+#pragma omp simd
+  for (int64_t j = 0; j < half; j++) {
+    float a = x1[j], b = x2[j], sj = sign * s[j];
+    x1[j] = a * c[j] - b * sj;
+    x2[j] = b * c[j] + a * sj;
+  }
+}
+
+// x [B, T, nh, hd] rotated in place; sign -1: by the inverse rotation (the backward).
+static void rope(float *x, int64_t B, int64_t T, int64_t nh, int64_t hd, double theta,
+                 float sign) {
+  int64_t half = hd / 2;
+  float *cs = ng_xmalloc((size_t)(T * half) * sizeof(float));  // [T, half]
+  float *sn = ng_xmalloc((size_t)(T * half) * sizeof(float));  // [T, half]
+  // the reference's table: angle t theta^(-2j/hd) in double
+#pragma omp parallel for schedule(static)
+  for (int64_t j = 0; j < half; j++) {
+    double inv_freq = pow(theta, -2.0 * (double)j / (double)hd);
+    for (int64_t t = 0; t < T; t++) {
+      double a = (double)t * inv_freq;
+      cs[(size_t)t * half + j] = (float)cos(a);
+      sn[(size_t)t * half + j] = (float)sin(a);
+    }
+  }
+#pragma omp parallel for schedule(static)
+  for (int64_t bt = 0; bt < B * T; bt++) {
+    const float *c = cs + (size_t)(bt % T) * half, *s = sn + (size_t)(bt % T) * half;
+    for (int64_t h = 0; h < nh; h++) rope_head(x + ((size_t)bt * nh + h) * hd, c, s, half, sign);
+  }
+  free(cs);
+  free(sn);
+}
+
+void ng_vec_rope_forward(ng_backend *be, float *x, int64_t B, int64_t T, int64_t nh, int64_t hd,
+                         double theta) {
+  (void)be;
+  rope(x, B, T, nh, hd, theta, 1.0f);
+}
+
+void ng_vec_rope_backward(ng_backend *be, float *dx, int64_t B, int64_t T, int64_t nh, int64_t hd,
+                          double theta) {
+  (void)be;
+  rope(dx, B, T, nh, hd, theta, -1.0f);
+}
+
+// ---------------------------------------------------------------- elementwise
+
+// The flat ops, one chunk of n elements at a time.
+typedef enum { OP_ADD, OP_LERP, OP_SCALE, OP_SWIGLU, OP_SWIGLU_GRAD } flat_op;
+
+typedef struct {
+  const float *a, *b, *c;  // inputs: add a, b; lerp a, b; scale a; swiglu gate a, up b, ds c
+  float k;                 // lerp's g, scale's s
+  float *y, *z;            // outputs (swiglu's backward: dgate y, dup z)
+} flat_args;
+
+static inline float sigmoid(float x) { return 1.0f / (1.0f + vexp(-x)); }
+
+VEC_CLONES
+static void flat_chunk(flat_op op, const flat_args *f, int64_t i0, int64_t i1) {
+  const float *a = f->a, *b = f->b, *c = f->c;
+  float *y = f->y, *z = f->z, k = f->k;
+  switch (op) {
+    case OP_ADD:
+#pragma omp simd
+      for (int64_t i = i0; i < i1; i++) y[i] = a[i] + b[i];
+      return;
+    case OP_LERP:
+#pragma omp simd
+      for (int64_t i = i0; i < i1; i++) y[i] = (1.0f - k) * a[i] + k * b[i];
+      return;
+    case OP_SCALE:
+#pragma omp simd
+      for (int64_t i = i0; i < i1; i++) y[i] = k * a[i];
+      return;
+    case OP_SWIGLU:  // s = silu(gate) up
+#pragma omp simd
+      for (int64_t i = i0; i < i1; i++) y[i] = a[i] * sigmoid(a[i]) * b[i];
+      return;
+    case OP_SWIGLU_GRAD:  // dgate = ds up silu'(gate), dup = ds silu(gate)
+#pragma omp simd
+      for (int64_t i = i0; i < i1; i++) {
+        float g = a[i], sg = sigmoid(g), d = c[i];
+        y[i] = d * b[i] * sg * (1.0f + g * (1.0f - sg));
+        z[i] = d * g * sg;
+      }
+      return;
+  }
+}
+
+// op over [0, n) in parallel chunks; a short array without entering OpenMP.
+static void flat(flat_op op, flat_args f, int64_t n) {
+  if (n <= VEC_CHUNK) {
+    flat_chunk(op, &f, 0, n);
+    return;
+  }
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; i += VEC_CHUNK)
+    flat_chunk(op, &f, i, i + VEC_CHUNK < n ? i + VEC_CHUNK : n);
+}
+
+void ng_vec_add(ng_backend *be, const float *a, const float *b, int64_t n, float *y) {
+  (void)be;
+  flat(OP_ADD, (flat_args){.a = a, .b = b, .y = y}, n);
+}
+
+void ng_vec_lerp(ng_backend *be, const float *a, const float *b, float g, int64_t n, float *y) {
+  (void)be;
+  flat(OP_LERP, (flat_args){.a = a, .b = b, .k = g, .y = y}, n);
+}
+
+void ng_vec_scale(ng_backend *be, const float *x, float s, int64_t n, float *y) {
+  (void)be;
+  flat(OP_SCALE, (flat_args){.a = x, .k = s, .y = y}, n);
+}
+
+void ng_vec_swiglu_forward(ng_backend *be, const float *gate, const float *up, int64_t n,
+                           float *s) {
+  (void)be;
+  flat(OP_SWIGLU, (flat_args){.a = gate, .b = up, .y = s}, n);
+}
+
+void ng_vec_swiglu_backward(ng_backend *be, const float *gate, const float *up, const float *ds,
+                            int64_t n, float *dgate, float *dup) {
+  (void)be;
+  flat(OP_SWIGLU_GRAD, (flat_args){.a = gate, .b = up, .c = ds, .y = dgate, .z = dup}, n);
+}
+
+// ---------------------------------------------------------------- AdamW
+
+typedef struct {
+  float b1, b2, gs, step, sqbc2, eps, keep;
+} adamw_consts;
+
+VEC_CLONES
+static void adamw_chunk(float *p, const float *g, float *m, float *v, int64_t i0, int64_t i1,
+                        adamw_consts k) {
+#pragma omp simd
+  for (int64_t i = i0; i < i1; i++) {
+    float gi = g[i] * k.gs;
+    m[i] = k.b1 * m[i] + (1.0f - k.b1) * gi;
+    v[i] = k.b2 * v[i] + (1.0f - k.b2) * gi * gi;
+    p[i] = p[i] * k.keep - k.step * m[i] / (sqrtf(v[i]) / k.sqbc2 + k.eps);
+  }
+}
+
+// The reference's AdamW, element for element the same operations.
+void ng_vec_adamw(ng_backend *be, float *p, const float *g, float *m, float *v, int64_t n,
+                  ng_adamw_params ap, bool decay) {
+  (void)be;
+  double bc1 = 1.0 - pow(ap.beta1, (double)ap.step), bc2 = 1.0 - pow(ap.beta2, (double)ap.step);
+  adamw_consts k = {(float)ap.beta1, (float)ap.beta2, (float)ap.grad_scale,
+                    (float)(ap.lr / bc1), (float)sqrt(bc2), (float)ap.eps,
+                    decay ? (float)(1.0 - ap.lr * ap.weight_decay) : 1.0f};
+  if (n <= VEC_CHUNK) {
+    adamw_chunk(p, g, m, v, 0, n, k);
+    return;
+  }
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; i += VEC_CHUNK)
+    adamw_chunk(p, g, m, v, i, i + VEC_CHUNK < n ? i + VEC_CHUNK : n, k);
+}
+
+// ---------------------------------------------------------------- sum of squares
+
+VEC_CLONES
+static double sumsq_chunk(const float *x, int64_t i0, int64_t i1) {
+  double acc = 0.0;
+#pragma omp simd reduction(+ : acc)
+  for (int64_t i = i0; i < i1; i++) acc += (double)x[i] * x[i];
+  return acc;
+}
+
+// Over fixed chunks, then the chunk sums in order (the same bits for every
+// thread count).
+double ng_vec_sumsq(ng_backend *be, const float *x, int64_t n) {
+  (void)be;
+  int64_t nblk = (n + VEC_CHUNK - 1) / VEC_CHUNK;
+  double *part = ng_xcalloc((size_t)nblk, sizeof(double));  // [nblk]
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < nblk; b++)
+    part[b] = sumsq_chunk(x, b * VEC_CHUNK, (b + 1) * VEC_CHUNK < n ? (b + 1) * VEC_CHUNK : n);
+  double total = 0.0;
+  for (int64_t b = 0; b < nblk; b++) total += part[b];
+  free(part);
+  return total;
+}
+
+// ---------------------------------------------------------------- attention rows
+
+VEC_CLONES
+static float scaled_max(const float *S, int64_t n, float scale) {
+  float m = scale * S[0];
+#pragma omp simd reduction(max : m)
+  for (int64_t j = 0; j < n; j++) m = scale * S[j] > m ? scale * S[j] : m;
+  return m;
+}
+
+float ng_vec_softmax_row(float *S, int64_t n, float scale) {
+  float mx = scaled_max(S, n, scale);
+  double z = exp_sum(S, n, mx / scale, scale, S);
+  float inv = (float)(1.0 / z);
+  flat(OP_SCALE, (flat_args){.a = S, .k = inv, .y = S}, n);
+  return mx + (float)log(z);
+}
+
+VEC_CLONES
+void ng_vec_softmax_row_given(float *S, int64_t n, float scale, float lse) {
+#pragma omp simd
+  for (int64_t j = 0; j < n; j++) S[j] = vexp(scale * S[j] - lse);
+}
+
+VEC_CLONES
+void ng_vec_softmax_grad_row(const float *P, float di, int64_t n, float *dP) {
+#pragma omp simd
+  for (int64_t j = 0; j < n; j++) dP[j] = P[j] * (dP[j] - di);
+}
