@@ -712,6 +712,19 @@ class Readme(unittest.TestCase):
         self.assertEqual(rows["| grow-post"], "| grow-post | Post-Norm | 1 → 3 | 1 | 1 | 10 | 10 |")
         self.assertEqual(rows["| joint-pre"], "| joint-pre | Pre-Norm | 3 → 3 | 1 | 1 | n/a | n/a |")
 
+    def test_topk(self):
+        """the topk block: tools/topk_study.sh's runs, each against the exact teacher's seed 1"""
+        root = os.path.join(self.tmp, "topk")
+        for d, seed, ce in (("exact", 1, 2.0), ("exact-seed2", 2, 2.01), ("k8", 1, 2.03), ("k32", 1, 2.005)):
+            cfg = config("grow-post", seed, placement="post", depths=(1, 2, 3))
+            if d.startswith("k"):
+                cfg["teacher_cache"] = {"train": f"train-{d}.topk", "val": f"val-{d}.topk"}
+            write_run(os.path.join(root, d), cfg, [3, 2.5, ce])
+        new, _, _ = self.remake(self.block("topk", "topk"), topk=root)
+        rows = [line for line in new.split("\n") if line.startswith("| ")]
+        self.assertEqual(rows[1:], ["| exact | 2.0000 | — |", "| exact, seed 2 | 2.0100 | +0.0100 |",
+                                    "| top-8 cache | 2.0300 | +0.0300 |", "| top-32 cache | 2.0050 | +0.0050 |"])
+
     def test_compare(self):
         """the compare block: seed 1 of two demos, the difference and whether the final weights are the same bytes"""
         new, _, _ = self.remake(self.block("compare", "demo other"), demo=self.demo, other=self.other)

@@ -41,19 +41,34 @@ STEP = 96  # the growing arm's early evaluation the README quotes (after the fir
 
 
 class Runs:
-    """The runs under one directory: every arm's seeds, and the teacher."""
+    """The runs under one directory: every arm's seeds, and the teacher (read
+    when a block first asks for them)."""
 
     def __init__(self, label, root):
         if not os.path.isdir(root):
             raise ReportError(f"readme: {label}={root}: not a directory")
-        dirs = sorted(os.path.join(root, d) for d in os.listdir(root))
-        runs = [load_run(d) for d in dirs if is_run(d)]
-        if not runs:
-            raise ReportError(f"readme: {label}={root}: no run directory in it")
-        classify(runs)
         self.label, self.root = label, root
-        self.teacher = next((r for r in runs if r.mode == "pretrain"), None)
-        self.arms = {a.name: a for a in group_arms([r for r in runs if r.mode != "pretrain"])}
+        self._arms = None
+
+    def load(self):
+        if self._arms is None:
+            dirs = sorted(os.path.join(self.root, d) for d in os.listdir(self.root))
+            runs = [load_run(d) for d in dirs if is_run(d)]
+            if not runs:
+                raise ReportError(f"readme: {self.label}={self.root}: no run directory in it")
+            classify(runs)
+            self._teacher = next((r for r in runs if r.mode == "pretrain"), None)
+            self._arms = {a.name: a for a in group_arms([r for r in runs if r.mode != "pretrain"])}
+
+    @property
+    def arms(self):
+        self.load()
+        return self._arms
+
+    @property
+    def teacher(self):
+        self.load()
+        return self._teacher
 
     def arm(self, name):
         if name not in self.arms:
@@ -218,7 +233,27 @@ def compare(a, b):
     return "\n".join(out) + "\n"
 
 
-KINDS = {"seed1": (seed1, 1), "arms": (arm_rows, 1), "paired": (paired_rows, 1), "spread": (spread, 1),
+def topk(src):
+    """tools/topk_study.sh's runs: the exact teacher (seeds 1 and 2) and each
+    top-k cache, final validation CE and the difference from the exact run."""
+    def run(d):
+        path = os.path.join(src.root, d)
+        if not is_run(path):
+            raise ReportError(f"readme: {src.label}={src.root}: no run {d}")
+        return load_run(path)
+    exact = run("exact")
+    rows = [("exact", exact), ("exact, seed 2", run("exact-seed2"))]
+    ks = sorted(int(d[1:]) for d in os.listdir(src.root) if re.fullmatch(r"k[0-9]+", d))
+    rows += [(f"top-{k} cache", run(f"k{k}")) for k in ks]
+    classify([r for _, r in rows])
+    out = ["| teacher | final val CE | difference from exact |", "|---|---:|---:|"]
+    for name, r in rows:
+        diff = "—" if r is exact or r.failed is not None else "%+.4f" % (r.last.ce - exact.last.ce)
+        out.append(f"| {name} | {ce(r)} | {diff} |")
+    return "\n".join(out) + "\n"
+
+
+KINDS = {"seed1": (seed1, 1), "topk": (topk, 1), "arms": (arm_rows, 1), "paired": (paired_rows, 1), "spread": (spread, 1),
          "compare": (compare, 2)}
 
 
