@@ -139,6 +139,20 @@ static void loss_row(const float *s, const float *t, int32_t y, int64_t V, ng_lo
   ds[y] -= (float)(w * a_ce);
 }
 
+// The rows of ng_vec_ce_kd: logits [N, V] and a full teacher [N, V] or NULL.
+typedef struct {
+  const float *logits, *teacher;
+  int64_t V;
+} vec_rows;
+
+// loss_row of row i; scratch: 3 rows of Vu floats.
+static void vec_loss_row(const void *ctx, int64_t i, int32_t y, int64_t Vu, ng_loss_params lp,
+                         double w, float *ds, void *scratch, double *ce, double *kl) {
+  const vec_rows *c = ctx;
+  loss_row(c->logits + (size_t)i * c->V, c->teacher ? c->teacher + (size_t)i * c->V : NULL, y, Vu,
+           lp, w, ds, scratch, ce, kl);
+}
+
 void ng_vec_ce_kd(ng_backend *be, const float *logits, const float *teacher,
                   const int32_t *targets, int64_t N, int64_t V, ng_loss_params lp,
                   float *dlogits, double *ce, double *kd, int64_t *n_valid) {
@@ -149,38 +163,9 @@ void ng_vec_ce_kd(ng_backend *be, const float *logits, const float *teacher,
     return;
   }
   int64_t Vu = lp.vocab_used > 0 && lp.vocab_used < V ? lp.vocab_used : V;
-  int64_t nv = 0;
-  for (int64_t i = 0; i < N; i++) nv += targets[i] >= 0;
-  int64_t n_norm = lp.n_norm > 0 ? lp.n_norm : nv;
-  double w = n_norm ? 1.0 / (double)n_norm : 0.0;
-  double *row_ce = ng_xcalloc((size_t)N, sizeof(double));  // [N]
-  double *row_kl = ng_xcalloc((size_t)N, sizeof(double));  // [N]
-#pragma omp parallel
-  {
-    float *scratch = ng_xmalloc(3 * (size_t)Vu * sizeof(float));  // [3, Vu] per thread
-#pragma omp for schedule(static)
-    for (int64_t i = 0; i < N; i++) {
-      float *ds = dlogits ? dlogits + (size_t)i * V : NULL;
-      if (targets[i] < 0) {
-        if (ds) memset(ds, 0, (size_t)V * sizeof(float));
-        continue;
-      }
-      if (ds && Vu < V) memset(ds + Vu, 0, (size_t)(V - Vu) * sizeof(float));  // padding ids
-      loss_row(logits + (size_t)i * V, teacher ? teacher + (size_t)i * V : NULL, targets[i], Vu,
-               lp, w, ds, scratch, &row_ce[i], &row_kl[i]);
-    }
-    free(scratch);
-  }
-  double sce = 0.0, skl = 0.0;
-  for (int64_t i = 0; i < N; i++) {
-    sce += row_ce[i];
-    skl += row_kl[i];
-  }
-  free(row_ce);
-  free(row_kl);
-  *ce = sce * w;
-  *kd = teacher ? lp.temperature * lp.temperature * skl * w : 0.0;
-  *n_valid = nv;
+  vec_rows c = {logits, teacher, V};
+  ng_cpu_loss_rows(vec_loss_row, &c, 3 * (size_t)Vu * sizeof(float), teacher != NULL, targets, N, V,
+                   lp, dlogits, ce, kd, n_valid);
 }
 
 // ---------------------------------------------------------------- RMSNorm

@@ -664,11 +664,9 @@ static void ce_kd_row(const float *s, const teacher_ref *t, int64_t i, int32_t y
   ds[y] -= (float)(w * a_ce);
 }
 
-// The row loop shared by both teacher kinds; rows with target -1 are ignored.
-// Rows are V apart; the softmaxes use their first Vu = vocab_used columns.
-static void ce_kd_rows(const float *logits, const teacher_ref *t, const int32_t *targets,
-                       int64_t N, int64_t V, ng_loss_params lp, float *dlogits, double *ce,
-                       double *kd, int64_t *n_valid) {
+void ng_cpu_loss_rows(ng_loss_row_fn *row, const void *ctx, size_t scratch_bytes, bool teacher,
+                      const int32_t *targets, int64_t N, int64_t V, ng_loss_params lp,
+                      float *dlogits, double *ce, double *kd, int64_t *n_valid) {
   int64_t Vu = lp.vocab_used > 0 && lp.vocab_used < V ? lp.vocab_used : V;
   int64_t nv = 0;
   for (int64_t i = 0; i < N; i++) nv += targets[i] >= 0;
@@ -678,8 +676,7 @@ static void ce_kd_rows(const float *logits, const teacher_ref *t, const int32_t 
   double *row_kl = ng_xcalloc((size_t)N, sizeof(double));  // [N]
 #pragma omp parallel
   {
-    float *scratch = ng_xmalloc(3 * (size_t)V * sizeof(float));  // [3, V] per thread
-    double *dz = ng_xmalloc((size_t)V * sizeof(double));          // [V] per thread
+    void *scratch = ng_xmalloc(scratch_bytes);  // per thread
 #pragma omp for schedule(static)
     for (int64_t i = 0; i < N; i++) {
       float *ds = dlogits ? dlogits + (size_t)i * V : NULL;
@@ -688,11 +685,9 @@ static void ce_kd_rows(const float *logits, const teacher_ref *t, const int32_t 
         continue;
       }
       if (ds && Vu < V) memset(ds + Vu, 0, (size_t)(V - Vu) * sizeof(float));  // padding ids
-      ce_kd_row(logits + (size_t)i * V, t, i, targets[i], V, Vu, lp, w, ds, scratch, dz,
-                &row_ce[i], &row_kl[i]);
+      row(ctx, i, targets[i], Vu, lp, w, ds, scratch, &row_ce[i], &row_kl[i]);
     }
     free(scratch);
-    free(dz);
   }
   double sce = 0.0, skl = 0.0;
   for (int64_t i = 0; i < N; i++) {
@@ -702,8 +697,33 @@ static void ce_kd_rows(const float *logits, const teacher_ref *t, const int32_t 
   free(row_ce);
   free(row_kl);
   *ce = sce * w;
-  *kd = has_teacher(t) ? lp.temperature * lp.temperature * skl * w : 0.0;
+  *kd = teacher ? lp.temperature * lp.temperature * skl * w : 0.0;
   *n_valid = nv;
+}
+
+// The reference's rows: logits [N, V] and its teacher.
+typedef struct {
+  const float *logits;
+  const teacher_ref *t;
+  int64_t V;
+} cpu_rows;
+
+// ce_kd_row of row i; scratch: dz, a row of V doubles, then 3 rows of V floats.
+static void cpu_loss_row(const void *ctx, int64_t i, int32_t y, int64_t Vu, ng_loss_params lp,
+                         double w, float *ds, void *scratch, double *ce, double *kl) {
+  const cpu_rows *c = ctx;
+  double *dz = scratch;
+  ce_kd_row(c->logits + (size_t)i * c->V, c->t, i, y, c->V, Vu, lp, w, ds, (float *)(dz + c->V), dz,
+            ce, kl);
+}
+
+static void ce_kd_rows(const float *logits, const teacher_ref *t, const int32_t *targets,
+                       int64_t N, int64_t V, ng_loss_params lp, float *dlogits, double *ce,
+                       double *kd, int64_t *n_valid) {
+  cpu_rows c = {logits, t, V};
+  size_t scratch = (size_t)V * (sizeof(double) + 3 * sizeof(float));
+  ng_cpu_loss_rows(cpu_loss_row, &c, scratch, has_teacher(t), targets, N, V, lp, dlogits, ce, kd,
+                   n_valid);
 }
 
 static void cpu_ce_kd(ng_backend *be, const float *logits, const float *teacher,

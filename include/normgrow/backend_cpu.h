@@ -25,6 +25,22 @@ void ng_round_bf16(const float *x, int64_t n, float *y);
 // y [n] = x rounded to bf16, stored as bf16 (the upper 16 bits).
 void ng_to_bf16(const float *x, int64_t n, uint16_t *y);
 
+// One row i of the fused loss, its target y >= 0, over its first Vu columns:
+// the row's CE and KL (the divergence before tau^2) into ce and kl and, where
+// ds is not NULL, its dlogits [Vu] scaled by w. scratch is the calling
+// thread's own, of the bytes ng_cpu_loss_rows was given.
+typedef void ng_loss_row_fn(const void *ctx, int64_t i, int32_t y, int64_t Vu, ng_loss_params lp,
+                            double w, float *ds, void *scratch, double *ce, double *kl);
+
+// The fused loss's row loop over logits' rows [N, V] (ce_kd, ce_kd_topk), for
+// every backend that brings its own row: rows of target -1 left out (their
+// dlogits zeroed), the padding columns (Vu = lp.vocab_used .. V) zeroed, w =
+// 1 / (lp.n_norm, else the valid rows); ce = w sum of the rows' CE, kd = tau^2
+// w sum of their KL (0 without a teacher), summed in row order.
+void ng_cpu_loss_rows(ng_loss_row_fn *row, const void *ctx, size_t scratch_bytes, bool teacher,
+                      const int32_t *targets, int64_t N, int64_t V, ng_loss_params lp,
+                      float *dlogits, double *ce, double *kd, int64_t *n_valid);
+
 // The CPU attention (ng_backend.attention_forward/backward). With bf16 the
 // inputs of its products are rounded to bf16 (q, k, v, dout, the
 // probabilities P and the score gradients dS): fp32 sums of bf16 products,
