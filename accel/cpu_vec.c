@@ -261,16 +261,7 @@ static void rope(float *x, int64_t B, int64_t T, int64_t nh, int64_t hd, double 
   int64_t half = hd / 2;
   float *cs = ng_xmalloc((size_t)(T * half) * sizeof(float));  // [T, half]
   float *sn = ng_xmalloc((size_t)(T * half) * sizeof(float));  // [T, half]
-  // the reference's table: angle t theta^(-2j/hd) in double
-#pragma omp parallel for schedule(static)
-  for (int64_t j = 0; j < half; j++) {
-    double inv_freq = pow(theta, -2.0 * (double)j / (double)hd);
-    for (int64_t t = 0; t < T; t++) {
-      double a = (double)t * inv_freq;
-      cs[(size_t)t * half + j] = (float)cos(a);
-      sn[(size_t)t * half + j] = (float)sin(a);
-    }
-  }
+  ng_rope_table(T, hd, theta, cs, sn);
 #pragma omp parallel for schedule(static)
   for (int64_t bt = 0; bt < B * T; bt++) {
     const float *c = cs + (size_t)(bt % T) * half, *s = sn + (size_t)(bt % T) * half;

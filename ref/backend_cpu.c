@@ -131,8 +131,7 @@ static void cpu_rmsnorm_backward(ng_backend *be, const float *x, const float *w,
   if (dw) column_sums(x, rstd, dy, R, C, dw);
 }
 
-// cos/sin table [T, hd/2]: angle = t * theta^(-2j/hd), computed in double.
-static void rope_table(int64_t T, int64_t hd, double theta, float *cs, float *sn) {
+void ng_rope_table(int64_t T, int64_t hd, double theta, float *cs, float *sn) {
   int64_t half = hd / 2;
   for (int64_t j = 0; j < half; j++) {
     double inv_freq = pow(theta, -2.0 * (double)j / (double)hd);
@@ -151,7 +150,7 @@ static void rope_apply(float *x, int64_t B, int64_t T, int64_t nh, int64_t hd, d
   int64_t half = hd / 2;
   float *cs = ng_xmalloc((size_t)T * half * sizeof(float));
   float *sn = ng_xmalloc((size_t)T * half * sizeof(float));
-  rope_table(T, hd, theta, cs, sn);
+  ng_rope_table(T, hd, theta, cs, sn);
 #pragma omp parallel for schedule(static)
   for (int64_t bt = 0; bt < B * T; bt++) {
     const float *c = cs + (size_t)(bt % T) * half, *s = sn + (size_t)(bt % T) * half;

@@ -41,6 +41,10 @@ void ng_cpu_loss_rows(ng_loss_row_fn *row, const void *ctx, size_t scratch_bytes
                       const int32_t *targets, int64_t N, int64_t V, ng_loss_params lp,
                       float *dlogits, double *ce, double *kd, int64_t *n_valid);
 
+// RoPE's cos/sin tables cs, sn [T, hd/2]: angle t theta^(-2j/hd), computed in
+// double (every backend's rotation reads these values).
+void ng_rope_table(int64_t T, int64_t hd, double theta, float *cs, float *sn);
+
 // The CPU attention (ng_backend.attention_forward/backward). With bf16 the
 // inputs of its products are rounded to bf16 (q, k, v, dout, the
 // probabilities P and the score gradients dS): fp32 sums of bf16 products,
