@@ -23,8 +23,8 @@ import os
 import re
 import sys
 
-from .readings import (Study, excludes, interaction, interval, last_block_dce, min_block_dce, over, quadruples,
-                       rms_spread_table)
+from .readings import (Study, excludes, final_ces, interaction, interval, last_block_dce, min_block_dce, over,
+                       quadruples, rms_spread_table)
 from .runs import ReportError, group_arms, is_run, load_run
 from .stats import paired
 from .trained import classify
@@ -167,8 +167,7 @@ def paired_rows(src):
         out.append(f"| interaction: ({q[0].name} − {q[1].name}) − ({q[2].name} − {q[3].name}) | "
                    f"{p.n if p else 0} | {'%+.4f' % p.mean if p else 'n/a'} | {interval(p)} | {excludes(p)} |")
     for a, b in PAIRS:
-        p = paired({r.seed: r.last.ce for r in src.arm(a).runs if r.failed is None},
-                   {r.seed: r.last.ce for r in src.arm(b).runs if r.failed is None})
+        p = paired(final_ces(src.arm(a)), final_ces(src.arm(b)))
         out.append(f"| {a} − {b} | {p.n if p else 0} | {'%+.4f' % p.mean if p else 'n/a'} | "
                    f"{interval(p)} | {excludes(p)} |")
     return "\n".join(out) + "\n"
