@@ -253,32 +253,46 @@ fi
 bes=$("$bin" --version | sed -n 's/^backends: //p')
 case "$bes" in
 *onednn*)
+  # Where oneDNN runs bf16 here, the config says onednn fp32 and the command line bf16;
+  # elsewhere (no AVX-512 BF16 or AMX) the config says cpu and the command line onednn.
+  no_bf16=$("$bin" golden-check "$root/golden/$(ls "$root/golden" | grep -m 1 '\.safetensors$')" --backend onednn \
+    --precision bf16 2>&1 >/dev/null | grep -m 1 'needs a CPU with')
+  if [ -z "$no_bf16" ]; then
+    in_config='"backend": "onednn", "precision": "fp32"' given=(--precision bf16) first=bf16
+  else
+    in_config='"backend": "cpu", "precision": "fp32"' given=(--backend onednn) first=fp32
+  fi
   sed "s|\"run_dir\": \"[^\"]*\"|\"run_dir\": \"$tmp/cross\"|; s|\"tokens\": 30720|\"tokens\": 2560|g;
-       s|^{|{\"backend\": \"onednn\", \"precision\": \"fp32\", |" "$tmp/whole.json" >"$tmp/cross.json"
-  "$bin" train "$tmp/cross.json" --precision bf16 --stop-after 11 2>/dev/null &&
+       s|^{|{$in_config, |" "$tmp/whole.json" >"$tmp/cross.json"
+  "$bin" train "$tmp/cross.json" "${given[@]}" --stop-after 11 2>/dev/null &&
     "$bin" train --resume "$tmp/cross" --backend cpu --precision fp32 2>/dev/null
   rc=$?
   log=$(sed -E 's/,"normgrow":"[^"]*","threads":[0-9]+,"blas_kernels":"[A-Za-z0-9]+","blas_kernels_origin":"[a-zA-Z_ ]+","time":[0-9.]+//' \
     "$tmp/cross/backend.jsonl" 2>/dev/null | tr -d ' \n')
-  want='{"step":0,"backend":"onednn","precision":"bf16"}{"step":7,"backend":"cpu","precision":"fp32"}'
+  want='{"step":0,"backend":"onednn","precision":"'$first'"}{"step":7,"backend":"cpu","precision":"fp32"}'
   if [ "$rc" -eq 0 ] && [ "$log" = "$want" ] && [ -f "$tmp/cross/final.safetensors" ] &&
-    grep -q '"precision":[[:space:]]*"bf16"' "$tmp/cross/config.json"; then
-    echo "ok run on onednn bf16 (command line over config), resumed on cpu fp32: $log"
+    grep -q '"backend":[[:space:]]*"onednn"' "$tmp/cross/config.json" &&
+    grep -q '"precision":[[:space:]]*"'$first'"' "$tmp/cross/config.json"; then
+    echo "ok run on onednn $first (command line ${given[*]} over the config), resumed on cpu fp32: $log"
   else
     echo "FAIL backend choice / resume on another backend: exit $rc, backend.jsonl: $log"
   fi
   # On onednn bf16 too, a run stopped and resumed ends bit-identical to an uninterrupted one.
-  for r in bf16-whole bf16-stopped; do
-    sed "s|\"run_dir\": \"[^\"]*\"|\"run_dir\": \"$tmp/$r\"|" "$tmp/cross.json" >"$tmp/$r.json"
-  done
-  "$bin" train "$tmp/bf16-whole.json" --precision bf16 2>/dev/null &&
-    "$bin" train "$tmp/bf16-stopped.json" --precision bf16 --stop-after 11 2>/dev/null &&
-    "$bin" train --resume "$tmp/bf16-stopped" --backend onednn --precision bf16 2>/dev/null
-  # exact: the resumed run repeats the same ops in the same order
-  if [ $? -eq 0 ] && cmp -s "$tmp/bf16-whole/final.safetensors" "$tmp/bf16-stopped/final.safetensors"; then
-    echo "ok onednn bf16: stopped after step 11 and resumed, final weights bit-identical"
+  if [ -n "$no_bf16" ]; then
+    echo "skip onednn bf16 resume: $no_bf16"
   else
-    echo "FAIL onednn bf16: the resumed run's final weights differ (or a run failed)"
+    for r in bf16-whole bf16-stopped; do
+      sed "s|\"run_dir\": \"[^\"]*\"|\"run_dir\": \"$tmp/$r\"|" "$tmp/cross.json" >"$tmp/$r.json"
+    done
+    "$bin" train "$tmp/bf16-whole.json" --precision bf16 2>/dev/null &&
+      "$bin" train "$tmp/bf16-stopped.json" --precision bf16 --stop-after 11 2>/dev/null &&
+      "$bin" train --resume "$tmp/bf16-stopped" --backend onednn --precision bf16 2>/dev/null
+    # exact: the resumed run repeats the same ops in the same order
+    if [ $? -eq 0 ] && cmp -s "$tmp/bf16-whole/final.safetensors" "$tmp/bf16-stopped/final.safetensors"; then
+      echo "ok onednn bf16: stopped after step 11 and resumed, final weights bit-identical"
+    else
+      echo "FAIL onednn bf16: the resumed run's final weights differ (or a run failed)"
+    fi
   fi
   ;;
 *) echo "skip backend resume: this build has only $bes" ;;
