@@ -253,6 +253,25 @@ class Readings(unittest.TestCase):
         self.assertEqual(rows["grown Pre-Norm: ΔCE removing the last block"][2], "+0.0100")
         self.assertEqual(rows["grown Post-Norm: smallest ΔCE of removing any block"][2], "+0.3000 (block 3)")
 
+    def test_interaction_calibrated(self):
+        """placements at their own learning rates are paired when the pairing is unique, and said so"""
+        ce = {"gpost": 2.00, "gpre": 2.05, "jpost": 2.03, "jpre": 2.02}
+        runs = []
+        for name, c in ce.items():
+            cfg = config(name, 1, placement="post" if "post" in name else "pre",
+                         depths=(1, 2, 3) if name[0] == "g" else (3, 3, 3))
+            cfg["lr"]["peak"] = 0.006 if "post" in name else 0.003
+            runs.append(write_run(os.path.join(self.tmp, f"{name}-s1"), cfg, [3, 3, c]))
+        t = interaction_table(load_study(runs, quiet))
+        self.assertEqual(t.rows[0][1], "gpost, gpre, jpost, jpre")
+        self.assertEqual(str(t.rows[0][5]), "-0.0600")  # (2.00 − 2.05) − (2.03 − 2.02)
+        self.assertTrue(any("lr.peak 0.006" in n and "lr.peak 0.003" in n for n in t.notes), t.notes)
+        # a second grown Pre-Norm arm at another rate: the pairing is no longer unique
+        cfg = config("gpre2", 1, depths=(1, 2, 3))
+        cfg["lr"]["peak"] = 0.0015
+        runs.append(write_run(os.path.join(self.tmp, "gpre2-s1"), cfg, [3, 3, 2.1]))
+        self.assertEqual(interaction_table(load_study(runs, quiet)).rows, [])
+
     def test_did_not_train(self):
         """a run at the unigram plateau (ln 2 of a two-token shard), one with a null CE and an unfinished one are
         left out of the means, each with its reason"""

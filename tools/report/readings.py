@@ -236,10 +236,27 @@ def controls_of(study, g):
             and differs_only(a, g, ("stages", "growth"))]
 
 
+LR_KEYS = ("lr.",)
+
+
 def other_placement(study, arm, placement):
-    """The arm of the same config in another placement."""
-    return next((a for a in study.arms if a is not arm and a.first.placement == placement
-                 and grown(a) == grown(arm) and differs_only(a, arm, PLACEMENT_KEYS)), None)
+    """The arm of the same config in another placement; else, where the study has
+    exactly one, the arm of the same config in that placement at its own learning
+    rate (placements each at their calibrated rate: tools/calibrate.sh)."""
+    same = [a for a in study.arms if a is not arm and a.first.placement == placement and grown(a) == grown(arm)]
+    exact = [a for a in same if differs_only(a, arm, PLACEMENT_KEYS)]
+    if exact:
+        return exact[0]
+    calibrated = [a for a in same if differs_only(a, arm, PLACEMENT_KEYS + LR_KEYS)]
+    return calibrated[0] if len(calibrated) == 1 else None
+
+
+def lr_differences(a, b):
+    """The learning-rate settings in which two arms differ, "key value" joined
+    for each ("" for both when they agree)."""
+    sa, sb = a.first.settings, b.first.settings
+    keys = sorted(k for k in set(sa) | set(sb) if k.startswith(LR_KEYS) and sa.get(k) != sb.get(k))
+    return tuple(", ".join(f"{k} {s.get(k)}" for k in keys) for s in (sa, sb))
 
 
 def quadruples(study):
@@ -275,7 +292,8 @@ def interaction_table(study):
               "trained): (grown P − grown Pre) − (joint P − joint Pre); negative: growth favours P more than "
               f"joint training does. Then the mean over seeds, its standard error and its {pct}% interval "
               "(t, n − 1 degrees of freedom). The arms are found by their configs: the grown arm of placement P, "
-              "the grown Pre-Norm arm of the same config but for the placement, and each one's joint arm (a "
+              "the grown Pre-Norm arm of the same config but for the placement (where there is none, the only one "
+              "that differs also in its learning rate: placements each at a calibrated rate), and each one's joint arm (a "
               "fixed depth, its final depth and tokens, no LR restart, the same config but for the stages).",
               ["placement P", "arms (grown P, grown Pre, joint P, joint Pre)", "seeds", "grown P − grown Pre",
                "joint P − joint Pre", "interaction", "standard error", f"{pct}% interval", "excludes 0"], left=3)
@@ -288,6 +306,10 @@ def interaction_table(study):
             row += [", ".join(map(str, p.seeds)), Num(growth.mean, "%+.4f"), Num(joint.mean, "%+.4f"),
                     Num(p.mean, "%+.4f"), Num(p.se if p.n > 1 else None, "%.4f"), interval(p), excludes(p)]
         t.rows.append(row)
+        lr_p, lr_pre = lr_differences(quad[0], quad[1])
+        if lr_p:
+            t.notes.append(f"{quad[0].name} and {quad[2].name} train at {lr_p}; {quad[1].name} and "
+                           f"{quad[3].name} at {lr_pre}: each placement at its own (calibrated) learning rate.")
     if not t.rows:
         t.notes = ["No placement has its grown and joint arms beside grown and joint Pre-Norm arms here."]
     t.notes += excluded_note(study)

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# tools/calibrate.sh from the outside, on a tiny pretraining set (a second a run): two
+# placements, a grid of two peak learning rates (one too small to learn) and two seeds;
+# each placement's calibrated rate is the grid's best, its grown arm trains at that rate,
+# the report pairs the four arms in its interaction table, and a second call trains
+# nothing again. Bad options are refused in one line.
+set -u
+root=${NG_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
+bin=${NG_BIN:-$root/build/normgrow}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cd "$tmp" || exit 1
+export NG_BIN=$bin
+
+"$bin" data /usr/share/common-licenses/GPL-3 /usr/share/common-licenses/GPL-2 --records-split "" \
+  --val-fraction 0.1 --out data >/dev/null || { echo "FAIL data: could not build shards"; exit 0; }
+mkdir set
+# joint: depth 2 for 320 steps of 256 tokens; grown: depth 1 then 2, 160 steps each
+tiny() {  # name stages
+  cat <<JSON
+{"name": "$1", "seed": 1, "run_dir": "runs/$1", "mode": "pretrain",
+ "data": {"train": "$tmp/data/train.bin", "val": "$tmp/data/val.bin", "batch": 8, "seq": 32},
+ "model": {"vocab_size": 257, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+   "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8, "rope_theta": 10000,
+   "rms_norm_eps": 1e-6, "tie_word_embeddings": true, "norm_placement": "pre", "final_norm": true},
+ "optim": {"beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.1, "grad_clip": 1.0},
+ "lr": {"peak": 0.01, "floor": 1e-7, "warmup_tokens": 2048, "shape": "cosine"},
+ "growth": {"position": "top", "init": "gate", "gate_steps": 8},
+ "eval": {"every_steps": 40, "batches": 2}, "checkpoint_every_steps": 40,
+ "stages": $2}
+JSON
+}
+tiny joint-pre '[{"depth": 2, "tokens": 81920}]' >set/joint-pre.json
+tiny grow-pre '[{"depth": 1, "tokens": 40960}, {"depth": 2, "tokens": 40960}]' >set/grow-pre.json
+
+cal=("$root/tools/calibrate.sh" --configs set --depth 2 --placements pre,post --lrs 3e-3,3e-2
+     --seeds 1,2 --jobs 2 --out cal)
+"${cal[@]}" >cal1.log 2>&1
+rc=$?
+if [ "$rc" -eq 0 ] && python3 - <<'EOF'; then
+import json, sys
+c = json.load(open("cal/calibration.json"))
+sys.exit(not (set(c) == {"pre", "post"} and c["pre"]["lr.peak"] == "3e-2" and c["post"]["lr.peak"] == "3e-3"
+              and all(v["seeds"] == 2 for v in c.values())))
+EOF
+  echo "ok calibrate: each placement calibrated over 2 seeds: Pre-Norm to 3e-2, Post-Norm (on the plateau at 3e-2) to 3e-3"
+else
+  echo "FAIL calibrate: status $rc; $(tail -3 cal1.log | tr '\n' ' ') $(cat cal/calibration.json 2>/dev/null)"
+fi
+# every grown run at its placement's rate, in its placement
+ok=1
+for pl in pre:0.03 post:0.003; do
+  p=${pl%:*}
+  for s in 1 2; do
+    f=$(ls cal/grow-$p/*/seed$s/config.json 2>/dev/null | head -1)
+    python3 -c "import json, sys; c = json.load(open('$f'))
+sys.exit(not (c['lr']['peak'] == ${pl#*:} and c['model']['norm_placement'] == '$p' and c['seed'] == $s
+              and [st['depth'] for st in c['stages']] == [1, 2]))" 2>/dev/null || ok=0
+  done
+done
+[ "$ok" = 1 ] && echo "ok calibrate: each grown arm trained at its placement's calibrated rate, seeds 1 and 2" ||
+  echo "FAIL calibrate: a grown run is missing or not at its placement's calibrated rate"
+# the report over the calibrated arms: one interaction row (grown post, grown pre, joint post,
+# joint pre), the two placements at their own rates
+if grep -A12 "^## Interaction of placement and growth" cal/report/report.md | grep -q "| 1, 2 |" &&
+   grep -A12 "^## Interaction of placement and growth" cal/report/report.md | grep -q "lr.peak 0.003.*lr.peak 0.03"; then
+  echo "ok calibrate: the report pairs the four calibrated arms in its interaction table (seeds 1, 2), each placement at its rate"
+else
+  echo "FAIL calibrate: no interaction row over seeds 1, 2 at both rates in cal/report/report.md"
+fi
+# run again: nothing trains again (the final weights are the same files)
+before=$(stat -c '%n %i %Y' cal/*/*/seed*/final.safetensors | sort)
+"${cal[@]}" >cal2.log 2>&1
+rc=$?
+after=$(stat -c '%n %i %Y' cal/*/*/seed*/final.safetensors | sort)
+if [ "$rc" -eq 0 ] && [ "$before" = "$after" ] && [ "$(grep -c . <<<"$before")" -eq 12 ]; then
+  echo "ok calibrate: a second call keeps all 12 finished runs as they are"
+else
+  echo "FAIL calibrate: a second call changed the runs ($(grep -c . <<<"$before") before)"
+fi
+# bad options: one line, a non-zero exit, nothing made
+for bad in "--placements pre,postnorm|unknown placement postnorm" "--set huge|--set huge: expected toy or toy-large" \
+           "--configs set|--configs needs --depth L"; do
+  # shellcheck disable=SC2086
+  "$root/tools/calibrate.sh" ${bad%%|*} --lrs 1e-3 --out bad >/dev/null 2>bad.err
+  rc=$?
+  if [ "$rc" -ne 0 ] && [ "$(wc -l <bad.err)" -eq 1 ] && grep -qF -- "${bad#*|}" bad.err && [ ! -e bad ]; then
+    echo "ok calibrate ${bad%%|*}: refused ($(cat bad.err))"
+  else
+    echo "FAIL calibrate ${bad%%|*}: status $rc, stderr: $(cat bad.err)"
+  fi
+done

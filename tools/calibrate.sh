@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# Learning rates calibrated per norm placement (docs/assumptions.md, "Learning-rate
+# calibration"), then the study's arms at each placement's calibrated rate:
+#   1. for each placement, the joint arm of the set (configs/SET/joint-pre.json in that
+#      placement) over a grid of peak learning rates and seeds: `normgrow sweep` into
+#      OUT/joint-<placement>;
+#   2. the placement's calibrated peak: the sweep's best setting (the lowest mean final
+#      validation CE among the settings all of whose seeds trained); all of them go to
+#      OUT/calibration.json;
+#   3. the grown arm (configs/SET/grow-pre.json in that placement) at its placement's
+#      calibrated peak, every seed: OUT/grow-<placement>; with --controls the set's three
+#      controls (Post-Norm students) at Post-Norm's calibrated peak: OUT/control-<name>;
+#   4. the report over the calibrated joint arms, the grown arms and the controls:
+#      OUT/report (paired differences, the interaction per placement; pairs of arms at
+#      different calibrated rates are paired as the same config in another placement).
+# The warmup, the LR floor and every other setting are the set's own (one grid: peak LR).
+# Needs the set's data and teacher: `make demo` (toy) or `make demo STUDY=large`
+# (toy-large) makes them. Run it again after an interruption: the sweeps keep every
+# finished run and resume stopped ones; a grid grown by values or seeds is completed.
+#
+# usage: tools/calibrate.sh [--set toy|toy-large | --configs DIR --depth L] [--placements P1,P2,...]
+#            [--lrs A,B,...] [--seeds S1,S2,...] [--jobs J] [--backend NAME] [--precision fp32|bf16]
+#            [--out DIR] [--controls]
+#   --configs DIR --depth L: another set of configs (DIR/joint-pre.json, DIR/grow-pre.json and,
+#             for --controls, DIR/control-*.json) whose final depth is L, with its own data
+#   defaults: --set toy --placements pre,post,sandwich,lns,mixln,deepnorm
+#             --lrs 0.0015,0.003,0.006 (toy) or 0.0005,0.001,0.002 (toy-large)
+#             --seeds 1,2,3 --jobs 1 --out runs/calibrate-SET
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+bin=${NG_BIN:-$root/build/normgrow}
+usage="usage: tools/calibrate.sh [--set toy|toy-large | --configs DIR --depth L] [--placements P,...] [--lrs A,...] [--seeds S,...] [--jobs J] [--backend NAME] [--precision P] [--out DIR] [--controls]"
+set_name=toy configs='' depth='' need=() placements=pre,post,sandwich,lns,mixln,deepnorm lrs='' seeds=1,2,3 jobs=1 out='' controls=0 where=()
+while [ $# -gt 0 ]; do
+  case $1 in
+    --controls) controls=1; shift; continue ;;
+  esac
+  [ $# -ge 2 ] || { echo "$usage" >&2; exit 2; }
+  case $1 in
+    --set) set_name=$2 ;;
+    --configs) configs=$2 ;;
+    --depth) depth=$2 ;;
+    --placements) placements=$2 ;;
+    --lrs) lrs=$2 ;;
+    --seeds) seeds=$2 ;;
+    --jobs) jobs=$2 ;;
+    --backend | --precision) where+=("$1" "$2") ;;
+    --out) out=$2 ;;
+    *) echo "$usage" >&2; exit 2 ;;
+  esac
+  shift 2
+done
+if [ -n "$configs" ]; then  # a set of its own: its configs name their data
+  [[ $depth =~ ^[1-9][0-9]*$ ]] || { echo "calibrate: --configs needs --depth L (the final depth)" >&2; exit 2; }
+  [ -n "$lrs" ] || { echo "calibrate: --configs needs --lrs" >&2; exit 2; }
+  set_name=$(basename "$configs")
+else  # the named sets' configs name their data and teacher from the repository's root
+  [ -z "$out" ] || out=$(realpath -m "$out")
+  cd "$root"
+  case $set_name in
+    toy) depth=6 data=runs/demo lrs=${lrs:-0.0015,0.003,0.006} ;;
+    toy-large) depth=9 data=runs/demo-large lrs=${lrs:-0.0005,0.001,0.002} ;;
+    *) echo "calibrate: --set $set_name: expected toy or toy-large" >&2; exit 2 ;;
+  esac
+  configs=configs/$set_name
+  need=("$data/data/val.bin" "$data/teacher/final.safetensors")
+fi
+out=${out:-runs/calibrate-$set_name}
+start=$(date +%s)
+say() { printf '[calibrate %5ds] %s\n' $(($(date +%s) - start)) "$*"; }
+
+# The --set options that make a config of the set the placement P (at the final depth).
+placement_sets() {  # placement
+  echo "--set model.norm_placement=$1"
+  case $1 in
+    pre | post | lns | sandwich) ;;
+    # DeepNet's alpha (2 L)^(1/4) at the final depth, without its beta init (README)
+    deepnorm) echo "--set model.deepnorm_alpha=$(python3 -c "print((2 * $depth) ** 0.25)") --set init.deepnorm_beta=false" ;;
+    mixln) echo "--set model.mixln_post_layers=$((depth / 4))" ;;  # Mix-LN's quarter, rounded down
+    *) echo "calibrate: --placements: unknown placement $1" >&2; return 1 ;;
+  esac
+}
+sweep() {  # config out --set... : normgrow sweep with this script's seeds, jobs and backend
+  local config=$1 to=$2
+  shift 2
+  "$bin" sweep "$config" --out "$to" "$@" --seeds "$seeds" --jobs "$jobs" "${where[@]}" >>"$out/calibrate.log" 2>&1 ||
+    { echo "calibrate: the sweep into $to failed (its runs' train.log say why; $out/calibrate.log)" >&2; exit 1; }
+}
+best() {  # sweep-dir lr|dirs: the best setting's peak LR, or its runs' directories
+  python3 - "$1/sweep.json" "$2" <<'EOF'
+import json, sys
+s = [x for x in json.load(open(sys.argv[1]))["settings"] if x["best"]]
+if not s:
+    sys.exit(f"calibrate: {sys.argv[1]}: no setting whose seeds all trained")
+print(s[0]["setting"]["lr.peak"] if sys.argv[2] == "lr" else "\n".join(r["dir"] for r in s[0]["seeds"]))
+EOF
+}
+
+IFS=, read -ra ps <<<"$placements"
+for p in "${ps[@]}"; do placement_sets "$p" >/dev/null || exit 2; done
+for f in "${need[@]}"; do
+  [ -f "$f" ] || { echo "calibrate: $f is missing: make the set's data and teacher first" \
+    "(make demo$([ "$set_name" = toy-large ] && echo ' STUDY=large'))" >&2; exit 1; }
+done
+mkdir -p "$out"
+declare -A best
+for p in "${ps[@]}"; do
+  say "joint-$p: peak LR $lrs, seeds $seeds -> $out/joint-$p"
+  # shellcheck disable=SC2046
+  sweep "$configs/joint-pre.json" "$out/joint-$p" $(placement_sets "$p") --set "lr.peak=$lrs"
+  best[$p]=$(best "$out/joint-$p" lr)
+  say "joint-$p: calibrated peak LR ${best[$p]}"
+done
+python3 - "$out" "${ps[@]}" <<'EOF'
+import json, os, sys
+out, ps = sys.argv[1], sys.argv[2:]
+cal = {}
+for p in ps:
+    sw = json.load(open(os.path.join(out, f"joint-{p}", "sweep.json")))
+    b = next(s for s in sw["settings"] if s["best"])
+    cal[p] = {"lr.peak": b["setting"]["lr.peak"], "mean_ce": b["mean_ce"], "std_ce": b["std_ce"],
+              "seeds": b["trained"], "sweep": os.path.join(out, f"joint-{p}")}
+tmp = os.path.join(out, "calibration.json.tmp")
+with open(tmp, "w") as f:
+    json.dump(cal, f, indent=1)
+    f.write("\n")
+os.replace(tmp, os.path.join(out, "calibration.json"))
+EOF
+dirs=()
+for p in "${ps[@]}"; do
+  say "grow-$p at peak LR ${best[$p]} -> $out/grow-$p"
+  # shellcheck disable=SC2046
+  sweep "$configs/grow-pre.json" "$out/grow-$p" $(placement_sets "$p") --set "lr.peak=${best[$p]}"
+  mapfile -t -O ${#dirs[@]} dirs < <(best "$out/joint-$p" dirs; best "$out/grow-$p" dirs)
+done
+if [ "$controls" = 1 ]; then
+  [ -n "${best[post]:-}" ] || { echo "calibrate: --controls needs post among --placements" >&2; exit 2; }
+  for c in control-extra-tokens control-layer-tokens control-lr-restarts; do
+    say "$c at Post-Norm's peak LR ${best[post]} -> $out/$c"
+    sweep "$configs/$c.json" "$out/$c" --set "lr.peak=${best[post]}"
+    mapfile -t -O ${#dirs[@]} dirs < <(best "$out/$c" dirs)
+  done
+fi
+"$bin" report "${dirs[@]}" --out "$out/report" --force >>"$out/calibrate.log" 2>&1 ||
+  { echo "calibrate: the report failed ($out/calibrate.log)" >&2; exit 1; }
+say "done: $out/calibration.json, $out/report/report.md"
