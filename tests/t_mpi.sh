@@ -167,6 +167,26 @@ if [ "$ok_cache" = 1 ] && grep -q '"normgrow-topk-parts"' "$tmp/many-train.topk"
 else
   echo "FAIL mpi teacher cache of 3 ranks: not built, or a run from it differs from one from one process's cache"
 fi
+# The report reads an arm distilled from the 3 ranks' cache beside the exact teacher's arm:
+# both in its tables with their own final validation CE (this 30-step arm ends at the
+# unigram plateau, so in the table of runs that did not train), the cached arm's FLOPs
+# without the teacher's forward, and the cache's validation part named among the settings
+# the two were not evaluated alike in.
+final_ce() { grep '"event":"eval"' "$1/metrics.jsonl" | tail -1 | sed 's/.*"val_ce":\([0-9.e-]*\).*/\1/'; }
+python3 -c "import json, sys; c = json.load(open(sys.argv[1])); c['name'] = 'arm-topk8'
+json.dump(c, open(sys.argv[1], 'w'), indent=1)" "$tmp/cached-many/config.json"
+"$bin" report "$tmp/one" "$tmp/cached-many" --out "$tmp/cache-report" >"$tmp/report.out" 2>&1
+rc=$?
+exact=$(printf '%.4f' "$(final_ce "$tmp/one")") cached=$(printf '%.4f' "$(final_ce "$tmp/cached-many")")
+flops() { grep -m 1 "^| $1 | Pre-Norm |" "$tmp/cache-report/report.md" | awk -F'|' '{print $(NF-1)}' | tr -d ' '; }
+if [ "$rc" -eq 0 ] && grep -q "^| \`$tmp/cached-many\` | arm-topk8 | 3 | .* | $cached |" "$tmp/cache-report/report.md" &&
+   grep -q "^| \`$tmp/one\` | arm | 3 | .* | $exact |" "$tmp/cache-report/report.md" &&
+   python3 -c "import sys; sys.exit(not float('$(flops arm-topk8)') < float('$(flops arm)'))" 2>/dev/null &&
+   grep "not evaluated alike" "$tmp/cache-report/report.md" | grep -q "teacher_cache.val"; then
+  echo "ok report over an arm distilled from the 3 ranks' top-8 cache ($cached, $(flops arm-topk8) FLOPs) and the exact teacher's ($exact, $(flops arm)), the cache named as an evaluation difference"
+else
+  echo "FAIL report over a teacher-cache arm: status $rc, $(head -c 300 "$tmp/report.out")"
+fi
 
 # A checkpoint of 2 ranks resumes on 2 (bit-identical), 1 and 3 (same format).
 mpi 2 "$bin" train "$tmp/arm.json" --run-dir "$tmp/stop" --stop-after 15 2>/dev/null
