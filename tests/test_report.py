@@ -683,6 +683,59 @@ class Readme(unittest.TestCase):
     def block(self, kind, labels, body=""):
         return f"before\n<!-- numbers {kind} {labels} -->\n{body}<!-- /numbers -->\nafter\n"
 
+    def write_calibration(self):
+        """tools/calibrate.sh's layout: joint-P/SETTING/seedS over two rates (Post-Norm's seed 2 at 0.003 stops
+        before its last step, at a low CE: a negative CE here), grow-P at each placement's calibrated rate, one
+        control at Post-Norm's."""
+        root = os.path.join(self.tmp, "calibrate")
+        backend = {"step": 0, "backend": "onednn", "precision": "fp32", "threads": 1, "blas_kernels": "Zen",
+                   "blas_kernels_origin": "chosen by OpenBLAS"}
+        runs = {("joint-pre", 0.001): (2.10, 2.12), ("joint-pre", 0.003): (2.02, 2.04),
+                ("joint-post", 0.001): (2.03, 2.03), ("joint-post", 0.003): (2.01, -1.50),
+                ("grow-pre", 0.003): (2.05, 2.06), ("grow-post", 0.001): (2.00, 2.02),
+                ("control-extra-tokens", 0.001): (1.95, 1.97)}
+        for (group, lr), ces in runs.items():
+            kind, _, p = group.partition("-")
+            for seed, ce in zip((1, 2), ces):
+                if kind == "control":
+                    cfg = config(f"control-extra-tokens@lr.peak={lr}", seed, placement="post", depths=(3, 3, 3),
+                                 restarts=(2,))
+                else:
+                    cfg = config(f"{kind}-pre@model.norm_placement={p},lr.peak={lr}", seed, placement=p,
+                                 depths=(1, 2, 3) if kind == "grow" else (3, 3, 3))
+                cfg["lr"]["peak"] = lr
+                d = write_run(os.path.join(root, group, f"model.norm_placement={p},lr.peak={lr}", f"seed{seed}"),
+                              cfg, [3, 2.5, ce] if ce > 0 else [-ce] * 3, finished=ce > 0)
+                with open(os.path.join(d, "backend.jsonl"), "w") as f:
+                    f.write(json.dumps(backend) + "\n")
+        return root
+
+    def test_calibration(self):
+        """the calibration block: each placement's joint arm per peak LR (mean ± std), the best whole rate in bold"""
+        new, _, _ = self.remake(self.block("calibration", "cal"), cal=self.write_calibration())
+        rows = {line.split(" | ")[0]: line for line in new.split("\n") if line.startswith("| ")}
+        self.assertEqual(rows["| joint arm"], "| joint arm | peak LR 0.001 | peak LR 0.003 | calibrated peak LR |")
+        self.assertEqual(rows["| Pre-Norm"], "| Pre-Norm | 2.1100 ± 0.0141 | **2.0300 ± 0.0141** | 0.003 |")
+        # 0.003 has the lower mean on Post-Norm's one seed that trained, but not all its seeds trained
+        self.assertEqual(rows["| Post-Norm"], "| Post-Norm | **2.0300 ± 0.0000** | 2.0100 (1 of 2 trained) | 0.001 |")
+        self.assertIn("Seeds 1, 2; run with backend onednn fp32, 1 threads", new)
+
+    def test_calibrated(self):
+        """the calibrated block: joint and grown at each placement's rate, grown − joint and the interaction paired
+        over the seeds with t intervals, the control against grown Post-Norm"""
+        new, _, _ = self.remake(self.block("calibrated", "cal"), cal=self.write_calibration())
+        rows = {line.split(" | ")[0]: line for line in new.split("\n") if line.startswith("| ")}
+        t1 = 12.706204736174698
+        # grown − joint, Pre-Norm: 2.05 − 2.02, 2.06 − 2.04: mean 0.025, se 0.005
+        self.assertEqual(rows["| Pre-Norm"], "| Pre-Norm | 0.003 | 2.0300 ± 0.0141 | 2.0550 ± 0.0071 | +0.0250 | "
+                         "[%+.4f, %+.4f] | — | — |" % (0.025 - t1 * 0.005, 0.025 + t1 * 0.005))
+        # Post-Norm: 2.00 − 2.03, 2.02 − 2.03: mean −0.02, se 0.01; the interaction −0.06, −0.03: −0.045, se 0.015
+        self.assertEqual(rows["| Post-Norm"], "| Post-Norm | 0.001 | 2.0300 ± 0.0000 | 2.0100 ± 0.0141 | -0.0200 | "
+                         "[%+.4f, %+.4f] | -0.0450 | [%+.4f, %+.4f] |"
+                         % (-0.02 - t1 * 0.01, -0.02 + t1 * 0.01, -0.045 - t1 * 0.015, -0.045 + t1 * 0.015))
+        self.assertEqual(rows["| control-extra-tokens"], "| control-extra-tokens | 1.9600 ± 0.0141 | -0.0500 | "
+                         "[-0.0500, -0.0500] |")
+
     def test_arms(self):
         """the arms block: mean ± sample std over the seeds, tokens, and the ablation's last and smallest block"""
         new, differ, _ = self.remake(self.block("arms", "demo"), demo=self.demo)

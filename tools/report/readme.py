@@ -23,10 +23,10 @@ import os
 import re
 import sys
 
-from .readings import (Study, excludes, final_ces, interaction, interval, last_block_dce, min_block_dce, over,
-                       quadruples, rms_spread_table)
-from .runs import ReportError, group_arms, is_run, load_run
-from .stats import paired
+from .readings import (Study, excludes, final_ces, grown, interaction, interval, joint_of, last_block_dce,
+                       min_block_dce, over, quadruples, rms_spread_table)
+from .runs import PLACEMENTS, ReportError, group_arms, is_run, load_run
+from .stats import paired, summary
 from .trained import classify
 
 BLOCK = re.compile(r"<!-- numbers ([a-z0-9-]+)((?: [A-Za-z0-9_.-]+)+) -->\n(.*?)<!-- /numbers -->\n", re.S)
@@ -252,8 +252,124 @@ def topk(src):
     return "\n".join(out) + "\n"
 
 
+# ---------------------------------------------------------------- tools/calibrate.sh's runs
+
+def calibrate_runs(src):
+    """{group: [run]} of tools/calibrate.sh's directory: GROUP/SETTING/seedS for
+    the groups joint-P (the sweep of placement P's joint arm), grow-P (its grown
+    arm at the calibrated rate) and control-NAME; every run classified."""
+    groups = {}
+    for g in sorted(os.listdir(src.root)):
+        gd = os.path.join(src.root, g)
+        if not re.fullmatch(r"(joint|grow|control)-[a-z-]+", g) or not os.path.isdir(gd):
+            continue
+        dirs = sorted(os.path.join(gd, s, d) for s in os.listdir(gd) if os.path.isdir(os.path.join(gd, s))
+                      for d in os.listdir(os.path.join(gd, s)))
+        groups[g] = [load_run(d) for d in dirs if is_run(d)]
+    if not any(g.startswith("joint-") for g in groups):
+        raise ReportError(f"readme: {src.label}={src.root}: no joint-PLACEMENT sweep in it (tools/calibrate.sh)")
+    classify([r for runs in groups.values() for r in runs])
+    return groups
+
+
+def peak(r):
+    return float(r.settings["lr.peak"])
+
+
+def by_peak(runs):
+    """{peak LR: [runs]}, in increasing order of the rate."""
+    out = {}
+    for r in sorted(runs, key=peak):
+        out.setdefault(peak(r), []).append(r)
+    return out
+
+
+def mean_std(runs):
+    """"mean ± std" over the runs that trained, and how many did of how many."""
+    ces = [r.last.ce for r in runs if r.failed is None]
+    if not ces:
+        return f"did not train (0 of {len(runs)})"
+    s = summary(ces)
+    cell = "%.4f" % s.mean + (" ± %.4f" % s.std if s.n > 1 else "")
+    return cell + ("" if len(ces) == len(runs) else f" ({len(ces)} of {len(runs)} trained)")
+
+
+def calibrated_peak(runs):
+    """The rate of the lowest mean final validation CE among the rates all of
+    whose seeds trained (the sweep's rule), None when there is none."""
+    whole = {lr: rs for lr, rs in by_peak(runs).items() if all(r.failed is None for r in rs)}
+    return min(whole, key=lambda lr: summary([r.last.ce for r in whole[lr]]).mean) if whole else None
+
+
+def placements_of(groups):
+    return [p for p in PLACEMENTS if f"joint-{p}" in groups]
+
+
+def calibration(src):
+    """Each placement's joint arm over the peak learning rates: mean ± std of
+    the final validation CE over the seeds, the calibrated rate in bold."""
+    groups = calibrate_runs(src)
+    ps = placements_of(groups)
+    lrs = sorted({peak(r) for p in ps for r in groups[f"joint-{p}"]})
+    out = ["| joint arm | " + " | ".join(f"peak LR {lr:g}" for lr in lrs) + " | calibrated peak LR |",
+           "|---|" + "---:|" * (len(lrs) + 1)]
+    for p in ps:
+        rates, best = by_peak(groups[f"joint-{p}"]), calibrated_peak(groups[f"joint-{p}"])
+        cells = [("**%s**" if lr == best else "%s") % mean_std(rates[lr]) if lr in rates else "not run" for lr in lrs]
+        out.append(f"| {PLACEMENTS[p]} | " + " | ".join(cells) + f" | {'%g' % best if best else 'none'} |")
+    seeds = sorted({r.seed for p in ps for r in groups[f"joint-{p}"]})
+    out += ["", f"Seeds {', '.join(map(str, seeds))}; run with {backend_words(machine(groups[f'joint-{ps[0]}'][0]))}."]
+    return "\n".join(out) + "\n"
+
+
+def calibrated_study(src):
+    """The calibrated joint arms, the grown arms and the controls of
+    tools/calibrate.sh's directory as one Study."""
+    groups = calibrate_runs(src)
+    runs = []
+    for p in placements_of(groups):
+        best = calibrated_peak(groups[f"joint-{p}"])
+        runs += [r for r in groups[f"joint-{p}"] if peak(r) == best] + groups.get(f"grow-{p}", [])
+    runs += [r for g in sorted(groups) if g.startswith("control-") for r in groups[g]]
+    arms = group_arms(runs)
+    return Study([r for a in arms for r in a.runs], arms)
+
+
+def calibrated(src):
+    """At each placement's calibrated rate: the joint and grown arms, grown −
+    joint and the interaction with Pre-Norm, each paired over the seeds with its
+    95% interval; then each control against grown Post-Norm."""
+    study = calibrated_study(src)
+    grown_arms = {a.first.placement: a for a in study.arms if grown(a)}
+    quads = {q[0].first.placement: q for q in quadruples(study)}
+    out = ["| placement | peak LR | joint | grown | grown − joint | 95% interval | interaction with Pre-Norm "
+           "| 95% interval |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for p in PLACEMENTS:
+        g = grown_arms.get(p)
+        j = g and joint_of(study, g)
+        if j is None:
+            continue
+        d = paired(final_ces(g), final_ces(j))
+        q = quads.get(p)
+        i = interaction(q)[0] if q else None
+        out.append(f"| {PLACEMENTS[p]} | {peak(j.first):g} | {mean_std(j.runs)} | {mean_std(g.runs)} | "
+                   f"{'%+.4f' % d.mean if d else 'n/a'} | {interval(d)} | "
+                   f"{('%+.4f' % i.mean) if i else ('—' if p == 'pre' else 'n/a')} | "
+                   f"{interval(i) if i else ('—' if p == 'pre' else 'n/a')} |")
+    controls = [a for a in study.arms if a.name.startswith("control-")]
+    g = grown_arms.get("post")
+    if controls and g is not None:
+        out += ["", f"| control (Post-Norm, peak LR {peak(g.first):g}) | final val CE | control − grown Post-Norm "
+                "| 95% interval |", "|---|---:|---:|---:|"]
+        for c in controls:
+            d = paired(final_ces(c), final_ces(g))
+            out.append(f"| {c.name.split('@')[0]} | {mean_std(c.runs)} | {'%+.4f' % d.mean if d else 'n/a'} | "
+                       f"{interval(d)} |")
+    return "\n".join(out) + "\n"
+
+
 KINDS = {"seed1": (seed1, 1), "topk": (topk, 1), "arms": (arm_rows, 1), "paired": (paired_rows, 1), "spread": (spread, 1),
-         "compare": (compare, 2)}
+         "compare": (compare, 2), "calibration": (calibration, 1), "calibrated": (calibrated, 1)}
 
 
 # ---------------------------------------------------------------- the README
