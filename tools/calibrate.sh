@@ -1,16 +1,15 @@
 #!/usr/bin/env bash
 # Learning rates calibrated per norm placement (docs/assumptions.md, "Learning-rate
 # calibration"), then the study's arms at each placement's calibrated rate:
-#   1. for each placement, the joint arm of the set (configs/SET/joint-pre.json in that
-#      placement) over a grid of peak learning rates and seeds: `normgrow sweep` into
-#      OUT/joint-<placement>;
-#   2. the placement's calibrated peak: the sweep's best setting (the lowest mean final
-#      validation CE among the settings all of whose seeds trained); all of them go to
-#      OUT/calibration.json;
-#   3. the grown arm (configs/SET/grow-pre.json in that placement) at its placement's
-#      calibrated peak, every seed: OUT/grow-<placement>; with --controls the set's three
-#      controls (Post-Norm students) at Post-Norm's calibrated peak: OUT/control-<name>;
-#   4. the report over the calibrated joint arms, the grown arms and the controls:
+#   1. for each placement in turn: the joint arm of the set (configs/SET/joint-pre.json in
+#      that placement) over a grid of peak learning rates and seeds, `normgrow sweep` into
+#      OUT/joint-<placement>; the placement's calibrated peak, the sweep's best setting (the
+#      lowest mean final validation CE among the settings all of whose seeds trained),
+#      added to OUT/calibration.json; the grown arm (configs/SET/grow-pre.json in that
+#      placement) at that peak, every seed: OUT/grow-<placement>;
+#   2. with --controls, the set's three controls (Post-Norm students) at Post-Norm's
+#      calibrated peak: OUT/control-<name>;
+#   3. the report over the calibrated joint arms, the grown arms and the controls:
 #      OUT/report (paired differences, the interaction per placement; pairs of arms at
 #      different calibrated rates are paired as the same config in another placement).
 # The warmup, the LR floor and every other setting are the set's own (one grid: peak LR).
@@ -103,15 +102,9 @@ for f in "${need[@]}"; do
     "(make demo$([ "$set_name" = toy-large ] && echo ' STUDY=large'))" >&2; exit 1; }
 done
 mkdir -p "$out"
-declare -A best
-for p in "${ps[@]}"; do
-  say "joint-$p: peak LR $lrs, seeds $seeds -> $out/joint-$p"
-  # shellcheck disable=SC2046
-  sweep "$configs/joint-pre.json" "$out/joint-$p" $(placement_sets "$p") --set "lr.peak=$lrs"
-  best[$p]=$(best "$out/joint-$p" lr)
-  say "joint-$p: calibrated peak LR ${best[$p]}"
-done
-python3 - "$out" "${ps[@]}" <<'EOF'
+# OUT/calibration.json: each placement calibrated so far, its rate and the joint arm's CE there
+write_calibration() {  # placements
+  python3 - "$out" "$@" <<'EOF'
 import json, os, sys
 out, ps = sys.argv[1], sys.argv[2:]
 cal = {}
@@ -126,9 +119,18 @@ with open(tmp, "w") as f:
     f.write("\n")
 os.replace(tmp, os.path.join(out, "calibration.json"))
 EOF
-dirs=()
+}
+# One placement after the other: its joint arm's sweep, its rate, its grown arm at that rate.
+declare -A best
+dirs=() done=()
 for p in "${ps[@]}"; do
-  say "grow-$p at peak LR ${best[$p]} -> $out/grow-$p"
+  say "joint-$p: peak LR $lrs, seeds $seeds -> $out/joint-$p"
+  # shellcheck disable=SC2046
+  sweep "$configs/joint-pre.json" "$out/joint-$p" $(placement_sets "$p") --set "lr.peak=$lrs"
+  best[$p]=$(best "$out/joint-$p" lr)
+  done+=("$p")
+  write_calibration "${done[@]}"
+  say "grow-$p at joint-$p's calibrated peak LR ${best[$p]} -> $out/grow-$p"
   # shellcheck disable=SC2046
   sweep "$configs/grow-pre.json" "$out/grow-$p" $(placement_sets "$p") --set "lr.peak=${best[$p]}"
   mapfile -t -O ${#dirs[@]} dirs < <(best "$out/joint-$p" dirs; best "$out/grow-$p" dirs)
