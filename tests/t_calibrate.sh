@@ -34,7 +34,7 @@ tiny joint-pre '[{"depth": 2, "tokens": 81920}]' >set/joint-pre.json
 tiny grow-pre '[{"depth": 1, "tokens": 40960}, {"depth": 2, "tokens": 40960}]' >set/grow-pre.json
 
 cal=("$root/tools/calibrate.sh" --configs set --depth 2 --placements pre,post --lrs 3e-3,3e-2
-     --seeds 1,2 --jobs 2 --out cal)
+     --seeds 1,2 --jobs 2 --out cal --hybrid)
 "${cal[@]}" >cal1.log 2>&1
 rc=$?
 if [ "$rc" -eq 0 ] && python3 - <<'EOF'; then
@@ -60,6 +60,18 @@ sys.exit(not (c['lr']['peak'] == ${pl#*:} and c['model']['norm_placement'] == '$
 done
 [ "$ok" = 1 ] && echo "ok calibrate: each grown arm trained at its placement's calibrated rate, seeds 1 and 2" ||
   echo "FAIL calibrate: a grown run is missing or not at its placement's calibrated rate"
+# --hybrid: the other placement's blocks grown on each prefix, at the prefix's rate
+ok=1
+for h in pre-post:0.03 post-pre:0.003; do
+  for s in 1 2; do
+    f=$(ls cal/hybrid-${h%:*}/*/seed$s/config.json 2>/dev/null | head -1)
+    python3 -c "import json, sys; c = json.load(open('$f')); prefix, new = '${h%:*}'.split('-')
+sys.exit(not (c['lr']['peak'] == ${h#*:} and c['model']['norm_placement'] == prefix
+              and c['growth']['new_block_placement'] == new and c['seed'] == $s))" 2>/dev/null || ok=0
+  done
+done
+[ "$ok" = 1 ] && echo "ok calibrate --hybrid: post blocks on a pre prefix at 3e-2, pre blocks on a post prefix at 3e-3, seeds 1 and 2" ||
+  echo "FAIL calibrate --hybrid: a hybrid run is missing or not at its prefix's rate"
 # the report over the calibrated arms: one interaction row (grown post, grown pre, joint post,
 # joint pre), the two placements at their own rates
 if grep -A12 "^## Interaction of placement and growth" cal/report/report.md | grep -q "| 1, 2 |" &&
@@ -73,14 +85,14 @@ before=$(stat -c '%n %i %Y' cal/*/*/seed*/final.safetensors | sort)
 "${cal[@]}" >cal2.log 2>&1
 rc=$?
 after=$(stat -c '%n %i %Y' cal/*/*/seed*/final.safetensors | sort)
-if [ "$rc" -eq 0 ] && [ "$before" = "$after" ] && [ "$(grep -c . <<<"$before")" -eq 12 ]; then
-  echo "ok calibrate: a second call keeps all 12 finished runs as they are"
+if [ "$rc" -eq 0 ] && [ "$before" = "$after" ] && [ "$(grep -c . <<<"$before")" -eq 16 ]; then
+  echo "ok calibrate: a second call keeps all 16 finished runs as they are"
 else
   echo "FAIL calibrate: a second call changed the runs ($(grep -c . <<<"$before") before)"
 fi
 # bad options: one line, a non-zero exit, nothing made
 for bad in "--placements pre,postnorm|unknown placement postnorm" "--set huge|--set huge: expected toy or toy-large" \
-           "--configs set|--configs needs --depth L"; do
+           "--configs set|--configs needs --depth L" "--placements pre --hybrid|--hybrid needs pre and post"; do
   # shellcheck disable=SC2086
   "$root/tools/calibrate.sh" ${bad%%|*} --lrs 1e-3 --out bad >/dev/null 2>bad.err
   rc=$?

@@ -693,11 +693,17 @@ class Readme(unittest.TestCase):
         runs = {("joint-pre", 0.001): (2.10, 2.12), ("joint-pre", 0.003): (2.02, 2.04),
                 ("joint-post", 0.001): (2.03, 2.03), ("joint-post", 0.003): (2.01, -1.50),
                 ("grow-pre", 0.003): (2.05, 2.06), ("grow-post", 0.001): (2.00, 2.02),
-                ("control-extra-tokens", 0.001): (1.95, 1.97)}
+                ("control-extra-tokens", 0.001): (1.95, 1.97),
+                ("hybrid-pre-post", 0.003): (2.07, 2.09), ("hybrid-post-pre", 0.001): (1.99, 2.00)}
         for (group, lr), ces in runs.items():
             kind, _, p = group.partition("-")
             for seed, ce in zip((1, 2), ces):
-                if kind == "control":
+                if kind == "hybrid":
+                    prefix, new = p.split("-")
+                    cfg = config(f"grow-pre@model.norm_placement={prefix},growth.new_block_placement={new}", seed,
+                                 placement=prefix, depths=(1, 2, 3))
+                    cfg["growth"]["new_block_placement"] = new
+                elif kind == "control":
                     cfg = config(f"control-extra-tokens@lr.peak={lr}", seed, placement="post", depths=(3, 3, 3),
                                  restarts=(2,))
                 else:
@@ -708,6 +714,13 @@ class Readme(unittest.TestCase):
                               cfg, [3, 2.5, ce] if ce > 0 else [-ce] * 3, finished=ce > 0)
                 with open(os.path.join(d, "backend.jsonl"), "w") as f:
                     f.write(json.dumps(backend) + "\n")
+                if kind == "hybrid":  # the growth records name each block's placement
+                    path = os.path.join(d, "metrics.jsonl")
+                    lines = [json.loads(x) for x in open(path)]
+                    for x in lines:
+                        if x["event"] == "growth":
+                            x["block_placements"] = [prefix] + [new] * (x["depth"] - 1)
+                    open(path, "w").write("".join(json.dumps(x) + "\n" for x in lines))
         return root
 
     def test_calibration(self):
@@ -735,6 +748,21 @@ class Readme(unittest.TestCase):
                          % (-0.02 - t1 * 0.01, -0.02 + t1 * 0.01, -0.045 - t1 * 0.015, -0.045 + t1 * 0.015))
         self.assertEqual(rows["| control-extra-tokens"], "| control-extra-tokens | 1.9600 ± 0.0141 | -0.0500 | "
                          "[-0.0500, -0.0500] |")
+
+    def test_hybrid(self):
+        """the hybrid block: the four grown arms and the differences that separate the prefix from the new blocks"""
+        new, _, _ = self.remake(self.block("hybrid", "cal"), cal=self.write_calibration())
+        rows = {line.split(" | ")[0]: line for line in new.split("\n") if line.startswith("| ")}
+        self.assertEqual(rows["| hybrid-pre-post"], "| hybrid-pre-post | Pre | Post | 0.003 | 2.0800 ± 0.0141 |")
+        # 2.07 − 2.05, 2.09 − 2.06: mean 0.025, se 0.005; 1.99 − 2.00, 2.00 − 2.02: mean −0.015, se 0.005
+        t1 = 12.706204736174698
+        self.assertEqual(rows["| hybrid-pre-post − grow-pre"], "| hybrid-pre-post − grow-pre | 2 | +0.0250 | "
+                         "[%+.4f, %+.4f] | no |" % (0.025 - t1 * 0.005, 0.025 + t1 * 0.005))
+        self.assertEqual(rows["| hybrid-post-pre − grow-post"], "| hybrid-post-pre − grow-post | 2 | -0.0150 | "
+                         "[%+.4f, %+.4f] | no |" % (-0.015 - t1 * 0.005, -0.015 + t1 * 0.005))
+        # 2.07 − 1.99, 2.09 − 2.00: mean 0.085, se 0.005: the interval excludes 0
+        self.assertEqual(rows["| hybrid-pre-post − hybrid-post-pre"], "| hybrid-pre-post − hybrid-post-pre | 2 | "
+                         "+0.0850 | [%+.4f, %+.4f] | yes |" % (0.085 - t1 * 0.005, 0.085 + t1 * 0.005))
 
     def test_arms(self):
         """the arms block: mean ± sample std over the seeds, tokens, and the ablation's last and smallest block"""

@@ -8,7 +8,10 @@
 #      added to OUT/calibration.json; the grown arm (configs/SET/grow-pre.json in that
 #      placement) at that peak, every seed: OUT/grow-<placement>;
 #   2. with --controls, the set's three controls (Post-Norm students) at Post-Norm's
-#      calibrated peak: OUT/control-<name>;
+#      calibrated peak: OUT/control-<name>; with --hybrid, the hybrid growths (growth.
+#      new_block_placement): Post-Norm blocks grown on a Pre-Norm prefix at Pre-Norm's
+#      calibrated peak (OUT/hybrid-pre-post) and Pre-Norm blocks on a Post-Norm prefix at
+#      Post-Norm's (OUT/hybrid-post-pre);
 #   3. the report over the calibrated joint arms, the grown arms and the controls:
 #      OUT/report (paired differences, the interaction per placement; pairs of arms at
 #      different calibrated rates are paired as the same config in another placement).
@@ -19,7 +22,7 @@
 #
 # usage: tools/calibrate.sh [--set toy|toy-large | --configs DIR --depth L] [--placements P1,P2,...]
 #            [--lrs A,B,...] [--seeds S1,S2,...] [--jobs J] [--backend NAME] [--precision fp32|bf16]
-#            [--out DIR] [--controls]
+#            [--out DIR] [--controls] [--hybrid]
 #   --configs DIR --depth L: another set of configs (DIR/joint-pre.json, DIR/grow-pre.json and,
 #             for --controls, DIR/control-*.json) whose final depth is L, with its own data
 #   defaults: --set toy --placements pre,post,sandwich,lns,mixln,deepnorm
@@ -28,11 +31,12 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=${NG_BIN:-$root/build/normgrow}
-usage="usage: tools/calibrate.sh [--set toy|toy-large | --configs DIR --depth L] [--placements P,...] [--lrs A,...] [--seeds S,...] [--jobs J] [--backend NAME] [--precision P] [--out DIR] [--controls]"
-set_name=toy configs='' depth='' need=() placements=pre,post,sandwich,lns,mixln,deepnorm lrs='' seeds=1,2,3 jobs=1 out='' controls=0 where=()
+usage="usage: tools/calibrate.sh [--set toy|toy-large | --configs DIR --depth L] [--placements P,...] [--lrs A,...] [--seeds S,...] [--jobs J] [--backend NAME] [--precision P] [--out DIR] [--controls] [--hybrid]"
+set_name=toy configs='' depth='' need=() placements=pre,post,sandwich,lns,mixln,deepnorm lrs='' seeds=1,2,3 jobs=1 out='' controls=0 hybrid=0 where=()
 while [ $# -gt 0 ]; do
   case $1 in
     --controls) controls=1; shift; continue ;;
+    --hybrid) hybrid=1; shift; continue ;;
   esac
   [ $# -ge 2 ] || { echo "$usage" >&2; exit 2; }
   case $1 in
@@ -97,6 +101,10 @@ EOF
 
 IFS=, read -ra ps <<<"$placements"
 for p in "${ps[@]}"; do placement_sets "$p" >/dev/null || exit 2; done
+[ "$controls" = 0 ] || [[ ,$placements, == *,post,* ]] ||
+  { echo "calibrate: --controls needs post among --placements" >&2; exit 2; }
+[ "$hybrid" = 0 ] || { [[ ,$placements, == *,pre,* ]] && [[ ,$placements, == *,post,* ]]; } ||
+  { echo "calibrate: --hybrid needs pre and post among --placements" >&2; exit 2; }
 for f in "${need[@]}"; do
   [ -f "$f" ] || { echo "calibrate: $f is missing: make the set's data and teacher first" \
     "(make demo$([ "$set_name" = toy-large ] && echo ' STUDY=large'))" >&2; exit 1; }
@@ -136,11 +144,19 @@ for p in "${ps[@]}"; do
   mapfile -t -O ${#dirs[@]} dirs < <(best "$out/joint-$p" dirs; best "$out/grow-$p" dirs)
 done
 if [ "$controls" = 1 ]; then
-  [ -n "${best[post]:-}" ] || { echo "calibrate: --controls needs post among --placements" >&2; exit 2; }
   for c in control-extra-tokens control-layer-tokens control-lr-restarts; do
     say "$c at Post-Norm's peak LR ${best[post]} -> $out/$c"
     sweep "$configs/$c.json" "$out/$c" --set "lr.peak=${best[post]}"
     mapfile -t -O ${#dirs[@]} dirs < <(best "$out/$c" dirs)
+  done
+fi
+if [ "$hybrid" = 1 ]; then
+  for h in pre-post post-pre; do
+    prefix=${h%-*} new=${h#*-}
+    say "hybrid-$h: $new blocks grown on a $prefix prefix at peak LR ${best[$prefix]} -> $out/hybrid-$h"
+    sweep "$configs/grow-pre.json" "$out/hybrid-$h" --set "model.norm_placement=$prefix" \
+      --set "growth.new_block_placement=$new" --set "lr.peak=${best[$prefix]}"
+    mapfile -t -O ${#dirs[@]} dirs < <(best "$out/hybrid-$h" dirs)
   done
 fi
 "$bin" report "${dirs[@]}" --out "$out/report" --force >>"$out/calibrate.log" 2>&1 ||

@@ -257,11 +257,12 @@ def topk(src):
 def calibrate_runs(src):
     """{group: [run]} of tools/calibrate.sh's directory: GROUP/SETTING/seedS for
     the groups joint-P (the sweep of placement P's joint arm), grow-P (its grown
-    arm at the calibrated rate) and control-NAME; every run classified."""
+    arm at the calibrated rate), control-NAME and hybrid-PREFIX-NEW; every run
+    classified."""
     groups = {}
     for g in sorted(os.listdir(src.root)):
         gd = os.path.join(src.root, g)
-        if not re.fullmatch(r"(joint|grow|control)-[a-z-]+", g) or not os.path.isdir(gd):
+        if not re.fullmatch(r"(joint|grow|control|hybrid)-[a-z-]+", g) or not os.path.isdir(gd):
             continue
         dirs = sorted(os.path.join(gd, s, d) for s in os.listdir(gd) if os.path.isdir(os.path.join(gd, s))
                       for d in os.listdir(os.path.join(gd, s)))
@@ -368,8 +369,30 @@ def calibrated(src):
     return "\n".join(out) + "\n"
 
 
+def hybrid(src):
+    """The grown arms of both placements beside the hybrid growths (the other
+    placement's blocks grown on each prefix), and the paired differences that
+    separate the new blocks' placement from the prefix's, with 95% intervals."""
+    groups = calibrate_runs(src)
+    names = (("grow-pre", "Pre", "Pre"), ("grow-post", "Post", "Post"),
+             ("hybrid-pre-post", "Pre", "Post"), ("hybrid-post-pre", "Post", "Pre"))
+    for g, _, _ in names:
+        if not groups.get(g):
+            raise ReportError(f"readme: {src.label}={src.root}: no runs in {g} (tools/calibrate.sh --hybrid)")
+    ces = {g: {r.seed: r.last.ce for r in groups[g] if r.failed is None} for g, _, _ in names}
+    out = ["| arm | prefix | new blocks | peak LR | final val CE |", "|---|---|---|---:|---:|"]
+    out += [f"| {g} | {pre} | {new} | {peak(groups[g][0]):g} | {mean_std(groups[g])} |" for g, pre, new in names]
+    out += ["", "| paired difference | seeds | mean | 95% interval | excludes 0 |", "|---|---:|---:|---:|---|"]
+    for a, b in (("hybrid-pre-post", "grow-pre"), ("hybrid-post-pre", "grow-post"),
+                 ("hybrid-pre-post", "hybrid-post-pre"), ("grow-post", "grow-pre")):
+        p = paired(ces[a], ces[b])
+        out.append(f"| {a} − {b} | {p.n if p else 0} | {'%+.4f' % p.mean if p else 'n/a'} | {interval(p)} | "
+                   f"{excludes(p)} |")
+    return "\n".join(out) + "\n"
+
+
 KINDS = {"seed1": (seed1, 1), "topk": (topk, 1), "arms": (arm_rows, 1), "paired": (paired_rows, 1), "spread": (spread, 1),
-         "compare": (compare, 2), "calibration": (calibration, 1), "calibrated": (calibrated, 1)}
+         "compare": (compare, 2), "calibration": (calibration, 1), "calibrated": (calibrated, 1), "hybrid": (hybrid, 1)}
 
 
 # ---------------------------------------------------------------- the README
