@@ -2,7 +2,7 @@
 //
 // The pattern throughout: a parallel driver (OpenMP over rows, or over chunks
 // of a flat array) calls a kernel on one row or chunk; the kernel is a plain
-// loop under `omp simd`, compiled for AVX-512 and for plain x86-64 by
+// loop under `omp simd`, compiled for AVX-512, for AVX2 and for plain x86-64 by
 // target_clones (an OpenMP region's body is not cloned, so the kernels hold
 // none). Sums over a row reduce in vector lanes (in double where the
 // reference sums in double) and then the lanes together: a fixed order for a
@@ -16,7 +16,7 @@
 #include "normgrow/backend_cpu.h"
 #include "normgrow/common.h"
 
-#define VEC_CLONES __attribute__((target_clones("avx512f", "default")))
+#define VEC_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 
 // Elements per parallel chunk of the flat elementwise ops (memory-bound).
 #define VEC_CHUNK 16384
@@ -25,7 +25,9 @@
 
 const char *ng_vec_family(void) {
   __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f") ? "AVX-512" : "x86-64 (no AVX-512)";
+  return __builtin_cpu_supports("avx512f") ? "AVX-512"
+         : __builtin_cpu_supports("avx2") ? "AVX2"
+                                          : "x86-64 (no AVX2)";
 }
 
 // ---------------------------------------------------------------- exp

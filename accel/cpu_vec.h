@@ -17,7 +17,7 @@
 
 #include "normgrow/backend.h"
 
-// "AVX-512" or "x86-64 (no AVX-512)": the clone these kernels run here.
+// "AVX-512", "AVX2" or "x86-64 (no AVX2)": the clone these kernels run here.
 const char *ng_vec_family(void);
 
 // The ops below have the op table's signatures and meanings (backend.h); be
