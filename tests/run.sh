@@ -1,20 +1,24 @@
 #!/usr/bin/env bash
 # Runs every test binary in BUILD/tests and every tests/t_*.sh; counts the
-# "ok"/"FAIL" lines they print and ends with "N passed, N failed".
+# "ok"/"FAIL" lines they print, says how long each took, and ends with
+# "N passed, N failed" and the slowest ones.
 set -u
 build=${1:-build}
 root=$(cd "$(dirname "$0")/.." && pwd)
 export NG_BIN="$root/$build/normgrow" NG_ROOT="$root"
 # Spinning OpenMP threads make small parallel regions crawl when cores are shared.
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
-pass=0 fail=0 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+pass=0 fail=0 log=$(mktemp) times=$(mktemp)
+trap 'rm -f "$log" "$times"' EXIT
 run() {
   local name=$1; shift
   echo "== $name"
+  local t0=$SECONDS
   "$@" >"$log" 2>&1
   local rc=$?
   cat "$log"
+  echo "$((SECONDS - t0)) $name" >>"$times"
+  echo "-- $name: $((SECONDS - t0)) s"
   local p f
   p=$(grep -c '^ok ' "$log"); f=$(grep -c '^FAIL ' "$log")
   if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
@@ -44,5 +48,6 @@ second=Sandybridge
   run "test_$t [BLAS $second, 1 thread]" env OPENBLAS_CORETYPE=$second OMP_NUM_THREADS=1 "$bin"
   run "test_$t [BLAS $family, 3 threads]" env OPENBLAS_CORETYPE="$family" OMP_NUM_THREADS=3 "$bin"
 done
+echo "slowest (seconds): $(sort -rn "$times" | head -n 6 | awk '{n = $1; $1 = ""; printf "%s%s %d", (NR > 1 ? ";" : ""), $0, n}')"
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
