@@ -6,12 +6,14 @@
 # teacher, cache, every finished arm), an interrupted arm resumes from its last
 # checkpoint, and the rest follows.
 #
-# usage: tools/study.sh --set SET --corpus PATH [--corpus PATH ...]
+# usage: tools/study.sh --set SET | --configs DIR --corpus PATH [--corpus PATH ...]
 #            [--records-split LINE | --jsonl-field FIELD] [--max-tokens N] [--val-fraction F]
 #            [--teacher DIR] [--devices N] [--launch "CMD"] [--out DIR] [--teacher-cache K]
 #            [--device-memory GIB] [--backend NAME] [--precision fp32|bf16]
 #   SET      paper (configs/paper), paper-3.09b (configs/paper/student-3.09b), toy,
 #            toy-large, rehearsal (configs/<set>)
+#   --configs DIR  a set of one's own: DIR holds the seven arms' configs (and teacher.json
+#            where no --teacher is given), named as in configs/toy
 #   --corpus files or directories of text (plain or gzip, JSONL with --jsonl-field), as
 #            `normgrow data` reads them; with a model of Qwen3's vocabulary they are
 #            tokenized with the teacher's tokenizer.json, else byte-level
@@ -34,12 +36,13 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=${NG_BIN:-$root/build/normgrow}
-usage="usage: tools/study.sh --set paper|paper-3.09b|toy|toy-large|rehearsal --corpus PATH... [--records-split LINE | --jsonl-field F] [--max-tokens N] [--val-fraction F] [--teacher DIR] [--devices N] [--launch CMD] [--out DIR] [--teacher-cache K] [--device-memory GIB] [--backend NAME] [--precision P]"
-set_name='' corpus=() data_opts=() teacher='' devices=1 launch='' launch_given=0 out='' cache_k='' plan_opts=() where=()
+usage="usage: tools/study.sh --set paper|paper-3.09b|toy|toy-large|rehearsal | --configs DIR --corpus PATH... [--records-split LINE | --jsonl-field F] [--max-tokens N] [--val-fraction F] [--teacher DIR] [--devices N] [--launch CMD] [--out DIR] [--teacher-cache K] [--device-memory GIB] [--backend NAME] [--precision P]"
+set_name='' configs='' corpus=() data_opts=() teacher='' devices=1 launch='' launch_given=0 out='' cache_k='' plan_opts=() where=()
 while [ $# -gt 0 ]; do
   [ $# -ge 2 ] || { echo "$usage" >&2; exit 2; }
   case $1 in
     --set) set_name=$2 ;;
+    --configs) configs=$(realpath -m "$2") set_name=$(basename "$2") ;;
     --corpus) corpus+=("$2") ;;
     --records-split | --jsonl-field | --max-tokens | --val-fraction) data_opts+=("$1" "$2") ;;
     --teacher) teacher=$2 ;;
@@ -53,11 +56,14 @@ while [ $# -gt 0 ]; do
   esac
   shift 2
 done
-case $set_name in
-  paper | toy | toy-large | rehearsal) configs=configs/$set_name ;;
-  paper-3.09b) configs=configs/paper/student-3.09b ;;
-  *) echo "$usage" >&2; exit 2 ;;
-esac
+if [ -z "$configs" ]; then
+  case $set_name in
+    paper | toy | toy-large | rehearsal) configs=$root/configs/$set_name ;;
+    paper-3.09b) configs=$root/configs/paper/student-3.09b ;;
+    *) echo "$usage" >&2; exit 2 ;;
+  esac
+fi
+[ -d "$configs" ] || { echo "study: --configs $configs: not a directory" >&2; exit 2; }
 [ ${#corpus[@]} -gt 0 ] || { echo "study: --corpus: give the corpus (files or directories)" >&2; exit 2; }
 [[ $devices =~ ^[1-9][0-9]*$ ]] || { echo "study: --devices: expected a count >= 1" >&2; exit 2; }
 [ -z "$cache_k" ] || [[ $cache_k =~ ^[1-9][0-9]*$ ]] || { echo "study: --teacher-cache: expected k >= 1" >&2; exit 2; }
@@ -69,7 +75,7 @@ say() { printf '[study %s] %s\n' "$(clock $(($(date +%s) - start)))" "$*"; }
 clock() { printf '%dh%02dm%02ds' $(($1 / 3600)) $(($1 % 3600 / 60)) $(($1 % 60)); }
 [ -x "$bin" ] || { echo "study: $bin is missing: run make first" >&2; exit 1; }
 for a in "${arms[@]}"; do
-  [ -f "$root/$configs/$a.json" ] || { echo "study: $configs/$a.json is missing" >&2; exit 1; }
+  [ -f "$configs/$a.json" ] || { echo "study: $configs/$a.json is missing" >&2; exit 1; }
 done
 # On the CPU backends an arm's ranks share the cores (a GPU run's kernels ignore it).
 rank_threads=${OMP_NUM_THREADS:-$(( $(nproc) / devices > 0 ? $(nproc) / devices : 1 ))}
@@ -101,7 +107,7 @@ run() {  # runs "$@" as the child; its status
 
 # ---------------------------------------------------------------- data
 key_of() { sed -n "s/^ *\"$2\": \\([^,]*\\),\\{0,1\\}\$/\\1/p" "$1" | head -1 | tr -d '"'; }
-first=$root/$configs/${arms[0]}.json
+first=$configs/${arms[0]}.json
 vocab=$(key_of "$first" vocab_size)
 shard() {  # DIR SPLIT: the split's shard in either layout
   if [ -f "$1/$2.manifest.json" ]; then echo "$1/$2.manifest.json"; else echo "$1/$2.bin"; fi
@@ -124,10 +130,10 @@ train_shard=$(shard "$out/data" train) val_shard=$(shard "$out/data" val)
 
 # ---------------------------------------------------------------- teacher
 if [ -z "$teacher" ]; then
-  [ -f "$root/$configs/teacher.json" ] ||
+  [ -f "$configs/teacher.json" ] ||
     { echo "study: $configs has no teacher.json: give --teacher (a Hugging Face directory)" >&2; exit 2; }
   sed "s|\"run_dir\": \"[^\"]*\"|\"run_dir\": \"$out/teacher\"|; s|\"train\": \"[^\"]*\"|\"train\": \"$train_shard\"|;
-       s|\"val\": \"[^\"]*\"|\"val\": \"$val_shard\"|" "$root/$configs/teacher.json" >"$out/configs/teacher.json"
+       s|\"val\": \"[^\"]*\"|\"val\": \"$val_shard\"|" "$configs/teacher.json" >"$out/configs/teacher.json"
   if [ -f "$out/teacher/final.safetensors" ]; then
     say "teacher: reusing $out/teacher"
   elif [ -f "$out/teacher/checkpoint.safetensors" ]; then
@@ -172,7 +178,7 @@ for a in "${arms[@]}"; do
   sed "s|\"run_dir\": \"[^\"]*\"|\"run_dir\": \"$out/$a\"|; s|\"train\": \"[^\"]*\"|\"train\": \"$train_shard\"|;
        s|\"val\": \"[^\"]*\"|\"val\": \"$val_shard\"|;
        s|^\\( *\\)\"teacher\": \"[^\"]*\",|\\1\"teacher\": \"$teacher\", $cache_json|" \
-    "$root/$configs/$a.json" >"$out/configs/$a.json"
+    "$configs/$a.json" >"$out/configs/$a.json"
 done
 plan=$out/plan.txt arm_configs=()
 for a in "${arms[@]}"; do arm_configs+=("$out/configs/$a.json"); done
