@@ -685,14 +685,15 @@ class Readme(unittest.TestCase):
 
     def write_calibration(self):
         """tools/calibrate.sh's layout: joint-P/SETTING/seedS over two rates (Post-Norm's seed 2 at 0.003 stops
-        before its last step, at a low CE: a negative CE here), grow-P at each placement's calibrated rate, one
-        control at Post-Norm's."""
+        before its last step, at a low CE: a negative CE here), grow-P at each placement's calibrated rate (and
+        grow-pre at another), one control at Post-Norm's, the hybrid growths at their prefix's."""
         root = os.path.join(self.tmp, "calibrate")
         backend = {"step": 0, "backend": "onednn", "precision": "fp32", "threads": 1, "blas_kernels": "Zen",
                    "blas_kernels_origin": "chosen by OpenBLAS"}
         runs = {("joint-pre", 0.001): (2.10, 2.12), ("joint-pre", 0.003): (2.02, 2.04),
                 ("joint-post", 0.001): (2.03, 2.03), ("joint-post", 0.003): (2.01, -1.50),
                 ("grow-pre", 0.003): (2.05, 2.06), ("grow-post", 0.001): (2.00, 2.02),
+                ("grow-pre", 0.001): (2.50, 2.50),  # not Pre-Norm's rate: left out
                 ("control-extra-tokens", 0.001): (1.95, 1.97),
                 ("hybrid-pre-post", 0.003): (2.07, 2.09), ("hybrid-post-pre", 0.001): (1.99, 2.00)}
         for (group, lr), ces in runs.items():

@@ -89,13 +89,20 @@ sweep() {  # config out --set... : normgrow sweep with this script's seeds, jobs
   "$bin" sweep "$config" --out "$to" "$@" --seeds "$seeds" --jobs "$jobs" "${where[@]}" >>"$out/calibrate.log" 2>&1 ||
     { echo "calibrate: the sweep into $to failed (its runs' train.log say why; $out/calibrate.log)" >&2; exit 1; }
 }
-best() {  # sweep-dir lr|dirs: the best setting's peak LR, or its runs' directories
-  python3 - "$1/sweep.json" "$2" <<'EOF'
+best() {  # sweep-dir: the best setting's peak LR
+  python3 - "$1/sweep.json" <<'EOF'
 import json, sys
 s = [x for x in json.load(open(sys.argv[1]))["settings"] if x["best"]]
 if not s:
     sys.exit(f"calibrate: {sys.argv[1]}: no setting whose seeds all trained")
-print(s[0]["setting"]["lr.peak"] if sys.argv[2] == "lr" else "\n".join(r["dir"] for r in s[0]["seeds"]))
+print(s[0]["setting"]["lr.peak"])
+EOF
+}
+at() {  # sweep-dir LR: the directories of the runs of the setting at peak LR
+  python3 - "$1/sweep.json" "$2" <<'EOF'
+import json, sys
+print("\n".join(r["dir"] for x in json.load(open(sys.argv[1]))["settings"] if x["setting"]["lr.peak"] == sys.argv[2]
+                for r in x["seeds"]))
 EOF
 }
 
@@ -135,19 +142,19 @@ for p in "${ps[@]}"; do
   say "joint-$p: peak LR $lrs, seeds $seeds -> $out/joint-$p"
   # shellcheck disable=SC2046
   sweep "$configs/joint-pre.json" "$out/joint-$p" $(placement_sets "$p") --set "lr.peak=$lrs"
-  best[$p]=$(best "$out/joint-$p" lr)
+  best[$p]=$(best "$out/joint-$p")
   done+=("$p")
   write_calibration "${done[@]}"
   say "grow-$p at joint-$p's calibrated peak LR ${best[$p]} -> $out/grow-$p"
   # shellcheck disable=SC2046
   sweep "$configs/grow-pre.json" "$out/grow-$p" $(placement_sets "$p") --set "lr.peak=${best[$p]}"
-  mapfile -t -O ${#dirs[@]} dirs < <(best "$out/joint-$p" dirs; best "$out/grow-$p" dirs)
+  mapfile -t -O ${#dirs[@]} dirs < <(at "$out/joint-$p" "${best[$p]}"; at "$out/grow-$p" "${best[$p]}")
 done
 if [ "$controls" = 1 ]; then
   for c in control-extra-tokens control-layer-tokens control-lr-restarts; do
     say "$c at Post-Norm's peak LR ${best[post]} -> $out/$c"
     sweep "$configs/$c.json" "$out/$c" --set "lr.peak=${best[post]}"
-    mapfile -t -O ${#dirs[@]} dirs < <(best "$out/$c" dirs)
+    mapfile -t -O ${#dirs[@]} dirs < <(at "$out/$c" "${best[post]}")
   done
 fi
 if [ "$hybrid" = 1 ]; then
@@ -156,7 +163,7 @@ if [ "$hybrid" = 1 ]; then
     say "hybrid-$h: $new blocks grown on a $prefix prefix at peak LR ${best[$prefix]} -> $out/hybrid-$h"
     sweep "$configs/grow-pre.json" "$out/hybrid-$h" --set "model.norm_placement=$prefix" \
       --set "growth.new_block_placement=$new" --set "lr.peak=${best[$prefix]}"
-    mapfile -t -O ${#dirs[@]} dirs < <(best "$out/hybrid-$h" dirs)
+    mapfile -t -O ${#dirs[@]} dirs < <(at "$out/hybrid-$h" "${best[$prefix]}")
   done
 fi
 "$bin" report "${dirs[@]}" --out "$out/report" --force >>"$out/calibrate.log" 2>&1 ||

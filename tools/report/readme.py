@@ -323,14 +323,25 @@ def calibration(src):
     return "\n".join(out) + "\n"
 
 
+def at_peaks(groups):
+    """{group: its runs at their calibrated rate}: joint-P and grow-P at P's,
+    the controls at Post-Norm's, hybrid-PREFIX-NEW at the prefix's; a group of a
+    placement with no calibrated rate is left out."""
+    rate = {p: calibrated_peak(groups[f"joint-{p}"]) for p in placements_of(groups)}
+    out = {}
+    for g, runs in groups.items():
+        kind, _, rest = g.partition("-")
+        p = {"joint": rest, "grow": rest, "control": "post", "hybrid": rest.split("-")[0]}[kind]
+        if rate.get(p) is not None:
+            out[g] = [r for r in runs if peak(r) == rate[p]]
+    return out
+
+
 def calibrated_study(src):
     """The calibrated joint arms, the grown arms and the controls of
     tools/calibrate.sh's directory as one Study."""
-    groups = calibrate_runs(src)
-    runs = []
-    for p in placements_of(groups):
-        best = calibrated_peak(groups[f"joint-{p}"])
-        runs += [r for r in groups[f"joint-{p}"] if peak(r) == best] + groups.get(f"grow-{p}", [])
+    groups = at_peaks(calibrate_runs(src))
+    runs = [r for p in PLACEMENTS for g in (f"joint-{p}", f"grow-{p}") for r in groups.get(g, [])]
     runs += [r for g in sorted(groups) if g.startswith("control-") for r in groups[g]]
     arms = group_arms(runs)
     return Study([r for a in arms for r in a.runs], arms)
@@ -373,7 +384,7 @@ def hybrid(src):
     """The grown arms of both placements beside the hybrid growths (the other
     placement's blocks grown on each prefix), and the paired differences that
     separate the new blocks' placement from the prefix's, with 95% intervals."""
-    groups = calibrate_runs(src)
+    groups = at_peaks(calibrate_runs(src))
     names = (("grow-pre", "Pre", "Pre"), ("grow-post", "Post", "Post"),
              ("hybrid-pre-post", "Pre", "Post"), ("hybrid-post-pre", "Post", "Pre"))
     for g, _, _ in names:
