@@ -238,6 +238,7 @@ soak: $(BUILD)/normgrow
 
 # The same step in PyTorch (python3-torch), for a side-by-side comparison with `make bench`.
 bench-torch:
+	tools/bootstrap.sh torch
 	/usr/bin/python3 tools/bench_torch.py
 
 # The README's numbers made anew from run directories (tools/report/readme.py):
@@ -256,6 +257,7 @@ golden-new: $(BUILD)/normgrow
 
 # Independent float64 PyTorch cross-check on random cases (needs python3-torch).
 crosscheck: $(BUILD)/normgrow
+	tools/bootstrap.sh torch
 	/usr/bin/python3 tools/crosscheck_torch.py --cases 40 --seed 1 --bin $(BUILD)/normgrow
 
 clean:

@@ -10,6 +10,8 @@
 #                                 (dict-gcide, which depends on dictd, Debian's
 #                                 dictionary server)
 #   tools/bootstrap.sh fuzz       also what `make fuzz` needs (clang, libFuzzer, libomp, python3)
+#   tools/bootstrap.sh torch      also Debian's PyTorch (python3-torch), for `make bench-torch`
+#                                 and `make crosscheck`
 set -euo pipefail
 
 need=(gcc make pkg-config libopenblas-openmp-dev libcjson-dev)
@@ -23,6 +25,9 @@ if [ "${1:-}" = "demo" ] || [ "${1:-}" = "demo-large" ]; then
 fi
 if [ "${1:-}" = "demo-large" ]; then
   need+=(dict-gcide)
+fi
+if [ "${1:-}" = "torch" ]; then
+  need+=(python3-torch)
 fi
 if [ "${1:-}" = "fuzz" ]; then
   need+=(clang libclang-rt-dev libomp-dev python3)
