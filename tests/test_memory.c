@@ -1,5 +1,5 @@
 // The plan is measured: a toy-medium distillation (hidden 512, 4 layers,
-// vocabulary 32768, 8 x 256 tokens; one step with its evaluation, diagnostics
+// vocabulary 16384, 8 x 256 tokens; one step with its evaluation, diagnostics
 // and checkpoints) runs as its own process with each memory setting off and
 // on (micro-batches, recompute, loss chunks, the bf16 teacher held in bf16),
 // and the process's peak resident
@@ -29,7 +29,7 @@ static char dir[64];
 static const char *model_json(int layers) {
   static char buf[512];
   snprintf(buf, sizeof buf,
-           "{\"vocab_size\": 32768, \"hidden_size\": 512, \"intermediate_size\": 1536,"
+           "{\"vocab_size\": 16384, \"hidden_size\": 512, \"intermediate_size\": 1536,"
            " \"num_hidden_layers\": %d, \"num_attention_heads\": 8, \"num_key_value_heads\": 4,"
            " \"head_dim\": 64, \"rope_theta\": 10000, \"rms_norm_eps\": 1e-6,"
            " \"tie_word_embeddings\": false, \"norm_placement\": \"pre\", \"final_norm\": true}",
