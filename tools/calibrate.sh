@@ -26,7 +26,7 @@
 #   --configs DIR --depth L: another set of configs (DIR/joint-pre.json, DIR/grow-pre.json and,
 #             for --controls, DIR/control-*.json) whose final depth is L, with its own data
 #   defaults: --set toy --placements pre,post,sandwich,lns,mixln,deepnorm
-#             --lrs 0.0015,0.003,0.006 (toy) or 0.0005,0.001,0.002 (toy-large)
+#             --lrs 0.0015,0.003,0.006,0.012 (toy) or 0.0005,0.001,0.002,0.004 (toy-large)
 #             --seeds 1,2,3 --jobs 1 --out runs/calibrate-SET
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -61,8 +61,8 @@ else  # the named sets' configs name their data and teacher from the repository'
   [ -z "$out" ] || out=$(realpath -m "$out")
   cd "$root"
   case $set_name in
-    toy) depth=6 data=runs/demo lrs=${lrs:-0.0015,0.003,0.006} ;;
-    toy-large) depth=9 data=runs/demo-large lrs=${lrs:-0.0005,0.001,0.002} ;;
+    toy) depth=6 data=runs/demo lrs=${lrs:-0.0015,0.003,0.006,0.012} ;;
+    toy-large) depth=9 data=runs/demo-large lrs=${lrs:-0.0005,0.001,0.002,0.004} ;;
     *) echo "calibrate: --set $set_name: expected toy or toy-large" >&2; exit 2 ;;
   esac
   configs=configs/$set_name
