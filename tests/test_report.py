@@ -732,7 +732,7 @@ class Readme(unittest.TestCase):
         self.assertEqual(rows["| Pre-Norm"], "| Pre-Norm | 2.1100 ± 0.0141 | **2.0300 ± 0.0141** | 0.003 |")
         # 0.003 has the lower mean on Post-Norm's one seed that trained, but not all its seeds trained
         self.assertEqual(rows["| Post-Norm"], "| Post-Norm | **2.0300 ± 0.0000** | 2.0100 (1 of 2 trained) | 0.001 |")
-        self.assertIn("Seeds 1, 2; run with backend onednn fp32, 1 threads", new)
+        self.assertIn("Seeds 1, 2; run with backend onednn fp32, 1 thread, OpenBLAS", new)
 
     def test_calibrated(self):
         """the calibrated block: joint and grown at each placement's rate, grown − joint and the interaction paired
