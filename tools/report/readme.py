@@ -104,8 +104,8 @@ def machine(r):
 
 
 def backend_words(rec):
-    precision = rec.get("precision", "fp32")
-    return (f"backend {rec.get('backend')} {precision}, {rec.get('threads')} thread{'' if rec.get('threads') == 1 else 's'}, "
+    precision, threads = rec.get("precision", "fp32"), rec.get("threads")
+    return (f"backend {rec.get('backend')} {precision}, {threads} thread{'' if threads == 1 else 's'}, "
             f"OpenBLAS kernels {rec.get('blas_kernels')} ({rec.get('blas_kernels_origin')})")
 
 
