@@ -738,7 +738,10 @@ class Readme(unittest.TestCase):
         """the calibrated block: joint and grown at each placement's rate, grown − joint and the interaction paired
         over the seeds with t intervals, the control against grown Post-Norm"""
         new, _, _ = self.remake(self.block("calibrated", "cal"), cal=self.write_calibration())
-        rows = {line.split(" | ")[0]: line for line in new.split("\n") if line.startswith("| ")}
+        # its three tables: the arms, each placement against Pre-Norm, the controls
+        tables = [{line.split(" | ")[0]: line for line in t.split("\n") if line.startswith("| ")}
+                  for t in new.split("\n\n")]
+        rows = {**tables[0], **tables[2]}
         t1 = 12.706204736174698
         # grown − joint, Pre-Norm: 2.05 − 2.02, 2.06 − 2.04: mean 0.025, se 0.005
         self.assertEqual(rows["| Pre-Norm"], "| Pre-Norm | 0.003 | 2.0300 ± 0.0141 | 2.0550 ± 0.0071 | +0.0250 | "
@@ -747,6 +750,12 @@ class Readme(unittest.TestCase):
         self.assertEqual(rows["| Post-Norm"], "| Post-Norm | 0.001 | 2.0300 ± 0.0000 | 2.0100 ± 0.0141 | -0.0200 | "
                          "[%+.4f, %+.4f] | -0.0450 | [%+.4f, %+.4f] |"
                          % (-0.02 - t1 * 0.01, -0.02 + t1 * 0.01, -0.045 - t1 * 0.015, -0.045 + t1 * 0.015))
+        # Post − Pre, joint: 2.03 − 2.02, 2.03 − 2.04: mean 0 (up to rounding), se 0.01; grown: −0.05, −0.04:
+        # mean −0.045, se 0.005
+        versus = tables[1]["| Post-Norm"]
+        self.assertRegex(versus, r"^\| Post-Norm \| [+-]0\.0000 \| ")
+        self.assertTrue(versus.endswith("| [%+.4f, %+.4f] | -0.0450 | [%+.4f, %+.4f] |"
+                                        % (-t1 * 0.01, t1 * 0.01, -0.045 - t1 * 0.005, -0.045 + t1 * 0.005)), versus)
         self.assertEqual(rows["| control-extra-tokens"], "| control-extra-tokens | 1.9600 ± 0.0141 | -0.0500 | "
                          "[-0.0500, -0.0500] |")
 

@@ -350,7 +350,8 @@ def calibrated_study(src):
 def calibrated(src):
     """At each placement's calibrated rate: the joint and grown arms, grown −
     joint and the interaction with Pre-Norm, each paired over the seeds with its
-    95% interval; then each control against grown Post-Norm."""
+    95% interval; each placement against Pre-Norm, joint and grown; then each
+    control against grown Post-Norm."""
     study = calibrated_study(src)
     grown_arms = {a.first.placement: a for a in study.arms if grown(a)}
     quads = {q[0].first.placement: q for q in quadruples(study)}
@@ -368,6 +369,14 @@ def calibrated(src):
                    f"{'%+.4f' % d.mean if d else 'n/a'} | {interval(d)} | "
                    f"{('%+.4f' % i.mean) if i else ('—' if p == 'pre' else 'n/a')} | "
                    f"{interval(i) if i else ('—' if p == 'pre' else 'n/a')} |")
+    if quads:
+        out += ["", "| placement P | P − Pre-Norm, joint | 95% interval | P − Pre-Norm, grown | 95% interval |",
+                "|---|---:|---:|---:|---:|"]
+        for p in PLACEMENTS:
+            if p in quads:
+                _, growth, joint_d = interaction(quads[p])
+                out.append(f"| {PLACEMENTS[p]} | {'%+.4f' % joint_d.mean} | {interval(joint_d)} | "
+                           f"{'%+.4f' % growth.mean} | {interval(growth)} |")
     controls = [a for a in study.arms if a.name.startswith("control-")]
     g = grown_arms.get("post")
     if controls and g is not None:
