@@ -426,22 +426,23 @@ static void run_close(bench_run *r) {
   ng_backend_close(be);
 }
 
-// The ceilings of one round: the best sgemm, and the best oneDNN bf16
-// matmul, over the head and MLP shapes. (At the head shape the fp32 output,
-// [N, V], makes the bf16 matmul memory-bound: measured on one core 440
+// The ceilings of one round: the best sgemm, and (with_bf16) the best oneDNN
+// bf16 matmul, over the head and MLP shapes. (At the head shape the fp32
+// output, [N, V], makes the bf16 matmul memory-bound: measured on one core 440
 // GFLOP/s there against 1,050 at the MLP shape.)
-static void ceilings(const bench_setup *s, double *sgemm, double *bf16, char *impl, size_t n) {
+static void ceilings(const bench_setup *s, bool with_bf16, double *sgemm, double *bf16, char *impl,
+                     size_t n) {
   int64_t N = s->B * s->T;
   double g_head = sgemm_gflops(N, s->mc.vocab_size, s->mc.hidden_size);
   double g_mlp = sgemm_gflops(N, s->mc.intermediate_size, s->mc.hidden_size);
   *sgemm = g_head > g_mlp ? g_head : g_mlp;
+  snprintf(impl, n, "none: no bf16 step in this bench");
+  *bf16 = 0.0;
+  if (!with_bf16) return;
 #ifdef NG_WITH_ONEDNN
   double b_head = ng_onednn_bf16_gflops(N, s->mc.vocab_size, s->mc.hidden_size, impl, n);
   double b_mlp = ng_onednn_bf16_gflops(N, s->mc.intermediate_size, s->mc.hidden_size, impl, n);
   *bf16 = b_head > b_mlp ? b_head : b_mlp;
-#else
-  snprintf(impl, n, "none: this build has no oneDNN backend");
-  *bf16 = 0.0;
 #endif
 }
 
@@ -461,7 +462,8 @@ int cmd_bench(const ng_cli *c) {
   if (ng_cli_int_opt(c, "steps", 1, 1000, &steps)) return ng_cli_error(ng_error());
   s.steps = (int)steps;
   // The named backend, or the fp32 reference, onednn fp32 and onednn bf16
-  // (the reference alone in a build without oneDNN).
+  // (the reference alone in a build without oneDNN; without onednn bf16 on a
+  // CPU that has no bf16 kernels).
   const char *names[3] = {"cpu", "onednn", "onednn"};
   ng_precision precs[3] = {NG_PREC_FP32, NG_PREC_FP32, NG_PREC_BF16};
 #ifdef NG_WITH_ONEDNN
@@ -475,14 +477,22 @@ int cmd_bench(const ng_cli *c) {
     n = 1;
   }
   bench_run runs[3];
+  bool named = c->backend || c->precision;
   for (int i = 0; i < n; i++) {
     ng_backend *be = ng_backend_open(names[i], precs[i]);
+    if (!be && !named && precs[i] == NG_PREC_BF16) {  // a CPU without bf16 kernels: the rest
+      printf("bench: onednn bf16 left out: %s\n", ng_error());
+      n = i;
+      break;
+    }
     if (!be) {
       for (int j = 0; j < i; j++) run_close(&runs[j]);
       return ng_cli_error(ng_error());
     }
     run_open(&runs[i], &s, be);
   }
+  bool with_bf16 = false;
+  for (int i = 0; i < n; i++) with_bf16 = with_bf16 || runs[i].be->precision == NG_PREC_BF16;
   const ng_model_config *mc = &s.mc;
   printf("BLAS: %s; kernels %s (%s)\n", ng_blas_config(), ng_blas_corename(), ng_blas_family_origin());
   printf("bench: %d threads; teacher and student: D=%lld L=%lld H=%lld KV=%lld hd=%lld F=%lld "
@@ -497,7 +507,7 @@ int cmd_bench(const ng_cli *c) {
   double *sg = ng_xcalloc((size_t)s.steps, sizeof(double)), *bf = ng_xcalloc((size_t)s.steps, sizeof(double));
   char impl[128];
   for (int k = 0; k < s.steps; k++) {
-    ceilings(&s, &sg[k], &bf[k], impl, sizeof impl);
+    ceilings(&s, with_bf16, &sg[k], &bf[k], impl, sizeof impl);
     for (int i = 0; i < n; i++) run_step(&runs[i], &s, k);
   }
   s.sgemm = median(sg, s.steps);
@@ -508,16 +518,20 @@ int cmd_bench(const ng_cli *c) {
          "shapes): %.1f GFLOP/s\n",
          ng_blas_corename(), (long long)(s.B * s.T), (long long)mc->hidden_size,
          (long long)mc->vocab_size, (long long)mc->hidden_size, s.sgemm);
-  printf("bf16 matmul ceiling (oneDNN %s, best of the same shapes, bf16 inputs): %.1f GFLOP/s = %.1fx sgemm\n",
-         impl, s.bf16, s.bf16 / s.sgemm);
+  if (with_bf16)
+    printf("bf16 matmul ceiling (oneDNN %s, best of the same shapes, bf16 inputs): %.1f GFLOP/s = "
+           "%.1fx sgemm\n",
+           impl, s.bf16, s.bf16 / s.sgemm);
   double tps[3];
   for (int i = 0; i < n; i++) tps[i] = run_report(&runs[i], &s);
-  if (n == 3) {
+  if (!named && n >= 2) {  // the reference first, then the onednn steps
     double ref = (double)(s.B * s.T) / tps[0];  // the reference's median step (s)
-    printf("tokens/s against the fp32 reference: onednn fp32 %.2fx, onednn bf16 %.2fx; with "
-           "free matmuls at most %.2fx and %.2fx (the reference's step over the time outside "
-           "them)\n",
-           tps[1] / tps[0], tps[2] / tps[0], ref / runs[1].outside, ref / runs[2].outside);
+    printf("tokens/s against the fp32 reference (with free matmuls at most: the reference's step "
+           "over the time outside them):");
+    for (int i = 1; i < n; i++)
+      printf("%s onednn %s %.2fx (%.2fx)", i > 1 ? "," : "", ng_precision_name(runs[i].be->precision),
+             tps[i] / tps[0], ref / runs[i].outside);
+    printf("\n");
   }
   for (int i = 0; i < n; i++) run_close(&runs[i]);
   // Qwen3's vocabulary, on the first backend: the loss whole vs in chunks.
