@@ -138,6 +138,11 @@ def seed1(src):
             + (f", an arm {min(took):.1f} to {max(took):.1f} min" if took else "") + ".\n")
 
 
+def ce_cell(s):
+    """"mean ± std" of a summary over seeds ("mean" alone for one seed)."""
+    return "%.4f" % s.mean + (" ± %.4f" % s.std if s.n > 1 else "")
+
+
 def arm_rows(src):
     """The arms' final validation CE over seeds and the ablation of each."""
     out = ["| arm | final val CE | seeds | tokens | layer-tokens | ΔCE removing the last block "
@@ -148,7 +153,7 @@ def arm_rows(src):
         if s is None:
             out.append(f"| {name} | did not train | {len(a.runs)} | | | | |")
             continue
-        cell = "%.4f" % s.mean + (" ± %.4f" % s.std if s.n > 1 else "")
+        cell = ce_cell(s)
         first = next(r for r in a.runs if r.failed is None).last
         last = over(a, last_block_dce)
         low = min_block_dce(a)
@@ -291,7 +296,7 @@ def mean_std(runs):
     if not ces:
         return f"did not train (0 of {len(runs)})"
     s = summary(ces)
-    cell = "%.4f" % s.mean + (" ± %.4f" % s.std if s.n > 1 else "")
+    cell = ce_cell(s)
     return cell + ("" if len(ces) == len(runs) else f" ({len(ces)} of {len(runs)} trained)")
 
 
