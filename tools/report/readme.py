@@ -26,7 +26,7 @@ import sys
 from .readings import (Study, excludes, final_ces, grown, interaction, interval, joint_of, last_block_dce,
                        min_block_dce, over, quadruples, rms_spread_table)
 from .runs import PLACEMENTS, ReportError, group_arms, is_run, load_run
-from .stats import paired, summary
+from .stats import lowest_mean, paired, summary
 from .trained import classify
 
 BLOCK = re.compile(r"<!-- numbers ([a-z0-9-]+)((?: [A-Za-z0-9_.-]+)+) -->\n(.*?)<!-- /numbers -->\n", re.S)
@@ -302,9 +302,9 @@ def mean_std(runs):
 
 def calibrated_peak(runs):
     """The rate of the lowest mean final validation CE among the rates all of
-    whose seeds trained (the sweep's rule), None when there is none."""
-    whole = {lr: rs for lr, rs in by_peak(runs).items() if all(r.failed is None for r in rs)}
-    return min(whole, key=lambda lr: summary([r.last.ce for r in whole[lr]]).mean) if whole else None
+    whose seeds trained (report.stats.lowest_mean, the sweep's rule too), None
+    when there is none."""
+    return lowest_mean({lr: [(r.last.ce, r.failed) for r in rs] for lr, rs in by_peak(runs).items()})
 
 
 def placements_of(groups):

@@ -26,6 +26,16 @@ def summary(values):
     return Summary(float(have.mean()), float(have.std(ddof=1)) if have.size > 1 else math.nan, int(have.size))
 
 
+def lowest_mean(settings):
+    """The calibration rule (docs/assumptions.md, "Learning-rate calibration"):
+    of settings {key: [(ce, failed)] over its runs}, the key of the lowest mean
+    CE among the settings all of whose runs trained (failed None); None when
+    no setting qualifies. Ties go to the first key in the dict's order."""
+    whole = {k: [ce for ce, _ in runs] for k, runs in settings.items()
+             if runs and all(failed is None for _, failed in runs)}
+    return min(whole, key=lambda k: summary(whole[k]).mean) if whole else None
+
+
 @dataclass
 class Paired:
     """Per-seed differences a(seed) - b(seed) over the seeds both have."""

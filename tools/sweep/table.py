@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from report.files import write_atomic
 from report.runs import ReportError, is_run, load_run
-from report.stats import summary
+from report.stats import lowest_mean, summary
 from report.trained import PLATEAU_MARGIN, classify
 
 
@@ -37,10 +37,6 @@ class Row:
     def trained(self):
         return [c for c in self.cells if c.failed is None]
 
-    @property
-    def complete(self):
-        return len(self.trained) == len(self.cells)
-
 
 def read_rows(plan):
     """plan: [(setting, label, [(seed, dir)])] -> [Row], each run read and
@@ -62,9 +58,9 @@ def read_rows(plan):
     classify([run for _, run in loaded])
     for cell, run in loaded:
         cell.ce, cell.failed = run.last.ce, run.failed
-    complete = [r for r in rows if r.complete]
-    if complete:
-        min(complete, key=lambda r: summary([c.ce for c in r.trained]).mean).best = True
+    best = lowest_mean({i: [(c.ce, c.failed) for c in r.cells] for i, r in enumerate(rows)})
+    if best is not None:
+        rows[best].best = True
     return rows
 
 
