@@ -21,6 +21,7 @@
 #include "normgrow/plan.h"
 #include "normgrow/registry.h"
 #include "normgrow/run.h"
+#include "normgrow/train.h"
 #include "normgrow/rundir.h"
 #include "normgrow/safetensors.h"
 #include "normgrow/topk.h"

@@ -24,6 +24,7 @@
 #include "normgrow/common.h"
 #include "normgrow/hf.h"
 #include "normgrow/run.h"
+#include "normgrow/train.h"
 #include "normgrow/safetensors.h"
 
 static char dir[64], good_path[128];

@@ -21,6 +21,7 @@
 #include "normgrow/registry.h"
 #include "normgrow/safetensors.h"
 #include "normgrow/run.h"
+#include "normgrow/train.h"
 
 static char dir[64];
 static ng_backend *be;

@@ -19,6 +19,7 @@
 #include "normgrow/data.h"
 #include "normgrow/golden.h"
 #include "normgrow/run.h"
+#include "normgrow/train.h"
 #include "normgrow/rundir.h"
 #include "normgrow/topk.h"
 

@@ -14,6 +14,7 @@
 #include "cli.h"
 #include "normgrow/common.h"
 #include "normgrow/run.h"
+#include "normgrow/train.h"
 
 // The values of every --set, in order (malloc'd; *n of them).
 static const char **collect_sets(const ng_cli *c, int *n) {

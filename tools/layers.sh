@@ -5,7 +5,7 @@
 #   2 backends  ref/backend_cpu.c, accel/ (backend_onednn.c, cuda/) and their headers
 #               backend_cpu.h, backend_onednn.h, backend_cuda.h
 #   3 registry  ref/registry.c, registry.h
-#   4 trainer   ref/train.c
+#   4 trainer   ref/train.c, train.h
 #   5 tools     tools/, tests/, accel/cuda/bench_cuda.c
 # Prints the include graph of the sources (every "..." include, resolved to a
 # path; conditional ones too), one line per file with its layer, and checks it:
@@ -34,7 +34,7 @@ names=(core backends registry trainer tools)
 layer_of() {
   case $1 in
     tools/* | tests/* | accel/cuda/bench_cuda.c) layer=5 ;;
-    ref/train.c) layer=4 ;;
+    ref/train.c | include/normgrow/train.h) layer=4 ;;
     ref/registry.c | include/normgrow/registry.h) layer=3 ;;
     ref/backend_cpu.c | accel/* | include/normgrow/backend_cpu.h | include/normgrow/backend_onednn.h | \
       include/normgrow/backend_cuda.h) layer=2 ;;
