@@ -26,9 +26,12 @@ import os
 import statistics
 import time
 
-# OpenMP threads wait passively, as normgrow's do (it runs itself again with this policy):
-# spinning threads starve on a shared machine. Set before torch loads its OpenMP runtime.
-os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+# OpenMP threads wait passively after a short spin, as normgrow's do (it runs itself again
+# with this policy): long-spinning threads starve on a shared machine. Set before torch
+# loads its OpenMP runtime.
+if "OMP_WAIT_POLICY" not in os.environ:
+    os.environ["OMP_WAIT_POLICY"] = "passive"
+    os.environ.setdefault("GOMP_SPINCOUNT", "20000")
 
 import torch  # noqa: E402 (after the OpenMP policy)
 import torch.nn.functional as F

@@ -328,19 +328,27 @@ static void free_args(ng_cli *c) {
 // The process environment normgrow computes in, set before the libraries load
 // (libgomp and OpenBLAS read their variables when they load, before main,
 // hence one exec of normgrow itself when something changes):
-// - OMP_WAIT_POLICY=passive unless the user chose a policy. Threads that spin
-//   between parallel regions (libgomp's default) slow a training step on
-//   2-core machines by a third to a half (measured with `normgrow bench`: 47%
-//   vs 80% of the sgemm ceiling).
+// - OMP_WAIT_POLICY=passive unless the user chose a policy, with a short spin
+//   before a thread sleeps (GOMP_SPINCOUNT=20000, unless set: libgomp's own
+//   default is 300000). Threads that spin that long between parallel regions
+//   slow a training step on 2-core machines by a third to a half (measured
+//   with `normgrow bench`: 47% vs 80% of the sgemm ceiling); threads that
+//   never spin pay a wake-up at every region: the short spin made the onednn
+//   bf16 step 12% faster than pure passive waits on a quiet 2-core Xeon
+//   (0.59 s vs 0.67 s, two rounds), the reference's within 5%, and neither
+//   slower with two other busy processes on the cores.
 // - OPENBLAS_CORETYPE, unless the user set it, when OpenBLAS fell back to
 //   generic kernels on a CPU whose features allow better (see
 //   ng_blas_better_coretype). A computing command says so in one line on a
 //   terminal's stderr; a redirected stderr keeps its one-line-per-error
 //   contract, and the family is in `--version`, `bench` and every run's log.
+#define NG_GOMP_SPINCOUNT "20000"
+
 static void prepare_runtime(char **argv, bool computes) {
   bool again = false;
   if (!getenv("OMP_WAIT_POLICY")) {
     setenv("OMP_WAIT_POLICY", "passive", 1);
+    if (!getenv("GOMP_SPINCOUNT")) setenv("GOMP_SPINCOUNT", NG_GOMP_SPINCOUNT, 1);
     again = true;
   }
   const char *better = getenv("OPENBLAS_CORETYPE") ? NULL : ng_blas_better_coretype();
