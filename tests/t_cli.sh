@@ -113,3 +113,28 @@ if "$bin" --version >"$tmp/out" 2>&1 && grep -q '^normgrow [0-9]' "$tmp/out" && 
 else
   echo "FAIL --version: $(cat "$tmp/out")"
 fi
+
+# The OpenMP waits normgrow computes with (tools/normgrow.c prepare_runtime): passive after a
+# short spin when the user chose no policy; a policy of the user's own left as it is. Read
+# from the environment of a running command, after normgrow has run itself again.
+waits() {  # env assignments...: the OMP_WAIT_POLICY and GOMP_SPINCOUNT of a running bench
+  env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT "$@" "$bin" bench --backend cpu --steps 1 >/dev/null 2>&1 &
+  local pid=$! got=''
+  for _ in $(seq 50); do
+    got=$(tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -E '^(OMP_WAIT_POLICY|GOMP_SPINCOUNT)=' | sort | tr '\n' ' ')
+    case $got in *OMP_WAIT_POLICY=*) break ;; esac
+    sleep 0.1
+  done
+  kill "$pid" 2>/dev/null
+  wait "$pid" 2>/dev/null
+  echo "$got"
+}
+got=$(waits)
+[ "$got" = "GOMP_SPINCOUNT=20000 OMP_WAIT_POLICY=passive " ] && echo "ok no wait policy given: $got" ||
+  echo "FAIL no wait policy given: $got"
+got=$(waits OMP_WAIT_POLICY=active)
+[ "$got" = "OMP_WAIT_POLICY=active " ] && echo "ok the user's wait policy kept, no spin count added: $got" ||
+  echo "FAIL the user's wait policy: $got"
+got=$(waits GOMP_SPINCOUNT=5)
+[ "$got" = "GOMP_SPINCOUNT=5 OMP_WAIT_POLICY=passive " ] && echo "ok the user's spin count kept: $got" ||
+  echo "FAIL the user's spin count: $got"
