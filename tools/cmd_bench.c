@@ -436,7 +436,6 @@ static void ceilings(const bench_setup *s, bool with_bf16, double *sgemm, double
   double g_head = sgemm_gflops(N, s->mc.vocab_size, s->mc.hidden_size);
   double g_mlp = sgemm_gflops(N, s->mc.intermediate_size, s->mc.hidden_size);
   *sgemm = g_head > g_mlp ? g_head : g_mlp;
-  snprintf(impl, n, "none: no bf16 step in this bench");
   *bf16 = 0.0;
   if (!with_bf16) return;
 #ifdef NG_WITH_ONEDNN
