@@ -12,11 +12,13 @@
 //   model keeps only its fp32 master weights: there are no bf16 copies to
 //   refresh after an optimizer step), multiplied with fp32 accumulation into
 //   the fp32 output.
-// Attention's products run as batched matmuls over heads (see "attention"
-// below), in the backend's precision.
+// Attention runs per (batch row, kv head) pair on one thread each, its
+// products as oneDNN matmuls over query blocks whose scores stay in cache (see
+// "attention" below), in the backend's precision.
 #include <dnnl.h>
 #include <dnnl_debug.h>
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,10 +37,13 @@
     if (st_ != dnnl_success) ng_abort_at(__FILE__, __LINE__, dnnl_status2str(st_)); \
   } while (0)
 
-// A matmul primitive and its memory objects (data handles set per call).
+// A matmul primitive and its memory objects (data handles set per call). Its
+// scratchpad is the caller's (oneDNN's user mode), so that primitives of
+// different threads run at once.
 typedef struct {
   dnnl_primitive_t prim;
-  dnnl_memory_t a, b, c;
+  dnnl_memory_t a, b, c, pad;
+  size_t pad_bytes;
 } mm_exec;
 
 // One cached 2-D matmul primitive.
@@ -49,8 +54,7 @@ typedef struct {
   mm_exec x;
 } mm_prim;
 
-// The batched matmuls of one attention shape (see "attention" below), for
-// s.B the batch rows of one slice.
+// The matmuls of one attention shape (see "attention" below), of one thread.
 typedef struct {
   ng_attn_shape s;
   mm_exec scores, values, grads;
@@ -62,9 +66,18 @@ typedef struct {
   size_t cap;  // bytes
 } scratch;
 
-// The attention's buffers, per batch slice: heads-major copies of its
-// inputs, scores and their gradients, products before the layout change.
+// The attention's buffers, per thread: its pair's inputs gathered, a query
+// block's scores and their gradients, products before they are scattered.
 enum { A_Q, A_K, A_V, A_DO, A_S, A_DP, A_PB, A_DSB, A_OQ, A_OK, A_OV, A_COUNT };
+
+// What one thread of the attention owns.
+typedef struct {
+  dnnl_stream_t stream;
+  scratch pad;  // oneDNN's scratchpad
+  scratch buf[A_COUNT];
+  att_prims *att;
+  int n_att, cap_att;
+} att_worker;
 
 typedef struct {
   ng_backend be;  // first member: the backend is the context
@@ -72,10 +85,10 @@ typedef struct {
   dnnl_stream_t stream;
   mm_prim *prims;
   int n, cap;
-  att_prims *att;
-  int n_att, cap_att;
-  scratch abuf, bbuf;        // bf16 inputs of the current matmul
-  scratch att_buf[A_COUNT];  // the attention's buffers
+  scratch abuf, bbuf;  // bf16 inputs of the current matmul
+  scratch pad;         // the 2-D matmuls' scratchpad
+  att_worker *workers;  // one per OpenMP thread
+  int n_workers;
   // The distinct oneDNN implementations chosen so far, comma-separated: of the
   // 2-D matmuls, of attention's products; and the description kernels() gives.
   char mm_impl[128], att_impl[128], kernels[512];
@@ -107,6 +120,7 @@ static mm_exec make_exec(onednn *o, const dnnl_memory_desc_t *a, const dnnl_memo
   dnnl_primitive_attr_t attr;
   DNNL_OK(dnnl_primitive_attr_create(&attr));
   DNNL_OK(dnnl_primitive_attr_set_fpmath_mode(attr, dnnl_fpmath_mode_strict));
+  DNNL_OK(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user));
   if (beta != 0.0f) {
     dnnl_post_ops_t po;
     DNNL_OK(dnnl_post_ops_create(&po));
@@ -121,21 +135,40 @@ static mm_exec make_exec(onednn *o, const dnnl_memory_desc_t *a, const dnnl_memo
   DNNL_OK(dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl));
   note_kernel(impls, impl);
   mm_exec x;
+  const dnnl_memory_desc_t *pad = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+  x.pad_bytes = dnnl_memory_desc_get_size(pad);
   DNNL_OK(dnnl_primitive_create(&x.prim, pd));
   DNNL_OK(dnnl_memory_create(&x.a, a, o->engine, DNNL_MEMORY_NONE));
   DNNL_OK(dnnl_memory_create(&x.b, b, o->engine, DNNL_MEMORY_NONE));
   DNNL_OK(dnnl_memory_create(&x.c, c, o->engine, DNNL_MEMORY_NONE));
+  DNNL_OK(dnnl_memory_create(&x.pad, pad, o->engine, DNNL_MEMORY_NONE));
   DNNL_OK(dnnl_primitive_desc_destroy(pd));
   return x;
 }
 
-static void run_exec(onednn *o, const mm_exec *x, const void *a, const void *b, float *c) {
+// buf grown to at least `bytes`; its contents are not kept.
+static void *scratch_get(scratch *buf, size_t bytes) {
+  if (bytes > buf->cap) {
+    free(buf->p);
+    buf->cap = bytes;
+    buf->p = ng_xmalloc(bytes);
+  }
+  return buf->p;
+}
+
+// C = A B by x on `stream`, with `pad` as its scratchpad.
+static void run_exec(dnnl_stream_t stream, scratch *pad, const mm_exec *x, const void *a,
+                     const void *b, float *c) {
   DNNL_OK(dnnl_memory_set_data_handle(x->a, (void *)a));
   DNNL_OK(dnnl_memory_set_data_handle(x->b, (void *)b));
   DNNL_OK(dnnl_memory_set_data_handle(x->c, c));
-  dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, x->a}, {DNNL_ARG_WEIGHTS, x->b}, {DNNL_ARG_DST, x->c}};
-  DNNL_OK(dnnl_primitive_execute(x->prim, o->stream, 3, args));
-  DNNL_OK(dnnl_stream_wait(o->stream));
+  DNNL_OK(dnnl_memory_set_data_handle(x->pad, scratch_get(pad, x->pad_bytes)));
+  dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, x->a},
+                            {DNNL_ARG_WEIGHTS, x->b},
+                            {DNNL_ARG_DST, x->c},
+                            {DNNL_ARG_SCRATCHPAD, x->pad}};
+  DNNL_OK(dnnl_primitive_execute(x->prim, stream, 4, args));
+  DNNL_OK(dnnl_stream_wait(stream));
 }
 
 static void free_exec(mm_exec *x) {
@@ -143,6 +176,7 @@ static void free_exec(mm_exec *x) {
   dnnl_memory_destroy(x->a);
   dnnl_memory_destroy(x->b);
   dnnl_memory_destroy(x->c);
+  dnnl_memory_destroy(x->pad);
 }
 
 // C [M, N] = op(A) [M, K] op(B) [K, N] + beta C, in the backend's precision.
@@ -168,16 +202,6 @@ static mm_prim *find_prim(onednn *o, bool ta, bool tb, int64_t M, int64_t N, int
       return p;
   }
   return make_prim(o, ta, tb, M, N, K, beta);
-}
-
-// buf grown to at least `bytes`; its contents are not kept.
-static void *scratch_get(scratch *buf, size_t bytes) {
-  if (bytes > buf->cap) {
-    free(buf->p);
-    buf->cap = bytes;
-    buf->p = ng_xmalloc(bytes);
-  }
-  return buf->p;
 }
 
 // Elements per chunk of the conversions to bf16: at most this many, ng_to_bf16
@@ -216,63 +240,44 @@ static void onednn_matmul(ng_backend *be, bool ta, bool tb, int64_t M, int64_t N
     a = ha;
     b = hb;
   }
-  run_exec(o, &find_prim(o, ta, tb, M, N, K, beta)->x, a, b, C);
+  run_exec(o->stream, &o->pad, &find_prim(o, ta, tb, M, N, K, beta)->x, a, b, C);
 }
 
 // ---------------------------------------------------------------- attention
 //
-// Attention as batched matmuls over all heads of a batch slice, with
-// G = H / KV query heads per kv head (a kv head is broadcast over its group):
+// Attention per (batch row, kv head) pair, one pair a task of one thread, with
+// G = H / KV query heads per kv head sharing its keys and values:
 //   forward:  S = Q K^T;  P = causal softmax(scale S), lse saved;  O = P V
 //   backward: S = Q K^T;  P = exp(scale S - lse);  dP = dO V^T;
 //             dS = P * (dP - rowsum(dO * O));  dV = P^T dO;
 //             dQ = scale dS K;  dK = scale dS^T Q
-// The matmul inputs (Q, K, V, dO, P, dS) are in heads-major layout ([b,
-// head, t, hd], so that a kv head's G query heads are one [G*T, hd] block),
-// in bf16 in bf16 mode (P and dS as bf16 copies of the fp32 rows), fp32
+// A pair's K and V ([T, hd]) are gathered once; its queries are taken in
+// blocks of tq positions, all G heads of each ([tq*G, hd], row (t - t0)*G + j
+// for position t and the group's head j: one contiguous G*hd run of q per
+// position), so a block's scores [tq*G, T] stay in the thread's cache (at
+// most ATT_BLOCK_SCORES floats). The matmul inputs (Q, K, V, dO, P, dS) are
+// bf16 in bf16 mode (P and dS as bf16 copies of the fp32 rows), fp32
 // otherwise (P and dS the score rows themselves); products accumulate in
-// fp32 (oneDNN's fpmath mode strict in fp32 mode) and change layout back to
-// [B, T, heads, hd] at the end. Scores are whole [T, T] blocks, the causal
-// mask applied in the softmax (P = 0 above the diagonal, so dS = 0 there).
-// Three primitives serve the five products:
-//   scores [bs, KV, G, T, T] = X [bs, KV, G, T, hd] Y^T, Y [bs, KV, 1, T, hd]
-//       (S = Q K^T, dP = dO V^T);
-//   values [bs, KV, G, T, hd] = A [bs, KV, G, T, T] Y, Y [bs, KV, 1, T, hd]
-//       (O = P V, dQ = dS K);
-//   grads  [bs, KV, T, hd] = A^T [bs, KV, T, G*T] X [bs, KV, G*T, hd]
-//       (dV = P^T dO, dK = dS^T Q: the sum over the group is the G*T reduction).
+// fp32. Scores span all T keys, the causal mask applied in the softmax (P = 0
+// past the diagonal, so dS = 0 there); dK and dV add up over a pair's blocks
+// in block order. Each thread runs its own single-threaded primitives (inside
+// the parallel region oneDNN does not fork) on its own stream and scratchpad:
+//   scores [tq*G, T]  = X [tq*G, hd] Y^T, Y [T, hd]    (S = Q K^T, dP = dO V^T)
+//   values [tq*G, hd] = A [tq*G, T] Y                  (O = P V, dQ / scale = dS K)
+//   grads  [T, hd]   += A^T X, A [tq*G, T], X [tq*G, hd] (dV = P^T dO, dK / scale = dS^T Q)
 
-// The most scores (floats, 8 MiB) one batch slice holds: batches are
-// processed in slices of as many [H, T, T] blocks as fit, at least one. At
-// the bench's shape (two slices of four batch rows) measured on one thread
-// 15% faster than one whole-batch slice (the scores stay nearer in cache);
-// smaller slices gain a little more there but each slice is another round
-// of parallel regions, which costs on a loaded machine.
-#define ATT_SCORES_MAX ((int64_t)1 << 21)
+// The most scores (floats, 256 KiB) of one query block: measured at the
+// bench's shape, a block in L2 is faster than whole [T, T] slices streamed
+// through memory.
+#define ATT_BLOCK_SCORES ((int64_t)1 << 16)
 
-static int64_t att_slice(ng_attn_shape s) {
-  int64_t per = s.H * s.T * s.T, bs = ATT_SCORES_MAX / per;
-  if (bs < 1) bs = 1;
-  return bs < s.B ? bs : s.B;
-}
-
-// Dense row-major strides of dims [n].
-static void dense_strides(int n, const dnnl_dims_t d, dnnl_dims_t st) {
-  st[n - 1] = 1;
-  for (int i = n - 2; i >= 0; i--) st[i] = st[i + 1] * d[i + 1];
-}
-
-static dnnl_memory_desc_t md_of(int n, const dnnl_dims_t d, const dnnl_dims_t st,
-                                dnnl_data_type_t dt) {
-  dnnl_memory_desc_t md;
-  DNNL_OK(dnnl_memory_desc_init_by_strides(&md, n, d, dt, st));
-  return md;
-}
-
-static dnnl_memory_desc_t dense_md(int n, const dnnl_dims_t d, dnnl_data_type_t dt) {
-  dnnl_dims_t st;
-  dense_strides(n, d, st);
-  return md_of(n, d, st, dt);
+// Query positions per block: the largest divisor of T whose block of scores
+// fits ATT_BLOCK_SCORES (at least 1), so that every block has one shape.
+static int64_t att_block(ng_attn_shape s) {
+  int64_t G = s.H / s.KV, tq = ATT_BLOCK_SCORES / (G * s.T);
+  if (tq >= s.T) return s.T;
+  while (tq > 1 && s.T % tq) tq--;
+  return tq < 1 ? 1 : tq;
 }
 
 // The backend's matmul input type and its size in bytes.
@@ -281,188 +286,198 @@ static dnnl_data_type_t in_type(const onednn *o) {
 }
 static size_t in_size(const onednn *o) { return o->be.precision == NG_PREC_BF16 ? 2 : 4; }
 
-static att_prims make_att(onednn *o, ng_attn_shape s) {
-  int64_t B = s.B, KV = s.KV, G = s.H / s.KV, T = s.T, hd = s.hd;
-  att_prims p = {.s = s};
+static att_prims make_att(onednn *o, ng_attn_shape s, int64_t tq) {
+  int64_t M = tq * s.H / s.KV, T = s.T, hd = s.hd;
   dnnl_data_type_t in = in_type(o);
-  dnnl_dims_t x = {B, KV, G, T, hd}, y = {B, KV, 1, T, hd}, yt = {B, KV, 1, hd, T},
-              yts = {KV * T * hd, T * hd, T * hd, 1, hd}, sc = {B, KV, G, T, T};
-  dnnl_memory_desc_t mx = dense_md(5, x, in), my = dense_md(5, y, in),
-                     myt = md_of(5, yt, yts, in), ms = dense_md(5, sc, dnnl_f32),
-                     msb = dense_md(5, sc, in), mo = dense_md(5, x, dnnl_f32);
-  p.scores = make_exec(o, &mx, &myt, &ms, 0.0f, o->att_impl);
-  p.values = make_exec(o, &msb, &my, &mo, 0.0f, o->att_impl);
-  dnnl_dims_t at = {B, KV, T, G * T}, ats = {KV * G * T * T, G * T * T, 1, T},
-              xg = {B, KV, G * T, hd}, g = {B, KV, T, hd};
-  dnnl_memory_desc_t mat = md_of(4, at, ats, in), mxg = dense_md(4, xg, in),
-                     mg = dense_md(4, g, dnnl_f32);
-  p.grads = make_exec(o, &mat, &mxg, &mg, 0.0f, o->att_impl);
+  att_prims p = {.s = s};
+  dnnl_memory_desc_t x = plain_md(M, hd, false, in), y = plain_md(T, hd, false, in),
+                     yt = plain_md(hd, T, true, in), sc = plain_md(M, T, false, dnnl_f32),
+                     a = plain_md(M, T, false, in), at = plain_md(T, M, true, in),
+                     o32 = plain_md(M, hd, false, dnnl_f32), g32 = plain_md(T, hd, false, dnnl_f32);
+  p.scores = make_exec(o, &x, &yt, &sc, 0.0f, o->att_impl);
+  p.values = make_exec(o, &a, &y, &o32, 0.0f, o->att_impl);
+  p.grads = make_exec(o, &at, &x, &g32, 1.0f, o->att_impl);
   return p;
 }
 
-static const att_prims *find_att(onednn *o, ng_attn_shape s) {
-  for (int i = 0; i < o->n_att; i++) {
-    ng_attn_shape t = o->att[i].s;
-    if (t.B == s.B && t.T == s.T && t.H == s.H && t.KV == s.KV && t.hd == s.hd) return &o->att[i];
+// The calling thread's worker (created outside the parallel region).
+static att_worker *worker(onednn *o) { return &o->workers[omp_get_thread_num()]; }
+
+// Workers for n threads: each with its own stream.
+static void att_workers(onednn *o, int n) {
+  if (n <= o->n_workers) return;
+  o->workers = ng_xrealloc(o->workers, (size_t)n * sizeof *o->workers);
+  for (int w = o->n_workers; w < n; w++) {
+    o->workers[w] = (att_worker){0};
+    DNNL_OK(dnnl_stream_create(&o->workers[w].stream, o->engine, dnnl_stream_default_flags));
   }
-  if (o->n_att == o->cap_att) {
-    o->cap_att = o->cap_att ? 2 * o->cap_att : 4;
-    o->att = ng_xrealloc(o->att, (size_t)o->cap_att * sizeof *o->att);
-  }
-  o->att[o->n_att] = make_att(o, s);
-  return &o->att[o->n_att++];
+  o->n_workers = n;
 }
 
-// y [B, nh, T, hd] = x [B, T, nh, hd], rounded to bf16 (bf16) or fp32 copies.
-static void to_heads(const float *x, int64_t B, int64_t T, int64_t nh, int64_t hd, bool bf16,
-                     void *y) {
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < B * nh * T; r++) {
-    int64_t b = r / (nh * T), h = r / T % nh, t = r % T;
-    const float *xr = x + ((b * T + t) * nh + h) * hd;
-    if (bf16) ng_to_bf16(xr, hd, (uint16_t *)y + r * hd);
-    else memcpy((float *)y + r * hd, xr, (size_t)hd * sizeof(float));
+// The worker's primitives for shape s (made on first use, by the worker's thread).
+static const att_prims *find_att(onednn *o, att_worker *w, ng_attn_shape s) {
+  for (int i = 0; i < w->n_att; i++) {
+    ng_attn_shape t = w->att[i].s;
+    if (t.B == s.B && t.T == s.T && t.H == s.H && t.KV == s.KV && t.hd == s.hd) return &w->att[i];
+  }
+  if (w->n_att == w->cap_att) {
+    w->cap_att = w->cap_att ? 2 * w->cap_att : 4;
+    w->att = ng_xrealloc(w->att, (size_t)w->cap_att * sizeof *w->att);
+  }
+  att_prims p;
+#pragma omp critical(normgrow_onednn_att)
+  p = make_att(o, s, att_block(s));
+  w->att[w->n_att] = p;
+  return &w->att[w->n_att++];
+}
+
+// y [n, w] = rows x + i * ld (i < n), rounded to bf16 (bf16) or fp32 copies.
+static void gather_rows(const float *x, int64_t n, int64_t w, int64_t ld, bool bf16, void *y) {
+  for (int64_t i = 0; i < n; i++) {
+    if (bf16) ng_to_bf16(x + i * ld, w, (uint16_t *)y + i * w);
+    else memcpy((float *)y + i * w, x + i * ld, (size_t)w * sizeof(float));
   }
 }
 
-// x [B, T, nh, hd] = scale * y [B, nh, T, hd].
-static void from_heads(const float *y, float scale, int64_t B, int64_t T, int64_t nh,
-                       int64_t hd, float *x) {
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < B * nh * T; r++) {
-    int64_t b = r / (nh * T), h = r / T % nh, t = r % T;
-    float *xr = x + ((b * T + t) * nh + h) * hd;
-    const float *yr = y + r * hd;
-    for (int64_t c = 0; c < hd; c++) xr[c] = scale * yr[c];
-  }
+// Rows x + i * ld (i < n) = scale * y [n, w].
+static void scatter_rows(const float *y, float scale, int64_t n, int64_t w, int64_t ld, float *x) {
+  for (int64_t i = 0; i < n; i++)
+    for (int64_t c = 0; c < w; c++) x[i * ld + c] = scale * y[i * w + c];
 }
 
 static float att_scale(ng_attn_shape s) { return (float)(1.0 / sqrt((double)s.hd)); }
 
-// The causal softmax of the score rows S [B*H*T, T] (row r: query i = r % T),
-// in place: P = exp(scale S - lse) for key j <= i, else 0; lse [B*H*T]; Pb =
-// P in bf16 (NULL: fp32 mode, P stays in S).
-static void att_softmax(ng_attn_shape s, float *S, float *lse, uint16_t *Pb) {
-  float scale = att_scale(s);
-  int64_t R = s.B * s.H * s.T;
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < R; r++) {
-    int64_t i = r % s.T;
-    float *row = S + r * s.T;
-    lse[r] = ng_vec_softmax_row(row, i + 1, scale);
-    memset(row + i + 1, 0, (size_t)(s.T - i - 1) * sizeof(float));
-    if (Pb) ng_to_bf16(row, s.T, Pb + r * s.T);
-  }
-}
-
-// The backward's row steps, in place: S [B*H*T, T] -> P = exp(scale S - lse)
-// (causal), then dP [B*H*T, T] -> dS = P * (dP - rowsum(dO * O)); Pb, dSb =
-// P, dS in bf16 (NULL: fp32 mode). out, dout [B, T, H, hd].
-static void att_softmax_backward(ng_attn_shape s, float *S, const float *lse, const float *out,
-                                 const float *dout, float *dP, uint16_t *Pb, uint16_t *dSb) {
-  float scale = att_scale(s);
-  int64_t R = s.B * s.H * s.T;
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < R; r++) {
-    int64_t b = r / (s.H * s.T), h = r / s.T % s.H, i = r % s.T;
-    size_t off = (size_t)((b * s.T + i) * s.H + h) * s.hd;
-    double di = 0.0;
-    for (int64_t c = 0; c < s.hd; c++) di += (double)out[off + c] * dout[off + c];
-    float *pr = S + r * s.T, *dp = dP + r * s.T;
-    ng_vec_softmax_row_given(pr, i + 1, scale, lse[r]);
-    memset(pr + i + 1, 0, (size_t)(s.T - i - 1) * sizeof(float));
-    ng_vec_softmax_grad_row(pr, (float)di, s.T, dp);
-    if (Pb) ng_to_bf16(pr, s.T, Pb + r * s.T);
-    if (dSb) ng_to_bf16(dp, s.T, dSb + r * s.T);
-  }
-}
-
-// The slice's buffer k of n elements of `size` bytes.
-static void *att_buf(onednn *o, int k, int64_t n, size_t size) {
-  return scratch_get(&o->att_buf[k], (size_t)n * size);
+// The worker's buffer k of n elements of `size` bytes.
+static void *att_buf(att_worker *w, int k, int64_t n, size_t size) {
+  return scratch_get(&w->buf[k], (size_t)n * size);
 }
 
 // The bf16 copy of scores [n] (buffer k), or NULL in fp32 mode.
-static uint16_t *bf16_scores(onednn *o, int k, int64_t n) {
-  return o->be.precision == NG_PREC_BF16 ? att_buf(o, k, n, 2) : NULL;
+static uint16_t *bf16_scores(const onednn *o, att_worker *w, int k, int64_t n) {
+  return o->be.precision == NG_PREC_BF16 ? att_buf(w, k, n, 2) : NULL;
 }
 
-// One batch slice of the forward (s.B = its batch rows).
-static void att_forward_slice(onednn *o, ng_attn_shape s, const float *q, const float *k,
-                              const float *v, float *out, float *lse) {
-  const att_prims *p = find_att(o, s);
-  int64_t nq = s.B * s.T * s.H * s.hd, nk = s.B * s.T * s.KV * s.hd, ns = s.B * s.H * s.T * s.T;
-  bool bf16 = o->be.precision == NG_PREC_BF16;
-  size_t es = in_size(o);
-  void *Q = att_buf(o, A_Q, nq, es), *K = att_buf(o, A_K, nk, es), *V = att_buf(o, A_V, nk, es);
-  uint16_t *Pb = bf16_scores(o, A_PB, ns);
-  float *S = att_buf(o, A_S, ns, 4), *O = att_buf(o, A_OQ, nq, 4);
-  to_heads(q, s.B, s.T, s.H, s.hd, bf16, Q);
-  to_heads(k, s.B, s.T, s.KV, s.hd, bf16, K);
-  to_heads(v, s.B, s.T, s.KV, s.hd, bf16, V);
-  run_exec(o, &p->scores, Q, K, S);  // S [bs, H, T, T] = Q K^T
-  att_softmax(s, S, lse, Pb);
-  run_exec(o, &p->values, Pb ? (void *)Pb : S, V, O);  // O [bs, H, T, hd] = P V
-  from_heads(O, 1.0f, s.B, s.T, s.H, s.hd, out);
+// A pair (b, g) of shape s: its first query head, and the offsets of its rows
+// in q-like [B, T, H, hd], k-like [B, T, KV, hd] and lse [B, H, T] tensors.
+typedef struct {
+  int64_t h0;
+  size_t q, k, lse;
+} att_pair;
+
+static att_pair pair_of(ng_attn_shape s, int64_t pair) {
+  int64_t b = pair / s.KV, g = pair % s.KV, G = s.H / s.KV;
+  return (att_pair){g * G, (size_t)(b * s.T * s.H + g * G) * s.hd,
+                    (size_t)(b * s.T * s.KV + g) * s.hd, (size_t)(b * s.H + g * G) * s.T};
 }
 
-// One batch slice of the backward.
-static void att_backward_slice(onednn *o, ng_attn_shape s, const float *q, const float *k,
-                               const float *v, const float *out, const float *lse,
-                               const float *dout, float *dq, float *dk, float *dv) {
-  const att_prims *p = find_att(o, s);
-  int64_t nq = s.B * s.T * s.H * s.hd, nk = s.B * s.T * s.KV * s.hd, ns = s.B * s.H * s.T * s.T;
+// The forward of one pair.
+static void att_forward_pair(onednn *o, ng_attn_shape s, att_pair pr, const float *q,
+                             const float *k, const float *v, float *out, float *lse) {
+  att_worker *w = worker(o);
+  const att_prims *p = find_att(o, w, s);
+  int64_t G = s.H / s.KV, tq = att_block(s), M = tq * G, T = s.T, hd = s.hd;
   bool bf16 = o->be.precision == NG_PREC_BF16;
   size_t es = in_size(o);
-  void *Q = att_buf(o, A_Q, nq, es), *K = att_buf(o, A_K, nk, es), *V = att_buf(o, A_V, nk, es);
-  void *dO = att_buf(o, A_DO, nq, es);
-  uint16_t *Pb = bf16_scores(o, A_PB, ns), *dSb = bf16_scores(o, A_DSB, ns);
-  float *S = att_buf(o, A_S, ns, 4), *dP = att_buf(o, A_DP, ns, 4);
-  float *OQ = att_buf(o, A_OQ, nq, 4), *OK = att_buf(o, A_OK, nk, 4), *OV = att_buf(o, A_OV, nk, 4);
+  void *Q = att_buf(w, A_Q, M * hd, es), *K = att_buf(w, A_K, T * hd, es),
+       *V = att_buf(w, A_V, T * hd, es);
+  float *S = att_buf(w, A_S, M * T, 4), *O = att_buf(w, A_OQ, M * hd, 4);
+  uint16_t *Pb = bf16_scores(o, w, A_PB, M * T);
+  float scale = att_scale(s);
+  gather_rows(k + pr.k, T, hd, s.KV * hd, bf16, K);
+  gather_rows(v + pr.k, T, hd, s.KV * hd, bf16, V);
+  for (int64_t t0 = 0; t0 < T; t0 += tq) {
+    gather_rows(q + pr.q + t0 * s.H * hd, tq, G * hd, s.H * hd, bf16, Q);
+    run_exec(w->stream, &w->pad, &p->scores, Q, K, S);  // S [tq*G, T] = Q K^T
+    for (int64_t r = 0; r < M; r++) {
+      int64_t i = t0 + r / G, j = r % G;
+      float *row = S + r * T;
+      lse[pr.lse + j * T + i] = ng_vec_softmax_row(row, i + 1, scale);
+      memset(row + i + 1, 0, (size_t)(T - i - 1) * sizeof(float));
+      if (Pb) ng_to_bf16(row, T, Pb + r * T);
+    }
+    run_exec(w->stream, &w->pad, &p->values, Pb ? (void *)Pb : S, V, O);  // O = P V
+    scatter_rows(O, 1.0f, tq, G * hd, s.H * hd, out + pr.q + t0 * s.H * hd);
+  }
+}
+
+// The backward's row steps of one query block (rows r = (t - t0)*G + j), in
+// place: S -> P = exp(scale S - lse) (causal), dP -> dS = P * (dP -
+// rowsum(dO * O)); Pb, dSb = P, dS in bf16 (NULL: fp32 mode).
+static void att_rows_backward(ng_attn_shape s, att_pair pr, int64_t t0, int64_t M,
+                              const float *lse, const float *out, const float *dout, float *S,
+                              float *dP, uint16_t *Pb, uint16_t *dSb) {
+  int64_t G = s.H / s.KV, T = s.T;
+  float scale = att_scale(s);
+  for (int64_t r = 0; r < M; r++) {
+    int64_t i = t0 + r / G, j = r % G;
+    size_t off = pr.q + (size_t)(i * s.H + j) * s.hd;
+    double di = 0.0;
+    for (int64_t c = 0; c < s.hd; c++) di += (double)out[off + c] * dout[off + c];
+    float *pr_ = S + r * T, *dp = dP + r * T;
+    ng_vec_softmax_row_given(pr_, i + 1, scale, lse[pr.lse + j * T + i]);
+    memset(pr_ + i + 1, 0, (size_t)(T - i - 1) * sizeof(float));
+    ng_vec_softmax_grad_row(pr_, (float)di, T, dp);
+    if (Pb) ng_to_bf16(pr_, T, Pb + r * T);
+    if (dSb) ng_to_bf16(dp, T, dSb + r * T);
+  }
+}
+
+// The backward of one pair.
+static void att_backward_pair(onednn *o, ng_attn_shape s, att_pair pr, const float *q,
+                              const float *k, const float *v, const float *out,
+                              const float *lse, const float *dout, float *dq, float *dk,
+                              float *dv) {
+  att_worker *w = worker(o);
+  const att_prims *p = find_att(o, w, s);
+  int64_t G = s.H / s.KV, tq = att_block(s), M = tq * G, T = s.T, hd = s.hd;
+  bool bf16 = o->be.precision == NG_PREC_BF16;
+  size_t es = in_size(o);
+  void *Q = att_buf(w, A_Q, M * hd, es), *K = att_buf(w, A_K, T * hd, es),
+       *V = att_buf(w, A_V, T * hd, es), *dO = att_buf(w, A_DO, M * hd, es);
+  float *S = att_buf(w, A_S, M * T, 4), *dP = att_buf(w, A_DP, M * T, 4);
+  float *OQ = att_buf(w, A_OQ, M * hd, 4), *OK = att_buf(w, A_OK, T * hd, 4),
+        *OV = att_buf(w, A_OV, T * hd, 4);
+  uint16_t *Pb = bf16_scores(o, w, A_PB, M * T), *dSb = bf16_scores(o, w, A_DSB, M * T);
   const void *P_in = Pb ? (void *)Pb : S, *dS_in = dSb ? (void *)dSb : dP;
   float scale = att_scale(s);
-  to_heads(q, s.B, s.T, s.H, s.hd, bf16, Q);
-  to_heads(k, s.B, s.T, s.KV, s.hd, bf16, K);
-  to_heads(v, s.B, s.T, s.KV, s.hd, bf16, V);
-  to_heads(dout, s.B, s.T, s.H, s.hd, bf16, dO);
-  run_exec(o, &p->scores, Q, K, S);    // S = Q K^T
-  run_exec(o, &p->scores, dO, V, dP);  // dP = dO V^T
-  att_softmax_backward(s, S, lse, out, dout, dP, Pb, dSb);
-  run_exec(o, &p->grads, P_in, dO, OV);   // dV [bs, KV, T, hd] = P^T dO
-  run_exec(o, &p->grads, dS_in, Q, OK);   // dK^T / scale = dS^T Q
-  run_exec(o, &p->values, dS_in, K, OQ);  // dQ / scale = dS K
-  from_heads(OV, 1.0f, s.B, s.T, s.KV, s.hd, dv);
-  from_heads(OK, scale, s.B, s.T, s.KV, s.hd, dk);
-  from_heads(OQ, scale, s.B, s.T, s.H, s.hd, dq);
+  size_t ld = (size_t)(s.H * hd);
+  gather_rows(k + pr.k, T, hd, s.KV * hd, bf16, K);
+  gather_rows(v + pr.k, T, hd, s.KV * hd, bf16, V);
+  memset(OK, 0, (size_t)(T * hd) * sizeof(float));
+  memset(OV, 0, (size_t)(T * hd) * sizeof(float));
+  for (int64_t t0 = 0; t0 < T; t0 += tq) {
+    gather_rows(q + pr.q + t0 * ld, tq, G * hd, (int64_t)ld, bf16, Q);
+    gather_rows(dout + pr.q + t0 * ld, tq, G * hd, (int64_t)ld, bf16, dO);
+    run_exec(w->stream, &w->pad, &p->scores, Q, K, S);    // S = Q K^T
+    run_exec(w->stream, &w->pad, &p->scores, dO, V, dP);  // dP = dO V^T
+    att_rows_backward(s, pr, t0, M, lse, out, dout, S, dP, Pb, dSb);
+    run_exec(w->stream, &w->pad, &p->grads, P_in, dO, OV);   // dV [T, hd] += P^T dO
+    run_exec(w->stream, &w->pad, &p->grads, dS_in, Q, OK);   // dK / scale += dS^T Q
+    run_exec(w->stream, &w->pad, &p->values, dS_in, K, OQ);  // dQ / scale = dS K
+    scatter_rows(OQ, scale, tq, G * hd, (int64_t)ld, dq + pr.q + t0 * ld);
+  }
+  scatter_rows(OV, 1.0f, T, hd, s.KV * hd, dv + pr.k);
+  scatter_rows(OK, scale, T, hd, s.KV * hd, dk + pr.k);
 }
-
-// The slice of batch rows [b0, b0 + s.B) of attention shape full.
-static size_t q_off(ng_attn_shape full, int64_t b0) { return (size_t)(b0 * full.T * full.H * full.hd); }
-static size_t kv_off(ng_attn_shape full, int64_t b0) { return (size_t)(b0 * full.T * full.KV * full.hd); }
 
 static void onednn_attention_forward(ng_backend *be, ng_attn_shape s, const float *q,
                                      const float *k, const float *v, float *out, float *lse) {
-  int64_t bs = att_slice(s);
-  for (int64_t b0 = 0; b0 < s.B; b0 += bs) {
-    ng_attn_shape sl = s;
-    sl.B = s.B - b0 < bs ? s.B - b0 : bs;
-    att_forward_slice(ctx_of(be), sl, q + q_off(s, b0), k + kv_off(s, b0), v + kv_off(s, b0),
-                      out + q_off(s, b0), lse + b0 * s.H * s.T);
-  }
+  onednn *o = ctx_of(be);
+  att_workers(o, omp_get_max_threads());
+#pragma omp parallel for schedule(static)
+  for (int64_t pair = 0; pair < s.B * s.KV; pair++)
+    att_forward_pair(o, s, pair_of(s, pair), q, k, v, out, lse);
 }
 
 static void onednn_attention_backward(ng_backend *be, ng_attn_shape s, const float *q,
                                       const float *k, const float *v, const float *out,
                                       const float *lse, const float *dout, float *dq, float *dk,
                                       float *dv) {
-  int64_t bs = att_slice(s);
-  for (int64_t b0 = 0; b0 < s.B; b0 += bs) {
-    ng_attn_shape sl = s;
-    sl.B = s.B - b0 < bs ? s.B - b0 : bs;
-    size_t oq = q_off(s, b0), ok = kv_off(s, b0);
-    att_backward_slice(ctx_of(be), sl, q + oq, k + ok, v + ok, out + oq, lse + b0 * s.H * s.T,
-                       dout + oq, dq + oq, dk + ok, dv + ok);
-  }
+  onednn *o = ctx_of(be);
+  att_workers(o, omp_get_max_threads());
+#pragma omp parallel for schedule(static)
+  for (int64_t pair = 0; pair < s.B * s.KV; pair++)
+    att_backward_pair(o, s, pair_of(s, pair), q, k, v, out, lse, dout, dq, dk, dv);
 }
 
 static void onednn_synchronize(ng_backend *be) { DNNL_OK(dnnl_stream_wait(ctx_of(be)->stream)); }
@@ -470,16 +485,23 @@ static void onednn_synchronize(ng_backend *be) { DNNL_OK(dnnl_stream_wait(ctx_of
 static void onednn_destroy(ng_backend *be) {
   onednn *o = ctx_of(be);
   for (int i = 0; i < o->n; i++) free_exec(&o->prims[i].x);
-  for (int i = 0; i < o->n_att; i++) {
-    free_exec(&o->att[i].scores);
-    free_exec(&o->att[i].values);
-    free_exec(&o->att[i].grads);
-  }
   free(o->prims);
-  free(o->att);
+  for (int w = 0; w < o->n_workers; w++) {
+    att_worker *aw = &o->workers[w];
+    for (int i = 0; i < aw->n_att; i++) {
+      free_exec(&aw->att[i].scores);
+      free_exec(&aw->att[i].values);
+      free_exec(&aw->att[i].grads);
+    }
+    free(aw->att);
+    free(aw->pad.p);
+    for (int k = 0; k < A_COUNT; k++) free(aw->buf[k].p);
+    dnnl_stream_destroy(aw->stream);
+  }
+  free(o->workers);
   free(o->abuf.p);
   free(o->bbuf.p);
-  for (int k = 0; k < A_COUNT; k++) free(o->att_buf[k].p);
+  free(o->pad.p);
   dnnl_stream_destroy(o->stream);
   dnnl_engine_destroy(o->engine);
   free(o);

@@ -794,7 +794,8 @@ static const struct {
 static const ng_attn_shape attention_shapes[] = {
     {1, 1, 2, 1, 4},    {2, 7, 4, 2, 6},
     {1, 70, 3, 1, 8},    // more than one row block
-    {2, 800, 4, 2, 8},   // onednn bf16: two batch slices
+    {2, 800, 4, 2, 8},   // onednn: query blocks of 40 positions, dk and dv summed over 20
+    {1, 777, 2, 1, 8},   // onednn: blocks of 37 (the largest divisor of T that fits)
     {2, 67, 4, 2, 16},   // cuda: the second tile of 3 rows, bf16 on tensor cores
     {1, 130, 6, 2, 40},  // cuda: hd 40, fp32 tiles in bf16 mode too
     {1, 1, 2, 1, 8},     // cuda: T = 1 (dq and dk zero by symmetry)
