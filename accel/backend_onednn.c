@@ -8,10 +8,12 @@
 // (transposes, M, N, K, beta) and kept in a cache.
 // - fp32: f32 inputs with fpmath mode strict, so that no environment variable
 //   (ONEDNN_DEFAULT_FPMATH_MODE) can lower the precision inside.
-// - bf16: both inputs are converted to bf16 on the fly at every matmul (the
-//   model keeps only its fp32 master weights: there are no bf16 copies to
-//   refresh after an optimizer step), multiplied with fp32 accumulation into
-//   the fp32 output.
+// - bf16: the inputs are converted to bf16 on the fly (the model keeps only
+//   its fp32 master weights: there are no bf16 copies to refresh after an
+//   optimizer step), multiplied with fp32 accumulation into the fp32 output: a
+//   matmul converts both of its inputs; linear layers sharing an input
+//   (ng_backend.linear_forward, linear_backward) convert x, each weight and
+//   each dy once for all their matmuls.
 // Attention runs per (batch row, kv head) pair on one thread each, its
 // products as oneDNN matmuls over query blocks whose scores stay in cache (see
 // "attention" below), in the backend's precision.
@@ -70,6 +72,9 @@ typedef struct {
 // block's scores and their gradients, products before they are scattered.
 enum { A_Q, A_K, A_V, A_DO, A_S, A_DP, A_PB, A_DSB, A_OQ, A_OK, A_OV, A_COUNT };
 
+// The bf16 inputs of a matmul (B_X: A, B_W: B) or of linear layers: x, W_i, dy_i.
+enum { B_X, B_W, B_DY = B_W + NG_LINEAR_MAX, B_COUNT = B_DY + NG_LINEAR_MAX };
+
 // What one thread of the attention owns.
 typedef struct {
   dnnl_stream_t stream;
@@ -85,7 +90,7 @@ typedef struct {
   dnnl_stream_t stream;
   mm_prim *prims;
   int n, cap;
-  scratch abuf, bbuf;  // bf16 inputs of the current matmul
+  scratch bf[B_COUNT];  // bf16 inputs of the current matmul or linear layers
   scratch pad;         // the 2-D matmuls' scratchpad
   att_worker *workers;  // one per OpenMP thread
   int n_workers;
@@ -208,18 +213,31 @@ static mm_prim *find_prim(onednn *o, bool ta, bool tb, int64_t M, int64_t N, int
 // converts without entering OpenMP.
 #define BF16_CHUNK 16384
 
-// a [na], b [nb] = A, B rounded to bf16, in one parallel region over chunks of
-// both (a matmul's two inputs: one fork and join, not two).
-static void to_bf16_pair(const float *A, int64_t na, const float *B, int64_t nb, uint16_t *a,
-                         uint16_t *b) {
-  int64_t ca = (na + BF16_CHUNK - 1) / BF16_CHUNK, cb = (nb + BF16_CHUNK - 1) / BF16_CHUNK;
-#pragma omp parallel for schedule(static) if (ca + cb > 1)
-  for (int64_t c = 0; c < ca + cb; c++) {
-    bool in_a = c < ca;
-    int64_t i = (in_a ? c : c - ca) * BF16_CHUNK, n = in_a ? na : nb;
-    int64_t e = i + BF16_CHUNK < n ? i + BF16_CHUNK : n;
-    ng_to_bf16((in_a ? A : B) + i, e - i, (in_a ? a : b) + i);
+// dst[i] [len[i]] = src[i] rounded to bf16 for i < n, in one parallel region over
+// chunks of them all (a matmul's or a linear layer's inputs: one fork and join).
+static void to_bf16_all(int n, const float *const src[], const int64_t len[],
+                        uint16_t *const dst[]) {
+  int64_t first[2 * NG_LINEAR_MAX + 2];  // the first chunk of each input; first[n]: the count
+  first[0] = 0;
+  for (int i = 0; i < n; i++) first[i + 1] = first[i] + (len[i] + BF16_CHUNK - 1) / BF16_CHUNK;
+#pragma omp parallel for schedule(static) if (first[n] > 1)
+  for (int64_t c = 0; c < first[n]; c++) {
+    int i = 0;
+    while (c >= first[i + 1]) i++;
+    int64_t a = (c - first[i]) * BF16_CHUNK, e = a + BF16_CHUNK < len[i] ? a + BF16_CHUNK : len[i];
+    ng_to_bf16(src[i] + a, e - a, dst[i] + a);
   }
+}
+
+// The bf16 buffer k (B_X, B_W + i, B_DY + i) of n elements.
+static uint16_t *bf16_buf(onednn *o, int k, int64_t n) {
+  return scratch_get(&o->bf[k], (size_t)n * sizeof(uint16_t));
+}
+
+// C [M, N] = op(A) op(B) + beta * C, A and B in the backend's input type.
+static void mm_run(onednn *o, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void *A,
+                   const void *B, float beta, float *C) {
+  run_exec(o->stream, &o->pad, &find_prim(o, ta, tb, M, N, K, beta)->x, A, B, C);
 }
 
 // C [M, N] = op(A) op(B) + beta * C (ng_backend.matmul)
@@ -232,15 +250,66 @@ static void onednn_matmul(ng_backend *be, bool ta, bool tb, int64_t M, int64_t N
     else be->scale(be, C, beta, M * N, C);
     return;
   }
-  const void *a = A, *b = B;
-  if (be->precision == NG_PREC_BF16) {
-    uint16_t *ha = scratch_get(&o->abuf, (size_t)(M * K) * sizeof(uint16_t));
-    uint16_t *hb = scratch_get(&o->bbuf, (size_t)(K * N) * sizeof(uint16_t));
-    to_bf16_pair(A, M * K, B, K * N, ha, hb);
-    a = ha;
-    b = hb;
+  if (be->precision == NG_PREC_FP32) {
+    mm_run(o, ta, tb, M, N, K, A, B, beta, C);
+    return;
   }
-  run_exec(o->stream, &o->pad, &find_prim(o, ta, tb, M, N, K, beta)->x, a, b, C);
+  uint16_t *a = bf16_buf(o, B_X, M * K), *b = bf16_buf(o, B_W, K * N);
+  to_bf16_all(2, (const float *[]){A, B}, (int64_t[]){M * K, K * N}, (uint16_t *[]){a, b});
+  mm_run(o, ta, tb, M, N, K, a, b, beta, C);
+}
+
+// Linear layers sharing x (ng_backend.linear_forward): in bf16 mode x and each
+// weight rounded once, then the same matmuls as onednn_matmul's.
+static void onednn_linear_forward(ng_backend *be, ng_linear l, const float *x, int64_t N,
+                                  int64_t in, float *const y[]) {
+  onednn *o = ctx_of(be);
+  if (be->precision == NG_PREC_FP32 || N == 0 || in == 0) {
+    ng_linear_forward_matmuls(be, l, x, N, in, y);
+    return;
+  }
+  const float *src[NG_LINEAR_MAX + 1] = {x};
+  int64_t len[NG_LINEAR_MAX + 1] = {N * in};
+  uint16_t *dst[NG_LINEAR_MAX + 1] = {bf16_buf(o, B_X, N * in)};
+  for (int i = 0; i < l.n; i++) {
+    src[1 + i] = l.W[i];
+    len[1 + i] = l.out[i] * in;
+    dst[1 + i] = bf16_buf(o, B_W + i, len[1 + i]);
+  }
+  to_bf16_all(1 + l.n, src, len, dst);
+  for (int i = 0; i < l.n; i++)
+    if (l.out[i]) mm_run(o, false, true, N, l.out[i], in, dst[0], dst[1 + i], 0.0f, y[i]);
+}
+
+// (ng_backend.linear_backward): in bf16 mode x, each dy_i and each weight
+// rounded once, then the same matmuls as onednn_matmul's, in the same order.
+static void onednn_linear_backward(ng_backend *be, ng_linear l, const float *x,
+                                   const float *const dy[], int64_t N, int64_t in,
+                                   float beta_dx, float *dx, float *const dW[]) {
+  onednn *o = ctx_of(be);
+  bool empty = N == 0 || in == 0;
+  for (int i = 0; i < l.n; i++) empty = empty || l.out[i] == 0;
+  if (be->precision == NG_PREC_FP32 || empty) {  // (an empty product: the matmuls' own rules)
+    ng_linear_backward_matmuls(be, l, x, dy, N, in, beta_dx, dx, dW);
+    return;
+  }
+  const float *src[2 * NG_LINEAR_MAX + 1] = {x};
+  int64_t len[2 * NG_LINEAR_MAX + 1] = {N * in};
+  uint16_t *dst[2 * NG_LINEAR_MAX + 1] = {bf16_buf(o, B_X, N * in)};
+  for (int i = 0; i < l.n; i++) {
+    src[1 + 2 * i] = l.W[i];
+    len[1 + 2 * i] = l.out[i] * in;
+    dst[1 + 2 * i] = bf16_buf(o, B_W + i, len[1 + 2 * i]);
+    src[2 + 2 * i] = dy[i];
+    len[2 + 2 * i] = N * l.out[i];
+    dst[2 + 2 * i] = bf16_buf(o, B_DY + i, len[2 + 2 * i]);
+  }
+  to_bf16_all(1 + 2 * l.n, src, len, dst);
+  for (int i = 0; i < l.n; i++) {
+    const uint16_t *w = dst[1 + 2 * i], *d = dst[2 + 2 * i];
+    if (dW[i]) mm_run(o, true, false, l.out[i], in, N, d, dst[0], 1.0f, dW[i]);
+    mm_run(o, false, false, N, in, l.out[i], d, w, i == 0 ? beta_dx : 1.0f, dx);
+  }
 }
 
 // ---------------------------------------------------------------- attention
@@ -499,8 +568,7 @@ static void onednn_destroy(ng_backend *be) {
     dnnl_stream_destroy(aw->stream);
   }
   free(o->workers);
-  free(o->abuf.p);
-  free(o->bbuf.p);
+  for (int k = 0; k < B_COUNT; k++) free(o->bf[k].p);
   free(o->pad.p);
   dnnl_stream_destroy(o->stream);
   dnnl_engine_destroy(o->engine);
@@ -541,6 +609,8 @@ ng_backend *ng_backend_onednn_open(ng_precision p) {
   o->be.destroy = onednn_destroy;
   o->be.kernels = onednn_kernels;
   o->be.matmul = onednn_matmul;
+  o->be.linear_forward = onednn_linear_forward;
+  o->be.linear_backward = onednn_linear_backward;
   o->be.attention_forward = onednn_attention_forward;
   o->be.attention_backward = onednn_attention_backward;
   // The loss, norms, RoPE, SwiGLU, elementwise ops, sum of squares and AdamW

@@ -589,7 +589,7 @@ float *ng_acts_hidden(const ng_acts *a, int64_t l) {
 // y [N, out] = x [N, in] W^T, W [out, in]
 static void linear_forward(ng_backend *be, const float *x, const float *W, int64_t N,
                            int64_t in, int64_t out, float *y) {
-  be->matmul(be, false, true, N, out, in, x, W, 0.0f, y);
+  be->linear_forward(be, (ng_linear){1, {W}, {out}}, x, N, in, &y);
 }
 
 // dW [out, in] += dy^T x (skipped when dW is NULL: frozen);
@@ -597,8 +597,18 @@ static void linear_forward(ng_backend *be, const float *x, const float *W, int64
 static void linear_backward(ng_backend *be, const float *x, const float *W, const float *dy,
                             int64_t N, int64_t in, int64_t out, float beta_dx, float *dx,
                             float *dW) {
-  if (dW) be->matmul(be, true, false, out, in, N, dy, x, 1.0f, dW);
-  be->matmul(be, false, false, N, in, out, dy, W, beta_dx, dx);
+  be->linear_backward(be, (ng_linear){1, {W}, {out}}, x, &dy, N, in, beta_dx, dx, &dW);
+}
+
+// The projections of the attention's input: q_proj [H*hd, D], k_proj, v_proj [KV*hd, D].
+static ng_linear qkv_proj(const ng_layer *w, ng_attn_shape as) {
+  return (ng_linear){3, {w->q_proj, w->k_proj, w->v_proj},
+                     {as.H * as.hd, as.KV * as.hd, as.KV * as.hd}};
+}
+
+// The projections of the MLP's input: gate_proj, up_proj [F, D].
+static ng_linear gate_up_proj(const ng_layer *w, int64_t F) {
+  return (ng_linear){2, {w->gate_proj, w->up_proj}, {F, F}};
 }
 
 // ---------------------------------------------------------------- block forward
@@ -616,9 +626,8 @@ static void attention_forward(ng_model *m, const ng_acts *a, const ng_layer *w,
   ng_attn_shape as = attn_shape(m, a);
   int64_t N = a->N, D = c->hidden_size, hd = as.hd;
   float eps = (float)c->rms_norm_eps;
-  linear_forward(be, att_in, w->q_proj, N, D, as.H * hd, s->q);   // q [N, H*hd]
-  linear_forward(be, att_in, w->k_proj, N, D, as.KV * hd, s->k);  // k [N, KV*hd]
-  linear_forward(be, att_in, w->v_proj, N, D, as.KV * hd, s->v);  // v [N, KV*hd]
+  // q [N, H*hd], k, v [N, KV*hd]
+  be->linear_forward(be, qkv_proj(w, as), att_in, N, D, (float *const[]){s->q, s->k, s->v});
   be->rmsnorm_forward(be, s->q, w->q_norm, N * as.H, hd, eps, s->qr, s->rstd_q);  // per head
   be->rmsnorm_forward(be, s->k, w->k_norm, N * as.KV, hd, eps, s->kr, s->rstd_k);
   be->rope_forward(be, s->qr, as.B, as.T, as.H, hd, c->rope_theta);   // qr [B, T, H, hd]
@@ -708,8 +717,8 @@ static void block_forward(ng_model *m, const ng_acts *a, int64_t l, const float 
   scaled_add(be, lay.alpha, x, branch, nd, s->res1);                 // res1 = alpha x + ...
   be->rmsnorm_forward(be, s->res1, mlp_in_norm(w, lay), N, D, eps, s->mlp_in, s->rstd_mi);
   if (c_l != 1.0f) be->scale(be, s->mlp_in, c_l, nd, s->mlp_in);    // lns
-  linear_forward(be, s->mlp_in, w->gate_proj, N, D, F, s->gate);    // gate [N, F]
-  linear_forward(be, s->mlp_in, w->up_proj, N, D, F, s->up);        // up [N, F]
+  be->linear_forward(be, gate_up_proj(w, F), s->mlp_in, N, D,
+                     (float *const[]){s->gate, s->up});            // gate, up [N, F]
   be->swiglu_forward(be, s->gate, s->up, N * F, s->act);            // act [N, F]
   float *mlp_out = lay.sublayer_norms ? s->mlp_out : out;
   linear_forward(be, s->act, w->down_proj, N, F, D, mlp_out);       // mlp_out [N, D]
@@ -828,9 +837,9 @@ static void attention_backward(ng_model *m, const ng_acts *a, int64_t l, const f
   be->zero(be, ws->dk_raw, (size_t)N * KVd * sizeof(float));
   be->rmsnorm_backward(be, s->q, w->q_norm, s->rstd_q, ws->dq, N * as.H, hd, ws->dq_raw, g->q_norm);
   be->rmsnorm_backward(be, s->k, w->k_norm, s->rstd_k, ws->dk, N * as.KV, hd, ws->dk_raw, g->k_norm);
-  linear_backward(be, att_in, w->q_proj, ws->dq_raw, N, D, Hd, 0.0f, ws->datt_in, g->q_proj);
-  linear_backward(be, att_in, w->k_proj, ws->dk_raw, N, D, KVd, 1.0f, ws->datt_in, g->k_proj);
-  linear_backward(be, att_in, w->v_proj, ws->dv, N, D, KVd, 1.0f, ws->datt_in, g->v_proj);
+  be->linear_backward(be, qkv_proj(w, as), att_in,
+                      (const float *const[]){ws->dq_raw, ws->dk_raw, ws->dv}, N, D, 0.0f,
+                      ws->datt_in, (float *const[]){g->q_proj, g->k_proj, g->v_proj});
 }
 
 // dy [N, D] -> dx [N, D] (written) for block l with input x.
@@ -862,8 +871,8 @@ static void block_backward(ng_model *m, const ng_acts *a, int64_t l, const float
   // mlp_out = down(act); act = silu(gate(mlp_in)) up(mlp_in)
   linear_backward(be, s->act, w->down_proj, dmlp_out, N, F, D, 0.0f, ws->dact, g->down_proj);
   be->swiglu_backward(be, s->gate, s->up, ws->dact, N * F, ws->dgate, ws->dup);
-  linear_backward(be, s->mlp_in, w->gate_proj, ws->dgate, N, D, F, 0.0f, ws->dmlp_in, g->gate_proj);
-  linear_backward(be, s->mlp_in, w->up_proj, ws->dup, N, D, F, 1.0f, ws->dmlp_in, g->up_proj);
+  be->linear_backward(be, gate_up_proj(w, F), s->mlp_in, (const float *const[]){ws->dgate, ws->dup},
+                      N, D, 0.0f, ws->dmlp_in, (float *const[]){g->gate_proj, g->up_proj});
   // res2 = alpha (output_norm ? mlp_in : res1) + ...
   if (lay.output_norm) {
     scaled_add(be, lay.alpha, dres2, ws->dmlp_in, N * D, ws->dres1);

@@ -279,6 +279,76 @@ static void test_matmul(const target *t, bool ta, bool tb, int64_t M, int64_t N,
   free(C);
 }
 
+// Linear layers sharing x [N, in]: forward y_i and backward dW_i (accumulated;
+// the last NULL: frozen, when `frozen`), dx (beta_dx; NaN before with beta 0)
+// against the CPU by the contract's bounds; and on the backend under test, bit
+// for bit against its own matmul op called as backend.h describes
+// (ng_linear_*_matmuls): the same roundings of the same inputs into the same
+// matmuls in the same order.
+static void test_linear(const target *t, int n, const int64_t out[], int64_t N, int64_t in,
+                        float beta_dx, bool frozen) {
+  float *x = randn(N * in, 1.0), *dx0 = randn(N * in, 1.0), *W[NG_LINEAR_MAX], *dy[NG_LINEAR_MAX];
+  float *dW0[NG_LINEAR_MAX], *y[NG_LINEAR_MAX][2], *dW[NG_LINEAR_MAX][2], *dx[2];
+  for (int64_t k = 0; beta_dx == 0.0f && k < N * in; k++) dx0[k] = NAN;
+  for (int i = 0; i < n; i++) {
+    W[i] = randn(out[i] * in, 1.0);
+    dy[i] = randn(N * out[i], 1.0);
+    dW0[i] = randn(out[i] * in, 1.0);
+  }
+  bool same = true;
+  for (int r = 0; r < 3; r++) {  // the CPU, the backend, the backend's matmuls
+    bufs b = {.be = run_be(t, r > 0)};
+    ng_linear l = {.n = n};
+    float *dys[NG_LINEAR_MAX], *ys[NG_LINEAR_MAX], *dWs[NG_LINEAR_MAX];
+    float *dx_d = upf(&b, dx0, N * in), *x_d = upf(&b, x, N * in);
+    for (int i = 0; i < n; i++) {
+      l.W[i] = upf(&b, W[i], out[i] * in);
+      l.out[i] = out[i];
+      dys[i] = upf(&b, dy[i], N * out[i]);
+      ys[i] = upf(&b, NULL, N * out[i]);
+      dWs[i] = frozen && i == n - 1 ? NULL : upf(&b, dW0[i], out[i] * in);
+    }
+    if (r < 2) {
+      b.be->linear_forward(b.be, l, x_d, N, in, ys);
+      b.be->linear_backward(b.be, l, x_d, (const float *const *)dys, N, in, beta_dx, dx_d, dWs);
+    } else {
+      ng_linear_forward_matmuls(b.be, l, x_d, N, in, ys);
+      ng_linear_backward_matmuls(b.be, l, x_d, (const float *const *)dys, N, in, beta_dx, dx_d, dWs);
+    }
+    for (int i = 0; i < n; i++) {
+      if (r < 2) y[i][r] = down(&b, ys[i], N * out[i]);
+      else same &= same_bits(&b, ys[i], y[i][1], N * out[i]);
+      if (r < 2) dW[i][r] = dWs[i] ? down(&b, dWs[i], out[i] * in) : NULL;
+      else if (dWs[i]) same &= same_bits(&b, dWs[i], dW[i][1], out[i] * in);
+    }
+    if (r < 2) dx[r] = down(&b, dx_d, N * in);
+    else same &= same_bits(&b, dx_d, dx[1], N * in);
+    release(&b);
+  }
+  char op[128];
+  snprintf(op, sizeof op, "linear n=%d N=%lld in=%lld out=%lld.. beta_dx=%g%s", n, (long long)N,
+           (long long)in, (long long)out[0], beta_dx, frozen ? " (last frozen)" : "");
+  char name[256];
+  snprintf(name, sizeof name, "%s: %s: the same bits as its matmuls one by one", t->label, op);
+  // exact: the same bf16 roundings (elementwise) of the same inputs, into the same
+  // cached primitives with the same beta, called in the same order.
+  CHECK(same, name, "bits differ");
+  grad_out g[NG_LINEAR_MAX + 1] = {{"dx", dx, N * in}};
+  int ng = 1;
+  for (int i = 0; i < n; i++) {
+    compare_runs(t, FWD, y[i], N * out[i], "%s forward y%d", op, i);
+    if (dW[i][0]) g[ng++] = (grad_out){"dW", dW[i], out[i] * in};
+  }
+  compare_grads(t, op, g, ng);
+  for (int i = 0; i < n; i++) {
+    free(W[i]);
+    free(dy[i]);
+    free(dW0[i]);
+  }
+  free(x);
+  free(dx0);
+}
+
 static void test_embedding(const target *t, int64_t N, int64_t V, int64_t D) {
   int32_t *tok = ng_xmalloc((size_t)N * sizeof(int32_t));
   for (int64_t i = 0; i < N; i++) tok[i] = (int32_t)ng_rng_below(&rng, (uint64_t)V);
@@ -774,6 +844,16 @@ static const struct { int64_t M, N, K; } matmul_shapes[] = {
     {1, 1, 1}, {7, 5, 3}, {33, 17, 65}, {64, 130, 96}, {3, 5, 0}, {37, 29, 53},
     {150, 170, 120}};  // onednn bf16: inputs of more than one 16384-element conversion chunk
 static const float matmul_betas[] = {0.0f, 1.0f, 0.5f};  // beta 0: C NaN before
+static const struct {
+  int n;
+  int64_t out[NG_LINEAR_MAX], N, in;
+  float beta_dx;
+  bool frozen;
+} linear_shapes[] = {
+    {1, {5}, 7, 3, 0.0f, false},          {1, {0}, 4, 3, 1.0f, false},  // an empty output
+    {3, {33, 17, 17}, 37, 29, 0.0f, false},  // q/k/v
+    {2, {65, 65}, 130, 96, 1.0f, true},      // gate/up, up frozen, dx accumulated
+    {3, {130, 64, 1}, 150, 120, 0.5f, false}};  // onednn bf16: many conversion chunks
 static const struct { int64_t N, V, D; } embedding_shapes[] = {
     {1, 1, 3}, {37, 11, 13}, {77, 41, 19}};  // cuda: tokens repeated across blocks
 static const struct {
@@ -856,6 +936,11 @@ static void run_matmul(const target *t) {
         test_matmul(t, tr & 1, tr >> 1, matmul_shapes[s].M, matmul_shapes[s].N, matmul_shapes[s].K,
                     matmul_betas[b]);
 }
+static void run_linear(const target *t) {
+  for (size_t i = 0; i < COUNT(linear_shapes); i++)
+    test_linear(t, linear_shapes[i].n, linear_shapes[i].out, linear_shapes[i].N, linear_shapes[i].in,
+                linear_shapes[i].beta_dx, linear_shapes[i].frozen);
+}
 static void run_embedding(const target *t) {
   for (size_t i = 0; i < COUNT(embedding_shapes); i++)
     test_embedding(t, embedding_shapes[i].N, embedding_shapes[i].V, embedding_shapes[i].D);
@@ -918,7 +1003,8 @@ static const struct {
   const char *name;
   void (*run)(const target *t);
 } ops[] = {
-    {"memory", run_memory},   {"matmul", run_matmul},         {"embedding", run_embedding},
+    {"memory", run_memory},   {"matmul", run_matmul},         {"linear", run_linear},
+    {"embedding", run_embedding},
     {"rmsnorm", run_rmsnorm}, {"rope", run_rope},             {"attention", run_attention},
     {"swiglu", run_swiglu},   {"elementwise", run_elementwise}, {"loss", run_loss},
     {"adamw", run_adamw},     {"widen_bf16", run_widen_bf16}, {"channel_scale", run_channel_scale},

@@ -78,17 +78,27 @@ static const char *const part_names[P_COUNT] = {"matmuls", "attention", "rmsnorm
                                                 "swiglu",  "add/scale", "embedding"};
 static double part_time[P_COUNT];
 static ng_backend inner;  // the backend's own ops, called by the timed ones
+static int timed_depth;   // an op inside a timed op (a linear layer's matmuls) counts once
 
-#define TIMED(p, call)                \
-  do {                                \
-    double t0_ = ng_now();            \
-    call;                             \
-    part_time[p] += ng_now() - t0_;   \
+#define TIMED(p, call)                                  \
+  do {                                                  \
+    double t0_ = ng_now();                              \
+    timed_depth++;                                      \
+    call;                                               \
+    if (--timed_depth == 0) part_time[p] += ng_now() - t0_; \
   } while (0)
 
 static void t_matmul(ng_backend *be, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
                      const float *A, const float *B, float beta, float *C) {
   TIMED(P_MATMUL, inner.matmul(be, ta, tb, M, N, K, A, B, beta, C));
+}
+static void t_linear_fwd(ng_backend *be, ng_linear l, const float *x, int64_t N, int64_t in,
+                         float *const y[]) {
+  TIMED(P_MATMUL, inner.linear_forward(be, l, x, N, in, y));
+}
+static void t_linear_bwd(ng_backend *be, ng_linear l, const float *x, const float *const dy[],
+                         int64_t N, int64_t in, float beta_dx, float *dx, float *const dW[]) {
+  TIMED(P_MATMUL, inner.linear_backward(be, l, x, dy, N, in, beta_dx, dx, dW));
 }
 static void t_att_fwd(ng_backend *be, ng_attn_shape s, const float *q, const float *k,
                       const float *v, float *out, float *lse) {
@@ -162,6 +172,8 @@ static void profile_on(ng_backend *be) {
   inner = *be;
   memset(part_time, 0, sizeof part_time);
   be->matmul = t_matmul;
+  be->linear_forward = t_linear_fwd;
+  be->linear_backward = t_linear_bwd;
   be->attention_forward = t_att_fwd;
   be->attention_backward = t_att_bwd;
   be->rmsnorm_forward = t_norm_fwd;

@@ -59,6 +59,15 @@ typedef struct {
   double beta;
 } ng_loss_params;
 
+// Linear layers that share one input x [N, in] (q/k/v; gate/up; or one alone):
+// y_i = x W_i^T with W_i [out_i, in], i < n.
+#define NG_LINEAR_MAX 3
+typedef struct {
+  int n;                          // 1..NG_LINEAR_MAX
+  const float *W[NG_LINEAR_MAX];  // W_i [out_i, in]
+  int64_t out[NG_LINEAR_MAX];
+} ng_linear;
+
 typedef struct {
   double lr, beta1, beta2, eps, weight_decay;
   int64_t step;        // 1-based step number for bias correction
@@ -96,6 +105,18 @@ struct ng_backend {
   // ta: A is stored [K, M]; tb: B is stored [N, K]. Packed row-major.
   void (*matmul)(ng_backend *be, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
                  const float *A, const float *B, float beta, float *C);
+
+  // --- linear layers --------------------------------------------------------
+  // y_i [N, out_i] = x [N, in] W_i^T for each weight of l: the matmuls above, with
+  // x rounded to bf16 once for all of them in bf16 mode (a backend whose matmuls
+  // round their inputs may do so).
+  void (*linear_forward)(ng_backend *be, ng_linear l, const float *x, int64_t N, int64_t in,
+                         float *const y[]);
+  // For i = 0, 1, ..: dW_i [out_i, in] += dy_i^T x (skipped when dW_i is NULL: frozen),
+  // then dx [N, in] = dy_i W_i + beta dx, with beta = beta_dx for i = 0 and 1 after (the
+  // matmuls above in this order; in bf16 mode x and each dy_i rounded once).
+  void (*linear_backward)(ng_backend *be, ng_linear l, const float *x, const float *const dy[],
+                          int64_t N, int64_t in, float beta_dx, float *dx, float *const dW[]);
 
   // --- embedding ----------------------------------------------------------
   // out [N, D] = weight[tokens[i]]
@@ -199,6 +220,15 @@ struct ng_backend {
   void (*topk)(ng_backend *be, const float *logits, int64_t R, int64_t ld, int64_t V, int64_t k,
                double inv_tau, uint32_t *ids, float *vals, float *lse);
 };
+
+// linear_forward and linear_backward as the backend's matmuls, one call each in
+// the order given there: the table entries of a backend whose matmuls are all
+// it needs (cpu, cuda).
+void ng_linear_forward_matmuls(ng_backend *be, ng_linear l, const float *x, int64_t N,
+                               int64_t in, float *const y[]);
+void ng_linear_backward_matmuls(ng_backend *be, ng_linear l, const float *x,
+                                const float *const dy[], int64_t N, int64_t in, float beta_dx,
+                                float *dx, float *const dW[]);
 
 // 0 when be's loss ops compute divergence d; else fails with one line naming both.
 int ng_backend_check_divergence(const ng_backend *be, ng_divergence d);
