@@ -3,7 +3,8 @@
 # placements, a grid of two peak learning rates (one too large for Post-Norm), one seed;
 # each placement's calibrated rate is the grid's best, its grown arm trains at that rate,
 # the report pairs the four arms in its interaction table, and a second call trains
-# nothing again. Bad options are refused in one line.
+# nothing again, nor does a call for one of the placements, which keeps the other's rate and
+# arms in calibration.json and the report. Bad options are refused in one line.
 set -u
 root=${NG_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
 bin=${NG_BIN:-$root/build/normgrow}
@@ -89,6 +90,19 @@ if [ "$rc" -eq 0 ] && [ "$before" = "$after" ] && [ "$(grep -c . <<<"$before")" 
   echo "ok calibrate: a second call keeps all 8 finished runs as they are"
 else
   echo "FAIL calibrate: a second call changed the runs ($(grep -c . <<<"$before") before)"
+fi
+# a call for one placement of the two: calibration.json and the report keep the other's
+"$root/tools/calibrate.sh" --configs set --depth 2 --placements post --lrs 3e-3,3e-2 --seeds 1 \
+  --jobs 2 --out cal >cal3.log 2>&1
+rc=$?
+after=$(stat -c '%n %i %Y' cal/*/*/seed*/final.safetensors | sort)
+if [ "$rc" -eq 0 ] && [ "$before" = "$after" ] && python3 -c 'import json, sys
+c = json.load(open("cal/calibration.json"))
+sys.exit(not (set(c) == {"pre", "post"} and c["pre"]["lr.peak"] == "3e-2"))' &&
+   grep -A12 "^## Interaction of placement and growth" cal/report/report.md | grep -q "^| Post-Norm | .* | 1 |"; then
+  echo "ok calibrate --placements post after pre,post: Pre-Norm's rate and arms kept in calibration.json and the report"
+else
+  echo "FAIL calibrate --placements post after pre,post: status $rc; $(cat cal/calibration.json 2>/dev/null | tr -d '\n')"
 fi
 # bad options: one line, a non-zero exit, nothing made
 for bad in "--placements pre,postnorm|unknown placement postnorm" "--set huge|--set huge: expected toy or toy-large" \

@@ -98,11 +98,11 @@ if not s:
 print(s[0]["setting"]["lr.peak"])
 EOF
 }
-at() {  # sweep-dir LR: the directories of the runs of the setting at peak LR
+at() {  # sweep-dir LR: the directories of the runs of the setting at peak LR (those started)
   python3 - "$1/sweep.json" "$2" <<'EOF'
-import json, sys
+import json, os, sys
 print("\n".join(r["dir"] for x in json.load(open(sys.argv[1]))["settings"] if x["setting"]["lr.peak"] == sys.argv[2]
-                for r in x["seeds"]))
+                for r in x["seeds"] if os.path.exists(os.path.join(r["dir"], "config.json"))))
 EOF
 }
 
@@ -117,27 +117,29 @@ for f in "${need[@]}"; do
     "(make demo$([ "$set_name" = toy-large ] && echo ' STUDY=large'))" >&2; exit 1; }
 done
 mkdir -p "$out"
-# OUT/calibration.json: each placement calibrated so far, its rate and the joint arm's CE there
+# OUT/calibration.json: each placement calibrated so far in OUT (by this call or an earlier
+# one), its rate and the joint arm's CE there
 write_calibration() {  # placements
   python3 - "$out" "$@" <<'EOF'
 import json, os, sys
 out, ps = sys.argv[1], sys.argv[2:]
-cal = {}
+path = os.path.join(out, "calibration.json")
+cal = json.load(open(path)) if os.path.exists(path) else {}
 for p in ps:
     sw = json.load(open(os.path.join(out, f"joint-{p}", "sweep.json")))
     b = next(s for s in sw["settings"] if s["best"])
     cal[p] = {"lr.peak": b["setting"]["lr.peak"], "mean_ce": b["mean_ce"], "std_ce": b["std_ce"],
               "seeds": b["trained"], "sweep": os.path.join(out, f"joint-{p}")}
-tmp = os.path.join(out, "calibration.json.tmp")
+tmp = path + ".tmp"
 with open(tmp, "w") as f:
     json.dump(cal, f, indent=1)
     f.write("\n")
-os.replace(tmp, os.path.join(out, "calibration.json"))
+os.replace(tmp, path)
 EOF
 }
 # One placement after the other: its joint arm's sweep, its rate, its grown arm at that rate.
 declare -A best
-dirs=() done=()
+done=()
 for p in "${ps[@]}"; do
   say "joint-$p: peak LR $lrs, seeds $seeds -> $out/joint-$p"
   # shellcheck disable=SC2046
@@ -148,13 +150,11 @@ for p in "${ps[@]}"; do
   say "grow-$p at joint-$p's calibrated peak LR ${best[$p]} -> $out/grow-$p"
   # shellcheck disable=SC2046
   sweep "$configs/grow-pre.json" "$out/grow-$p" $(placement_sets "$p") --set "lr.peak=${best[$p]}"
-  mapfile -t -O ${#dirs[@]} dirs < <(at "$out/joint-$p" "${best[$p]}"; at "$out/grow-$p" "${best[$p]}")
 done
 if [ "$controls" = 1 ]; then
   for c in control-extra-tokens control-layer-tokens control-lr-restarts; do
     say "$c at Post-Norm's peak LR ${best[post]} -> $out/$c"
     sweep "$configs/$c.json" "$out/$c" --set "lr.peak=${best[post]}"
-    mapfile -t -O ${#dirs[@]} dirs < <(at "$out/$c" "${best[post]}")
   done
 fi
 if [ "$hybrid" = 1 ]; then
@@ -163,9 +163,29 @@ if [ "$hybrid" = 1 ]; then
     say "hybrid-$h: $new blocks grown on a $prefix prefix at peak LR ${best[$prefix]} -> $out/hybrid-$h"
     sweep "$configs/grow-pre.json" "$out/hybrid-$h" --set "model.norm_placement=$prefix" \
       --set "growth.new_block_placement=$new" --set "lr.peak=${best[$prefix]}"
-    mapfile -t -O ${#dirs[@]} dirs < <(at "$out/hybrid-$h" "${best[$prefix]}")
   done
 fi
+# The report over every arm OUT holds at calibrated rates, this call's and an earlier
+# call's: each calibrated placement's joint arm at its rate and its grown arm; the controls
+# at Post-Norm's rate and the hybrids at their prefix's, where they were run.
+mapfile -t calibrated < <(python3 -c 'import json, sys
+for p, c in json.load(open(sys.argv[1])).items(): print(p, c["lr.peak"])' "$out/calibration.json")
+dirs=()
+add_runs() {  # sweep-dir LR: that setting's runs, where the sweep has finished
+  [ -f "$1/sweep.json" ] && mapfile -t -O ${#dirs[@]} dirs < <(at "$1" "$2")
+  return 0
+}
+for pr in "${calibrated[@]}"; do
+  p=${pr% *} best[$p]=${pr#* }
+  add_runs "$out/joint-$p" "${best[$p]}"
+  add_runs "$out/grow-$p" "${best[$p]}"
+done
+if [ -n "${best[post]:-}" ]; then
+  for c in control-extra-tokens control-layer-tokens control-lr-restarts; do add_runs "$out/$c" "${best[post]}"; done
+fi
+for h in pre-post post-pre; do
+  [ -z "${best[${h%-*}]:-}" ] || add_runs "$out/hybrid-$h" "${best[${h%-*}]}"
+done
 "$bin" report "${dirs[@]}" --out "$out/report" --force >>"$out/calibrate.log" 2>&1 ||
   { echo "calibrate: the report failed ($out/calibrate.log)" >&2; exit 1; }
 say "done: $out/calibration.json, $out/report/report.md"
