@@ -439,33 +439,55 @@ static att_pair pair_of(ng_attn_shape s, int64_t pair) {
                     (size_t)(b * s.T * s.KV + g) * s.hd, (size_t)(b * s.H + g * G) * s.T};
 }
 
+// What a pair's forward and backward share: the thread's worker and
+// primitives, the block geometry, a query block's buffers, and the pair's keys
+// and values gathered.
+typedef struct {
+  att_worker *w;
+  const att_prims *p;
+  int64_t G, tq, M;  // query heads per kv head, positions per block, rows per block (tq*G)
+  bool bf16;
+  void *Q, *K, *V;   // a block's queries [M, hd]; the pair's K, V [T, hd] (input type)
+  float *S;          // a block's scores [M, T]
+  uint16_t *Pb;      // P in bf16 [M, T] (NULL: fp32 mode)
+} att_task;
+
+static att_task att_begin(onednn *o, ng_attn_shape s, att_pair pr, const float *k,
+                          const float *v) {
+  att_task a = {.w = worker(o), .G = s.H / s.KV, .tq = att_block(s),
+                .bf16 = o->be.precision == NG_PREC_BF16};
+  size_t es = in_size(o);
+  a.p = find_att(o, a.w, s);
+  a.M = a.tq * a.G;
+  a.Q = att_buf(a.w, A_Q, a.M * s.hd, es);
+  a.K = att_buf(a.w, A_K, s.T * s.hd, es);
+  a.V = att_buf(a.w, A_V, s.T * s.hd, es);
+  a.S = att_buf(a.w, A_S, a.M * s.T, 4);
+  a.Pb = bf16_scores(o, a.w, A_PB, a.M * s.T);
+  gather_rows(k + pr.k, s.T, s.hd, s.KV * s.hd, a.bf16, a.K);
+  gather_rows(v + pr.k, s.T, s.hd, s.KV * s.hd, a.bf16, a.V);
+  return a;
+}
+
 // The forward of one pair.
 static void att_forward_pair(onednn *o, ng_attn_shape s, att_pair pr, const float *q,
                              const float *k, const float *v, float *out, float *lse) {
-  att_worker *w = worker(o);
-  const att_prims *p = find_att(o, w, s);
-  int64_t G = s.H / s.KV, tq = att_block(s), M = tq * G, T = s.T, hd = s.hd;
-  bool bf16 = o->be.precision == NG_PREC_BF16;
-  size_t es = in_size(o);
-  void *Q = att_buf(w, A_Q, M * hd, es), *K = att_buf(w, A_K, T * hd, es),
-       *V = att_buf(w, A_V, T * hd, es);
-  float *S = att_buf(w, A_S, M * T, 4), *O = att_buf(w, A_OQ, M * hd, 4);
-  uint16_t *Pb = bf16_scores(o, w, A_PB, M * T);
-  float scale = att_scale(s);
-  gather_rows(k + pr.k, T, hd, s.KV * hd, bf16, K);
-  gather_rows(v + pr.k, T, hd, s.KV * hd, bf16, V);
-  for (int64_t t0 = 0; t0 < T; t0 += tq) {
-    gather_rows(q + pr.q + t0 * s.H * hd, tq, G * hd, s.H * hd, bf16, Q);
-    run_exec(w->stream, &w->pad, &p->scores, Q, K, S);  // S [tq*G, T] = Q K^T
-    for (int64_t r = 0; r < M; r++) {
-      int64_t i = t0 + r / G, j = r % G;
-      float *row = S + r * T;
+  att_task a = att_begin(o, s, pr, k, v);
+  int64_t T = s.T, ld = s.H * s.hd;
+  float *O = att_buf(a.w, A_OQ, a.M * s.hd, 4), scale = att_scale(s);
+  for (int64_t t0 = 0; t0 < T; t0 += a.tq) {
+    gather_rows(q + pr.q + t0 * ld, a.tq, a.G * s.hd, ld, a.bf16, a.Q);
+    run_exec(a.w->stream, &a.w->pad, &a.p->scores, a.Q, a.K, a.S);  // S [tq*G, T] = Q K^T
+    for (int64_t r = 0; r < a.M; r++) {
+      int64_t i = t0 + r / a.G, j = r % a.G;
+      float *row = a.S + r * T;
       lse[pr.lse + j * T + i] = ng_vec_softmax_row(row, i + 1, scale);
       memset(row + i + 1, 0, (size_t)(T - i - 1) * sizeof(float));
-      if (Pb) ng_to_bf16(row, T, Pb + r * T);
+      if (a.Pb) ng_to_bf16(row, T, a.Pb + r * T);
     }
-    run_exec(w->stream, &w->pad, &p->values, Pb ? (void *)Pb : S, V, O);  // O = P V
-    scatter_rows(O, 1.0f, tq, G * hd, s.H * hd, out + pr.q + t0 * s.H * hd);
+    // O = P V
+    run_exec(a.w->stream, &a.w->pad, &a.p->values, a.Pb ? (void *)a.Pb : a.S, a.V, O);
+    scatter_rows(O, 1.0f, a.tq, a.G * s.hd, ld, out + pr.q + t0 * ld);
   }
 }
 
@@ -482,12 +504,12 @@ static void att_rows_backward(ng_attn_shape s, att_pair pr, int64_t t0, int64_t 
     size_t off = pr.q + (size_t)(i * s.H + j) * s.hd;
     double di = 0.0;
     for (int64_t c = 0; c < s.hd; c++) di += (double)out[off + c] * dout[off + c];
-    float *pr_ = S + r * T, *dp = dP + r * T;
-    ng_vec_softmax_row_given(pr_, i + 1, scale, lse[pr.lse + j * T + i]);
-    memset(pr_ + i + 1, 0, (size_t)(T - i - 1) * sizeof(float));
-    ng_vec_softmax_grad_row(pr_, (float)di, T, dp);
-    if (Pb) ng_to_bf16(pr_, T, Pb + r * T);
-    if (dSb) ng_to_bf16(dp, T, dSb + r * T);
+    float *p_row = S + r * T, *dp_row = dP + r * T;
+    ng_vec_softmax_row_given(p_row, i + 1, scale, lse[pr.lse + j * T + i]);
+    memset(p_row + i + 1, 0, (size_t)(T - i - 1) * sizeof(float));
+    ng_vec_softmax_grad_row(p_row, (float)di, T, dp_row);
+    if (Pb) ng_to_bf16(p_row, T, Pb + r * T);
+    if (dSb) ng_to_bf16(dp_row, T, dSb + r * T);
   }
 }
 
@@ -496,34 +518,27 @@ static void att_backward_pair(onednn *o, ng_attn_shape s, att_pair pr, const flo
                               const float *k, const float *v, const float *out,
                               const float *lse, const float *dout, float *dq, float *dk,
                               float *dv) {
-  att_worker *w = worker(o);
-  const att_prims *p = find_att(o, w, s);
-  int64_t G = s.H / s.KV, tq = att_block(s), M = tq * G, T = s.T, hd = s.hd;
-  bool bf16 = o->be.precision == NG_PREC_BF16;
-  size_t es = in_size(o);
-  void *Q = att_buf(w, A_Q, M * hd, es), *K = att_buf(w, A_K, T * hd, es),
-       *V = att_buf(w, A_V, T * hd, es), *dO = att_buf(w, A_DO, M * hd, es);
-  float *S = att_buf(w, A_S, M * T, 4), *dP = att_buf(w, A_DP, M * T, 4);
-  float *OQ = att_buf(w, A_OQ, M * hd, 4), *OK = att_buf(w, A_OK, T * hd, 4),
-        *OV = att_buf(w, A_OV, T * hd, 4);
-  uint16_t *Pb = bf16_scores(o, w, A_PB, M * T), *dSb = bf16_scores(o, w, A_DSB, M * T);
-  const void *P_in = Pb ? (void *)Pb : S, *dS_in = dSb ? (void *)dSb : dP;
+  att_task a = att_begin(o, s, pr, k, v);
+  att_worker *w = a.w;
+  int64_t T = s.T, hd = s.hd, ld = s.H * hd;
+  void *dO = att_buf(w, A_DO, a.M * hd, in_size(o));
+  float *dP = att_buf(w, A_DP, a.M * T, 4), *OQ = att_buf(w, A_OQ, a.M * hd, 4),
+        *OK = att_buf(w, A_OK, T * hd, 4), *OV = att_buf(w, A_OV, T * hd, 4);
+  uint16_t *dSb = bf16_scores(o, w, A_DSB, a.M * T);
+  const void *P_in = a.Pb ? (void *)a.Pb : a.S, *dS_in = dSb ? (void *)dSb : dP;
   float scale = att_scale(s);
-  size_t ld = (size_t)(s.H * hd);
-  gather_rows(k + pr.k, T, hd, s.KV * hd, bf16, K);
-  gather_rows(v + pr.k, T, hd, s.KV * hd, bf16, V);
   memset(OK, 0, (size_t)(T * hd) * sizeof(float));
   memset(OV, 0, (size_t)(T * hd) * sizeof(float));
-  for (int64_t t0 = 0; t0 < T; t0 += tq) {
-    gather_rows(q + pr.q + t0 * ld, tq, G * hd, (int64_t)ld, bf16, Q);
-    gather_rows(dout + pr.q + t0 * ld, tq, G * hd, (int64_t)ld, bf16, dO);
-    run_exec(w->stream, &w->pad, &p->scores, Q, K, S);    // S = Q K^T
-    run_exec(w->stream, &w->pad, &p->scores, dO, V, dP);  // dP = dO V^T
-    att_rows_backward(s, pr, t0, M, lse, out, dout, S, dP, Pb, dSb);
-    run_exec(w->stream, &w->pad, &p->grads, P_in, dO, OV);   // dV [T, hd] += P^T dO
-    run_exec(w->stream, &w->pad, &p->grads, dS_in, Q, OK);   // dK / scale += dS^T Q
-    run_exec(w->stream, &w->pad, &p->values, dS_in, K, OQ);  // dQ / scale = dS K
-    scatter_rows(OQ, scale, tq, G * hd, (int64_t)ld, dq + pr.q + t0 * ld);
+  for (int64_t t0 = 0; t0 < T; t0 += a.tq) {
+    gather_rows(q + pr.q + t0 * ld, a.tq, a.G * hd, ld, a.bf16, a.Q);
+    gather_rows(dout + pr.q + t0 * ld, a.tq, a.G * hd, ld, a.bf16, dO);
+    run_exec(w->stream, &w->pad, &a.p->scores, a.Q, a.K, a.S);  // S = Q K^T
+    run_exec(w->stream, &w->pad, &a.p->scores, dO, a.V, dP);    // dP = dO V^T
+    att_rows_backward(s, pr, t0, a.M, lse, out, dout, a.S, dP, a.Pb, dSb);
+    run_exec(w->stream, &w->pad, &a.p->grads, P_in, dO, OV);     // dV [T, hd] += P^T dO
+    run_exec(w->stream, &w->pad, &a.p->grads, dS_in, a.Q, OK);   // dK / scale += dS^T Q
+    run_exec(w->stream, &w->pad, &a.p->values, dS_in, a.K, OQ);  // dQ / scale = dS K
+    scatter_rows(OQ, scale, a.tq, a.G * hd, ld, dq + pr.q + t0 * ld);
   }
   scatter_rows(OV, 1.0f, T, hd, s.KV * hd, dv + pr.k);
   scatter_rows(OK, scale, T, hd, s.KV * hd, dk + pr.k);
