@@ -259,8 +259,33 @@ static void onednn_matmul(ng_backend *be, bool ta, bool tb, int64_t M, int64_t N
   mm_run(o, ta, tb, M, N, K, a, b, beta, C);
 }
 
+// The inputs of one linear call to round to bf16, at most x, each dy_i and
+// each W_i, and where their roundings go.
+typedef struct {
+  int n;
+  const float *src[2 * NG_LINEAR_MAX + 1];
+  int64_t len[2 * NG_LINEAR_MAX + 1];
+  uint16_t *dst[2 * NG_LINEAR_MAX + 1];
+} rounding;
+
+// dst [n]: src [n] to be rounded into it (by to_bf16_all over r).
+static const uint16_t *round_into(rounding *r, const float *src, int64_t n, uint16_t *dst) {
+  r->src[r->n] = src;
+  r->len[r->n] = n;
+  return r->dst[r->n++] = dst;
+}
+
+// W_i [out_i, in] in bf16: the model's ready copy, or its rounding (into the
+// model's copy when it keeps one, else into a buffer of this call).
+static const uint16_t *weight_bf16(onednn *o, rounding *r, ng_linear l, int i, int64_t in) {
+  if (l.W_bf16[i] && l.bf16_ready) return l.W_bf16[i];
+  int64_t n = l.out[i] * in;
+  return round_into(r, l.W[i], n, l.W_bf16[i] ? l.W_bf16[i] : bf16_buf(o, B_W + i, n));
+}
+
 // Linear layers sharing x (ng_backend.linear_forward): in bf16 mode x and each
-// weight rounded once, then the same matmuls as onednn_matmul's.
+// weight rounded once (a weight not at all when its copy is ready), then the
+// same matmuls as onednn_matmul's.
 static void onednn_linear_forward(ng_backend *be, ng_linear l, const float *x, int64_t N,
                                   int64_t in, float *const y[]) {
   onednn *o = ctx_of(be);
@@ -268,21 +293,17 @@ static void onednn_linear_forward(ng_backend *be, ng_linear l, const float *x, i
     ng_linear_forward_matmuls(be, l, x, N, in, y);
     return;
   }
-  const float *src[NG_LINEAR_MAX + 1] = {x};
-  int64_t len[NG_LINEAR_MAX + 1] = {N * in};
-  uint16_t *dst[NG_LINEAR_MAX + 1] = {bf16_buf(o, B_X, N * in)};
-  for (int i = 0; i < l.n; i++) {
-    src[1 + i] = l.W[i];
-    len[1 + i] = l.out[i] * in;
-    dst[1 + i] = bf16_buf(o, B_W + i, len[1 + i]);
-  }
-  to_bf16_all(1 + l.n, src, len, dst);
+  rounding r = {0};
+  const uint16_t *xb = round_into(&r, x, N * in, bf16_buf(o, B_X, N * in)), *w[NG_LINEAR_MAX];
+  for (int i = 0; i < l.n; i++) w[i] = weight_bf16(o, &r, l, i, in);
+  to_bf16_all(r.n, r.src, r.len, r.dst);
   for (int i = 0; i < l.n; i++)
-    if (l.out[i]) mm_run(o, false, true, N, l.out[i], in, dst[0], dst[1 + i], 0.0f, y[i]);
+    if (l.out[i]) mm_run(o, false, true, N, l.out[i], in, xb, w[i], 0.0f, y[i]);
 }
 
 // (ng_backend.linear_backward): in bf16 mode x, each dy_i and each weight
-// rounded once, then the same matmuls as onednn_matmul's, in the same order.
+// rounded once (a weight not at all when its copy is ready), then the same
+// matmuls as onednn_matmul's, in the same order.
 static void onednn_linear_backward(ng_backend *be, ng_linear l, const float *x,
                                    const float *const dy[], int64_t N, int64_t in,
                                    float beta_dx, float *dx, float *const dW[]) {
@@ -293,22 +314,17 @@ static void onednn_linear_backward(ng_backend *be, ng_linear l, const float *x,
     ng_linear_backward_matmuls(be, l, x, dy, N, in, beta_dx, dx, dW);
     return;
   }
-  const float *src[2 * NG_LINEAR_MAX + 1] = {x};
-  int64_t len[2 * NG_LINEAR_MAX + 1] = {N * in};
-  uint16_t *dst[2 * NG_LINEAR_MAX + 1] = {bf16_buf(o, B_X, N * in)};
+  rounding r = {0};
+  const uint16_t *xb = round_into(&r, x, N * in, bf16_buf(o, B_X, N * in));
+  const uint16_t *w[NG_LINEAR_MAX], *d[NG_LINEAR_MAX];
   for (int i = 0; i < l.n; i++) {
-    src[1 + 2 * i] = l.W[i];
-    len[1 + 2 * i] = l.out[i] * in;
-    dst[1 + 2 * i] = bf16_buf(o, B_W + i, len[1 + 2 * i]);
-    src[2 + 2 * i] = dy[i];
-    len[2 + 2 * i] = N * l.out[i];
-    dst[2 + 2 * i] = bf16_buf(o, B_DY + i, len[2 + 2 * i]);
+    w[i] = weight_bf16(o, &r, l, i, in);
+    d[i] = round_into(&r, dy[i], N * l.out[i], bf16_buf(o, B_DY + i, N * l.out[i]));
   }
-  to_bf16_all(1 + 2 * l.n, src, len, dst);
+  to_bf16_all(r.n, r.src, r.len, r.dst);
   for (int i = 0; i < l.n; i++) {
-    const uint16_t *w = dst[1 + 2 * i], *d = dst[2 + 2 * i];
-    if (dW[i]) mm_run(o, true, false, l.out[i], in, N, d, dst[0], 1.0f, dW[i]);
-    mm_run(o, false, false, N, in, l.out[i], d, w, i == 0 ? beta_dx : 1.0f, dx);
+    if (dW[i]) mm_run(o, true, false, l.out[i], in, N, d[i], xb, 1.0f, dW[i]);
+    mm_run(o, false, false, N, in, l.out[i], d[i], w[i], i == 0 ? beta_dx : 1.0f, dx);
   }
 }
 
@@ -619,6 +635,7 @@ ng_backend *ng_backend_onednn_open(ng_precision p) {
   o->be = *ng_backend_cpu();
   o->be.name = "onednn";
   o->be.precision = p;
+  o->be.bf16_weights = p == NG_PREC_BF16;
   o->be.ctx = o;
   o->be.synchronize = onednn_synchronize;
   o->be.destroy = onednn_destroy;

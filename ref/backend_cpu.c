@@ -825,6 +825,7 @@ static ng_backend cpu_backend = {
     .precision = NG_PREC_FP32,
     .divergences = 1u << NG_DIV_FORWARD_KL | 1u << NG_DIV_REVERSE_KL | 1u << NG_DIV_JSD,
     .host_memory = true,
+    .bf16_weights = false,
     .synchronize = cpu_nothing,  // every op has finished when it returns
     .destroy = cpu_nothing,      // a static instance
     .kernels = cpu_kernels,

@@ -141,6 +141,43 @@ int64_t ng_model_n_weights(const ng_model_config *c) {
   return n;
 }
 
+static const float *head_weight(const ng_model *m) {
+  return m->cfg.tie_word_embeddings ? m->w.embed_tokens : m->w.lm_head;
+}
+
+// Whether p is a weight of the linear ops: the head's or a block projection's.
+static bool is_linear_weight(const ng_model *m, const ng_param *p) {
+  switch (p->role) {
+    case NG_ROLE_NONE: return p->data == head_weight(m);
+    case NG_ROLE_Q:
+    case NG_ROLE_K:
+    case NG_ROLE_V:
+    case NG_ROLE_O:
+    case NG_ROLE_GATE:
+    case NG_ROLE_UP:
+    case NG_ROLE_DOWN: return true;
+    case NG_ROLE_INPUT_NORM:
+    case NG_ROLE_Q_NORM:
+    case NG_ROLE_K_NORM:
+    case NG_ROLE_ATT_OUT_NORM:
+    case NG_ROLE_MLP_IN_NORM:
+    case NG_ROLE_MLP_OUT_NORM:
+    case NG_ROLE_OUTPUT_NORM:
+    case NG_ROLE_ATT_SCALE:
+    case NG_ROLE_MLP_SCALE: return false;
+  }
+  NG_ASSERT(!"block role out of range");
+  return false;
+}
+
+// The bf16 copies of the linear ops' weights, for a backend that reads them.
+static void add_rounded_copies(ng_model *m) {
+  for (int i = 0; i < m->n_params && m->be && m->be->bf16_weights; i++) {
+    ng_param *p = &m->params[i];
+    if (is_linear_weight(m, p)) p->rounded = m->be->alloc(m->be, p->numel * sizeof(uint16_t));
+  }
+}
+
 ng_model *ng_model_create(ng_backend *be, const ng_model_config *cfg, bool trainable) {
   ng_model *m = ng_xcalloc(1, sizeof *m);
   m->cfg = *cfg;
@@ -161,6 +198,7 @@ ng_model *ng_model_create(ng_backend *be, const ng_model_config *cfg, bool train
   if (!cfg->tie_word_embeddings)
     add_param(m, trainable, &m->w.lm_head, &m->g.lm_head, 2, V, D, "lm_head.weight", -1);
   NG_ASSERT(m->n_params == m->max_params);
+  add_rounded_copies(m);
   return m;
 }
 
@@ -186,6 +224,7 @@ void ng_model_free(ng_model *m) {
     const ng_param *p = &m->params[i];
     if (!p->bf16) m->be->free(m->be, p->data);  // else it lies in block_scratch
     m->be->free(m->be, p->bf16);
+    m->be->free(m->be, p->rounded);
     m->be->free(m->be, p->grad);
   }
   if (m->be) m->be->free(m->be, m->block_scratch);
@@ -250,11 +289,15 @@ void ng_model_init_random(ng_model *m, ng_rng *r, double std) {
   for (int i = 0; i < m->n_params; i++) init_param(m, &m->params[i], r, std);
 }
 
-const ng_param *ng_model_find_in_layer(const ng_model *m, const ng_param *p, int64_t layer) {
-  if (p->layer < 0) return ng_model_find(m, p->name);
+// Block `layer`'s weight in role r, or NULL.
+static const ng_param *block_param(const ng_model *m, int64_t layer, ng_block_role r) {
   for (int i = 0; i < m->n_params; i++)
-    if (m->params[i].layer == layer && m->params[i].role == p->role) return &m->params[i];
+    if (m->params[i].layer == layer && m->params[i].role == r) return &m->params[i];
   return NULL;
+}
+
+const ng_param *ng_model_find_in_layer(const ng_model *m, const ng_param *p, int64_t layer) {
+  return p->layer < 0 ? ng_model_find(m, p->name) : block_param(m, layer, p->role);
 }
 
 int ng_model_copy_block(ng_model *dst, int64_t dl, const ng_model *src, int64_t sl) {
@@ -376,6 +419,8 @@ static void hold_param_bf16(ng_model *m, ng_param *p, float *at) {
   }
   p->bf16 = m->be->alloc(m->be, p->numel * sizeof(uint16_t));
   m->be->upload(m->be, p->bf16, bits, p->numel * sizeof(uint16_t));
+  m->be->free(m->be, p->rounded);  // the held bits are its rounding
+  p->rounded = NULL;
   m->be->free(m->be, p->data);
   p->data = *p->data_view = at;
   free(host);
@@ -586,29 +631,65 @@ float *ng_acts_hidden(const ng_acts *a, int64_t l) {
 
 // ---------------------------------------------------------------- linear layers
 
-// y [N, out] = x [N, in] W^T, W [out, in]
-static void linear_forward(ng_backend *be, const float *x, const float *W, int64_t N,
-                           int64_t in, int64_t out, float *y) {
-  be->linear_forward(be, (ng_linear){1, {W}, {out}}, x, N, in, &y);
+// The linear layer of weights p[0..n) [out_i, in] with their bf16 forms: the
+// held bits (always current), or the rounded copies, current when `rounded`
+// says this forward has filled them.
+static ng_linear linear_of(int n, const ng_param *const p[], bool rounded) {
+  ng_linear l = {.n = n, .bf16_ready = rounded};
+  for (int i = 0; i < n; i++) {
+    l.W[i] = p[i]->data;
+    l.out[i] = p[i]->shape[0];
+    l.W_bf16[i] = p[i]->bf16 ? p[i]->bf16 : p[i]->rounded;
+    l.bf16_ready = l.bf16_ready || p[i]->bf16;
+  }
+  return l;
 }
 
-// dW [out, in] += dy^T x (skipped when dW is NULL: frozen);
-// dx [N, in] = dy W + beta_dx * dx.
-static void linear_backward(ng_backend *be, const float *x, const float *W, const float *dy,
-                            int64_t N, int64_t in, int64_t out, float beta_dx, float *dx,
-                            float *dW) {
-  be->linear_backward(be, (ng_linear){1, {W}, {out}}, x, &dy, N, in, beta_dx, dx, &dW);
+// Block l's projections in roles r[0..n) as one linear layer (in a's pass).
+static ng_linear block_linear(const ng_model *m, const ng_acts *a, int64_t l, int n,
+                              const ng_block_role r[]) {
+  const ng_param *p[NG_LINEAR_MAX];
+  for (int i = 0; i < n; i++) NG_ASSERT((p[i] = block_param(m, l, r[i])) != NULL);
+  return linear_of(n, p, a->blocks_rounded);
 }
 
 // The projections of the attention's input: q_proj [H*hd, D], k_proj, v_proj [KV*hd, D].
-static ng_linear qkv_proj(const ng_layer *w, ng_attn_shape as) {
-  return (ng_linear){3, {w->q_proj, w->k_proj, w->v_proj},
-                     {as.H * as.hd, as.KV * as.hd, as.KV * as.hd}};
+static ng_linear qkv_proj(const ng_model *m, const ng_acts *a, int64_t l) {
+  return block_linear(m, a, l, 3, (ng_block_role[]){NG_ROLE_Q, NG_ROLE_K, NG_ROLE_V});
 }
 
 // The projections of the MLP's input: gate_proj, up_proj [F, D].
-static ng_linear gate_up_proj(const ng_layer *w, int64_t F) {
-  return (ng_linear){2, {w->gate_proj, w->up_proj}, {F, F}};
+static ng_linear gate_up_proj(const ng_model *m, const ng_acts *a, int64_t l) {
+  return block_linear(m, a, l, 2, (ng_block_role[]){NG_ROLE_GATE, NG_ROLE_UP});
+}
+
+// o_proj [D, H*hd], down_proj [D, F].
+static ng_linear o_proj(const ng_model *m, const ng_acts *a, int64_t l) {
+  return block_linear(m, a, l, 1, (ng_block_role[]){NG_ROLE_O});
+}
+static ng_linear down_proj(const ng_model *m, const ng_acts *a, int64_t l) {
+  return block_linear(m, a, l, 1, (ng_block_role[]){NG_ROLE_DOWN});
+}
+
+// The head [V, D] (lm_head, or the embeddings when tied).
+static ng_linear head_linear(const ng_model *m, const ng_acts *a) {
+  const ng_param *p = NULL;
+  for (int i = 0; i < m->n_params && !p; i++)
+    if (m->params[i].data == head_weight(m)) p = &m->params[i];
+  return linear_of(1, &p, a->head_rounded);
+}
+
+// y [N, out] = x [N, in] W^T for a linear layer of one weight W [out, in].
+static void linear_forward(ng_backend *be, ng_linear l, const float *x, int64_t N, int64_t in,
+                           float *y) {
+  be->linear_forward(be, l, x, N, in, &y);
+}
+
+// dW [out, in] += dy^T x (skipped when dW is NULL: frozen);
+// dx [N, in] = dy W + beta_dx * dx, for a linear layer of one weight W.
+static void linear_backward(ng_backend *be, ng_linear l, const float *x, const float *dy,
+                            int64_t N, int64_t in, float beta_dx, float *dx, float *dW) {
+  be->linear_backward(be, l, x, &dy, N, in, beta_dx, dx, &dW);
 }
 
 // ---------------------------------------------------------------- block forward
@@ -619,15 +700,16 @@ static ng_attn_shape attn_shape(const ng_model *m, const ng_acts *a) {
 }
 
 // att_in [N, D] -> s->att [N, H*hd]: projections, q_norm/k_norm, rotary, attention.
-static void attention_forward(ng_model *m, const ng_acts *a, const ng_layer *w,
-                              const float *att_in, ng_block_acts *s) {
+static void attention_forward(ng_model *m, const ng_acts *a, int64_t l, const float *att_in,
+                              ng_block_acts *s) {
   ng_backend *be = m->be;
   const ng_model_config *c = &m->cfg;
+  const ng_layer *w = &m->w.layers[l];
   ng_attn_shape as = attn_shape(m, a);
   int64_t N = a->N, D = c->hidden_size, hd = as.hd;
   float eps = (float)c->rms_norm_eps;
   // q [N, H*hd], k, v [N, KV*hd]
-  be->linear_forward(be, qkv_proj(w, as), att_in, N, D, (float *const[]){s->q, s->k, s->v});
+  be->linear_forward(be, qkv_proj(m, a, l), att_in, N, D, (float *const[]){s->q, s->k, s->v});
   be->rmsnorm_forward(be, s->q, w->q_norm, N * as.H, hd, eps, s->qr, s->rstd_q);  // per head
   be->rmsnorm_forward(be, s->k, w->k_norm, N * as.KV, hd, eps, s->kr, s->rstd_k);
   be->rope_forward(be, s->qr, as.B, as.T, as.H, hd, c->rope_theta);   // qr [B, T, H, hd]
@@ -705,9 +787,9 @@ static void block_forward(ng_model *m, const ng_acts *a, int64_t l, const float 
     be->rmsnorm_forward(be, x, w->input_layernorm, N, D, eps, s->att_in, s->rstd_in);
     if (c_l != 1.0f) be->scale(be, s->att_in, c_l, nd, s->att_in);    // lns
   }
-  attention_forward(m, a, w, lay.input_norm ? s->att_in : x, s);
+  attention_forward(m, a, l, lay.input_norm ? s->att_in : x, s);
   float *att_out = s->att_out ? s->att_out : s->res1;
-  linear_forward(be, s->att, w->o_proj, N, Hd, D, att_out);          // att_out [N, D]
+  linear_forward(be, o_proj(m, a, l), s->att, N, Hd, att_out);       // att_out [N, D]
   float *branch = att_out;
   if (lay.sublayer_norms) {                                          // N_pa(att_out)
     be->rmsnorm_forward(be, att_out, w->post_attention_layernorm, N, D, eps, s->res1, s->rstd_ao);
@@ -717,11 +799,11 @@ static void block_forward(ng_model *m, const ng_acts *a, int64_t l, const float 
   scaled_add(be, lay.alpha, x, branch, nd, s->res1);                 // res1 = alpha x + ...
   be->rmsnorm_forward(be, s->res1, mlp_in_norm(w, lay), N, D, eps, s->mlp_in, s->rstd_mi);
   if (c_l != 1.0f) be->scale(be, s->mlp_in, c_l, nd, s->mlp_in);    // lns
-  be->linear_forward(be, gate_up_proj(w, F), s->mlp_in, N, D,
+  be->linear_forward(be, gate_up_proj(m, a, l), s->mlp_in, N, D,
                      (float *const[]){s->gate, s->up});            // gate, up [N, F]
   be->swiglu_forward(be, s->gate, s->up, N * F, s->act);            // act [N, F]
   float *mlp_out = lay.sublayer_norms ? s->mlp_out : out;
-  linear_forward(be, s->act, w->down_proj, N, F, D, mlp_out);       // mlp_out [N, D]
+  linear_forward(be, down_proj(m, a, l), s->act, N, F, mlp_out);    // mlp_out [N, D]
   if (lay.sublayer_norms)                                           // N_pf(mlp_out)
     be->rmsnorm_forward(be, mlp_out, w->post_feedforward_layernorm, N, D, eps, out, s->rstd_mo);
   layer_scale_forward(m, a, w->mlp_layer_scale, out, s->mlp_branch);  // gamma_mlp branch
@@ -738,10 +820,6 @@ static float *head_input(const ng_model *m, const ng_acts *a) {
   return m->cfg.final_norm ? a->final_in : ng_acts_hidden(a, m->cfg.num_hidden_layers);
 }
 
-static const float *head_weight(const ng_model *m) {
-  return m->cfg.tie_word_embeddings ? m->w.embed_tokens : m->w.lm_head;
-}
-
 // h [N, D] -> final_in [N, D] (with final_norm)
 static void final_norm_forward(ng_model *m, ng_acts *a, const float *h) {
   const ng_model_config *c = &m->cfg;
@@ -754,8 +832,8 @@ static void final_norm_forward(ng_model *m, ng_acts *a, const float *h) {
 void ng_model_logits(ng_model *m, ng_acts *a, int64_t row0, int64_t rows) {
   NG_ASSERT(rows >= 1 && rows <= a->chunk && row0 >= 0 && row0 + rows <= a->N);
   int64_t D = m->cfg.hidden_size;
-  linear_forward(m->be, head_input(m, a) + row0 * D, head_weight(m), rows, D, m->cfg.vocab_size,
-                 a->logits);
+  linear_forward(m->be, head_linear(m, a), head_input(m, a) + row0 * D, rows, D, a->logits);
+  a->head_rounded = true;
 }
 
 // The block with its sublayers zeroed: with an output norm res1 = alpha x,
@@ -809,6 +887,7 @@ void ng_model_forward(ng_model *m, ng_acts *a, const int32_t *tokens,
                       const ng_block_mode *modes) {
   ng_backend *be = m->be;
   int64_t L = m->cfg.num_hidden_layers, D = m->cfg.hidden_size;
+  a->blocks_rounded = a->head_rounded = false;  // the weights may have changed since
   be->embedding_forward(be, tokens, m->w.embed_tokens, a->N, D, ng_acts_hidden(a, 0));
   for (int64_t l = 0; l < L; l++) {
     ng_block_mode mode = modes ? modes[l] : NG_BLOCK_RUN;
@@ -816,6 +895,7 @@ void ng_model_forward(ng_model *m, ng_acts *a, const int32_t *tokens,
     forward_block(m, a, l, mode);
     if (a->on_block) a->on_block(a->on_block_ctx, a, l, saved(a, l));
   }
+  a->blocks_rounded = true;
   final_norm_forward(m, a, ng_acts_hidden(a, L));
 }
 
@@ -837,7 +917,7 @@ static void attention_backward(ng_model *m, const ng_acts *a, int64_t l, const f
   be->zero(be, ws->dk_raw, (size_t)N * KVd * sizeof(float));
   be->rmsnorm_backward(be, s->q, w->q_norm, s->rstd_q, ws->dq, N * as.H, hd, ws->dq_raw, g->q_norm);
   be->rmsnorm_backward(be, s->k, w->k_norm, s->rstd_k, ws->dk, N * as.KV, hd, ws->dk_raw, g->k_norm);
-  be->linear_backward(be, qkv_proj(w, as), att_in,
+  be->linear_backward(be, qkv_proj(m, a, l), att_in,
                       (const float *const[]){ws->dq_raw, ws->dk_raw, ws->dv}, N, D, 0.0f,
                       ws->datt_in, (float *const[]){g->q_proj, g->k_proj, g->v_proj});
 }
@@ -869,9 +949,9 @@ static void block_backward(ng_model *m, const ng_acts *a, int64_t l, const float
                       s->mlp_out, w->post_feedforward_layernorm, s->rstd_mo,
                       g->post_feedforward_layernorm);
   // mlp_out = down(act); act = silu(gate(mlp_in)) up(mlp_in)
-  linear_backward(be, s->act, w->down_proj, dmlp_out, N, F, D, 0.0f, ws->dact, g->down_proj);
+  linear_backward(be, down_proj(m, a, l), s->act, dmlp_out, N, F, 0.0f, ws->dact, g->down_proj);
   be->swiglu_backward(be, s->gate, s->up, ws->dact, N * F, ws->dgate, ws->dup);
-  be->linear_backward(be, gate_up_proj(w, F), s->mlp_in, (const float *const[]){ws->dgate, ws->dup},
+  be->linear_backward(be, gate_up_proj(m, a, l), s->mlp_in, (const float *const[]){ws->dgate, ws->dup},
                       N, D, 0.0f, ws->dmlp_in, (float *const[]){g->gate_proj, g->up_proj});
   // res2 = alpha (output_norm ? mlp_in : res1) + ...
   if (lay.output_norm) {
@@ -891,7 +971,7 @@ static void block_backward(ng_model *m, const ng_acts *a, int64_t l, const float
       branch_backward(m, a, lay, ws->dres1, w->attn_layer_scale, s->att_branch, g->attn_layer_scale,
                       s->att_out, w->post_attention_layernorm, s->rstd_ao,
                       g->post_attention_layernorm);
-  linear_backward(be, s->att, w->o_proj, datt_out, N, Hd, D, 0.0f, ws->datt, g->o_proj);
+  linear_backward(be, o_proj(m, a, l), s->att, datt_out, N, Hd, 0.0f, ws->datt, g->o_proj);
   attention_backward(m, a, l, lay.input_norm ? s->att_in : x, s, ws);
   be->scale(be, ws->dres1, lay.alpha, N * D, dx);
   if (lay.input_norm) {
@@ -909,8 +989,8 @@ static void head_backward(ng_model *m, ng_acts *a, int64_t row0, int64_t rows) {
   const ng_model_config *c = &m->cfg;
   int64_t D = c->hidden_size;
   float *dhead = c->tie_word_embeddings ? m->g.embed_tokens : m->g.lm_head;
-  linear_backward(m->be, head_input(m, a) + row0 * D, head_weight(m), a->ws.dlogits, rows, D,
-                  c->vocab_size, 0.0f, a->ws.dfinal + row0 * D, dhead);
+  linear_backward(m->be, head_linear(m, a), head_input(m, a) + row0 * D, a->ws.dlogits, rows, D,
+                  0.0f, a->ws.dfinal + row0 * D, dhead);
 }
 
 // Valid rows (target >= 0) of targets [N] (backend).

@@ -27,6 +27,8 @@
 #include "normgrow/backend.h"
 #include "normgrow/backend_cpu.h"
 #include "normgrow/common.h"
+#include "normgrow/model.h"
+#include "normgrow/optim.h"
 #include "normgrow/registry.h"
 #include "normgrow/rng.h"
 
@@ -844,6 +846,152 @@ static const struct { int64_t M, N, K; } matmul_shapes[] = {
     {1, 1, 1}, {7, 5, 3}, {33, 17, 65}, {64, 130, 96}, {3, 5, 0}, {37, 29, 53},
     {150, 170, 120}};  // onednn bf16: inputs of more than one 16384-element conversion chunk
 static const float matmul_betas[] = {0.0f, 1.0f, 0.5f};  // beta 0: C NaN before
+// ---------------------------------------------------------------- weight copies
+
+// One weight's bf16 copy (ng_linear.W_bf16) on a backend that reads one:
+// not ready, the forward writes W's rounding into it and y is W's; ready, the
+// forward and backward read the copy, not W (a copy of W2's rounding given
+// with W: y and dx are W2's, bit for bit).
+static void test_linear_copy(const target *t, int64_t N, int64_t in, int64_t out) {
+  float *x = randn(N * in, 1.0), *W = randn(out * in, 1.0), *W2 = randn(out * in, 1.0);
+  float *dy = randn(N * out, 1.0);
+  uint16_t *want = ng_xmalloc((size_t)(out * in) * sizeof(uint16_t));
+  bufs b = {.be = t->be};
+  float *x_d = upf(&b, x, N * in), *W_d = upf(&b, W, out * in), *W2_d = upf(&b, W2, out * in);
+  float *dy_d = upf(&b, dy, N * out), *y_d = upf(&b, NULL, N * out), *dx_d = upf(&b, NULL, N * in);
+  uint16_t *copy = up(&b, NULL, (size_t)(out * in) * sizeof(uint16_t));
+  // y and dx of W2 without a copy: what a copy of W2's rounding must give
+  ng_linear plain = {.n = 1, .W = {W2_d}, .out = {out}};
+  t->be->linear_forward(t->be, plain, x_d, N, in, &y_d);
+  t->be->linear_backward(t->be, plain, x_d, (const float *const[]){dy_d}, N, in, 0.0f, dx_d,
+                         (float *const[]){NULL});
+  float *y2 = down(&b, y_d, N * out), *dx2 = down(&b, dx_d, N * in), *y1;
+  ng_linear l = {.n = 1, .W = {W_d}, .out = {out}, .W_bf16 = {copy}, .bf16_ready = false};
+  t->be->linear_forward(t->be, l, x_d, N, in, &y_d);
+  y1 = down(&b, y_d, N * out);
+  uint16_t *got = down_bytes(&b, copy, (size_t)(out * in) * sizeof(uint16_t));
+  ng_to_bf16(W, out * in, want);
+  bool filled = memcmp(got, want, (size_t)(out * in) * sizeof(uint16_t)) == 0;
+  plain.W[0] = W_d;
+  t->be->linear_forward(t->be, plain, x_d, N, in, &y_d);
+  bool own = same_bits(&b, y_d, y1, N * out);
+  ng_to_bf16(W2, out * in, want);
+  t->be->upload(t->be, copy, want, (size_t)(out * in) * sizeof(uint16_t));
+  l.bf16_ready = true;
+  t->be->linear_forward(t->be, l, x_d, N, in, &y_d);
+  t->be->linear_backward(t->be, l, x_d, (const float *const[]){dy_d}, N, in, 0.0f, dx_d,
+                         (float *const[]){NULL});
+  bool read = same_bits(&b, y_d, y2, N * out) && same_bits(&b, dx_d, dx2, N * in);
+  char name[200];
+  snprintf(name, sizeof name, "%s: linear N=%lld in=%lld out=%lld: fills the weight's bf16 copy "
+           "(W rounded), reads it when ready (y, dx from the copy, bit for bit)",
+           t->label, (long long)N, (long long)in, (long long)out);
+  CHECK(filled && own && read, name, "filled %d, y unchanged %d, copy read %d", filled, own, read);
+  release(&b);
+  free(got);
+  free(want);
+  free(y1);
+  free(y2);
+  free(dx2);
+  free(x);
+  free(W);
+  free(W2);
+  free(dy);
+}
+
+// A tied frozen teacher (2 blocks) and an untied Post-Norm student (2 blocks)
+// on be, distilled for 4 AdamW steps from seed 7, the loss in chunks of 5 of
+// the 14 rows and the student's blocks recomputed in its backward. Returns
+// the student's weights one after another (host, *count floats) and whether
+// every linear weight of both models had a bf16 copy (ng_param.rounded).
+static float *distill_steps(ng_backend *be, int64_t *count, bool *copies) {
+  enum { Bq = 2, Tq = 7, Nq = Bq * Tq, V = 37 };
+  ng_model_config c = {.vocab_size = V, .hidden_size = 16, .intermediate_size = 24,
+                       .num_hidden_layers = 2, .num_attention_heads = 2, .num_key_value_heads = 1,
+                       .head_dim = 8, .rope_theta = 1e4, .rms_norm_eps = 1e-6,
+                       .tie_word_embeddings = true, .final_norm = true, .norm_placement = NG_NORM_PRE};
+  ng_model *teacher = ng_model_create(be, &c, false);
+  c.tie_word_embeddings = false;
+  c.norm_placement = NG_NORM_POST;
+  ng_model *m = ng_model_create(be, &c, true);
+  ng_rng r;
+  ng_rng_seed(&r, 7);
+  ng_model_init_random(teacher, &r, 0.2);
+  ng_model_init_random(m, &r, 0.2);
+  int32_t ids[2 * Nq];
+  for (int i = 0; i < 2 * Nq; i++) ids[i] = (int32_t)ng_rng_below(&r, V);
+  bufs b = {.be = be};
+  int32_t *tokens = up(&b, ids, sizeof(int32_t) * Nq), *targets = up(&b, ids + Nq, sizeof(int32_t) * Nq);
+  ng_acts_options so = {.for_backward = true, .recompute = true, .chunk = 5}, to = {.chunk = 5};
+  ng_acts *sa = ng_acts_create_with(m, Bq, Tq, &so), *ta = ng_acts_create_with(teacher, Bq, Tq, &to);
+  ng_adamw *o = ng_adamw_create(m);
+  ng_optim_config oc = {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1, .grad_clip = 1.0};
+  ng_loss_params lp = {.kd_weight = 0.5, .temperature = 1.0, .divergence = NG_DIV_FORWARD_KL};
+  ng_loss_teacher t = {.model = teacher, .acts = ta};
+  for (int step = 0; step < 4; step++) {
+    double ce, kd;
+    int64_t nv;
+    ng_model_zero_grad(m);
+    ng_model_forward(teacher, ta, tokens, NULL);
+    ng_model_forward(m, sa, tokens, NULL);
+    ng_model_loss(m, sa, &t, targets, lp, true, &ce, &kd, &nv);
+    ng_model_backward(m, sa, tokens);
+    ng_adamw_step(m, o, &oc, 1e-2);
+  }
+  *copies = true;
+  for (int k = 0; k < 2; k++) {
+    const ng_model *x = k ? m : teacher;
+    for (int i = 0; i < x->n_params; i++) {
+      const ng_param *p = &x->params[i];
+      bool head_or_block = p->layer >= 0 || strcmp(p->name, "model.embed_tokens.weight") != 0 ||
+                           x->cfg.tie_word_embeddings;
+      if (p->ndim == 2 && head_or_block) *copies = *copies && p->rounded;
+    }
+  }
+  *count = 0;
+  for (int i = 0; i < m->n_params; i++) *count += (int64_t)m->params[i].numel;
+  float *w = ng_xmalloc((size_t)*count * sizeof(float));
+  for (int i = 0, at = 0; i < m->n_params; at += (int)m->params[i++].numel)
+    be->download(be, w + at, m->params[i].data, m->params[i].numel * sizeof(float));
+  release(&b);
+  ng_adamw_free(m, o);
+  ng_acts_free(m, sa);
+  ng_acts_free(teacher, ta);
+  ng_model_free(m);
+  ng_model_free(teacher);
+  return w;
+}
+
+// A backend that reads bf16 weights (ng_backend.bf16_weights) trains the same
+// with the models' bf16 copies of the weights as rounding each at every use;
+// another keeps no copies.
+static void run_weight_copies(const target *t) {
+  int64_t n, n0;
+  bool copies, copies0;
+  float *w = distill_steps(t->be, &n, &copies);
+  char name[240];
+  if (!t->be->bf16_weights) {
+    snprintf(name, sizeof name, "%s: the models keep no bf16 copies of the weights", t->label);
+    CHECK(!copies, name, "a model has copies");
+    free(w);
+    return;
+  }
+  t->be->bf16_weights = false;  // the same backend rounding every weight at every use
+  float *w0 = distill_steps(t->be, &n0, &copies0);
+  t->be->bf16_weights = true;
+  // exact: a copy holds the same elementwise rounding of the same weights, read
+  // by the same primitives in the same order
+  bool same = n == n0 && memcmp(w, w0, (size_t)n * sizeof(float)) == 0;
+  snprintf(name, sizeof name,
+           "%s: 4 distillation steps (chunked loss, recomputed blocks, frozen tied teacher) with the "
+           "models' bf16 weight copies: the student's weights bit-identical to rounding at every use",
+           t->label);
+  CHECK(copies && !copies0 && same, name, "copies %d (without: %d), weights %s", copies, copies0,
+        same ? "the same" : "differ");
+  free(w);
+  free(w0);
+}
+
 static const struct {
   int n;
   int64_t out[NG_LINEAR_MAX], N, in;
@@ -940,6 +1088,7 @@ static void run_linear(const target *t) {
   for (size_t i = 0; i < COUNT(linear_shapes); i++)
     test_linear(t, linear_shapes[i].n, linear_shapes[i].out, linear_shapes[i].N, linear_shapes[i].in,
                 linear_shapes[i].beta_dx, linear_shapes[i].frozen);
+  if (t->be->bf16_weights) test_linear_copy(t, 37, 29, 33);
 }
 static void run_embedding(const target *t) {
   for (size_t i = 0; i < COUNT(embedding_shapes); i++)
@@ -1008,7 +1157,7 @@ static const struct {
     {"rmsnorm", run_rmsnorm}, {"rope", run_rope},             {"attention", run_attention},
     {"swiglu", run_swiglu},   {"elementwise", run_elementwise}, {"loss", run_loss},
     {"adamw", run_adamw},     {"widen_bf16", run_widen_bf16}, {"channel_scale", run_channel_scale},
-    {"topk", run_topk},       {"kernels", run_kernels},
+    {"topk", run_topk},       {"weight_copies", run_weight_copies}, {"kernels", run_kernels},
 };
 
 // The command line's ops (none: every one).

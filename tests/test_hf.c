@@ -18,6 +18,7 @@
 #include "check.h"
 #include "normgrow/common.h"
 #include "normgrow/golden.h"
+#include "normgrow/registry.h"
 #include "normgrow/rng.h"
 
 static char g_root[] = "/tmp/ng_test_hf_XXXXXX";
@@ -273,6 +274,32 @@ static void test_bf16_shards_match_f32(void) {
   ng_model_free(ref);
 }
 
+// On a backend that reads bf16 weights (onednn bf16, where this machine runs
+// it), a teacher held in bf16 gives its linear ops the held bits as ready
+// copies: the same logits as the same teacher not held, bit for bit.
+static void test_hold_bf16_read(const char *dir) {
+  ng_backend *be = ng_backend_open("onednn", NG_PREC_BF16);
+  if (!be) {
+    printf("skip held bf16 teacher on onednn bf16: %s\n", ng_error());
+    return;
+  }
+  ng_model *m = NULL;
+  NG_ASSERT(be->bf16_weights && ng_hf_load(dir, be, false, &m) == 0);
+  float *want = logits_of(m);
+  bool did = ng_model_hold_bf16(m);
+  float *got = logits_of(m);
+  size_t n = 10 * (size_t)m->cfg.vocab_size;
+  // exact: the held bits are the rounding the linear ops made of the fp32
+  // weights (exactly bf16 numbers), read by the same primitives in the same order
+  CHECK(did && memcmp(want, got, n * sizeof *got) == 0,
+        "onednn bf16: a teacher held in bf16 reads its held bits: logits bit-identical to fp32 weights",
+        "held %d", did);
+  free(want);
+  free(got);
+  ng_model_free(m);
+  ng_backend_close(be);
+}
+
 // A teacher loaded from bf16 shards holds its blocks in bf16 (one fp32 block
 // widened at a time): the same logits bit for bit, and its blocks copy out
 // exactly; a model whose weights are not all bf16 numbers stays fp32.
@@ -316,6 +343,7 @@ static void test_hold_bf16(void) {
   ng_model *f32 = random_model(&c, 5);
   CHECK(!ng_model_hold_bf16(f32) && !f32->block_scratch, "weights that are not all bf16 numbers stay fp32",
         "held");
+  test_hold_bf16_read(dir);
   free(want);
   free(got);
   ng_model_free(f32);

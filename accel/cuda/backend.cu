@@ -139,6 +139,7 @@ static const ng_backend cuda_table = {
     .precision = NG_PREC_FP32,
     .divergences = 1u << NG_DIV_FORWARD_KL | 1u << NG_DIV_REVERSE_KL | 1u << NG_DIV_JSD,
     .host_memory = false,
+    .bf16_weights = false,  // its linear ops are its matmuls (ng_linear_*_matmuls)
     .bind_comm = ng_cuda_bind_comm,
     .ctx = NULL,
     .synchronize = cu_synchronize,

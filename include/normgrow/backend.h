@@ -61,11 +61,18 @@ typedef struct {
 
 // Linear layers that share one input x [N, in] (q/k/v; gate/up; or one alone):
 // y_i = x W_i^T with W_i [out_i, in], i < n.
+// For a backend that reads its weights in bf16 (ng_backend.bf16_weights), the
+// model keeps each weight's bf16 rounding, W_bf16[i] [out_i, in]: with
+// bf16_ready it holds W_i's current values and the backend reads it instead of
+// rounding W_i again; without, the backend writes its rounding of W_i there (a
+// later call of the same pass then reads it ready). NULL for other backends.
 #define NG_LINEAR_MAX 3
 typedef struct {
   int n;                          // 1..NG_LINEAR_MAX
   const float *W[NG_LINEAR_MAX];  // W_i [out_i, in]
   int64_t out[NG_LINEAR_MAX];
+  uint16_t *W_bf16[NG_LINEAR_MAX];
+  bool bf16_ready;
 } ng_linear;
 
 typedef struct {
@@ -79,6 +86,7 @@ struct ng_backend {
   ng_precision precision;
   unsigned divergences;  // bit 1 << d for every ng_divergence d its loss ops compute
   bool host_memory;      // its buffers are the machine's memory (a device's otherwise)
+  bool bf16_weights;     // its linear ops read and fill ng_linear.W_bf16 (see ng_linear)
   // For a backend of device memory: makes an "mpi" communicator carry its
   // buffers, in place (comm.h ng_comm_bind; cuda: NCCL); NULL for host memory.
   int (*bind_comm)(ng_backend *be, ng_comm *c);

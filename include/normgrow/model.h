@@ -98,6 +98,9 @@ typedef struct {
   float **data_view;    // the field of ng_model.w that shows `data`
   uint16_t *bf16;       // backend [numel]: a block weight held in bf16 (ng_model_hold_bf16);
                         // `data` is then its place in the model's one-block scratch
+  uint16_t *rounded;    // backend [numel]: a matmul weight rounded to bf16 by the linear ops
+                        // of a backend that reads bf16 weights (ng_backend.bf16_weights),
+                        // filled by each forward; else NULL
 } ng_param;
 
 typedef struct {
@@ -182,6 +185,8 @@ struct ng_acts {
   ng_block_acts *blocks;
   float *final_in, *rstd_final;  // [N, D] head input (normed if final_norm), [N]
   float *logits;         // [chunk, V]: logits of the rows of the last ng_model_logits
+  bool blocks_rounded;   // the block weights' `rounded` copies hold this forward's weights
+  bool head_rounded;     // the head weight's `rounded` copy does (after this forward's logits)
   ng_grad_ws ws;         // for_backward only
   ng_block_hook on_block;  // NULL, or called after every block of a forward
   void *on_block_ctx;
