@@ -206,6 +206,13 @@ static int64_t teacher_bytes(const ng_model_config *teacher, const ng_plan_param
   return io * bpp + 2 * blocks + (int64_t)sizeof(float) * (blocks / L);
 }
 
+// Bytes of the bf16 copies of `linear` linear weights (ng_param.rounded) that a
+// backend reading bf16 weights keeps (ng_backend.bf16_weights: onednn bf16).
+static int64_t bf16_copy_bytes(const ng_run_config *rc, double linear) {
+  bool copies = strcmp(rc->backend, "onednn") == 0 && rc->precision == NG_PREC_BF16;
+  return copies ? 2 * (int64_t)linear : 0;
+}
+
 // ---------------------------------------------------------------- FLOPs besides training
 
 // A forward of model c (matmul parameters P) over B x T tokens: 2 P B T + A;
@@ -278,6 +285,7 @@ void ng_plan_stage_of(const ng_run_config *rc, int stage, const ng_model_config 
                          .device_backend = ng_plan_device_backend(rc->backend)};
   out->student = ng_plan_count_params(&sc, frozen, rc->freeze_embeddings);
   out->weights = out->grads = out->student.total * bpp;
+  out->weights += bf16_copy_bytes(rc, out->student.matmul);
   out->adamw = 2 * out->student.total * bpp;
   ng_acts_options train = {.for_backward = true, .recompute = rc->recompute, .chunk = chunk};
   ng_acts_options fwd = {.chunk = chunk};
@@ -286,7 +294,10 @@ void ng_plan_stage_of(const ng_run_config *rc, int stage, const ng_model_config 
   const ng_model_config *forward_teacher = rc->use_cache ? NULL : teacher;  // runs every step
   if (teacher) {
     out->teacher = ng_plan_count_params(teacher, 0, false);
-    out->teacher_weights = teacher_bytes(teacher, &out->teacher, bpp, rc->teacher_bf16 && dev->teacher_bf16);
+    bool held = rc->teacher_bf16 && dev->teacher_bf16;  // its blocks' bits are their copies
+    double linear = held ? ng_plan_count_params(teacher, teacher->num_hidden_layers, false).matmul_trainable
+                         : out->teacher.matmul;
+    out->teacher_weights = teacher_bytes(teacher, &out->teacher, bpp, held) + bf16_copy_bytes(rc, linear);
   }
   if (forward_teacher) out->teacher_acts = f32 * ng_plan_acts_floats(teacher, mb, T, &fwd);
   ng_plan_diag d = ng_plan_diag_parts(&sc, forward_teacher, rc->eval_batches * B * T, mb, T, chunk);

@@ -304,6 +304,21 @@ static void test_stage(void) {
   ng_plan_stage_of(&rc, 2, &t, &bf16, &h);
   CHECK(h.teacher_weights == 19642584064LL && h.total == s.total - (s.teacher_weights - h.teacher_weights),
         "Qwen3-8B-Base teacher held in bf16: weights by hand", "%lld bytes", (long long)h.teacher_weights);
+  // On onednn bf16 the linear weights' bf16 copies besides, 2 bytes each: the
+  // student's P, the teacher's Pt, a held teacher's head alone (151936 x 4096).
+  ng_run_config rb = rc;
+  snprintf(rb.backend, sizeof rb.backend, "onednn");
+  rb.precision = NG_PREC_BF16;
+  ng_plan_stage o, oh;
+  ng_plan_stage_of(&rb, 2, &t, &dev, &o);
+  ng_plan_stage_of(&rb, 2, &t, &bf16, &oh);
+  CHECK(o.weights == s.weights + 2 * (int64_t)P && o.teacher_weights == s.teacher_weights + 2 * (int64_t)Pt &&
+            oh.teacher_weights == h.teacher_weights + 2 * 622329856LL && o.grads == s.grads &&
+            o.total == s.total + 2 * (int64_t)(P + Pt),
+        "onednn bf16: the bf16 copies of the student's and teacher's linear weights (a held teacher: "
+        "its head) by hand", "weights +%lld, teacher +%lld, held teacher +%lld",
+        (long long)(o.weights - s.weights), (long long)(o.teacher_weights - s.teacher_weights),
+        (long long)(oh.teacher_weights - h.teacher_weights));
   // Data parallel on 64 devices, micro-batches of 8 rows, recompute: the moments
   // sharded, the ZeRO buffers (one parameter's staging: the largest is the
   // embedding, and the reduced gradients of the device's slices).

@@ -137,6 +137,8 @@ typedef struct {
   bool recompute;
   // Bytes of the whole run on one device. total: the persistent parts, the
   // largest transient one (diag or checkpoint) and NG_PLAN_RUNTIME_BYTES.
+  // weights and teacher_weights hold, on onednn bf16, the bf16 copies of the
+  // linear weights too (2 bytes each; a held teacher's blocks need none).
   int64_t weights, grads, adamw, acts, eval_acts, teacher_weights, teacher_acts;
   int64_t diag, checkpoint, total;   // diag and total in one memory (a host backend's)
   int64_t diag_device, diag_host;    // the diagnostics' parts on a device backend
