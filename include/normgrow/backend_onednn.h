@@ -17,8 +17,11 @@ ng_backend *ng_backend_onednn_open(ng_precision p);
 
 // Best GFLOP/s of oneDNN's matmul C [M, N] f32 = A [M, K] B^T with A and B
 // already bf16 (the kernel alone, no conversion): the bf16 ceiling of
-// `normgrow bench`. *impl receives oneDNN's implementation name; 0 (and impl
-// "none") when this CPU has no bf16 matmul.
-double ng_onednn_bf16_gflops(int64_t M, int64_t N, int64_t K, char *impl, size_t impl_n);
+// `normgrow bench`, C written again and again (in cache once it fits); with
+// out_to_memory the mean over calls that each write another C, none of them in
+// cache (to memory, as a training step's outputs go). *impl receives oneDNN's
+// implementation name; 0 (and impl "none") when this CPU has no bf16 matmul.
+double ng_onednn_bf16_gflops(int64_t M, int64_t N, int64_t K, bool out_to_memory, char *impl,
+                             size_t impl_n);
 
 #endif
