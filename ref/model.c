@@ -145,29 +145,10 @@ static const float *head_weight(const ng_model *m) {
   return m->cfg.tie_word_embeddings ? m->w.embed_tokens : m->w.lm_head;
 }
 
-// Whether p is a weight of the linear ops: the head's or a block projection's.
+// Whether p is a weight of the linear ops: the head's, or a block's projection
+// (a block's 2-D weights; its norms and layer scales are 1-D).
 static bool is_linear_weight(const ng_model *m, const ng_param *p) {
-  switch (p->role) {
-    case NG_ROLE_NONE: return p->data == head_weight(m);
-    case NG_ROLE_Q:
-    case NG_ROLE_K:
-    case NG_ROLE_V:
-    case NG_ROLE_O:
-    case NG_ROLE_GATE:
-    case NG_ROLE_UP:
-    case NG_ROLE_DOWN: return true;
-    case NG_ROLE_INPUT_NORM:
-    case NG_ROLE_Q_NORM:
-    case NG_ROLE_K_NORM:
-    case NG_ROLE_ATT_OUT_NORM:
-    case NG_ROLE_MLP_IN_NORM:
-    case NG_ROLE_MLP_OUT_NORM:
-    case NG_ROLE_OUTPUT_NORM:
-    case NG_ROLE_ATT_SCALE:
-    case NG_ROLE_MLP_SCALE: return false;
-  }
-  NG_ASSERT(!"block role out of range");
-  return false;
+  return p->layer >= 0 ? p->ndim == 2 : p->data == head_weight(m);
 }
 
 // The bf16 copies of the linear ops' weights, for a backend that reads them.
