@@ -630,7 +630,10 @@ static ng_linear linear_of(int n, const ng_param *const p[], bool rounded) {
 static ng_linear block_linear(const ng_model *m, const ng_acts *a, int64_t l, int n,
                               const ng_block_role r[]) {
   const ng_param *p[NG_LINEAR_MAX];
-  for (int i = 0; i < n; i++) NG_ASSERT((p[i] = block_param(m, l, r[i])) != NULL);
+  for (int i = 0; i < n; i++) {
+    p[i] = block_param(m, l, r[i]);
+    NG_ASSERT(p[i]);
+  }
   return linear_of(n, p, a->blocks_rounded);
 }
 
