@@ -951,7 +951,8 @@ static float *distill_steps(ng_backend *be, int64_t *count, bool *copies) {
   *count = 0;
   for (int i = 0; i < m->n_params; i++) *count += (int64_t)m->params[i].numel;
   float *w = ng_xmalloc((size_t)*count * sizeof(float));
-  for (int i = 0, at = 0; i < m->n_params; at += (int)m->params[i++].numel)
+  size_t at = 0;
+  for (int i = 0; i < m->n_params; at += m->params[i++].numel)
     be->download(be, w + at, m->params[i].data, m->params[i].numel * sizeof(float));
   release(&b);
   ng_adamw_free(m, o);
