@@ -275,16 +275,24 @@ static const uint16_t *round_into(rounding *r, const float *src, int64_t n, uint
   return r->dst[r->n++] = dst;
 }
 
-// W_i [out_i, in] in bf16: the model's ready copy, or its rounding (into the
-// model's copy when it keeps one, else into a buffer of this call).
+// src [n] in bf16: the model's copy when ready, else src's rounding (into the
+// model's copy when it keeps one, else into this backend's buffer k).
+static const uint16_t *operand_bf16(onednn *o, rounding *r, const float *src, int64_t n,
+                                    uint16_t *copy, bool ready, int k) {
+  if (copy && ready) return copy;
+  return round_into(r, src, n, copy ? copy : bf16_buf(o, k, n));
+}
+
+// W_i [out_i, in] and x [N, in] of l in bf16.
 static const uint16_t *weight_bf16(onednn *o, rounding *r, ng_linear l, int i, int64_t in) {
-  if (l.W_bf16[i] && l.bf16_ready) return l.W_bf16[i];
-  int64_t n = l.out[i] * in;
-  return round_into(r, l.W[i], n, l.W_bf16[i] ? l.W_bf16[i] : bf16_buf(o, B_W + i, n));
+  return operand_bf16(o, r, l.W[i], l.out[i] * in, l.W_bf16[i], l.bf16_ready, B_W + i);
+}
+static const uint16_t *input_bf16(onednn *o, rounding *r, ng_linear l, const float *x, int64_t n) {
+  return operand_bf16(o, r, x, n, l.x_bf16, l.x_ready, B_X);
 }
 
 // Linear layers sharing x (ng_backend.linear_forward): in bf16 mode x and each
-// weight rounded once (a weight not at all when its copy is ready), then the
+// weight rounded once (either not at all when its copy is ready), then the
 // same matmuls as onednn_matmul's.
 static void onednn_linear_forward(ng_backend *be, ng_linear l, const float *x, int64_t N,
                                   int64_t in, float *const y[]) {
@@ -294,7 +302,7 @@ static void onednn_linear_forward(ng_backend *be, ng_linear l, const float *x, i
     return;
   }
   rounding r = {0};
-  const uint16_t *xb = round_into(&r, x, N * in, bf16_buf(o, B_X, N * in)), *w[NG_LINEAR_MAX];
+  const uint16_t *xb = input_bf16(o, &r, l, x, N * in), *w[NG_LINEAR_MAX];
   for (int i = 0; i < l.n; i++) w[i] = weight_bf16(o, &r, l, i, in);
   to_bf16_all(r.n, r.src, r.len, r.dst);
   for (int i = 0; i < l.n; i++)
@@ -302,8 +310,8 @@ static void onednn_linear_forward(ng_backend *be, ng_linear l, const float *x, i
 }
 
 // (ng_backend.linear_backward): in bf16 mode x, each dy_i and each weight
-// rounded once (a weight not at all when its copy is ready), then the same
-// matmuls as onednn_matmul's, in the same order.
+// rounded once (x or a weight not at all when its copy is ready), then the
+// same matmuls as onednn_matmul's, in the same order.
 static void onednn_linear_backward(ng_backend *be, ng_linear l, const float *x,
                                    const float *const dy[], int64_t N, int64_t in,
                                    float beta_dx, float *dx, float *const dW[]) {
@@ -315,7 +323,7 @@ static void onednn_linear_backward(ng_backend *be, ng_linear l, const float *x,
     return;
   }
   rounding r = {0};
-  const uint16_t *xb = round_into(&r, x, N * in, bf16_buf(o, B_X, N * in));
+  const uint16_t *xb = input_bf16(o, &r, l, x, N * in);
   const uint16_t *w[NG_LINEAR_MAX], *d[NG_LINEAR_MAX];
   for (int i = 0; i < l.n; i++) {
     w[i] = weight_bf16(o, &r, l, i, in);

@@ -457,6 +457,9 @@ void ng_model_zero_grad(ng_model *m) {
 // ---------------------------------------------------------------- activations
 
 static float *buf(ng_backend *be, int64_t n) { return be->alloc(be, (size_t)n * sizeof(float)); }
+static uint16_t *buf_bf16(ng_backend *be, int64_t n) {
+  return be->alloc(be, (size_t)n * sizeof(uint16_t));
+}
 
 ng_block_layout ng_block_layouts_union(const ng_model_config *c, int64_t first, int64_t last) {
   ng_block_layout u = ng_block_layout_of(c, first);
@@ -470,9 +473,10 @@ ng_block_layout ng_block_layouts_union(const ng_model_config *c, int64_t first, 
   return u;
 }
 
-// Saved values for blocks of layout lay (model.h: a buffer lay does not use is NULL).
+// Saved values for blocks of layout lay (model.h: a buffer lay does not use is
+// NULL), with the linear layers' bf16 inputs when `inputs_bf16`.
 static void block_acts_alloc(const ng_model *m, int64_t B, int64_t T, ng_block_layout lay,
-                             ng_block_acts *s) {
+                             bool inputs_bf16, ng_block_acts *s) {
   const ng_model_config *c = &m->cfg;
   ng_backend *be = m->be;
   int64_t N = B * T, D = c->hidden_size, F = c->intermediate_size;
@@ -510,6 +514,12 @@ static void block_acts_alloc(const ng_model *m, int64_t B, int64_t T, ng_block_l
     s->att_branch = buf(be, N * D);
     s->mlp_branch = buf(be, N * D);
   }
+  if (inputs_bf16) {
+    s->att_in_bf16 = buf_bf16(be, N * D);
+    s->att_bf16 = buf_bf16(be, N * H * hd);
+    s->mlp_in_bf16 = buf_bf16(be, N * D);
+    s->act_bf16 = buf_bf16(be, N * F);
+  }
 }
 
 static void block_acts_free(ng_backend *be, ng_block_acts *s) {
@@ -519,6 +529,8 @@ static void block_acts_free(ng_backend *be, ng_block_acts *s) {
                   s->act,     s->mlp_out,    s->rstd_mo,    s->res2,    s->rstd_out,
                   s->att_branch, s->mlp_branch};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) be->free(be, all[i]);
+  uint16_t *all_bf16[] = {s->att_in_bf16, s->att_bf16, s->mlp_in_bf16, s->act_bf16};
+  for (size_t i = 0; i < sizeof all_bf16 / sizeof all_bf16[0]; i++) be->free(be, all_bf16[i]);
 }
 
 static void grad_ws_alloc(const ng_model *m, int64_t N, int64_t chunk, ng_grad_ws *w) {
@@ -569,14 +581,16 @@ ng_acts *ng_acts_create_with(const ng_model *m, int64_t B, int64_t T, const ng_a
   for (int i = 0; i < a->n_hidden; i++) a->hidden[i] = buf(m->be, a->N * c->hidden_size);
   a->n_blocks = a->for_backward && !a->recompute ? (int)c->num_hidden_layers : 1;
   a->blocks = ng_xcalloc((size_t)a->n_blocks, sizeof(ng_block_acts));
+  bool inputs_bf16 = a->for_backward && m->be->bf16_weights;  // rounded once a step
   for (int i = 0; i < a->n_blocks; i++)  // one set shared by all blocks, or each block's own
     block_acts_alloc(m, B, T, ng_block_layouts_union(c, a->n_blocks == 1 ? 0 : i,
                                             a->n_blocks == 1 ? c->num_hidden_layers - 1 : i),
-                     &a->blocks[i]);
+                     inputs_bf16, &a->blocks[i]);
   if (c->final_norm) {
     a->final_in = buf(m->be, a->N * c->hidden_size);
     a->rstd_final = buf(m->be, a->N);
   }
+  if (inputs_bf16) a->head_in_bf16 = buf_bf16(m->be, a->N * c->hidden_size);
   a->logits = buf(m->be, a->chunk * c->vocab_size);
   if (a->for_backward) grad_ws_alloc(m, a->N, a->chunk, &a->ws);
   return a;
@@ -599,6 +613,7 @@ void ng_acts_free(const ng_model *m, ng_acts *a) {
   for (int i = 0; i < a->n_blocks; i++) block_acts_free(be, &a->blocks[i]);
   be->free(be, a->final_in);
   be->free(be, a->rstd_final);
+  be->free(be, a->head_in_bf16);
   be->free(be, a->logits);
   grad_ws_free(be, &a->ws);  // NULL buffers (no workspace) are no-ops
   free(a->hidden);
@@ -663,6 +678,14 @@ static ng_linear head_linear(const ng_model *m, const ng_acts *a) {
   return linear_of(1, &p, a->head_rounded);
 }
 
+// l with the bf16 rounding of its input kept in copy (NULL: none): written by
+// a forward, read (`ready`) by the backward of the same pass.
+static ng_linear with_input(ng_linear l, uint16_t *copy, bool ready) {
+  l.x_bf16 = copy;
+  l.x_ready = copy && ready;
+  return l;
+}
+
 // y [N, out] = x [N, in] W^T for a linear layer of one weight W [out, in].
 static void linear_forward(ng_backend *be, ng_linear l, const float *x, int64_t N, int64_t in,
                            float *y) {
@@ -693,7 +716,8 @@ static void attention_forward(ng_model *m, const ng_acts *a, int64_t l, const fl
   int64_t N = a->N, D = c->hidden_size, hd = as.hd;
   float eps = (float)c->rms_norm_eps;
   // q [N, H*hd], k, v [N, KV*hd]
-  be->linear_forward(be, qkv_proj(m, a, l), att_in, N, D, (float *const[]){s->q, s->k, s->v});
+  be->linear_forward(be, with_input(qkv_proj(m, a, l), s->att_in_bf16, false), att_in, N, D,
+                     (float *const[]){s->q, s->k, s->v});
   be->rmsnorm_forward(be, s->q, w->q_norm, N * as.H, hd, eps, s->qr, s->rstd_q);  // per head
   be->rmsnorm_forward(be, s->k, w->k_norm, N * as.KV, hd, eps, s->kr, s->rstd_k);
   be->rope_forward(be, s->qr, as.B, as.T, as.H, hd, c->rope_theta);   // qr [B, T, H, hd]
@@ -773,7 +797,8 @@ static void block_forward(ng_model *m, const ng_acts *a, int64_t l, const float 
   }
   attention_forward(m, a, l, lay.input_norm ? s->att_in : x, s);
   float *att_out = s->att_out ? s->att_out : s->res1;
-  linear_forward(be, o_proj(m, a, l), s->att, N, Hd, att_out);       // att_out [N, D]
+  linear_forward(be, with_input(o_proj(m, a, l), s->att_bf16, false), s->att, N, Hd,
+                 att_out);                                          // att_out [N, D]
   float *branch = att_out;
   if (lay.sublayer_norms) {                                          // N_pa(att_out)
     be->rmsnorm_forward(be, att_out, w->post_attention_layernorm, N, D, eps, s->res1, s->rstd_ao);
@@ -783,11 +808,12 @@ static void block_forward(ng_model *m, const ng_acts *a, int64_t l, const float 
   scaled_add(be, lay.alpha, x, branch, nd, s->res1);                 // res1 = alpha x + ...
   be->rmsnorm_forward(be, s->res1, mlp_in_norm(w, lay), N, D, eps, s->mlp_in, s->rstd_mi);
   if (c_l != 1.0f) be->scale(be, s->mlp_in, c_l, nd, s->mlp_in);    // lns
-  be->linear_forward(be, gate_up_proj(m, a, l), s->mlp_in, N, D,
-                     (float *const[]){s->gate, s->up});            // gate, up [N, F]
+  be->linear_forward(be, with_input(gate_up_proj(m, a, l), s->mlp_in_bf16, false), s->mlp_in,
+                     N, D, (float *const[]){s->gate, s->up});      // gate, up [N, F]
   be->swiglu_forward(be, s->gate, s->up, N * F, s->act);            // act [N, F]
   float *mlp_out = lay.sublayer_norms ? s->mlp_out : out;
-  linear_forward(be, down_proj(m, a, l), s->act, N, F, mlp_out);    // mlp_out [N, D]
+  linear_forward(be, with_input(down_proj(m, a, l), s->act_bf16, false), s->act, N, F,
+                 mlp_out);                                          // mlp_out [N, D]
   if (lay.sublayer_norms)                                           // N_pf(mlp_out)
     be->rmsnorm_forward(be, mlp_out, w->post_feedforward_layernorm, N, D, eps, out, s->rstd_mo);
   layer_scale_forward(m, a, w->mlp_layer_scale, out, s->mlp_branch);  // gamma_mlp branch
@@ -816,7 +842,9 @@ static void final_norm_forward(ng_model *m, ng_acts *a, const float *h) {
 void ng_model_logits(ng_model *m, ng_acts *a, int64_t row0, int64_t rows) {
   NG_ASSERT(rows >= 1 && rows <= a->chunk && row0 >= 0 && row0 + rows <= a->N);
   int64_t D = m->cfg.hidden_size;
-  linear_forward(m->be, head_linear(m, a), head_input(m, a) + row0 * D, rows, D, a->logits);
+  uint16_t *copy = a->head_in_bf16 ? a->head_in_bf16 + row0 * D : NULL;
+  linear_forward(m->be, with_input(head_linear(m, a), copy, false), head_input(m, a) + row0 * D,
+                 rows, D, a->logits);
   a->head_rounded = true;
 }
 
@@ -901,7 +929,7 @@ static void attention_backward(ng_model *m, const ng_acts *a, int64_t l, const f
   be->zero(be, ws->dk_raw, (size_t)N * KVd * sizeof(float));
   be->rmsnorm_backward(be, s->q, w->q_norm, s->rstd_q, ws->dq, N * as.H, hd, ws->dq_raw, g->q_norm);
   be->rmsnorm_backward(be, s->k, w->k_norm, s->rstd_k, ws->dk, N * as.KV, hd, ws->dk_raw, g->k_norm);
-  be->linear_backward(be, qkv_proj(m, a, l), att_in,
+  be->linear_backward(be, with_input(qkv_proj(m, a, l), s->att_in_bf16, true), att_in,
                       (const float *const[]){ws->dq_raw, ws->dk_raw, ws->dv}, N, D, 0.0f,
                       ws->datt_in, (float *const[]){g->q_proj, g->k_proj, g->v_proj});
 }
@@ -933,10 +961,12 @@ static void block_backward(ng_model *m, const ng_acts *a, int64_t l, const float
                       s->mlp_out, w->post_feedforward_layernorm, s->rstd_mo,
                       g->post_feedforward_layernorm);
   // mlp_out = down(act); act = silu(gate(mlp_in)) up(mlp_in)
-  linear_backward(be, down_proj(m, a, l), s->act, dmlp_out, N, F, 0.0f, ws->dact, g->down_proj);
+  linear_backward(be, with_input(down_proj(m, a, l), s->act_bf16, true), s->act, dmlp_out, N, F,
+                  0.0f, ws->dact, g->down_proj);
   be->swiglu_backward(be, s->gate, s->up, ws->dact, N * F, ws->dgate, ws->dup);
-  be->linear_backward(be, gate_up_proj(m, a, l), s->mlp_in, (const float *const[]){ws->dgate, ws->dup},
-                      N, D, 0.0f, ws->dmlp_in, (float *const[]){g->gate_proj, g->up_proj});
+  be->linear_backward(be, with_input(gate_up_proj(m, a, l), s->mlp_in_bf16, true), s->mlp_in,
+                      (const float *const[]){ws->dgate, ws->dup}, N, D, 0.0f, ws->dmlp_in,
+                      (float *const[]){g->gate_proj, g->up_proj});
   // res2 = alpha (output_norm ? mlp_in : res1) + ...
   if (lay.output_norm) {
     scaled_add(be, lay.alpha, dres2, ws->dmlp_in, N * D, ws->dres1);
@@ -955,7 +985,8 @@ static void block_backward(ng_model *m, const ng_acts *a, int64_t l, const float
       branch_backward(m, a, lay, ws->dres1, w->attn_layer_scale, s->att_branch, g->attn_layer_scale,
                       s->att_out, w->post_attention_layernorm, s->rstd_ao,
                       g->post_attention_layernorm);
-  linear_backward(be, o_proj(m, a, l), s->att, datt_out, N, Hd, 0.0f, ws->datt, g->o_proj);
+  linear_backward(be, with_input(o_proj(m, a, l), s->att_bf16, true), s->att, datt_out, N, Hd,
+                  0.0f, ws->datt, g->o_proj);
   attention_backward(m, a, l, lay.input_norm ? s->att_in : x, s, ws);
   be->scale(be, ws->dres1, lay.alpha, N * D, dx);
   if (lay.input_norm) {
@@ -968,13 +999,15 @@ static void block_backward(ng_model *m, const ng_acts *a, int64_t l, const float
 }
 
 // dlogits [rows, V] of rows [row0, row0 + rows) -> their dfinal [rows, D]
-// (written); d head weight [V, D] += dlogits^T head input rows.
+// (written); d head weight [V, D] += dlogits^T head input rows (after the
+// rows' logits: their input's bf16 copy is ready).
 static void head_backward(ng_model *m, ng_acts *a, int64_t row0, int64_t rows) {
   const ng_model_config *c = &m->cfg;
   int64_t D = c->hidden_size;
   float *dhead = c->tie_word_embeddings ? m->g.embed_tokens : m->g.lm_head;
-  linear_backward(m->be, head_linear(m, a), head_input(m, a) + row0 * D, a->ws.dlogits, rows, D,
-                  0.0f, a->ws.dfinal + row0 * D, dhead);
+  uint16_t *copy = a->head_in_bf16 ? a->head_in_bf16 + row0 * D : NULL;
+  linear_backward(m->be, with_input(head_linear(m, a), copy, true), head_input(m, a) + row0 * D,
+                  a->ws.dlogits, rows, D, 0.0f, a->ws.dfinal + row0 * D, dhead);
 }
 
 // Valid rows (target >= 0) of targets [N] (backend).

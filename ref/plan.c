@@ -89,6 +89,13 @@ int64_t ng_plan_acts_floats(const ng_model_config *c, int64_t B, int64_t T, cons
   return n;
 }
 
+int64_t ng_plan_acts_bf16(const ng_model_config *c, int64_t B, int64_t T, const ng_acts_options *o) {
+  if (!o->for_backward) return 0;
+  int64_t N = B * T, D = c->hidden_size, F = c->intermediate_size;
+  int64_t sets = o->recompute ? 1 : c->num_hidden_layers;
+  return N * (sets * (2 * D + c->num_attention_heads * c->head_dim + F) + D);
+}
+
 // ---------------------------------------------------------------- FLOPs
 
 double ng_plan_step_flops(const ng_model_config *student, const ng_plan_params *sp,
@@ -206,11 +213,15 @@ static int64_t teacher_bytes(const ng_model_config *teacher, const ng_plan_param
   return io * bpp + 2 * blocks + (int64_t)sizeof(float) * (blocks / L);
 }
 
-// Bytes of the bf16 copies of `linear` linear weights (ng_param.rounded) that a
-// backend reading bf16 weights keeps (ng_backend.bf16_weights: onednn bf16).
+// Whether the run's backend reads bf16 weights and keeps bf16 copies
+// (ng_backend.bf16_weights: onednn bf16).
+static bool bf16_copies(const ng_run_config *rc) {
+  return strcmp(rc->backend, "onednn") == 0 && rc->precision == NG_PREC_BF16;
+}
+
+// Bytes of the bf16 copies of `linear` linear weights (ng_param.rounded).
 static int64_t bf16_copy_bytes(const ng_run_config *rc, double linear) {
-  bool copies = strcmp(rc->backend, "onednn") == 0 && rc->precision == NG_PREC_BF16;
-  return copies ? 2 * (int64_t)linear : 0;
+  return bf16_copies(rc) ? 2 * (int64_t)linear : 0;
 }
 
 // ---------------------------------------------------------------- FLOPs besides training
@@ -289,7 +300,8 @@ void ng_plan_stage_of(const ng_run_config *rc, int stage, const ng_model_config 
   out->adamw = 2 * out->student.total * bpp;
   ng_acts_options train = {.for_backward = true, .recompute = rc->recompute, .chunk = chunk};
   ng_acts_options fwd = {.chunk = chunk};
-  out->acts = f32 * ng_plan_acts_floats(&sc, mb, T, &train);
+  out->acts = f32 * ng_plan_acts_floats(&sc, mb, T, &train) +
+              (bf16_copies(rc) ? 2 * ng_plan_acts_bf16(&sc, mb, T, &train) : 0);
   out->eval_acts = f32 * ng_plan_acts_floats(&sc, mb, T, &fwd);
   const ng_model_config *forward_teacher = rc->use_cache ? NULL : teacher;  // runs every step
   if (teacher) {

@@ -899,12 +899,65 @@ static void test_linear_copy(const target *t, int64_t N, int64_t in, int64_t out
   free(dy);
 }
 
+// The input's bf16 copy (ng_linear.x_bf16) on a backend that reads one: not
+// ready, the forward writes x's rounding into it and y is x's; ready, the
+// forward and backward read the copy, not x (a copy of x2's rounding given
+// with x: y and dW are x2's, bit for bit).
+static void test_input_copy(const target *t, int64_t N, int64_t in, int64_t out) {
+  float *x = randn(N * in, 1.0), *x2 = randn(N * in, 1.0), *W = randn(out * in, 1.0);
+  float *dy = randn(N * out, 1.0);
+  uint16_t *want = ng_xmalloc((size_t)(N * in) * sizeof(uint16_t));
+  bufs b = {.be = t->be};
+  float *x_d = upf(&b, x, N * in), *x2_d = upf(&b, x2, N * in), *W_d = upf(&b, W, out * in);
+  float *dy_d = upf(&b, dy, N * out), *y_d = upf(&b, NULL, N * out), *dx_d = upf(&b, NULL, N * in);
+  float *dW_d = upf(&b, NULL, out * in);
+  uint16_t *copy = up(&b, NULL, (size_t)(N * in) * sizeof(uint16_t));
+  // y and dW of x2 without a copy: what a copy of x2's rounding must give
+  ng_linear plain = {.n = 1, .W = {W_d}, .out = {out}};
+  t->be->linear_forward(t->be, plain, x2_d, N, in, &y_d);
+  t->be->linear_backward(t->be, plain, x2_d, (const float *const[]){dy_d}, N, in, 0.0f, dx_d,
+                         (float *const[]){dW_d});
+  float *y2 = down(&b, y_d, N * out), *dW2 = down(&b, dW_d, out * in);
+  t->be->linear_forward(t->be, plain, x_d, N, in, &y_d);
+  float *y1 = down(&b, y_d, N * out);
+  ng_linear l = {.n = 1, .W = {W_d}, .out = {out}, .x_bf16 = copy, .x_ready = false};
+  t->be->linear_forward(t->be, l, x_d, N, in, &y_d);
+  bool own = same_bits(&b, y_d, y1, N * out);
+  uint16_t *got = down_bytes(&b, copy, (size_t)(N * in) * sizeof(uint16_t));
+  ng_to_bf16(x, N * in, want);
+  bool filled = memcmp(got, want, (size_t)(N * in) * sizeof(uint16_t)) == 0;
+  ng_to_bf16(x2, N * in, want);
+  t->be->upload(t->be, copy, want, (size_t)(N * in) * sizeof(uint16_t));
+  l.x_ready = true;
+  t->be->linear_forward(t->be, l, x_d, N, in, &y_d);
+  t->be->zero(t->be, dW_d, (size_t)(out * in) * sizeof(float));
+  t->be->linear_backward(t->be, l, x_d, (const float *const[]){dy_d}, N, in, 0.0f, dx_d,
+                         (float *const[]){dW_d});
+  bool read = same_bits(&b, y_d, y2, N * out) && same_bits(&b, dW_d, dW2, out * in);
+  char name[200];
+  snprintf(name, sizeof name, "%s: linear N=%lld in=%lld out=%lld: fills the input's bf16 copy "
+           "(x rounded), reads it when ready (y, dW from the copy, bit for bit)",
+           t->label, (long long)N, (long long)in, (long long)out);
+  CHECK(filled && own && read, name, "filled %d, y unchanged %d, copy read %d", filled, own, read);
+  release(&b);
+  free(got);
+  free(want);
+  free(y1);
+  free(y2);
+  free(dW2);
+  free(x);
+  free(x2);
+  free(W);
+  free(dy);
+}
+
 // A tied frozen teacher (2 blocks) and an untied Post-Norm student (2 blocks)
 // on be, distilled for 4 AdamW steps from seed 7, the loss in chunks of 5 of
-// the 14 rows and the student's blocks recomputed in its backward. Returns
-// the student's weights one after another (host, *count floats) and whether
-// every linear weight of both models had a bf16 copy (ng_param.rounded).
-static float *distill_steps(ng_backend *be, int64_t *count, bool *copies) {
+// the 14 rows, the student's blocks recomputed in its backward or kept.
+// Returns the student's weights one after another (host, *count floats) and
+// whether every linear weight of both models had a bf16 copy (ng_param.rounded)
+// and the student's activations the bf16 copies of every linear input.
+static float *distill_steps(ng_backend *be, bool recompute, int64_t *count, bool *copies) {
   enum { Bq = 2, Tq = 7, Nq = Bq * Tq, V = 37 };
   ng_model_config c = {.vocab_size = V, .hidden_size = 16, .intermediate_size = 24,
                        .num_hidden_layers = 2, .num_attention_heads = 2, .num_key_value_heads = 1,
@@ -922,7 +975,7 @@ static float *distill_steps(ng_backend *be, int64_t *count, bool *copies) {
   for (int i = 0; i < 2 * Nq; i++) ids[i] = (int32_t)ng_rng_below(&r, V);
   bufs b = {.be = be};
   int32_t *tokens = up(&b, ids, sizeof(int32_t) * Nq), *targets = up(&b, ids + Nq, sizeof(int32_t) * Nq);
-  ng_acts_options so = {.for_backward = true, .recompute = true, .chunk = 5}, to = {.chunk = 5};
+  ng_acts_options so = {.for_backward = true, .recompute = recompute, .chunk = 5}, to = {.chunk = 5};
   ng_acts *sa = ng_acts_create_with(m, Bq, Tq, &so), *ta = ng_acts_create_with(teacher, Bq, Tq, &to);
   ng_adamw *o = ng_adamw_create(m);
   ng_optim_config oc = {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1, .grad_clip = 1.0};
@@ -938,7 +991,11 @@ static float *distill_steps(ng_backend *be, int64_t *count, bool *copies) {
     ng_model_backward(m, sa, tokens);
     ng_adamw_step(m, o, &oc, 1e-2);
   }
-  *copies = true;
+  *copies = sa->head_in_bf16 != NULL;
+  for (int i = 0; i < sa->n_blocks; i++) {
+    const ng_block_acts *s = &sa->blocks[i];
+    *copies = *copies && s->att_in_bf16 && s->att_bf16 && s->mlp_in_bf16 && s->act_bf16;
+  }
   for (int k = 0; k < 2; k++) {
     const ng_model *x = k ? m : teacher;
     for (int i = 0; i < x->n_params; i++) {
@@ -964,33 +1021,36 @@ static float *distill_steps(ng_backend *be, int64_t *count, bool *copies) {
 }
 
 // A backend that reads bf16 weights (ng_backend.bf16_weights) trains the same
-// with the models' bf16 copies of the weights as rounding each at every use;
-// another keeps no copies.
+// with the models' bf16 copies of the weights and of the linear inputs as
+// rounding each at every use, blocks recomputed or kept; another keeps no copies.
 static void run_weight_copies(const target *t) {
-  int64_t n, n0;
-  bool copies, copies0;
-  float *w = distill_steps(t->be, &n, &copies);
-  char name[240];
-  if (!t->be->bf16_weights) {
-    snprintf(name, sizeof name, "%s: the models keep no bf16 copies of the weights", t->label);
-    CHECK(!copies, name, "a model has copies");
+  for (int rc = 0; rc < 2; rc++) {
+    int64_t n, n0;
+    bool copies, copies0;
+    float *w = distill_steps(t->be, rc, &n, &copies);
+    char name[280];
+    if (!t->be->bf16_weights) {
+      snprintf(name, sizeof name, "%s: the models keep no bf16 copies (recompute %d)", t->label, rc);
+      CHECK(!copies, name, "a model has copies");
+      free(w);
+      continue;
+    }
+    t->be->bf16_weights = false;  // the same backend rounding every operand at every use
+    float *w0 = distill_steps(t->be, rc, &n0, &copies0);
+    t->be->bf16_weights = true;
+    // exact: a copy holds the same elementwise rounding of the same values, read
+    // by the same primitives in the same order
+    bool same = n == n0 && memcmp(w, w0, (size_t)n * sizeof(float)) == 0;
+    snprintf(name, sizeof name,
+             "%s: 4 distillation steps (chunked loss, blocks %s, frozen tied teacher) with the "
+             "bf16 copies of weights and linear inputs: the student's weights bit-identical to "
+             "rounding at every use",
+             t->label, rc ? "recomputed" : "kept");
+    CHECK(copies && !copies0 && same, name, "copies %d (without: %d), weights %s", copies,
+          copies0, same ? "the same" : "differ");
     free(w);
-    return;
+    free(w0);
   }
-  t->be->bf16_weights = false;  // the same backend rounding every weight at every use
-  float *w0 = distill_steps(t->be, &n0, &copies0);
-  t->be->bf16_weights = true;
-  // exact: a copy holds the same elementwise rounding of the same weights, read
-  // by the same primitives in the same order
-  bool same = n == n0 && memcmp(w, w0, (size_t)n * sizeof(float)) == 0;
-  snprintf(name, sizeof name,
-           "%s: 4 distillation steps (chunked loss, recomputed blocks, frozen tied teacher) with the "
-           "models' bf16 weight copies: the student's weights bit-identical to rounding at every use",
-           t->label);
-  CHECK(copies && !copies0 && same, name, "copies %d (without: %d), weights %s", copies, copies0,
-        same ? "the same" : "differ");
-  free(w);
-  free(w0);
 }
 
 static const struct {
@@ -1089,7 +1149,10 @@ static void run_linear(const target *t) {
   for (size_t i = 0; i < COUNT(linear_shapes); i++)
     test_linear(t, linear_shapes[i].n, linear_shapes[i].out, linear_shapes[i].N, linear_shapes[i].in,
                 linear_shapes[i].beta_dx, linear_shapes[i].frozen);
-  if (t->be->bf16_weights) test_linear_copy(t, 37, 29, 33);
+  if (t->be->bf16_weights) {
+    test_linear_copy(t, 37, 29, 33);
+    test_input_copy(t, 37, 29, 33);
+  }
 }
 static void run_embedding(const target *t) {
   for (size_t i = 0; i < COUNT(embedding_shapes); i++)

@@ -181,6 +181,30 @@ static void check_allocations(const char *name, const ng_model_config *c) {
   CHECK(kept - recompute == own - ng_plan_block_floats(c, 0, c->num_hidden_layers - 1, B * T) +
                                 2 * (B * T - 3) * c->vocab_size,
         label, "%lld vs %lld", (long long)kept, (long long)recompute);
+  // A backend that reads bf16 weights: the training sets also hold the linear
+  // inputs' bf16 copies (per token 2 D + H hd + F a block set, D the head)
+  ng_backend bf16 = g_counting;
+  bf16.bf16_weights = true;
+  m = ng_model_create(&bf16, c, true);
+  int64_t per_set = 2 * c->hidden_size + c->num_attention_heads * c->head_dim + c->intermediate_size;
+  size_t got[3];
+  const ng_acts_options *opts[3] = {&o_train, &o_rec, &o_fwd};
+  for (int i = 0; i < 3; i++) {
+    g_counted = 0;
+    ng_acts *a = ng_acts_create_with(m, B, T, opts[i]);
+    got[i] = g_counted;
+    ng_acts_free(m, a);
+  }
+  ng_model_free(m);
+  int64_t L = c->num_hidden_layers, D = c->hidden_size;
+  snprintf(label, sizeof label, "%s: the linear inputs' bf16 copies as allocated", name);
+  CHECK(ng_plan_acts_bf16(c, B, T, &o_train) == B * T * (L * per_set + D) &&
+            ng_plan_acts_bf16(c, B, T, &o_rec) == B * T * (per_set + D) &&
+            ng_plan_acts_bf16(c, B, T, &o_fwd) == 0 &&
+            got[0] == (size_t)(f32 * kept + 2 * B * T * (L * per_set + D)) &&
+            got[1] == (size_t)(f32 * recompute + 2 * B * T * (per_set + D)) &&
+            got[2] == fwd_bytes,
+        label, "train %zu, recompute %zu, forward %zu", got[0], got[1], got[2]);
 }
 
 static void test_allocations(void) {
@@ -305,20 +329,25 @@ static void test_stage(void) {
   CHECK(h.teacher_weights == 19642584064LL && h.total == s.total - (s.teacher_weights - h.teacher_weights),
         "Qwen3-8B-Base teacher held in bf16: weights by hand", "%lld bytes", (long long)h.teacher_weights);
   // On onednn bf16 the linear weights' bf16 copies besides, 2 bytes each: the
-  // student's P, the teacher's Pt, a held teacher's head alone (151936 x 4096).
+  // student's P, the teacher's Pt, a held teacher's head alone (151936 x 4096);
+  // and the training activations' copies of the linear inputs: per token, each
+  // of the 9 blocks 2 x 4096 + 32 x 128 + 12288 and the head 4096.
   ng_run_config rb = rc;
   snprintf(rb.backend, sizeof rb.backend, "onednn");
   rb.precision = NG_PREC_BF16;
   ng_plan_stage o, oh;
   ng_plan_stage_of(&rb, 2, &t, &dev, &o);
   ng_plan_stage_of(&rb, 2, &t, &bf16, &oh);
+  int64_t inputs = 2 * s.micro_batch * 2048 * (9 * 24576 + 4096);
   CHECK(o.weights == s.weights + 2 * (int64_t)P && o.teacher_weights == s.teacher_weights + 2 * (int64_t)Pt &&
             oh.teacher_weights == h.teacher_weights + 2 * 622329856LL && o.grads == s.grads &&
-            o.total == s.total + 2 * (int64_t)(P + Pt),
+            o.acts == s.acts + inputs && o.eval_acts == s.eval_acts &&
+            o.total == s.total + 2 * (int64_t)(P + Pt) + inputs,
         "onednn bf16: the bf16 copies of the student's and teacher's linear weights (a held teacher: "
-        "its head) by hand", "weights +%lld, teacher +%lld, held teacher +%lld",
+        "its head) and of the student's linear inputs by hand",
+        "weights +%lld, teacher +%lld, held teacher +%lld, acts +%lld",
         (long long)(o.weights - s.weights), (long long)(o.teacher_weights - s.teacher_weights),
-        (long long)(oh.teacher_weights - h.teacher_weights));
+        (long long)(oh.teacher_weights - h.teacher_weights), (long long)(o.acts - s.acts));
   // Data parallel on 64 devices, micro-batches of 8 rows, recompute: the moments
   // sharded, the ZeRO buffers (one parameter's staging: the largest is the
   // embedding, and the reduced gradients of the device's slices).

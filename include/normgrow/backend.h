@@ -66,6 +66,9 @@ typedef struct {
 // bf16_ready it holds W_i's current values and the backend reads it instead of
 // rounding W_i again; without, the backend writes its rounding of W_i there (a
 // later call of the same pass then reads it ready). NULL for other backends.
+// A training model keeps the input's rounding the same way, x_bf16 [N, in]:
+// the forward writes it (x_ready false), the backward of the same pass reads
+// it (x_ready true), so x is rounded once a step.
 #define NG_LINEAR_MAX 3
 typedef struct {
   int n;                          // 1..NG_LINEAR_MAX
@@ -73,6 +76,8 @@ typedef struct {
   int64_t out[NG_LINEAR_MAX];
   uint16_t *W_bf16[NG_LINEAR_MAX];
   bool bf16_ready;
+  uint16_t *x_bf16;               // NULL: none kept
+  bool x_ready;
 } ng_linear;
 
 typedef struct {
@@ -86,7 +91,7 @@ struct ng_backend {
   ng_precision precision;
   unsigned divergences;  // bit 1 << d for every ng_divergence d its loss ops compute
   bool host_memory;      // its buffers are the machine's memory (a device's otherwise)
-  bool bf16_weights;     // its linear ops read and fill ng_linear.W_bf16 (see ng_linear)
+  bool bf16_weights;     // its linear ops read and fill ng_linear.W_bf16, x_bf16 (see ng_linear)
   // For a backend of device memory: makes an "mpi" communicator carry its
   // buffers, in place (comm.h ng_comm_bind; cuda: NCCL); NULL for host memory.
   int (*bind_comm)(ng_backend *be, ng_comm *c);
@@ -122,7 +127,8 @@ struct ng_backend {
                          float *const y[]);
   // For i = 0, 1, ..: dW_i [out_i, in] += dy_i^T x (skipped when dW_i is NULL: frozen),
   // then dx [N, in] = dy_i W_i + beta dx, with beta = beta_dx for i = 0 and 1 after (the
-  // matmuls above in this order; in bf16 mode x and each dy_i rounded once).
+  // matmuls above in this order; in bf16 mode x and each dy_i rounded once, x not at all
+  // when its copy is ready).
   void (*linear_backward)(ng_backend *be, ng_linear l, const float *x, const float *const dy[],
                           int64_t N, int64_t in, float beta_dx, float *dx, float *const dW[]);
 

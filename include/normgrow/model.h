@@ -139,6 +139,10 @@ typedef struct {
   float *res2, *rstd_out;        // [N, D], [N]      with an output norm (else res2 is y)
   float *att_branch, *mlp_branch;  // [N, D] x 2     layer_scale only: the branch terms
                                    //                before their scales (see above)
+  // The linear layers' inputs as the forward rounded them to bf16, read by the
+  // backward (ng_linear.x_bf16; training on a backend that reads bf16 weights):
+  uint16_t *att_in_bf16, *att_bf16;  // [N, D] (q/k/v's input, att_in or x), [N, H*hd]
+  uint16_t *mlp_in_bf16, *act_bf16;  // [N, D], [N, F]
 } ng_block_acts;
 
 // Backward scratch, shared by all blocks.
@@ -184,6 +188,7 @@ struct ng_acts {
   int n_blocks;          // L when training without recompute, else 1
   ng_block_acts *blocks;
   float *final_in, *rstd_final;  // [N, D] head input (normed if final_norm), [N]
+  uint16_t *head_in_bf16;  // [N, D] the head input's rounding, as the blocks' inputs' (or NULL)
   float *logits;         // [chunk, V]: logits of the rows of the last ng_model_logits
   bool blocks_rounded;   // the block weights' `rounded` copies hold this forward's weights
   bool head_rounded;     // the head weight's `rounded` copy does (after this forward's logits)

@@ -10,6 +10,8 @@
 //   weights, gradients, AdamW m and v   P bpp each (gradients and moments are
 //                                       allocated for frozen tensors too)
 //   training activations                4 x ng_plan_acts_floats(student, n, train, recompute, c)
+//                                       (onednn bf16: + 2 x ng_plan_acts_bf16, the linear
+//                                       inputs' bf16 copies)
 //   evaluation activations              4 x ng_plan_acts_floats(student, n, forward, c)
 //   teacher (distill)                   P_teacher bpp (blocks held in bf16: 2 bytes each, and one
 //                                       fp32 block) + 4 x ng_plan_acts_floats(teacher, n, forward, c)
@@ -21,7 +23,7 @@
 //                                       its 2^16 counts for the exact median; then the
 //                                       ablation: forward-only sets of student and teacher
 //   a checkpoint                        a host copy of the weights and AdamW moments, 3 P x 4
-// Activations are fp32 floats, as the reference allocates them.
+// Activations are fp32 floats, as the reference allocates them (onednn bf16: and the copies above).
 //
 // Device and host. A backend in host memory (cpu, onednn) holds all of this in
 // one memory. A device backend (cuda: ng_plan_device_backend) holds on each
@@ -104,6 +106,11 @@ int64_t ng_plan_block_floats(const ng_model_config *c, int64_t first, int64_t la
 int64_t ng_plan_grad_ws_floats(const ng_model_config *c, int64_t N, int64_t chunk);
 // Floats of the activations at batch [B, T] exactly as ng_acts_create_with(o) allocates them.
 int64_t ng_plan_acts_floats(const ng_model_config *c, int64_t B, int64_t T, const ng_acts_options *o);
+// bf16 values it allocates besides on a backend that reads bf16 weights
+// (ng_backend.bf16_weights): a training forward's linear inputs rounded for
+// its backward, per token 2 D + H hd + F for each set of block values and D
+// for the head; none without for_backward.
+int64_t ng_plan_acts_bf16(const ng_model_config *c, int64_t B, int64_t T, const ng_acts_options *o);
 
 // The program, its libraries, OpenMP and OpenBLAS buffers: what the process
 // holds before it allocates a model (measured on the CPU reference).
