@@ -848,44 +848,56 @@ static const struct { int64_t M, N, K; } matmul_shapes[] = {
 static const float matmul_betas[] = {0.0f, 1.0f, 0.5f};  // beta 0: C NaN before
 // ---------------------------------------------------------------- weight copies
 
-// One weight's bf16 copy (ng_linear.W_bf16) on a backend that reads one:
-// not ready, the forward writes W's rounding into it and y is W's; ready, the
-// forward and backward read the copy, not W (a copy of W2's rounding given
-// with W: y and dx are W2's, bit for bit).
-static void test_linear_copy(const target *t, int64_t N, int64_t in, int64_t out) {
-  float *x = randn(N * in, 1.0), *W = randn(out * in, 1.0), *W2 = randn(out * in, 1.0);
-  float *dy = randn(N * out, 1.0);
-  uint16_t *want = ng_xmalloc((size_t)(out * in) * sizeof(uint16_t));
-  bufs b = {.be = t->be};
-  float *x_d = upf(&b, x, N * in), *W_d = upf(&b, W, out * in), *W2_d = upf(&b, W2, out * in);
-  float *dy_d = upf(&b, dy, N * out), *y_d = upf(&b, NULL, N * out), *dx_d = upf(&b, NULL, N * in);
-  uint16_t *copy = up(&b, NULL, (size_t)(out * in) * sizeof(uint16_t));
-  // y and dx of W2 without a copy: what a copy of W2's rounding must give
-  ng_linear plain = {.n = 1, .W = {W2_d}, .out = {out}};
-  t->be->linear_forward(t->be, plain, x_d, N, in, &y_d);
-  t->be->linear_backward(t->be, plain, x_d, (const float *const[]){dy_d}, N, in, 0.0f, dx_d,
-                         (float *const[]){NULL});
-  float *y2 = down(&b, y_d, N * out), *dx2 = down(&b, dx_d, N * in), *y1;
-  ng_linear l = {.n = 1, .W = {W_d}, .out = {out}, .W_bf16 = {copy}, .bf16_ready = false};
+// l's forward and backward on x_d, dy_d into y_d, dx_d and dW_d (zeroed first).
+static void linear_pass(const target *t, ng_linear l, float *x_d, float *dy_d, int64_t N,
+                        int64_t in, float *y_d, float *dx_d, float *dW_d) {
   t->be->linear_forward(t->be, l, x_d, N, in, &y_d);
-  y1 = down(&b, y_d, N * out);
-  uint16_t *got = down_bytes(&b, copy, (size_t)(out * in) * sizeof(uint16_t));
-  ng_to_bf16(W, out * in, want);
-  bool filled = memcmp(got, want, (size_t)(out * in) * sizeof(uint16_t)) == 0;
+  t->be->zero(t->be, dW_d, (size_t)(l.out[0] * in) * sizeof(float));
+  t->be->linear_backward(t->be, l, x_d, (const float *const[]){dy_d}, N, in, 0.0f, dx_d,
+                         (float *const[]){dW_d});
+}
+
+// One operand's bf16 copy on a backend that reads one, the weight W
+// (ng_linear.W_bf16) or the input x (x_bf16): not ready, the forward writes
+// the operand's rounding into it and y is unchanged; ready, the forward and
+// backward read the copy, not the operand (a copy of another operand A2's
+// rounding: y, dx and dW are A2's, bit for bit).
+static void test_copy(const target *t, bool input, int64_t N, int64_t in, int64_t out) {
+  int64_t n = input ? N * in : out * in;
+  float *x = randn(N * in, 1.0), *W = randn(out * in, 1.0), *A2 = randn(n, 1.0);
+  float *dy = randn(N * out, 1.0);
+  uint16_t *want = ng_xmalloc((size_t)n * sizeof(uint16_t));
+  bufs b = {.be = t->be};
+  float *x_d = upf(&b, x, N * in), *W_d = upf(&b, W, out * in), *A2_d = upf(&b, A2, n);
+  float *dy_d = upf(&b, dy, N * out), *y_d = upf(&b, NULL, N * out), *dx_d = upf(&b, NULL, N * in);
+  float *dW_d = upf(&b, NULL, out * in);
+  uint16_t *copy = up(&b, NULL, (size_t)n * sizeof(uint16_t));
+  // y, dx and dW with A2 and no copy: what a copy of A2's rounding must give
+  ng_linear plain = {.n = 1, .W = {input ? W_d : A2_d}, .out = {out}};
+  linear_pass(t, plain, input ? A2_d : x_d, dy_d, N, in, y_d, dx_d, dW_d);
+  float *y2 = down(&b, y_d, N * out), *dx2 = down(&b, dx_d, N * in), *dW2 = down(&b, dW_d, out * in);
   plain.W[0] = W_d;
   t->be->linear_forward(t->be, plain, x_d, N, in, &y_d);
-  bool own = same_bits(&b, y_d, y1, N * out);
-  ng_to_bf16(W2, out * in, want);
-  t->be->upload(t->be, copy, want, (size_t)(out * in) * sizeof(uint16_t));
-  l.bf16_ready = true;
+  float *y1 = down(&b, y_d, N * out);
+  ng_linear l = plain;
+  if (input) l.x_bf16 = copy;
+  else l.W_bf16[0] = copy;
   t->be->linear_forward(t->be, l, x_d, N, in, &y_d);
-  t->be->linear_backward(t->be, l, x_d, (const float *const[]){dy_d}, N, in, 0.0f, dx_d,
-                         (float *const[]){NULL});
-  bool read = same_bits(&b, y_d, y2, N * out) && same_bits(&b, dx_d, dx2, N * in);
+  bool own = same_bits(&b, y_d, y1, N * out);
+  uint16_t *got = down_bytes(&b, copy, (size_t)n * sizeof(uint16_t));
+  ng_to_bf16(input ? x : W, n, want);
+  bool filled = memcmp(got, want, (size_t)n * sizeof(uint16_t)) == 0;
+  ng_to_bf16(A2, n, want);
+  t->be->upload(t->be, copy, want, (size_t)n * sizeof(uint16_t));
+  if (input) l.x_ready = true;
+  else l.bf16_ready = true;
+  linear_pass(t, l, x_d, dy_d, N, in, y_d, dx_d, dW_d);
+  bool read = same_bits(&b, y_d, y2, N * out) && same_bits(&b, dx_d, dx2, N * in) &&
+              same_bits(&b, dW_d, dW2, out * in);
   char name[200];
-  snprintf(name, sizeof name, "%s: linear N=%lld in=%lld out=%lld: fills the weight's bf16 copy "
-           "(W rounded), reads it when ready (y, dx from the copy, bit for bit)",
-           t->label, (long long)N, (long long)in, (long long)out);
+  snprintf(name, sizeof name, "%s: linear N=%lld in=%lld out=%lld: fills the %s's bf16 copy "
+           "(rounded), reads it when ready (y, dx, dW from the copy, bit for bit)",
+           t->label, (long long)N, (long long)in, (long long)out, input ? "input" : "weight");
   CHECK(filled && own && read, name, "filled %d, y unchanged %d, copy read %d", filled, own, read);
   release(&b);
   free(got);
@@ -893,61 +905,10 @@ static void test_linear_copy(const target *t, int64_t N, int64_t in, int64_t out
   free(y1);
   free(y2);
   free(dx2);
-  free(x);
-  free(W);
-  free(W2);
-  free(dy);
-}
-
-// The input's bf16 copy (ng_linear.x_bf16) on a backend that reads one: not
-// ready, the forward writes x's rounding into it and y is x's; ready, the
-// forward and backward read the copy, not x (a copy of x2's rounding given
-// with x: y and dW are x2's, bit for bit).
-static void test_input_copy(const target *t, int64_t N, int64_t in, int64_t out) {
-  float *x = randn(N * in, 1.0), *x2 = randn(N * in, 1.0), *W = randn(out * in, 1.0);
-  float *dy = randn(N * out, 1.0);
-  uint16_t *want = ng_xmalloc((size_t)(N * in) * sizeof(uint16_t));
-  bufs b = {.be = t->be};
-  float *x_d = upf(&b, x, N * in), *x2_d = upf(&b, x2, N * in), *W_d = upf(&b, W, out * in);
-  float *dy_d = upf(&b, dy, N * out), *y_d = upf(&b, NULL, N * out), *dx_d = upf(&b, NULL, N * in);
-  float *dW_d = upf(&b, NULL, out * in);
-  uint16_t *copy = up(&b, NULL, (size_t)(N * in) * sizeof(uint16_t));
-  // y and dW of x2 without a copy: what a copy of x2's rounding must give
-  ng_linear plain = {.n = 1, .W = {W_d}, .out = {out}};
-  t->be->linear_forward(t->be, plain, x2_d, N, in, &y_d);
-  t->be->linear_backward(t->be, plain, x2_d, (const float *const[]){dy_d}, N, in, 0.0f, dx_d,
-                         (float *const[]){dW_d});
-  float *y2 = down(&b, y_d, N * out), *dW2 = down(&b, dW_d, out * in);
-  t->be->linear_forward(t->be, plain, x_d, N, in, &y_d);
-  float *y1 = down(&b, y_d, N * out);
-  ng_linear l = {.n = 1, .W = {W_d}, .out = {out}, .x_bf16 = copy, .x_ready = false};
-  t->be->linear_forward(t->be, l, x_d, N, in, &y_d);
-  bool own = same_bits(&b, y_d, y1, N * out);
-  uint16_t *got = down_bytes(&b, copy, (size_t)(N * in) * sizeof(uint16_t));
-  ng_to_bf16(x, N * in, want);
-  bool filled = memcmp(got, want, (size_t)(N * in) * sizeof(uint16_t)) == 0;
-  ng_to_bf16(x2, N * in, want);
-  t->be->upload(t->be, copy, want, (size_t)(N * in) * sizeof(uint16_t));
-  l.x_ready = true;
-  t->be->linear_forward(t->be, l, x_d, N, in, &y_d);
-  t->be->zero(t->be, dW_d, (size_t)(out * in) * sizeof(float));
-  t->be->linear_backward(t->be, l, x_d, (const float *const[]){dy_d}, N, in, 0.0f, dx_d,
-                         (float *const[]){dW_d});
-  bool read = same_bits(&b, y_d, y2, N * out) && same_bits(&b, dW_d, dW2, out * in);
-  char name[200];
-  snprintf(name, sizeof name, "%s: linear N=%lld in=%lld out=%lld: fills the input's bf16 copy "
-           "(x rounded), reads it when ready (y, dW from the copy, bit for bit)",
-           t->label, (long long)N, (long long)in, (long long)out);
-  CHECK(filled && own && read, name, "filled %d, y unchanged %d, copy read %d", filled, own, read);
-  release(&b);
-  free(got);
-  free(want);
-  free(y1);
-  free(y2);
   free(dW2);
   free(x);
-  free(x2);
   free(W);
+  free(A2);
   free(dy);
 }
 
@@ -1150,8 +1111,8 @@ static void run_linear(const target *t) {
     test_linear(t, linear_shapes[i].n, linear_shapes[i].out, linear_shapes[i].N, linear_shapes[i].in,
                 linear_shapes[i].beta_dx, linear_shapes[i].frozen);
   if (t->be->bf16_weights) {
-    test_linear_copy(t, 37, 29, 33);
-    test_input_copy(t, 37, 29, 33);
+    test_copy(t, false, 37, 29, 33);
+    test_copy(t, true, 37, 29, 33);
   }
 }
 static void run_embedding(const target *t) {
