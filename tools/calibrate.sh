@@ -11,7 +11,10 @@
 #      calibrated peak: OUT/control-<name>; with --hybrid, the hybrid growths (growth.
 #      new_block_placement): Post-Norm blocks grown on a Pre-Norm prefix at Pre-Norm's
 #      calibrated peak (OUT/hybrid-pre-post) and Pre-Norm blocks on a Post-Norm prefix at
-#      Post-Norm's (OUT/hybrid-post-pre);
+#      Post-Norm's (OUT/hybrid-post-pre); a rate these need is this call's or, for a
+#      placement not among --placements, the one OUT/calibration.json holds from an
+#      earlier call (so placements calibrated over different grids, one call each, get
+#      their controls and hybrids in a last call);
 #   3. the report over the calibrated joint arms, the grown arms and the controls:
 #      OUT/report (paired differences, the interaction per placement; pairs of arms at
 #      different calibrated rates are paired as the same config in another placement).
@@ -108,10 +111,15 @@ EOF
 
 IFS=, read -ra ps <<<"$placements"
 for p in "${ps[@]}"; do placement_sets "$p" >/dev/null || exit 2; done
-[ "$controls" = 0 ] || [[ ,$placements, == *,post,* ]] ||
-  { echo "calibrate: --controls needs post among --placements" >&2; exit 2; }
-[ "$hybrid" = 0 ] || { [[ ,$placements, == *,pre,* ]] && [[ ,$placements, == *,post,* ]]; } ||
-  { echo "calibrate: --hybrid needs pre and post among --placements" >&2; exit 2; }
+# Whether placement P is calibrated by this call or by an earlier one into OUT.
+is_calibrated() {  # placement
+  [[ ,$placements, == *,$1,* ]] || python3 -c 'import json, sys
+sys.exit(sys.argv[2] not in json.load(open(sys.argv[1])))' "$out/calibration.json" "$1" 2>/dev/null
+}
+[ "$controls" = 0 ] || is_calibrated post ||
+  { echo "calibrate: --controls needs post among --placements or in $out/calibration.json" >&2; exit 2; }
+[ "$hybrid" = 0 ] || { is_calibrated pre && is_calibrated post; } ||
+  { echo "calibrate: --hybrid needs pre and post among --placements or in $out/calibration.json" >&2; exit 2; }
 for f in "${need[@]}"; do
   [ -f "$f" ] || { echo "calibrate: $f is missing: make the set's data and teacher first" \
     "(make demo$([ "$set_name" = toy-large ] && echo ' STUDY=large'))" >&2; exit 1; }
@@ -151,6 +159,10 @@ for p in "${ps[@]}"; do
   # shellcheck disable=SC2046
   sweep "$configs/grow-pre.json" "$out/grow-$p" $(placement_sets "$p") --set "lr.peak=${best[$p]}"
 done
+# Every placement calibrated in OUT so far, this call's and an earlier call's, and its rate.
+mapfile -t calibrated < <(python3 -c 'import json, sys
+for p, c in json.load(open(sys.argv[1])).items(): print(p, c["lr.peak"])' "$out/calibration.json")
+for pr in "${calibrated[@]}"; do best[${pr% *}]=${pr#* }; done
 if [ "$controls" = 1 ]; then
   for c in control-extra-tokens control-layer-tokens control-lr-restarts; do
     say "$c at Post-Norm's peak LR ${best[post]} -> $out/$c"
@@ -168,15 +180,13 @@ fi
 # The report over every arm OUT holds at calibrated rates, this call's and an earlier
 # call's: each calibrated placement's joint arm at its rate and its grown arm; the controls
 # at Post-Norm's rate and the hybrids at their prefix's, where they were run.
-mapfile -t calibrated < <(python3 -c 'import json, sys
-for p, c in json.load(open(sys.argv[1])).items(): print(p, c["lr.peak"])' "$out/calibration.json")
 dirs=()
 add_runs() {  # sweep-dir LR: that setting's runs, where the sweep has finished
   [ -f "$1/sweep.json" ] && mapfile -t -O ${#dirs[@]} dirs < <(at "$1" "$2")
   return 0
 }
 for pr in "${calibrated[@]}"; do
-  p=${pr% *} best[$p]=${pr#* }
+  p=${pr% *}
   add_runs "$out/joint-$p" "${best[$p]}"
   add_runs "$out/grow-$p" "${best[$p]}"
 done
