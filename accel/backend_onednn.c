@@ -667,6 +667,7 @@ ng_backend *ng_backend_onednn_open(ng_precision p) {
   o->be.sumsq = ng_vec_sumsq;
   o->be.adamw = ng_vec_adamw;
   o->be.ce_kd = ng_vec_ce_kd;
+  o->be.ce_kd_topk = ng_vec_ce_kd_topk;
   DNNL_OK(dnnl_engine_create(&o->engine, dnnl_cpu, 0));
   DNNL_OK(dnnl_stream_create(&o->stream, o->engine, dnnl_stream_default_flags));
   return &o->be;

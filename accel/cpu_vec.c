@@ -9,12 +9,14 @@
 // given clone, whatever the thread count.
 #include "cpu_vec.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "normgrow/backend_cpu.h"
 #include "normgrow/common.h"
+#include "normgrow/divergence.h"
 
 #define VEC_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 
@@ -57,6 +59,37 @@ static inline float vexp(float x) {
   float scale;
   memcpy(&scale, &bits, sizeof scale);
   return x < lo ? 0.0f : e * scale;
+}
+
+// log(x) in fp32 without a library call, so that loops over it vectorise: x =
+// m 2^e with m in [sqrt(1/2), sqrt(2)) from the bits, log(m) = log(1 + f) by
+// Cephes' logf polynomial, plus e ln2 (ln2 in two parts): within 1 ulp of the
+// correctly rounded log on a sweep of every seventh normal float (0.82 at
+// worst). x is clamped below
+// at FLT_MIN, the smallest normal (the divergences multiply such a log by a
+// probability under FLT_MIN); x is finite and not negative.
+static inline float vlog(float x) {
+  float xc = x < FLT_MIN ? FLT_MIN : x, m;
+  int32_t bits;
+  memcpy(&bits, &xc, sizeof bits);
+  int32_t e = ((bits >> 23) & 0xff) - 127, mb = (bits & 0x007fffff) | 0x3f800000;  // m in [1, 2)
+  memcpy(&m, &mb, sizeof m);
+  if (m > 1.41421356f) {
+    m *= 0.5f;
+    e += 1;
+  }
+  float f = m - 1.0f, z = f * f, fe = (float)e;
+  float p = 7.0376836292e-2f;
+  p = p * f - 1.1514610310e-1f;
+  p = p * f + 1.1676998740e-1f;
+  p = p * f - 1.2420140846e-1f;
+  p = p * f + 1.4249322787e-1f;
+  p = p * f - 1.6668057665e-1f;
+  p = p * f + 2.0000714765e-1f;
+  p = p * f - 2.4999993993e-1f;
+  p = p * f + 3.3333331174e-1f;
+  float y = p * f * z + fe * -2.12194440e-4f - 0.5f * z;
+  return f + y + fe * 0.693359375f;
 }
 
 // ---------------------------------------------------------------- reductions
@@ -114,60 +147,266 @@ static void loss_grad(const float *ps, const float *est, const float *et, int64_
 
 // ---------------------------------------------------------------- the loss
 
-// One row s [V] of the fused loss, teacher row t [V] or NULL, target y; with
-// ps = softmax(s), pst = softmax(s / tau), pt = softmax(t / tau):
-//   ce = log sum exp(s) - s_y;  kl = KL(pt || pst)
-//      = (1/tau) sum_j pt_j ((t_j - mt) - (s_j - ms)) + log(zst / zt);
-//   ds = w ((1 - a) (ps - onehot) + a tau (pst - pt)), or w (ps - onehot) without t.
-// scratch holds 3 rows of V floats (ps, est, et).
-static void loss_row(const float *s, const float *t, int32_t y, int64_t V, ng_loss_params lp,
+// A row's teacher: full logits t [V], a top-k cache (ids, vals [k], its lse at
+// the temperature), or neither (CE alone).
+typedef struct {
+  const float *t;
+  const int32_t *ids;
+  const float *vals;
+  float lse;
+  int64_t k;
+} row_teacher;
+
+// What the kd term of a row leaves for its gradient: forward KL, dz = est /
+// zst - tgt / tgt_z (tgt in the row r); the bucketed divergences, dz = est /
+// zst * (g - gbar) (g in the row r).
+typedef struct {
+  double kl, tgt_z, gbar;
+} kd_terms;
+
+// Forward KL from a full teacher row t [V]: r = exp((t - mt) / tau), tgt_z =
+// zt; KL(pt || pst) = (1/tau) sum_j pt_j ((t_j - mt) - (s_j - ms)) + log(zst / zt).
+static kd_terms fkl_full(const float *s, const float *t, int64_t V, float ms, double zst,
+                         float inv_tau, float *r) {
+  double zt;
+  float mt = row_max(t, V);
+  double dot = teacher_pass(t, s, V, mt, ms, inv_tau, r, &zt);
+  return (kd_terms){.kl = dot * inv_tau / zt + log(zst) - log(zt), .tgt_z = zt};
+}
+
+// r [n] = e [n] (the row's exponentials) with the k cached ids zeroed; returns
+// sum r, in double: the student's mass off the cache, summed directly (zst -
+// the cached mass would leave only rounding when the cache holds nearly every id).
+VEC_CLONES
+static double off_cache(const float *e, const int32_t *ids, int64_t k, int64_t n, float *r) {
+  memcpy(r, e, (size_t)n * sizeof(float));
+  for (int64_t j = 0; j < k; j++) r[ids[j]] = 0.0f;
+  double z = 0.0;
+#pragma omp simd reduction(+ : z)
+  for (int64_t j = 0; j < n; j++) z += r[j];
+  return z;
+}
+
+// r [n] *= c.
+VEC_CLONES
+static void scale_row(float *r, int64_t n, float c) {
+#pragma omp simd
+  for (int64_t j = 0; j < n; j++) r[j] *= c;
+}
+
+// Forward KL from a top-k cache, the reference's kd_topk_row: q_j = exp(v_j /
+// tau - lse) on the cached ids, tail mass q_r = 1 - sum q_j against the
+// student's p_r off the cache; r = tgt relative to zst (tgt_z = zst): q_j zst
+// on the cached ids, est_j q_r / p_r elsewhere.
+static kd_terms fkl_topk(const row_teacher *tc, const float *s, const float *est, float ms,
+                         double zst, int64_t V, double inv_tau, float *r) {
+  double rest = off_cache(est, tc->ids, tc->k, V, r), log_zst = log(zst), q_sum = 0.0, kl = 0.0;
+  for (int64_t j = 0; j < tc->k; j++) {
+    double lq = (double)tc->vals[j] * inv_tau - tc->lse, q = exp(lq);
+    q_sum += q;
+    kl += q * (lq - (((double)s[tc->ids[j]] - ms) * inv_tau - log_zst));
+  }
+  double p_r = rest / zst, q_r = rest > 0.0 ? fmax(1.0 - q_sum, 0.0) : 0.0;
+  if (q_r > 0.0) kl += q_r * (log(q_r) - log(p_r));
+  scale_row(r, V, (float)(rest > 0.0 ? q_r / p_r : 0.0));
+  for (int64_t j = 0; j < tc->k; j++)
+    r[tc->ids[j]] = (float)(exp((double)tc->vals[j] * inv_tau - tc->lse) * zst);
+  return (kd_terms){.kl = kl, .tgt_z = zst};
+}
+
+// The reverse KL's buckets over a full teacher, one id a bucket: with lp, lq
+// the student's and the teacher's log-probabilities at tau (lp = (s - ms)/tau -
+// log zst, lq = (t - mt)/tau - log zt; P = est / zst, Q = et / zt), g [n] = lp -
+// lq where P > 0 (else 0); returns D = sum P g (which is also gbar).
+VEC_CLONES
+static double rkl_pass(const float *s, const float *t, const float *est, int64_t n, float ms,
+                       float mt, float inv_tau, float log_zst, float log_zt, float inv_zst,
+                       float *g) {
+  double D = 0.0;
+#pragma omp simd reduction(+ : D)
+  for (int64_t j = 0; j < n; j++) {
+    float P = est[j] * inv_zst;
+    float lp = (s[j] - ms) * inv_tau - log_zst, lq = (t[j] - mt) * inv_tau - log_zt;
+    float gj = P > 0.0f ? lp - lq : 0.0f;
+    g[j] = gj;
+    D += (double)(P * gj);
+  }
+  return D;
+}
+
+// The JSD's buckets over a full teacher (beta b): et [n] = exp((t - mt)/tau)
+// in, g [n] out (g may alias et): with M = b Q + (1-b) P and lm = log M,
+//   D = sum b Q (lq - lm) + (1-b) P (lp - lm),  g = (1-b) (lp - lm) where P > 0;
+// returns D, and *gbar = sum P g, both in double.
+VEC_CLONES
+static double jsd_pass(const float *s, const float *t, const float *est, const float *et,
+                       int64_t n, float ms, float mt, float inv_tau, float log_zst, float log_zt,
+                       float inv_zst, float inv_zt, float b, double *gbar, float *g) {
+  double D = 0.0, gb = 0.0;
+#pragma omp simd reduction(+ : D, gb)
+  for (int64_t j = 0; j < n; j++) {
+    float P = est[j] * inv_zst, Q = et[j] * inv_zt;
+    float lp = (s[j] - ms) * inv_tau - log_zst, lq = (t[j] - mt) * inv_tau - log_zt;
+    float lm = vlog(b * Q + (1.0f - b) * P);
+    float gj = P > 0.0f ? (1.0f - b) * (lp - lm) : 0.0f;
+    g[j] = gj;
+    D += (double)((Q > 0.0f ? b * Q * (lq - lm) : 0.0f) + P * gj);
+    gb += (double)(P * gj);
+  }
+  *gbar = gb;
+  return D;
+}
+
+// Reverse KL or JSD from a full teacher row t [V] (r: the teacher's
+// exponentials, then g).
+static kd_terms bucket_full(ng_divergence d, double beta, const float *s, const float *t,
+                            const float *est, int64_t V, float ms, double zst, float inv_tau,
+                            float *r) {
+  float mt = row_max(t, V);
+  double zt = exp_sum(t, V, mt, inv_tau, r);
+  float log_zst = (float)log(zst), log_zt = (float)log(zt), inv_zst = (float)(1.0 / zst);
+  kd_terms k = {0};
+  switch (d) {
+    case NG_DIV_REVERSE_KL:
+      k.kl = k.gbar = rkl_pass(s, t, est, V, ms, mt, inv_tau, log_zst, log_zt, inv_zst, r);
+      return k;
+    case NG_DIV_JSD:
+      k.kl = jsd_pass(s, t, est, r, V, ms, mt, inv_tau, log_zst, log_zt, inv_zst,
+                      (float)(1.0 / zt), (float)beta, &k.gbar, r);
+      return k;
+    case NG_DIV_FORWARD_KL: break;  // fkl_full
+  }
+  NG_ASSERT(!"bucket_full: not a bucketed divergence");
+  return k;
+}
+
+// r [n] = c.
+VEC_CLONES
+static void fill_row(float *r, int64_t n, float c) {
+#pragma omp simd
+  for (int64_t j = 0; j < n; j++) r[j] = c;
+}
+
+// Reverse KL or JSD from a top-k cache, the reference's buckets: each cached
+// id, and "every other id" (Q_rest = max(0, 1 - sum Q_j), P_rest the student's
+// mass there; none when the cache holds every id); g = g_rest off the cache.
+static kd_terms bucket_topk(ng_divergence d, double beta, const row_teacher *tc, const float *s,
+                            const float *est, int64_t V, float ms, double zst, double inv_tau,
+                            float *r) {
+  double log_zst = log(zst), p_rest = off_cache(est, tc->ids, tc->k, V, r) / zst, q_sum = 0.0,
+         g_rest = 0.0;
+  kd_terms k = {0};
+  for (int64_t j = 0; j < tc->k; j++) q_sum += exp((double)tc->vals[j] * inv_tau - tc->lse);
+  if (tc->k < V) {
+    k.kl += ng_bucket_term(d, beta, log(fmax(1.0 - q_sum, 0.0)), log(p_rest), &g_rest);
+    k.gbar += p_rest * g_rest;
+  }
+  fill_row(r, V, (float)g_rest);
+  for (int64_t j = 0; j < tc->k; j++) {
+    double lp = ((double)s[tc->ids[j]] - ms) * inv_tau - log_zst, g;
+    k.kl += ng_bucket_term(d, beta, (double)tc->vals[j] * inv_tau - tc->lse, lp, &g);
+    k.gbar += exp(lp) * g;
+    r[tc->ids[j]] = (float)g;
+  }
+  return k;
+}
+
+// ds [n] = c1 ps + c2 est (g - gbar): the bucketed divergences' gradient.
+VEC_CLONES
+static void bucket_grad(const float *ps, const float *est, const float *g, int64_t n, float c1,
+                        float c2, float gbar, float *ds) {
+#pragma omp simd
+  for (int64_t j = 0; j < n; j++) ds[j] = c1 * ps[j] + c2 * (est[j] * (g[j] - gbar));
+}
+
+// The kd term of a row and its gradient's row r, the one place its
+// divergence and teacher kind are chosen.
+static kd_terms kd_row(const row_teacher *tc, const float *s, const float *est, int64_t V,
+                       float ms, double zst, ng_loss_params lp, float *r) {
+  double inv_tau = 1.0 / lp.temperature;
+  switch (lp.divergence) {
+    case NG_DIV_FORWARD_KL:
+      return tc->t ? fkl_full(s, tc->t, V, ms, zst, (float)inv_tau, r)
+                   : fkl_topk(tc, s, est, ms, zst, V, inv_tau, r);
+    case NG_DIV_REVERSE_KL:
+    case NG_DIV_JSD:
+      return tc->t ? bucket_full(lp.divergence, lp.beta, s, tc->t, est, V, ms, zst, (float)inv_tau, r)
+                   : bucket_topk(lp.divergence, lp.beta, tc, s, est, V, ms, zst, inv_tau, r);
+  }
+  NG_ASSERT(!"ng_divergence out of range");
+  return (kd_terms){0};
+}
+
+// One row s [V] of the fused loss, its teacher tc (or none), target y; with
+// ps = softmax(s), pst = softmax(s / tau) (est = exp((s - ms) / tau), sum zst):
+//   ce = log sum exp(s) - s_y;  kl = D(pt, pst) (kd_row);
+//   ds = w ((1 - a) (ps - onehot) + a tau dD/dz), or w (ps - onehot) without a teacher.
+// scratch holds 3 rows of V floats (ps, est, the kd term's row).
+static void loss_row(const float *s, const row_teacher *tc, int32_t y, int64_t V, ng_loss_params lp,
                      double w, float *ds, float *scratch, double *ce, double *kl) {
-  float *ps = scratch, *est = scratch + V, *et = scratch + 2 * V;
+  float *ps = scratch, *est = scratch + V, *r = scratch + 2 * V;
   float ms = row_max(s, V);
   double zs = exp_sum(s, V, ms, 1.0f, ps);
   *ce = (double)ms + log(zs) - (double)s[y];
   *kl = 0.0;
-  double a_ce = t ? 1.0 - lp.kd_weight : 1.0, a_kd = t ? lp.kd_weight * lp.temperature : 0.0;
-  double zst = 1.0, zt = 1.0;
-  if (t) {
-    float inv_tau = (float)(1.0 / lp.temperature), mt = row_max(t, V);
-    zst = exp_sum(s, V, ms, inv_tau, est);
-    double dot = teacher_pass(t, s, V, mt, ms, inv_tau, et, &zt);
-    *kl = dot * inv_tau / zt + log(zst) - log(zt);
+  bool teacher = tc->t || tc->ids;
+  double a_ce = teacher ? 1.0 - lp.kd_weight : 1.0, a_kd = teacher ? lp.kd_weight * lp.temperature : 0.0;
+  float c1 = (float)(w * a_ce / zs);
+  if (!teacher) {
+    if (ds) loss_grad(ps, NULL, NULL, V, c1, 0.0f, 0.0f, ds);
+  } else {
+    double zst = exp_sum(s, V, ms, (float)(1.0 / lp.temperature), est);
+    kd_terms k = kd_row(tc, s, est, V, ms, zst, lp, r);
+    *kl = k.kl;
+    if (ds && lp.divergence == NG_DIV_FORWARD_KL)
+      loss_grad(ps, est, r, V, c1, (float)(w * a_kd / zst), (float)(w * a_kd / k.tgt_z), ds);
+    else if (ds)
+      bucket_grad(ps, est, r, V, c1, (float)(w * a_kd / zst), (float)k.gbar, ds);
   }
-  if (!ds) return;
-  loss_grad(ps, est, t ? et : NULL, V, (float)(w * a_ce / zs), (float)(w * a_kd / zst),
-            (float)(w * a_kd / zt), ds);
-  ds[y] -= (float)(w * a_ce);
+  if (ds) ds[y] -= (float)(w * a_ce);
 }
 
-// The rows of ng_vec_ce_kd: logits [N, V] and a full teacher [N, V] or NULL.
+// The rows of ng_vec_ce_kd and ng_vec_ce_kd_topk: logits [N, V] and a full
+// teacher [N, V], a top-k cache (ids, vals [N, k], lse [N]) or neither.
 typedef struct {
   const float *logits, *teacher;
-  int64_t V;
+  const int32_t *ids;
+  const float *vals, *lse;
+  int64_t k, V;
 } vec_rows;
 
 // loss_row of row i; scratch: 3 rows of Vu floats.
 static void vec_loss_row(const void *ctx, int64_t i, int32_t y, int64_t Vu, ng_loss_params lp,
                          double w, float *ds, void *scratch, double *ce, double *kl) {
   const vec_rows *c = ctx;
-  loss_row(c->logits + (size_t)i * c->V, c->teacher ? c->teacher + (size_t)i * c->V : NULL, y, Vu,
-           lp, w, ds, scratch, ce, kl);
+  row_teacher tc = {.t = c->teacher ? c->teacher + (size_t)i * c->V : NULL};
+  if (c->ids) tc = (row_teacher){.ids = c->ids + (size_t)i * c->k, .vals = c->vals + (size_t)i * c->k,
+                                 .lse = c->lse[i], .k = c->k};
+  loss_row(c->logits + (size_t)i * c->V, &tc, y, Vu, lp, w, ds, scratch, ce, kl);
+}
+
+static void vec_loss_rows(const vec_rows *c, const int32_t *targets, int64_t N, ng_loss_params lp,
+                          float *dlogits, double *ce, double *kd, int64_t *n_valid) {
+  int64_t Vu = lp.vocab_used > 0 && lp.vocab_used < c->V ? lp.vocab_used : c->V;
+  ng_cpu_loss_rows(vec_loss_row, c, 3 * (size_t)Vu * sizeof(float), c->teacher || c->ids, targets, N,
+                   c->V, lp, dlogits, ce, kd, n_valid);
 }
 
 void ng_vec_ce_kd(ng_backend *be, const float *logits, const float *teacher,
                   const int32_t *targets, int64_t N, int64_t V, ng_loss_params lp,
                   float *dlogits, double *ce, double *kd, int64_t *n_valid) {
   (void)be;
-  if (teacher && lp.divergence != NG_DIV_FORWARD_KL) {
-    ng_backend *cpu = ng_backend_cpu();
-    cpu->ce_kd(cpu, logits, teacher, targets, N, V, lp, dlogits, ce, kd, n_valid);
-    return;
-  }
-  int64_t Vu = lp.vocab_used > 0 && lp.vocab_used < V ? lp.vocab_used : V;
-  vec_rows c = {logits, teacher, V};
-  ng_cpu_loss_rows(vec_loss_row, &c, 3 * (size_t)Vu * sizeof(float), teacher != NULL, targets, N, V,
-                   lp, dlogits, ce, kd, n_valid);
+  vec_rows c = {.logits = logits, .teacher = teacher, .V = V};
+  vec_loss_rows(&c, targets, N, lp, dlogits, ce, kd, n_valid);
+}
+
+void ng_vec_ce_kd_topk(ng_backend *be, const float *logits, const int32_t *topk_ids,
+                       const float *topk_vals, const float *topk_lse, int64_t k,
+                       const int32_t *targets, int64_t N, int64_t V, ng_loss_params lp,
+                       float *dlogits, double *ce, double *kd, int64_t *n_valid) {
+  (void)be;
+  vec_rows c = {.logits = logits, .ids = topk_ids, .vals = topk_vals, .lse = topk_lse, .k = k, .V = V};
+  vec_loss_rows(&c, targets, N, lp, dlogits, ce, kd, n_valid);
 }
 
 // ---------------------------------------------------------------- RMSNorm

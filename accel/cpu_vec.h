@@ -24,13 +24,20 @@ const char *ng_vec_family(void);
 // is not used. They fill the oneDNN backend's table in both precisions (the
 // loss, norms and optimizer stay fp32 in bf16 mode).
 
-// ng_backend.ce_kd: CE alone, or CE + forward KL over full teacher logits,
-// one pass per row each for the maxima, the three exponentials (student at 1
-// and at tau, teacher at tau, with their sums and the KL term) and dlogits;
-// the other divergences are the CPU reference's op.
+// ng_backend.ce_kd: CE alone, or CE + KD over full teacher logits under every
+// divergence, one pass per row each for the maxima, the three exponentials
+// (student at 1 and at tau, teacher at tau, with their sums and, for the
+// forward KL, its term), the reverse KL's or JSD's buckets (their log in
+// fp32, vlog) and dlogits.
 void ng_vec_ce_kd(ng_backend *be, const float *logits, const float *teacher,
                   const int32_t *targets, int64_t N, int64_t V, ng_loss_params lp,
                   float *dlogits, double *ce, double *kd, int64_t *n_valid);
+// ng_backend.ce_kd_topk: the same passes over the student's row; the k cached
+// ids and the rest bucket in double, as the reference's rows (k is small).
+void ng_vec_ce_kd_topk(ng_backend *be, const float *logits, const int32_t *topk_ids,
+                       const float *topk_vals, const float *topk_lse, int64_t k,
+                       const int32_t *targets, int64_t N, int64_t V, ng_loss_params lp,
+                       float *dlogits, double *ce, double *kd, int64_t *n_valid);
 
 void ng_vec_rmsnorm_forward(ng_backend *be, const float *x, const float *w, int64_t R, int64_t C,
                             float eps, float *y, float *rstd);

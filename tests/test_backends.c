@@ -1078,7 +1078,8 @@ static const struct {
     {9, 300, 290, false, 7, 11, true, false},
     {9, 300, 290, false, 290, 0, true, false},
     {7, 1001, 1001, false, 0, 0, false, false},  // onednn: a vector body and a tail
-    {7, 1001, 1001, true, 0, 0, false, false},
+    {7, 1001, 1001, true, 0, 0, true, false},
+    {7, 1001, 1000, false, 16, 0, true, false},
     {3, 151936, 151669, false, 64, 0, true, true},  // cuda: Qwen3's vocabulary, a top-64 bitmask
 };
 static const struct {
