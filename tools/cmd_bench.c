@@ -4,7 +4,8 @@
 // named), reported against two ceilings measured in the same run: OpenBLAS
 // sgemm and oneDNN's bf16 matmul. Then the same shape with Qwen3's vocabulary
 // of 151936, with the loss over all tokens at once and in chunks
-// (ng_model_loss): step time and the process's peak memory of each.
+// (ng_model_loss): step time and the process's peak memory of each. Between
+// them, the fused loss alone under every divergence and teacher kind.
 //
 // FLOPs are counted by the trainer's rule (ng_model_step_flops, plan.h): 2 x
 // matmul-params x tokens for a forward and 6 x for forward + backward
@@ -464,6 +465,105 @@ static void ceilings(const bench_setup *s, bool with_bf16, double *sgemm, double
 #endif
 }
 
+// The fused loss alone (ce_kd, ce_kd_topk with dlogits) under every divergence,
+// from full teacher logits and from a top-LOSS_TOPK cache of them (the
+// reference's top-k scan), on each backend under test whose loss ops are not
+// an earlier one's (onednn bf16 shares fp32's): one call over the step's rows
+// [B*T, V] of logits ~ N(0, 3^2), tau 2 (JSD beta 0.5), best of `steps`
+// calls; the ratio to the first backend's.
+#define LOSS_TOPK 64
+typedef struct {
+  float *logits, *teacher, *vals, *lse, *dlogits;  // the backend's copies
+  int32_t *targets, *ids;
+} loss_bufs;
+
+static loss_bufs loss_upload(ng_backend *be, const loss_bufs *h, int64_t N, int64_t V) {
+  size_t rows = (size_t)(N * V) * sizeof(float), cache = (size_t)(N * LOSS_TOPK) * sizeof(float);
+  loss_bufs d = {be->alloc(be, rows), be->alloc(be, rows), be->alloc(be, cache),
+                 be->alloc(be, (size_t)N * sizeof(float)), be->alloc(be, rows),
+                 be->alloc(be, (size_t)N * sizeof(int32_t)), be->alloc(be, cache)};
+  be->upload(be, d.logits, h->logits, rows);
+  be->upload(be, d.teacher, h->teacher, rows);
+  be->upload(be, d.vals, h->vals, cache);
+  be->upload(be, d.lse, h->lse, (size_t)N * sizeof(float));
+  be->upload(be, d.targets, h->targets, (size_t)N * sizeof(int32_t));
+  be->upload(be, d.ids, h->ids, cache);
+  return d;
+}
+
+static void loss_free(ng_backend *be, loss_bufs *d) {
+  void *all[] = {d->logits, d->teacher, d->vals, d->lse, d->dlogits, d->targets, d->ids};
+  for (size_t i = 0; i < sizeof all / sizeof *all; i++) be->free(be, all[i]);
+}
+
+// The best of `steps` calls of one divergence and teacher kind, in seconds.
+static double loss_time(ng_backend *be, const loss_bufs *d, int64_t N, int64_t V,
+                        ng_divergence dv, bool topk, int steps) {
+  ng_loss_params lp = {0.5, 2.0, 0, 0, dv, dv == NG_DIV_JSD ? 0.5 : 0.0};
+  double best = INFINITY, ce, kd;
+  int64_t nv;
+  for (int k = 0; k < steps; k++) {
+    double t0 = omp_get_wtime();
+    if (topk)
+      be->ce_kd_topk(be, d->logits, d->ids, d->vals, d->lse, LOSS_TOPK, d->targets, N, V, lp,
+                     d->dlogits, &ce, &kd, &nv);
+    else
+      be->ce_kd(be, d->logits, d->teacher, d->targets, N, V, lp, d->dlogits, &ce, &kd, &nv);
+    be->synchronize(be);
+    double t = omp_get_wtime() - t0;
+    best = t < best ? t : best;
+  }
+  return best;
+}
+
+static void bench_losses(bench_run *runs, int n, const bench_setup *s) {
+  int64_t N = s->B * s->T, V = s->mc.vocab_size;
+  ng_rng g;
+  ng_rng_seed(&g, 4321);
+  size_t rows = (size_t)(N * V) * sizeof(float), cache = (size_t)(N * LOSS_TOPK) * sizeof(float);
+  loss_bufs h = {ng_xmalloc(rows), ng_xmalloc(rows), ng_xmalloc(cache), ng_xmalloc((size_t)N * sizeof(float)),
+                 NULL, ng_xmalloc((size_t)N * sizeof(int32_t)), ng_xmalloc(cache)};
+  ng_rng_fill_normal(&g, h.logits, (size_t)(N * V), 0.0, 3.0);
+  ng_rng_fill_normal(&g, h.teacher, (size_t)(N * V), 0.0, 3.0);
+  for (int64_t i = 0; i < N; i++) h.targets[i] = (int32_t)ng_rng_below(&g, (uint64_t)V);
+  ng_backend *cpu = ng_backend_cpu();
+  cpu->topk(cpu, h.teacher, N, V, V, LOSS_TOPK, 0.5, (uint32_t *)h.ids, h.vals, h.lse);
+  int m = 0, which[3];
+  for (int i = 0; i < n; i++) {
+    bool seen = false;
+    for (int j = 0; j < m; j++)
+      seen = seen || (runs[which[j]].be->ce_kd == runs[i].be->ce_kd &&
+                      runs[which[j]].be->ce_kd_topk == runs[i].be->ce_kd_topk);
+    if (!seen) which[m++] = i;
+  }
+  printf("\nthe fused loss alone, with its dlogits: one call over %lld rows of V=%lld, tau 2 (best of %d):\n",
+         (long long)N, (long long)V, s->steps);
+  loss_bufs d[3];
+  for (int j = 0; j < m; j++) d[j] = loss_upload(runs[which[j]].be, &h, N, V);
+  for (int dv = 0; dv <= NG_DIV_LAST; dv++)
+    for (int topk = 0; topk < 2; topk++) {
+      char kind[32];
+      snprintf(kind, sizeof kind, topk ? "top-%d cache:" : "full teacher:", LOSS_TOPK);
+      printf("  %-10s %-14s", ng_divergence_name((ng_divergence)dv), kind);
+      double first = 0.0;
+      for (int j = 0; j < m; j++) {
+        ng_backend *be = runs[which[j]].be;
+        double t = loss_time(be, &d[j], N, V, (ng_divergence)dv, topk, s->steps);
+        first = j ? first : t;
+        printf("%s %s %.4f s", j ? "," : "", be->name, t);
+        if (j) printf(" (%.1fx)", first / t);
+      }
+      printf("\n");
+    }
+  for (int j = 0; j < m; j++) loss_free(runs[which[j]].be, &d[j]);
+  free(h.logits);
+  free(h.teacher);
+  free(h.vals);
+  free(h.lse);
+  free(h.targets);
+  free(h.ids);
+}
+
 static double median(double *x, int n) {
   qsort(x, (size_t)n, sizeof(double), cmp_double);
   return x[n / 2];
@@ -556,6 +656,7 @@ int cmd_bench(const ng_cli *c) {
              tps[i] / tps[0], ref / runs[i].outside);
     printf("\n");
   }
+  bench_losses(runs, n, &s);
   for (int i = 0; i < n; i++) run_close(&runs[i]);
   // Qwen3's vocabulary, on the first backend: the loss whole vs in chunks.
   ng_backend *be = ng_backend_open(names[0], precs[0]);
