@@ -524,6 +524,56 @@ static void check_epochs_cached(void) {
         rc ? ng_error() : "weights differ, or sampling had no effect");
 }
 
+// The reverse KL from a top-k cache whose every position leaves the teacher no
+// mass outside its k ids (small.topk with each log-sum-exp lowered by 1: the
+// cached mass e > 1, so the rest bucket's is 0): the run stops at step 1 with
+// one line naming the KD term and the cause; forward KL from the same cache
+// trains.
+static void check_reverse_kl_cache(void) {
+  char path[160], cache[160];
+  snprintf(path, sizeof path, "%s/small.topk", dir);
+  snprintf(cache, sizeof cache, "%s/empty_rest.topk", dir);
+  size_t n;
+  char *bytes = read_file(path, &n);
+  NG_ASSERT(bytes && n > NG_TOPK_HEADER);
+  uint32_t k, seq;
+  uint64_t windows;
+  memcpy(&k, bytes + 12, 4);
+  memcpy(&seq, bytes + 20, 4);
+  memcpy(&windows, bytes + 32, 8);
+  size_t P = (size_t)windows * seq, lse = NG_TOPK_HEADER + 8 * P * k;
+  NG_ASSERT(n == lse + 4 * P);
+  for (size_t i = 0; i < P; i++) {
+    float v;
+    memcpy(&v, bytes + lse + 4 * i, 4);
+    v -= 1.0f;
+    memcpy(bytes + lse + 4 * i, &v, 4);
+  }
+  FILE *f = fopen(cache, "wb");
+  NG_ASSERT(f && fwrite(bytes, 1, n, f) == n && fclose(f) == 0);
+  free(bytes);
+  char extra[400];
+  snprintf(extra, sizeof extra, ", \"teacher_cache\": {\"train\": \"%s\", \"val\": \"%s/val.topk\"}", cache, dir);
+  for (int rkl = 0; rkl < 2; rkl++) {
+    const char *run = rkl ? "cache_rkl" : "cache_fkl";
+    snprintf(path, sizeof path, "%s/%s.json", dir, run);
+    write_arm(path, run, extra);
+    edit_file(path, "/train.bin\"", "/small.bin\"");
+    if (rkl) edit_file(path, "\"kd_weight\"", "\"divergence\": \"reverse_kl\", \"kd_weight\"");
+    ng_train_args a = {.config_path = path, .overrides = {.seed = -1}, .stop_after = 2};
+    int rc = ng_train(&a);
+    if (!rkl)
+      CHECK(rc == 0, "forward KL from a top-k cache that leaves no teacher mass outside its ids: trains",
+            "%s", ng_error());
+    else
+      CHECK(rc != 0 && strstr(ng_error(), "step 1 ") && strstr(ng_error(), "the KD term is not finite") &&
+                strstr(ng_error(), "the reverse KL from a top-k cache") && strstr(ng_error(), "forward_kl or jsd") &&
+                !strchr(ng_error(), '\n'),
+            "reverse KL from that cache: stops at step 1 in one line naming the KD term and the cache",
+            "rc %d: %s", rc, rc ? ng_error() : "");
+  }
+}
+
 // The runs the settings are compared with: the arm at its lower learning rate, 30 steps.
 static void check_settings(void) {
   int rc = train_variant("whole30", "", NULL, NULL, 30);
@@ -533,6 +583,7 @@ static void check_settings(void) {
   check_recompute();
   check_epochs();
   check_epochs_cached();
+  check_reverse_kl_cache();
 }
 
 // ---------------------------------------------------------------- bad configs
