@@ -65,9 +65,9 @@ static inline float vexp(float x) {
 // m 2^e with m in [sqrt(1/2), sqrt(2)) from the bits, log(m) = log(1 + f) by
 // Cephes' logf polynomial, plus e ln2 (ln2 in two parts): within 1 ulp of the
 // correctly rounded log on a sweep of every seventh normal float (0.82 at
-// worst). x is clamped below
-// at FLT_MIN, the smallest normal (the divergences multiply such a log by a
-// probability under FLT_MIN); x is finite and not negative.
+// worst). x is clamped below at FLT_MIN, the smallest normal (the divergences
+// multiply such a log by a probability under FLT_MIN); x is finite and not
+// negative.
 static inline float vlog(float x) {
   float xc = x < FLT_MIN ? FLT_MIN : x, m;
   int32_t bits;
@@ -320,7 +320,7 @@ static void bucket_grad(const float *ps, const float *est, const float *g, int64
 }
 
 // The kd term of a row and its gradient's row r, the one place its
-// divergence and teacher kind are chosen.
+// divergence and teacher kind are chosen (kd_grad reads r).
 static kd_terms kd_row(const row_teacher *tc, const float *s, const float *est, int64_t V,
                        float ms, double zst, ng_loss_params lp, float *r) {
   double inv_tau = 1.0 / lp.temperature;
@@ -335,6 +335,21 @@ static kd_terms kd_row(const row_teacher *tc, const float *s, const float *est, 
   }
   NG_ASSERT(!"ng_divergence out of range");
   return (kd_terms){0};
+}
+
+// ds [V] = c1 ps + c_kd dD/dz from kd_row's terms k and row r (c_kd = w a_kd).
+static void kd_grad(ng_divergence d, const float *ps, const float *est, const float *r, kd_terms k,
+                    int64_t V, double zst, float c1, double c_kd, float *ds) {
+  switch (d) {
+    case NG_DIV_FORWARD_KL:  // dz = est / zst - r / tgt_z
+      loss_grad(ps, est, r, V, c1, (float)(c_kd / zst), (float)(c_kd / k.tgt_z), ds);
+      return;
+    case NG_DIV_REVERSE_KL:
+    case NG_DIV_JSD:  // dz = est / zst (r - gbar)
+      bucket_grad(ps, est, r, V, c1, (float)(c_kd / zst), (float)k.gbar, ds);
+      return;
+  }
+  NG_ASSERT(!"ng_divergence out of range");
 }
 
 // One row s [V] of the fused loss, its teacher tc (or none), target y; with
@@ -358,10 +373,7 @@ static void loss_row(const float *s, const row_teacher *tc, int32_t y, int64_t V
     double zst = exp_sum(s, V, ms, (float)(1.0 / lp.temperature), est);
     kd_terms k = kd_row(tc, s, est, V, ms, zst, lp, r);
     *kl = k.kl;
-    if (ds && lp.divergence == NG_DIV_FORWARD_KL)
-      loss_grad(ps, est, r, V, c1, (float)(w * a_kd / zst), (float)(w * a_kd / k.tgt_z), ds);
-    else if (ds)
-      bucket_grad(ps, est, r, V, c1, (float)(w * a_kd / zst), (float)k.gbar, ds);
+    if (ds) kd_grad(lp.divergence, ps, est, r, k, V, zst, c1, w * a_kd, ds);
   }
   if (ds) ds[y] -= (float)(w * a_ce);
 }
