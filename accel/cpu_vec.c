@@ -214,43 +214,47 @@ static kd_terms fkl_topk(const row_teacher *tc, const float *s, const float *est
   return (kd_terms){.kl = kl, .tgt_z = zst};
 }
 
-// The reverse KL's buckets over a full teacher, one id a bucket: with lp, lq
-// the student's and the teacher's log-probabilities at tau (lp = (s - ms)/tau -
-// log zst, lq = (t - mt)/tau - log zt; P = est / zst, Q = et / zt), g [n] = lp -
-// lq where P > 0 (else 0); returns D = sum P g (which is also gbar).
+// The reverse KL and the JSD over a full teacher, one id a bucket, read the
+// log-ratio of the student's probability to the teacher's at tau,
+//   r = lp - lq = ((s - ms) - (t - mt)) / tau + log(zt / zst),
+// formed from the two rows' differences and one constant (lp and lq apart
+// would each carry a rounding of their size, which r, near 0 where the two
+// distributions agree, does not). P = est / zst and Q = et / zt.
+
+// Reverse KL: g [n] = r where P > 0 (else 0); returns D = sum P g (also gbar).
 VEC_CLONES
 static double rkl_pass(const float *s, const float *t, const float *est, int64_t n, float ms,
-                       float mt, float inv_tau, float log_zst, float log_zt, float inv_zst,
-                       float *g) {
+                       float mt, float inv_tau, float c, float inv_zst, float *g) {
   double D = 0.0;
 #pragma omp simd reduction(+ : D)
   for (int64_t j = 0; j < n; j++) {
-    float P = est[j] * inv_zst;
-    float lp = (s[j] - ms) * inv_tau - log_zst, lq = (t[j] - mt) * inv_tau - log_zt;
-    float gj = P > 0.0f ? lp - lq : 0.0f;
+    float P = est[j] * inv_zst, r = ((s[j] - ms) - (t[j] - mt)) * inv_tau + c;
+    float gj = P > 0.0f ? r : 0.0f;
     g[j] = gj;
     D += (double)(P * gj);
   }
   return D;
 }
 
-// The JSD's buckets over a full teacher (beta b): et [n] = exp((t - mt)/tau)
-// in, g [n] out (g may alias et): with M = b Q + (1-b) P and lm = log M,
+// JSD (beta b): et [n] in, g [n] out (g may alias et). With M = b Q + (1-b) P,
+// lq - lm = -log(b + (1-b) e^r) and lp - lm = r + (lq - lm), taken for r > 0
+// as lp - lm = -log((1-b) + b e^-r) (no exponential of a positive number):
 //   D = sum b Q (lq - lm) + (1-b) P (lp - lm),  g = (1-b) (lp - lm) where P > 0;
 // returns D, and *gbar = sum P g, both in double.
 VEC_CLONES
 static double jsd_pass(const float *s, const float *t, const float *est, const float *et,
-                       int64_t n, float ms, float mt, float inv_tau, float log_zst, float log_zt,
-                       float inv_zst, float inv_zt, float b, double *gbar, float *g) {
+                       int64_t n, float ms, float mt, float inv_tau, float c, float inv_zst,
+                       float inv_zt, float b, double *gbar, float *g) {
   double D = 0.0, gb = 0.0;
 #pragma omp simd reduction(+ : D, gb)
   for (int64_t j = 0; j < n; j++) {
-    float P = est[j] * inv_zst, Q = et[j] * inv_zt;
-    float lp = (s[j] - ms) * inv_tau - log_zst, lq = (t[j] - mt) * inv_tau - log_zt;
-    float lm = vlog(b * Q + (1.0f - b) * P);
-    float gj = P > 0.0f ? (1.0f - b) * (lp - lm) : 0.0f;
+    float P = est[j] * inv_zst, Q = et[j] * inv_zt, r = ((s[j] - ms) - (t[j] - mt)) * inv_tau + c;
+    bool up = r > 0.0f;
+    float e = vexp(up ? -r : r), L = vlog(up ? (1.0f - b) + b * e : b + (1.0f - b) * e);
+    float lpm = up ? -L : r - L, lqm = lpm - r;
+    float gj = P > 0.0f ? (1.0f - b) * lpm : 0.0f;
     g[j] = gj;
-    D += (double)((Q > 0.0f ? b * Q * (lq - lm) : 0.0f) + P * gj);
+    D += (double)((Q > 0.0f ? b * Q * lqm : 0.0f) + P * gj);
     gb += (double)(P * gj);
   }
   *gbar = gb;
@@ -264,15 +268,15 @@ static kd_terms bucket_full(ng_divergence d, double beta, const float *s, const 
                             float *r) {
   float mt = row_max(t, V);
   double zt = exp_sum(t, V, mt, inv_tau, r);
-  float log_zst = (float)log(zst), log_zt = (float)log(zt), inv_zst = (float)(1.0 / zst);
+  float c = (float)(log(zt) - log(zst)), inv_zst = (float)(1.0 / zst);
   kd_terms k = {0};
   switch (d) {
     case NG_DIV_REVERSE_KL:
-      k.kl = k.gbar = rkl_pass(s, t, est, V, ms, mt, inv_tau, log_zst, log_zt, inv_zst, r);
+      k.kl = k.gbar = rkl_pass(s, t, est, V, ms, mt, inv_tau, c, inv_zst, r);
       return k;
     case NG_DIV_JSD:
-      k.kl = jsd_pass(s, t, est, r, V, ms, mt, inv_tau, log_zst, log_zt, inv_zst,
-                      (float)(1.0 / zt), (float)beta, &k.gbar, r);
+      k.kl = jsd_pass(s, t, est, r, V, ms, mt, inv_tau, c, inv_zst, (float)(1.0 / zt), (float)beta,
+                      &k.gbar, r);
       return k;
     case NG_DIV_FORWARD_KL: break;  // fkl_full
   }
