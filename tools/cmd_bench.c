@@ -472,6 +472,7 @@ static void ceilings(const bench_setup *s, bool with_bf16, double *sgemm, double
 // [B*T, V] of logits ~ N(0, 3^2), tau 2 (JSD beta 0.5), best of `steps`
 // calls; the ratio to the first backend's.
 #define LOSS_TOPK 64
+#define LOSS_TAU 2.0
 typedef struct {
   float *logits, *teacher, *vals, *lse, *dlogits;  // the backend's copies
   int32_t *targets, *ids;
@@ -499,7 +500,7 @@ static void loss_free(ng_backend *be, loss_bufs *d) {
 // The best of `steps` calls of one divergence and teacher kind, in seconds.
 static double loss_time(ng_backend *be, const loss_bufs *d, int64_t N, int64_t V,
                         ng_divergence dv, bool topk, int steps) {
-  ng_loss_params lp = {0.5, 2.0, 0, 0, dv, dv == NG_DIV_JSD ? 0.5 : 0.0};
+  ng_loss_params lp = {0.5, LOSS_TAU, 0, 0, dv, dv == NG_DIV_JSD ? 0.5 : 0.0};
   double best = INFINITY, ce, kd;
   int64_t nv;
   for (int k = 0; k < steps; k++) {
@@ -516,8 +517,9 @@ static double loss_time(ng_backend *be, const loss_bufs *d, int64_t N, int64_t V
   return best;
 }
 
-static void bench_losses(bench_run *runs, int n, const bench_setup *s) {
-  int64_t N = s->B * s->T, V = s->mc.vocab_size;
+// The host rows of bench_losses: logits and teacher [N, V], targets [N], and
+// the teacher's top-LOSS_TOPK cache by the reference's scan.
+static loss_bufs loss_inputs(int64_t N, int64_t V) {
   ng_rng g;
   ng_rng_seed(&g, 4321);
   size_t rows = (size_t)(N * V) * sizeof(float), cache = (size_t)(N * LOSS_TOPK) * sizeof(float);
@@ -527,8 +529,13 @@ static void bench_losses(bench_run *runs, int n, const bench_setup *s) {
   ng_rng_fill_normal(&g, h.teacher, (size_t)(N * V), 0.0, 3.0);
   for (int64_t i = 0; i < N; i++) h.targets[i] = (int32_t)ng_rng_below(&g, (uint64_t)V);
   ng_backend *cpu = ng_backend_cpu();
-  cpu->topk(cpu, h.teacher, N, V, V, LOSS_TOPK, 0.5, (uint32_t *)h.ids, h.vals, h.lse);
-  int m = 0, which[3];
+  cpu->topk(cpu, h.teacher, N, V, V, LOSS_TOPK, 1.0 / LOSS_TAU, (uint32_t *)h.ids, h.vals, h.lse);
+  return h;
+}
+
+static void bench_losses(bench_run *runs, int n, const bench_setup *s) {
+  int64_t N = s->B * s->T, V = s->mc.vocab_size;
+  int m = 0, which[3];  // the runs whose loss ops are not an earlier run's
   for (int i = 0; i < n; i++) {
     bool seen = false;
     for (int j = 0; j < m; j++)
@@ -536,10 +543,11 @@ static void bench_losses(bench_run *runs, int n, const bench_setup *s) {
                       runs[which[j]].be->ce_kd_topk == runs[i].be->ce_kd_topk);
     if (!seen) which[m++] = i;
   }
-  printf("\nthe fused loss alone, with its dlogits: one call over %lld rows of V=%lld, tau 2 (best of %d):\n",
-         (long long)N, (long long)V, s->steps);
-  loss_bufs d[3];
+  printf("\nthe fused loss alone, with its dlogits: one call over %lld rows of V=%lld, tau %g (best of %d):\n",
+         (long long)N, (long long)V, LOSS_TAU, s->steps);
+  loss_bufs h = loss_inputs(N, V), d[3];
   for (int j = 0; j < m; j++) d[j] = loss_upload(runs[which[j]].be, &h, N, V);
+  free(h.logits), free(h.teacher), free(h.vals), free(h.lse), free(h.targets), free(h.ids);
   for (int dv = 0; dv <= NG_DIV_LAST; dv++)
     for (int topk = 0; topk < 2; topk++) {
       char kind[32];
@@ -556,12 +564,6 @@ static void bench_losses(bench_run *runs, int n, const bench_setup *s) {
       printf("\n");
     }
   for (int j = 0; j < m; j++) loss_free(runs[which[j]].be, &d[j]);
-  free(h.logits);
-  free(h.teacher);
-  free(h.vals);
-  free(h.lse);
-  free(h.targets);
-  free(h.ids);
 }
 
 static double median(double *x, int n) {
