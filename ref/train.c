@@ -588,19 +588,16 @@ static int check_sane(const trainer *t, double loss, double ce, double gnorm) {
   const ng_param *g = bad ? first_nonfinite(t->student, true) : NULL;
   const ng_param *w = g ? NULL : first_nonfinite(t->student, false);
   double bound = CE_BOUND_UNIFORMS * log((double)t->train.vocab_size);
-  char why[320], fix[640];
-  snprintf(fix, sizeof fix, "lower lr in %s/config.json", t->rc.run_dir);
+  char why[320];
+  bool rkl_cache = false;  // the fix is another divergence or teacher, not a lower lr
   if (!isfinite(loss) && isfinite(ce)) {
     // The reverse KL between a top-k cache's buckets is infinite where the
     // cache leaves the teacher's rest bucket empty (docs/golden-contract.md).
-    bool rkl_cache = t->rc.loss.divergence == NG_DIV_REVERSE_KL && t->rc.cache_train[0];
+    rkl_cache = t->rc.loss.divergence == NG_DIV_REVERSE_KL && t->rc.cache_train[0];
     snprintf(why, sizeof why, "the KD term is not finite (loss %g, CE %g)%s", loss, ce,
              rkl_cache ? ": the reverse KL from a top-k cache is infinite at a position whose cache "
                          "leaves no teacher mass outside its k ids"
                        : "");
-    if (rkl_cache)
-      snprintf(fix, sizeof fix, "distil with loss.divergence forward_kl or jsd, or from the full teacher, "
-               "in %s/config.json", t->rc.run_dir);
   } else if (bad || w) {
     char what[160] = "the loss";
     if (g) snprintf(what, sizeof what, "the gradient of %s", g->name);
@@ -616,9 +613,11 @@ static int check_sane(const trainer *t, double loss, double ce, double gnorm) {
     return 0;
   }
   return ng_fail("%s: step %lld (stage %lld): %s; stopped with nothing of it written (the last "
-                 "checkpoint in %s stands): %s and `normgrow train --resume %s`",
+                 "checkpoint in %s stands): %s in %s/config.json and `normgrow train --resume %s`",
                  t->rc.name, (long long)t->st.step, (long long)t->st.stage + 1, why, t->rc.run_dir,
-                 fix, t->rc.run_dir);
+                 rkl_cache ? "distil with loss.divergence forward_kl or jsd, or from the full teacher,"
+                           : "lower lr",
+                 t->rc.run_dir, t->rc.run_dir);
 }
 
 static int train_step(trainer *t) {
