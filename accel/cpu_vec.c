@@ -151,10 +151,7 @@ static void loss_grad(const float *ps, const float *est, const float *et, int64_
 // the temperature), or neither (CE alone).
 typedef struct {
   const float *t;
-  const int32_t *ids;
-  const float *vals;
-  float lse;
-  int64_t k;
+  ng_topk_row c;  // c.ids NULL: no cache
 } row_teacher;
 
 // What the kd term of a row leaves for its gradient: forward KL, dz = est /
@@ -198,19 +195,13 @@ static void scale_row(float *r, int64_t n, float c) {
 // tau - lse) on the cached ids, tail mass q_r = 1 - sum q_j against the
 // student's p_r off the cache; r = tgt relative to zst (tgt_z = zst): q_j zst
 // on the cached ids, est_j q_r / p_r elsewhere.
-static kd_terms fkl_topk(const row_teacher *tc, const float *s, const float *est, float ms,
-                         double zst, int64_t V, double inv_tau, float *r) {
-  double rest = off_cache(est, tc->ids, tc->k, V, r), log_zst = log(zst), q_sum = 0.0, kl = 0.0;
-  for (int64_t j = 0; j < tc->k; j++) {
-    double lq = (double)tc->vals[j] * inv_tau - tc->lse, q = exp(lq);
-    q_sum += q;
-    kl += q * (lq - (((double)s[tc->ids[j]] - ms) * inv_tau - log_zst));
-  }
-  double p_r = rest / zst, q_r = rest > 0.0 ? fmax(1.0 - q_sum, 0.0) : 0.0;
-  if (q_r > 0.0) kl += q_r * (log(q_r) - log(p_r));
-  scale_row(r, V, (float)(rest > 0.0 ? q_r / p_r : 0.0));
-  for (int64_t j = 0; j < tc->k; j++)
-    r[tc->ids[j]] = (float)(exp((double)tc->vals[j] * inv_tau - tc->lse) * zst);
+static kd_terms fkl_topk(ng_topk_row c, const float *s, const float *est, float ms, double zst,
+                         int64_t V, double inv_tau, float *r) {
+  double rest = off_cache(est, c.ids, c.k, V, r), q_sum, tail;
+  double kl = ng_topk_fkl_cached(c, s, ms, inv_tau, log(zst), &q_sum);
+  kl += ng_topk_fkl_rest(rest, zst, q_sum, &tail);
+  scale_row(r, V, (float)tail);
+  ng_topk_fkl_target(c, inv_tau, zst, r);
   return (kd_terms){.kl = kl, .tgt_z = zst};
 }
 
@@ -294,23 +285,16 @@ static void fill_row(float *r, int64_t n, float c) {
 // Reverse KL or JSD from a top-k cache, the reference's buckets: each cached
 // id, and "every other id" (Q_rest = max(0, 1 - sum Q_j), P_rest the student's
 // mass there; none when the cache holds every id); g = g_rest off the cache.
-static kd_terms bucket_topk(ng_divergence d, double beta, const row_teacher *tc, const float *s,
+static kd_terms bucket_topk(ng_divergence d, double beta, ng_topk_row c, const float *s,
                             const float *est, int64_t V, float ms, double zst, double inv_tau,
                             float *r) {
-  double log_zst = log(zst), p_rest = off_cache(est, tc->ids, tc->k, V, r) / zst, q_sum = 0.0,
-         g_rest = 0.0;
+  double log_zst = log(zst), p_rest = off_cache(est, c.ids, c.k, V, r) / zst, g_rest, g;
   kd_terms k = {0};
-  for (int64_t j = 0; j < tc->k; j++) q_sum += exp((double)tc->vals[j] * inv_tau - tc->lse);
-  if (tc->k < V) {
-    k.kl += ng_bucket_term(d, beta, log(fmax(1.0 - q_sum, 0.0)), log(p_rest), &g_rest);
-    k.gbar += p_rest * g_rest;
-  }
+  k.kl += ng_topk_bucket_rest(d, beta, c, V, inv_tau, p_rest, &g_rest, &k.gbar);
   fill_row(r, V, (float)g_rest);
-  for (int64_t j = 0; j < tc->k; j++) {
-    double lp = ((double)s[tc->ids[j]] - ms) * inv_tau - log_zst, g;
-    k.kl += ng_bucket_term(d, beta, (double)tc->vals[j] * inv_tau - tc->lse, lp, &g);
-    k.gbar += exp(lp) * g;
-    r[tc->ids[j]] = (float)g;
+  for (int64_t j = 0; j < c.k; j++) {
+    k.kl += ng_topk_bucket_id(d, beta, c, j, s, ms, inv_tau, log_zst, &g, &k.gbar);
+    r[c.ids[j]] = (float)g;
   }
   return k;
 }
@@ -331,11 +315,11 @@ static kd_terms kd_row(const row_teacher *tc, const float *s, const float *est, 
   switch (lp.divergence) {
     case NG_DIV_FORWARD_KL:
       return tc->t ? fkl_full(s, tc->t, V, ms, zst, (float)inv_tau, r)
-                   : fkl_topk(tc, s, est, ms, zst, V, inv_tau, r);
+                   : fkl_topk(tc->c, s, est, ms, zst, V, inv_tau, r);
     case NG_DIV_REVERSE_KL:
     case NG_DIV_JSD:
       return tc->t ? bucket_full(lp.divergence, lp.beta, s, tc->t, est, V, ms, zst, (float)inv_tau, r)
-                   : bucket_topk(lp.divergence, lp.beta, tc, s, est, V, ms, zst, inv_tau, r);
+                   : bucket_topk(lp.divergence, lp.beta, tc->c, s, est, V, ms, zst, inv_tau, r);
   }
   NG_ASSERT(!"ng_divergence out of range");
   return (kd_terms){0};
@@ -368,7 +352,7 @@ static void loss_row(const float *s, const row_teacher *tc, int32_t y, int64_t V
   double zs = exp_sum(s, V, ms, 1.0f, ps);
   *ce = (double)ms + log(zs) - (double)s[y];
   *kl = 0.0;
-  bool teacher = tc->t || tc->ids;
+  bool teacher = tc->t || tc->c.ids;
   double a_ce = teacher ? 1.0 - lp.kd_weight : 1.0, a_kd = teacher ? lp.kd_weight * lp.temperature : 0.0;
   float c1 = (float)(w * a_ce / zs);
   if (!teacher) {
@@ -396,8 +380,8 @@ static void vec_loss_row(const void *ctx, int64_t i, int32_t y, int64_t Vu, ng_l
                          double w, float *ds, void *scratch, double *ce, double *kl) {
   const vec_rows *c = ctx;
   row_teacher tc = {.t = c->teacher ? c->teacher + (size_t)i * c->V : NULL};
-  if (c->ids) tc = (row_teacher){.ids = c->ids + (size_t)i * c->k, .vals = c->vals + (size_t)i * c->k,
-                                 .lse = c->lse[i], .k = c->k};
+  if (c->ids) tc.c = (ng_topk_row){.ids = c->ids + (size_t)i * c->k, .vals = c->vals + (size_t)i * c->k,
+                                   .lse = c->lse[i], .k = c->k};
   loss_row(c->logits + (size_t)i * c->V, &tc, y, Vu, lp, w, ds, scratch, ce, kl);
 }
 

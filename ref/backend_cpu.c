@@ -537,27 +537,62 @@ static double kd_full_row(const float *s, const float *t, int64_t V, float ms, d
 // stored lse cancels no rounding, and est underflows for far-off logits). Its
 // gradient (times tau) is pst - tgt with tgt_j = q_j on cached ids and
 // pst_j q_r / p_r elsewhere (written relative to zst: scale 1/zst).
-static double kd_topk_row(const int32_t *ids, const float *vals, float lse, int64_t k,
-                          const float *s, float ms, const float *est, double zst, int64_t V,
-                          double tau, float *tgt, double *tgt_scale) {
+static double kd_topk_row(ng_topk_row c, const float *s, float ms, const float *est, double zst,
+                          int64_t V, double tau, float *tgt, double *tgt_scale) {
   double inv_tau = 1.0 / tau, zd = 0.0;
   for (int64_t j = 0; j < V; j++) zd += exp(((double)s[j] - ms) * inv_tau);
-  double log_zd = log(zd), rest = 0.0, q_sum = 0.0, kl = 0.0;
+  double rest = 0.0, q_sum, tail;
   memcpy(tgt, est, (size_t)V * sizeof(float));
-  for (int64_t j = 0; j < k; j++) tgt[ids[j]] = 0.0f;  // tgt: est on the ids not cached
+  for (int64_t j = 0; j < c.k; j++) tgt[c.ids[j]] = 0.0f;  // tgt: est on the ids not cached
   for (int64_t j = 0; j < V; j++) rest += tgt[j];
-  for (int64_t j = 0; j < k; j++) {
-    double lq = (double)vals[j] * inv_tau - lse, q = exp(lq);
-    q_sum += q;
-    kl += q * (lq - (((double)s[ids[j]] - ms) * inv_tau - log_zd));
-  }
-  double p_r = rest / zst, q_r = rest > 0.0 ? fmax(1.0 - q_sum, 0.0) : 0.0;
-  if (q_r > 0.0) kl += q_r * (log(q_r) - log(p_r));
-  double tail = rest > 0.0 ? q_r / p_r : 0.0;
+  double kl = ng_topk_fkl_cached(c, s, ms, inv_tau, log(zd), &q_sum);
+  kl += ng_topk_fkl_rest(rest, zst, q_sum, &tail);
   for (int64_t j = 0; j < V; j++) tgt[j] = (float)(tgt[j] * tail);
-  for (int64_t j = 0; j < k; j++) tgt[ids[j]] = (float)(exp((double)vals[j] * inv_tau - lse) * zst);
+  ng_topk_fkl_target(c, inv_tau, zst, tgt);
   *tgt_scale = 1.0 / zst;
   return kl;
+}
+
+// The top-k cache's terms, every CPU backend's (backend_cpu.h).
+double ng_topk_fkl_cached(ng_topk_row c, const float *s, float ms, double inv_tau, double log_z,
+                          double *q_sum) {
+  double kl = 0.0, qs = 0.0;
+  for (int64_t j = 0; j < c.k; j++) {
+    double lq = (double)c.vals[j] * inv_tau - c.lse, q = exp(lq);
+    qs += q;
+    kl += q * (lq - (((double)s[c.ids[j]] - ms) * inv_tau - log_z));
+  }
+  *q_sum = qs;
+  return kl;
+}
+
+double ng_topk_fkl_rest(double rest, double z, double q_sum, double *tail) {
+  double p_r = rest / z, q_r = rest > 0.0 ? fmax(1.0 - q_sum, 0.0) : 0.0;
+  *tail = rest > 0.0 ? q_r / p_r : 0.0;
+  return q_r > 0.0 ? q_r * (log(q_r) - log(p_r)) : 0.0;
+}
+
+void ng_topk_fkl_target(ng_topk_row c, double inv_tau, double z, float *r) {
+  for (int64_t j = 0; j < c.k; j++) r[c.ids[j]] = (float)(exp((double)c.vals[j] * inv_tau - c.lse) * z);
+}
+
+double ng_topk_bucket_rest(ng_divergence d, double beta, ng_topk_row c, int64_t V, double inv_tau,
+                           double p_rest, double *g_rest, double *gbar) {
+  double q_sum = 0.0;
+  *g_rest = 0.0;
+  for (int64_t j = 0; j < c.k; j++) q_sum += exp((double)c.vals[j] * inv_tau - c.lse);
+  if (c.k == V) return 0.0;  // the cache holds every id: no rest bucket
+  double D = ng_bucket_term(d, beta, log(fmax(1.0 - q_sum, 0.0)), log(p_rest), g_rest);
+  *gbar += p_rest * *g_rest;
+  return D;
+}
+
+double ng_topk_bucket_id(ng_divergence d, double beta, ng_topk_row c, int64_t j, const float *s,
+                         float ms, double inv_tau, double log_z, double *g, double *gbar) {
+  double lp = ((double)s[c.ids[j]] - ms) * inv_tau - log_z;
+  double D = ng_bucket_term(d, beta, (double)c.vals[j] * inv_tau - c.lse, lp, g);
+  *gbar += exp(lp) * *g;
+  return D;
 }
 
 // Reverse KL or JSD of one row between bucketed distributions: every id its
@@ -567,8 +602,7 @@ static double kd_topk_row(const int32_t *ids, const float *vals, float lse, int6
 // double. Returns D and writes dz [V] = dD/dz (z = s / tau):
 //   dz_i = p_i (g_b(i) - sum_b P_b g_b), g_b from ng_bucket_term (divergence.h).
 static double div_bucket_row(ng_divergence d, double beta, const float *s, float ms,
-                             const float *t, const int32_t *ids, const float *vals, float lse,
-                             int64_t k, int64_t V, double tau, double *dz) {
+                             const float *t, ng_topk_row c, int64_t V, double tau, double *dz) {
   double inv_tau = 1.0 / tau, zd = 0.0, D = 0.0, gbar = 0.0;
   for (int64_t j = 0; j < V; j++) zd += exp(((double)s[j] - ms) * inv_tau);
   double log_zd = log(zd);
@@ -584,22 +618,14 @@ static double div_bucket_row(ng_divergence d, double beta, const float *s, float
     }
   } else {
     // dz first holds p_i on the ids not cached (0 on the cached ones): P_rest.
-    double p_rest = 0.0, q_sum = 0.0, g_rest = 0.0;
+    double p_rest = 0.0, g_rest;
     for (int64_t j = 0; j < V; j++) dz[j] = exp(((double)s[j] - ms) * inv_tau - log_zd);
-    for (int64_t j = 0; j < k; j++) dz[ids[j]] = 0.0;
+    for (int64_t j = 0; j < c.k; j++) dz[c.ids[j]] = 0.0;
     for (int64_t j = 0; j < V; j++) p_rest += dz[j];
-    for (int64_t j = 0; j < k; j++) q_sum += exp((double)vals[j] * inv_tau - lse);
-    if (k < V) {  // the cache holds every id: no rest bucket
-      double q_rest = fmax(1.0 - q_sum, 0.0);
-      D += ng_bucket_term(d, beta, log(q_rest), log(p_rest), &g_rest);
-      gbar += p_rest * g_rest;
-    }
+    D += ng_topk_bucket_rest(d, beta, c, V, inv_tau, p_rest, &g_rest, &gbar);
     for (int64_t j = 0; j < V; j++) dz[j] = g_rest;
-    for (int64_t j = 0; j < k; j++) {
-      double lp = ((double)s[ids[j]] - ms) * inv_tau - log_zd, lq = (double)vals[j] * inv_tau - lse;
-      D += ng_bucket_term(d, beta, lq, lp, &dz[ids[j]]);
-      gbar += exp(lp) * dz[ids[j]];
-    }
+    for (int64_t j = 0; j < c.k; j++)
+      D += ng_topk_bucket_id(d, beta, c, j, s, ms, inv_tau, log_zd, &dz[c.ids[j]], &gbar);
   }
   for (int64_t j = 0; j < V; j++) dz[j] = exp(((double)s[j] - ms) * inv_tau - log_zd) * (dz[j] - gbar);
   return D;
@@ -612,21 +638,20 @@ static double kd_row(const teacher_ref *t, int64_t i, const float *s, float ms, 
                      double zst, int64_t stride, int64_t V, ng_loss_params lp, float *tgt,
                      double *dz) {
   const float *tr = t->logits ? t->logits + (size_t)i * stride : NULL;
-  const int32_t *ids = t->ids ? t->ids + (size_t)i * t->k : NULL;
-  const float *vals = t->ids ? t->vals + (size_t)i * t->k : NULL;
-  float lse = t->ids ? t->lse[i] : 0.0f;
+  ng_topk_row c = {0};
+  if (t->ids)
+    c = (ng_topk_row){.ids = t->ids + (size_t)i * t->k, .vals = t->vals + (size_t)i * t->k,
+                      .lse = t->lse[i], .k = t->k};
   double kl = 0.0, tgt_scale = 0.0;
   switch (lp.divergence) {
     case NG_DIV_FORWARD_KL:  // dz = pst - tgt
       kl = tr ? kd_full_row(s, tr, V, ms, zst, (float)(1.0 / lp.temperature), tgt, &tgt_scale)
-              : kd_topk_row(ids, vals, lse, t->k, s, ms, est, zst, V, lp.temperature, tgt,
-                            &tgt_scale);
+              : kd_topk_row(c, s, ms, est, zst, V, lp.temperature, tgt, &tgt_scale);
       for (int64_t j = 0; j < V; j++) dz[j] = est[j] / zst - tgt[j] * tgt_scale;
       return kl;
     case NG_DIV_REVERSE_KL:
     case NG_DIV_JSD:
-      return div_bucket_row(lp.divergence, lp.beta, s, ms, tr, ids, vals, lse, t->k, V,
-                            lp.temperature, dz);
+      return div_bucket_row(lp.divergence, lp.beta, s, ms, tr, c, V, lp.temperature, dz);
   }
   NG_ASSERT(!"ng_divergence out of range");
   return 0.0;
