@@ -98,3 +98,37 @@ SECONDS=0
 runs "$R"
 check "runs does not follow links (each run once, in $SECONDS s)" \
   bash -c '[ "$(wc -l <"$1")" -eq 4 ] && [ "$(grep -c "grow-post-s1 " "$1")" -eq 1 ] && [ "$2" -lt 10 ]' _ "$tmp/out" "$SECONDS"
+
+# tools/archive_runs.sh: the records of a tree, without weights, locks or pictures,
+# extracted the same files; an existing archive kept without --force.
+A=$tmp/arch
+mkdir -p "$A"
+cp -r "$root/tests/fixtures/report" "$A/study"
+echo weights >"$A/study/grow-post-s1/final.safetensors"
+echo 1 >"$A/study/grow-post-s1/train.lock"
+echo png >"$A/study/plot.png"
+arch() { "$root/tools/archive_runs.sh" "$@" >"$tmp/out" 2>"$tmp/err"; }
+arch "$A/runs.tar.xz" "$A/study"
+check "archive_runs stores the tree's records under its name, without weights, locks or pictures" \
+  bash -c 'mkdir -p "$1/x" && tar xJf "$1/runs.tar.xz" -C "$1/x" &&
+           diff -r -x "*.safetensors" -x "*.lock" -x "*.png" "$1/study" "$1/x/study" >/dev/null &&
+           [ -z "$(find "$1/x" -name "*.safetensors" -o -name "*.lock" -o -name "*.png")" ] &&
+           [ "$(find "$1/x" -name config.json | wc -l)" -eq 3 ]' _ "$A"
+check "the archived records report as the tree does" \
+  bash -c '"$1" runs "$2/study" | sed "s/^ *//" >"$2/a" && "$1" runs "$2/x/study" | sed "s/^ *//" >"$2/b" && cmp -s "$2/a" "$2/b"' _ "$bin" "$A"
+before=$(cksum <"$A/runs.tar.xz")
+echo changed >"$A/study/grow-post-s1/metrics.jsonl"
+arch "$A/runs.tar.xz" "$A/study"
+rc=$?
+check "archive_runs keeps an existing archive without --force: one line, status 1" \
+  bash -c '[ "$1" -eq 1 ] && [ "$(wc -l <"$2")" -eq 1 ] && grep -q "force" "$2" && [ "$(cksum <"$3")" = "$4" ]' \
+  _ "$rc" "$tmp/err" "$A/runs.tar.xz" "$before"
+arch --force "$A/runs.tar.xz" "$A/study"
+check "archive_runs --force replaces it" \
+  bash -c '[ "$(tar xJOf "$1" study/grow-post-s1/metrics.jsonl)" = changed ]' _ "$A/runs.tar.xz"
+mkdir -p "$A/empty"
+arch "$A/e.tar.xz" "$A/empty"
+rc=$?
+check "archive_runs refuses a directory without runs: one line, status 1, nothing written" \
+  bash -c '[ "$1" -eq 1 ] && [ "$(wc -l <"$2")" -eq 1 ] && grep -q "no run directory" "$2" && [ ! -e "$3" ] &&
+           [ -z "$(ls "$4" | grep tmp)" ]' _ "$rc" "$tmp/err" "$A/e.tar.xz" "$A"
