@@ -37,4 +37,4 @@ tar --create --xz --sort=name --owner=0 --group=0 --numeric-owner \
   { echo "archive_runs: $out: tar failed" >&2; exit 1; }
 mv -f "$tmp" "$out"
 trap - EXIT
-echo "archive_runs: $out: $(tar --list --file "$out" | grep -c 'config.json$') run directories, $(du -h "$out" | cut -f1)"
+echo "archive_runs: $out: $(tar --list --file "$out" | grep -vc '/$') files, $(du -h "$out" | cut -f1)"
