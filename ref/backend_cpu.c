@@ -580,8 +580,8 @@ double ng_topk_bucket_rest(ng_divergence d, double beta, ng_topk_row c, int64_t 
                            double p_rest, double *g_rest, double *gbar) {
   double q_sum = 0.0;
   *g_rest = 0.0;
-  for (int64_t j = 0; j < c.k; j++) q_sum += exp((double)c.vals[j] * inv_tau - c.lse);
   if (c.k == V) return 0.0;  // the cache holds every id: no rest bucket
+  for (int64_t j = 0; j < c.k; j++) q_sum += exp((double)c.vals[j] * inv_tau - c.lse);
   double D = ng_bucket_term(d, beta, log(fmax(1.0 - q_sum, 0.0)), log(p_rest), g_rest);
   *gbar += p_rest * *g_rest;
   return D;
