@@ -119,15 +119,27 @@ else
   echo "FAIL sweep.md: $(cat sw/sweep.md)"
 fi
 
-# 4. Run a third time: everything finished is kept; nothing trains, the table is the same.
+# 4. Run a third time, the sweep's config where sweeps kept it before (DIR/config.json):
+# everything finished is kept; nothing trains, the table is the same, the config moved.
 cp sw/sweep.json before.json
+mv sw/sweep-config.json sw/config.json
 "$bin" --threads 1 sweep "${grid[@]}" >third.out 2>&1
 rc=$?
 if [ "$rc" -eq 0 ] && [ "$(grep -c ': finished, kept (' third.out)" -eq 4 ] &&
-   ! grep -q -e ': starting (' -e ': resuming' third.out && cmp -s before.json sw/sweep.json; then
-  echo "ok sweep run a third time: the 4 finished runs kept, none trained, the same table"
+   ! grep -q -e ': starting (' -e ': resuming' third.out && cmp -s before.json sw/sweep.json &&
+   cmp -s tiny.json sw/sweep-config.json && [ ! -e sw/config.json ]; then
+  echo "ok sweep run a third time: the 4 finished runs kept, none trained, the same table, DIR/config.json moved to sweep-config.json"
 else
-  echo "FAIL sweep run a third time: status $rc: $(tail -3 third.out)"
+  echo "FAIL sweep run a third time: status $rc: $(tail -3 third.out); $(ls sw)"
+fi
+# `normgrow runs` over the sweep: its 4 runs, finished; the sweep's directory is none.
+"$bin" runs sw >runs.out 2>&1
+rc=$?
+if [ "$rc" -eq 0 ] && [ "$(grep -c '^lr.peak=[^ ]*/seed[12]  *finished ' runs.out)" -eq 4 ] &&
+   [ "$(wc -l <runs.out)" -eq 5 ]; then
+  echo "ok runs over the sweep: its 4 runs, each finished, and no other line"
+else
+  echo "FAIL runs over the sweep: status $rc: $(cat runs.out)"
 fi
 
 # 5. Bad input: one line on stderr, a non-zero exit, nothing trained.

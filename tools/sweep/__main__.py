@@ -11,7 +11,7 @@ train --check`): a key the run config does not know, or a value it refuses,
 stops the sweep before anything trains, with one line. Run again, the sweep
 keeps every finished run, resumes every stopped one from its checkpoint and
 starts the rest, so a grid may also grow by values or seeds; DIR holds the
-config it swept (DIR/config.json) and refuses another. Each run's output goes
+config it swept (DIR/sweep-config.json) and refuses another. Each run's output goes
 to its train.log. At the end (and after each run) DIR/sweep.md and
 DIR/sweep.json hold the final validation CE of every run and per setting the
 mean and spread over its seeds, runs that did not train marked (the report's
@@ -95,7 +95,9 @@ class Sweep:
         return name
 
     def claim_out(self):
-        """DIR/config.json: the config this sweep trains; another one is refused."""
+        """DIR/sweep-config.json: the config this sweep trains; another one is refused. (Not
+        DIR/config.json, a run's file: `normgrow runs` would take DIR for a run that never
+        started. A sweep from before keeps it there, and it is moved.)"""
         out = self.a.out
         try:
             with open(self.a.config, "rb") as f:
@@ -103,13 +105,16 @@ class Sweep:
             os.makedirs(out, exist_ok=True)
         except OSError as e:
             raise Refused(f"sweep: {e.filename}: {e.strerror}") from None
-        mine = os.path.join(out, "config.json")
-        if os.path.exists(mine):
-            with open(mine, "rb") as f:
-                if f.read() != text:
-                    raise Refused(f"sweep: {out} holds a sweep of another config ({mine} differs from "
-                                  f"{self.a.config}): choose another --out")
-        else:
+        mine, before = os.path.join(out, "sweep-config.json"), os.path.join(out, "config.json")
+        for path in (mine, before):
+            if os.path.exists(path):
+                with open(path, "rb") as f:
+                    if f.read() != text:
+                        raise Refused(f"sweep: {out} holds a sweep of another config ({path} differs "
+                                      f"from {self.a.config}): choose another --out")
+        if os.path.exists(before):
+            os.replace(before, mine)
+        elif not os.path.exists(mine):
             from report.files import write_atomic
             write_atomic(mine, text)
 
