@@ -100,7 +100,8 @@ check "runs does not follow links (each run once, in $SECONDS s)" \
   bash -c '[ "$(wc -l <"$1")" -eq 4 ] && [ "$(grep -c "grow-post-s1 " "$1")" -eq 1 ] && [ "$2" -lt 10 ]' _ "$tmp/out" "$SECONDS"
 
 # tools/archive_runs.sh: the records of a tree, without weights, locks or pictures,
-# extracted the same files; an existing archive kept without --force.
+# extracted the same files; an existing archive kept without --force; two trees of one
+# name refused.
 A=$tmp/arch
 mkdir -p "$A"
 cp -r "$root/tests/fixtures/report" "$A/study"
@@ -126,6 +127,13 @@ check "archive_runs keeps an existing archive without --force: one line, status 
 arch --force "$A/runs.tar.xz" "$A/study"
 check "archive_runs --force replaces it" \
   bash -c '[ "$(tar xJOf "$1" study/grow-post-s1/metrics.jsonl)" = changed ]' _ "$A/runs.tar.xz"
+mkdir -p "$A/other/study"
+cp -r "$root/tests/fixtures/report/grow-post-s1" "$A/other/study/"
+arch "$A/two.tar.xz" "$A/study" "$A/other/study/"
+rc=$?
+check "archive_runs refuses two directories of the same name: one line, status 1, nothing written" \
+  bash -c '[ "$1" -eq 1 ] && [ "$(wc -l <"$2")" -eq 1 ] && grep -q "both be stored as study/" "$2" && [ ! -e "$3" ]' \
+  _ "$rc" "$tmp/err" "$A/two.tar.xz"
 mkdir -p "$A/empty"
 arch "$A/e.tar.xz" "$A/empty"
 rc=$?

@@ -17,10 +17,15 @@ out=$1
 shift
 case $out in *.tar.xz) ;; *) echo "archive_runs: $out: expected a name ending in .tar.xz" >&2; exit 2 ;; esac
 [ "$force" = 1 ] || [ ! -e "$out" ] || { echo "archive_runs: $out exists (--force replaces it)" >&2; exit 1; }
+declare -A named  # basename -> the DIR stored under it
 for d in "$@"; do
   [ -d "$d" ] || { echo "archive_runs: $d: not a directory" >&2; exit 1; }
   [ -n "$(find "$d" -name config.json -print -quit)" ] ||
     { echo "archive_runs: $d: no run directory in it (no config.json)" >&2; exit 1; }
+  b=$(basename "$(realpath "$d")")
+  [ -z "${named[$b]:-}" ] ||
+    { echo "archive_runs: $d and ${named[$b]} would both be stored as $b/: archive one of them" >&2; exit 1; }
+  named[$b]=$d
 done
 tmp="$out.tmp.$$"
 trap 'rm -f "$tmp"' EXIT
