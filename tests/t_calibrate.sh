@@ -81,12 +81,14 @@ else
   echo "FAIL calibrate: a second call changed the runs ($(grep -c . <<<"$before") before)"
 fi
 # a call for one placement of the two, with --hybrid: calibration.json and the report keep
-# the other's, the six runs stay as they are, the hybrids train
+# the other's, the six runs stay as they are, the hybrids train, its four sweeps on the
+# --threads given (not the cores shared out: 2 threads for one job on 2 cores)
 "$root/tools/calibrate.sh" --configs set --depth 2 --placements post --lrs 3e-3,3e-2 --seeds 1 \
-  --jobs 2 --out cal --hybrid >cal3.log 2>&1
+  --jobs 1 --threads 1 --out cal --hybrid >cal3.log 2>&1
 rc=$?
 after=$(stat -c '%n %i %Y' cal/{joint,grow}-*/*/seed*/final.safetensors | sort)
-if [ "$rc" -eq 0 ] && [ "$before" = "$after" ] && python3 -c 'import json, sys
+if [ "$rc" -eq 0 ] && [ "$before" = "$after" ] && [ "$(grep -c ' 1 at a time on 1 thread each' cal/calibrate.log)" -eq 4 ] &&
+   python3 -c 'import json, sys
 c = json.load(open("cal/calibration.json"))
 sys.exit(not (set(c) == {"pre", "post"} and c["pre"]["lr.peak"] == "3e-2"))' &&
    grep -A12 "^## Interaction of placement and growth" cal/report/report.md | grep -q "^| Post-Norm | .* | 1 |"; then

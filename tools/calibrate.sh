@@ -24,8 +24,10 @@
 # finished run and resume stopped ones; a grid grown by values or seeds is completed.
 #
 # usage: tools/calibrate.sh [--set toy|toy-large | --configs DIR --depth L] [--placements P1,P2,...]
-#            [--lrs A,B,...] [--seeds S1,S2,...] [--jobs J] [--backend NAME] [--precision fp32|bf16]
-#            [--out DIR] [--controls] [--hybrid]
+#            [--lrs A,B,...] [--seeds S1,S2,...] [--jobs J] [--threads N] [--backend NAME]
+#            [--precision fp32|bf16] [--out DIR] [--controls] [--hybrid]
+#   --jobs J --threads N: J runs at a time on N threads each (`normgrow sweep`'s; N
+#             defaults to the cores shared out; a run's bits depend on N)
 #   --configs DIR --depth L: another set of configs (DIR/joint-pre.json, DIR/grow-pre.json and,
 #             for --controls, DIR/control-*.json) whose final depth is L, with its own data
 #   defaults: --set toy --placements pre,post,sandwich,lns,mixln,deepnorm
@@ -34,7 +36,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=${NG_BIN:-$root/build/normgrow}
-usage="usage: tools/calibrate.sh [--set toy|toy-large | --configs DIR --depth L] [--placements P,...] [--lrs A,...] [--seeds S,...] [--jobs J] [--backend NAME] [--precision P] [--out DIR] [--controls] [--hybrid]"
+usage="usage: tools/calibrate.sh [--set toy|toy-large | --configs DIR --depth L] [--placements P,...] [--lrs A,...] [--seeds S,...] [--jobs J] [--threads N] [--backend NAME] [--precision P] [--out DIR] [--controls] [--hybrid]"
 set_name=toy configs='' depth='' need=() placements=pre,post,sandwich,lns,mixln,deepnorm lrs='' seeds=1,2,3 jobs=1 out='' controls=0 hybrid=0 where=()
 while [ $# -gt 0 ]; do
   case $1 in
@@ -50,7 +52,7 @@ while [ $# -gt 0 ]; do
     --lrs) lrs=$2 ;;
     --seeds) seeds=$2 ;;
     --jobs) jobs=$2 ;;
-    --backend | --precision) where+=("$1" "$2") ;;
+    --threads | --backend | --precision) where+=("$1" "$2") ;;
     --out) out=$2 ;;
     *) echo "$usage" >&2; exit 2 ;;
   esac
