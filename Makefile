@@ -242,8 +242,9 @@ bench-torch:
 	/usr/bin/python3 tools/bench_torch.py
 
 # The README's numbers made anew from run directories (tools/report/readme.py):
-# make readme-numbers RUNS="demo=runs/demo bf16=../other/runs/demo"; a block whose
-# runs are not named is left as it is. CHECK=1 only says which blocks differ.
+# make readme-numbers RUNS="demo=runs/demo bf16=../other/runs/demo"; a label named twice is
+# the union of its directories; a block whose runs are not named is left as it is.
+# CHECK=1 only says which blocks differ.
 readme-numbers:
 	PYTHONPATH=tools /usr/bin/python3 -m report.readme README.md $(foreach r,$(RUNS),--runs $(r)) $(if $(CHECK),--check,--out README.md --force)
 

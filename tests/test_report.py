@@ -759,6 +759,30 @@ class Readme(unittest.TestCase):
         self.assertEqual(rows["| control-extra-tokens"], "| control-extra-tokens | 1.9600 ± 0.0141 | -0.0500 | "
                          "[-0.0500, -0.0500] |")
 
+    def test_calibrated_two_dirs(self):
+        """a label given twice: the union of two calibrate directories (Post-Norm's groups moved to a second one)
+        makes the same blocks as the one directory; a group in both is refused, naming it and the two"""
+        root = self.write_calibration()
+        other = os.path.join(self.tmp, "calibrate-post")
+        os.makedirs(other)
+        for g in ("joint-post", "grow-post", "hybrid-post-pre", "control-extra-tokens"):
+            os.rename(os.path.join(root, g), os.path.join(other, g))
+        from report import readme
+        text = self.block("calibration", "cal") + self.block("calibrated", "cal") + self.block("hybrid", "cal")
+        split, _ = readme.remake(text, {"cal": readme.Runs("cal", [root, other])}, [].append)
+        for g in os.listdir(other):
+            os.rename(os.path.join(other, g), os.path.join(root, g))
+        whole, _, _ = self.remake(text, cal=root)
+        self.assertEqual(split, whole)
+        self.assertIn("| Post-Norm | 0.001 | 2.0300 ± 0.0000 | 2.0100 ± 0.0141 | -0.0200 |", split)
+        os.makedirs(os.path.join(other, "joint-pre"))
+        readme_path, said = os.path.join(self.tmp, "README.md"), []
+        with open(readme_path, "w") as f:
+            f.write(text)
+        self.assertEqual(readme.main([readme_path, "--runs", f"cal={root}", "--runs", f"cal={other}", "--check"],
+                                     said.append), 2)
+        self.assertEqual(said, [f"readme: cal={root}+{other}: joint-pre is in both {root} and {other}"])
+
     def test_hybrid(self):
         """the hybrid block: the four grown arms and the differences that separate the prefix from the new blocks"""
         new, _, _ = self.remake(self.block("hybrid", "cal"), cal=self.write_calibration())

@@ -11,8 +11,9 @@ A block of the README whose numbers come from runs sits between two markers:
 KIND says what the block is (KINDS below); each LABEL names a set of runs,
 given on the command line as LABEL=DIR, DIR holding one run directory per
 arm and seed as `make demo` writes them (ARM for seed 1, ARM-seedN, and
-`teacher`). A block whose labels are all given is made anew; the others are
-left as they are and named on stderr. --check exits 1 when a block made anew
+`teacher`); a LABEL given several times names the union of its DIRs (the
+entries of each; a name in two of them is refused). A block whose labels are
+all given is made anew; the others are left as they are and named on stderr. --check exits 1 when a block made anew
 differs from the README's (naming it); --out writes the README with the
 blocks made anew (an existing FILE only with --force).
 """
@@ -41,21 +42,35 @@ STEP = 96  # the growing arm's early evaluation the README quotes (after the fir
 
 
 class Runs:
-    """The runs under one directory: every arm's seeds, and the teacher (read
-    when a block first asks for them)."""
+    """The runs under one or more directories (a label given several times
+    names the union of their entries; an entry in two of them is refused):
+    every arm's seeds, and the teacher (read when a block first asks for them)."""
 
-    def __init__(self, label, root):
-        if not os.path.isdir(root):
-            raise ReportError(f"readme: {label}={root}: not a directory")
-        self.label, self.root = label, root
+    def __init__(self, label, roots):
+        roots = [roots] if isinstance(roots, str) else list(roots)
+        self.label, self.roots = label, roots
+        self.where = f"{label}={'+'.join(roots)}"
+        for root in roots:
+            if not os.path.isdir(root):
+                raise ReportError(f"readme: {label}={root}: not a directory")
         self._arms = None
+
+    def entries(self):
+        """{name: path} of every entry of the directories."""
+        out = {}
+        for root in self.roots:
+            for name in os.listdir(root):
+                if name in out:
+                    raise ReportError(f"readme: {self.where}: {name} is in both {os.path.dirname(out[name])} "
+                                      f"and {root}")
+                out[name] = os.path.join(root, name)
+        return out
 
     def load(self):
         if self._arms is None:
-            dirs = sorted(os.path.join(self.root, d) for d in os.listdir(self.root))
-            runs = [load_run(d) for d in dirs if is_run(d)]
+            runs = [load_run(d) for d in sorted(self.entries().values()) if is_run(d)]
             if not runs:
-                raise ReportError(f"readme: {self.label}={self.root}: no run directory in it")
+                raise ReportError(f"readme: {self.where}: no run directory in it")
             classify(runs)
             self._teacher = next((r for r in runs if r.mode == "pretrain"), None)
             self._arms = {a.name: a for a in group_arms([r for r in runs if r.mode != "pretrain"])}
@@ -72,7 +87,7 @@ class Runs:
 
     def arm(self, name):
         if name not in self.arms:
-            raise ReportError(f"readme: {self.label}={self.root}: no run of arm {name}")
+            raise ReportError(f"readme: {self.where}: no run of arm {name}")
         return self.arms[name]
 
     def find(self, name, seed):
@@ -82,7 +97,7 @@ class Runs:
     def seed(self, name, seed):
         r = self.find(name, seed)
         if r is None:
-            raise ReportError(f"readme: {self.label}={self.root}: arm {name} has no seed {seed}")
+            raise ReportError(f"readme: {self.where}: arm {name} has no seed {seed}")
         return r
 
 
@@ -123,7 +138,7 @@ def seed1(src):
     how long each took."""
     t = src.teacher
     if t is None:
-        raise ReportError(f"readme: {src.label}={src.root}: no teacher run")
+        raise ReportError(f"readme: {src.where}: no teacher run")
     runs = [src.seed(a, 1) for a in ARMS]
     early = next((e.ce for e in runs[ARMS.index("grow-post")].evals if e.step == STEP), None)
     took = [m for m in map(minutes, runs) if m is not None]
@@ -240,14 +255,15 @@ def compare(a, b):
 def topk(src):
     """tools/topk_study.sh's runs: the exact teacher (seeds 1 and 2) and each
     top-k cache, final validation CE and the difference from the exact run."""
+    entries = src.entries()
+
     def run(d):
-        path = os.path.join(src.root, d)
-        if not is_run(path):
-            raise ReportError(f"readme: {src.label}={src.root}: no run {d}")
-        return load_run(path)
+        if d not in entries or not is_run(entries[d]):
+            raise ReportError(f"readme: {src.where}: no run {d}")
+        return load_run(entries[d])
     exact = run("exact")
     rows = [("exact", exact), ("exact, seed 2", run("exact-seed2"))]
-    ks = sorted(int(d[1:]) for d in os.listdir(src.root) if re.fullmatch(r"k[0-9]+", d))
+    ks = sorted(int(d[1:]) for d in entries if re.fullmatch(r"k[0-9]+", d))
     rows += [(f"top-{k} cache", run(f"k{k}")) for k in ks]
     classify([r for _, r in rows])
     out = ["| teacher | final val CE | difference from exact |", "|---|---:|---:|"]
@@ -265,15 +281,14 @@ def calibrate_runs(src):
     arm at the calibrated rate), control-NAME and hybrid-PREFIX-NEW; every run
     classified."""
     groups = {}
-    for g in sorted(os.listdir(src.root)):
-        gd = os.path.join(src.root, g)
+    for g, gd in sorted(src.entries().items()):
         if not re.fullmatch(r"(joint|grow|control|hybrid)-[a-z-]+", g) or not os.path.isdir(gd):
             continue
         dirs = sorted(os.path.join(gd, s, d) for s in os.listdir(gd) if os.path.isdir(os.path.join(gd, s))
                       for d in os.listdir(os.path.join(gd, s)))
         groups[g] = [load_run(d) for d in dirs if is_run(d)]
     if not any(g.startswith("joint-") for g in groups):
-        raise ReportError(f"readme: {src.label}={src.root}: no joint-PLACEMENT sweep in it (tools/calibrate.sh)")
+        raise ReportError(f"readme: {src.where}: no joint-PLACEMENT sweep in it (tools/calibrate.sh)")
     classify([r for runs in groups.values() for r in runs])
     return groups
 
@@ -403,7 +418,7 @@ def hybrid(src):
              ("hybrid-pre-post", "Pre", "Post"), ("hybrid-post-pre", "Post", "Pre"))
     for g, _, _ in names:
         if not groups.get(g):
-            raise ReportError(f"readme: {src.label}={src.root}: no runs in {g} (tools/calibrate.sh --hybrid)")
+            raise ReportError(f"readme: {src.where}: no runs in {g} (tools/calibrate.sh --hybrid)")
     ces = {g: {r.seed: r.last.ce for r in groups[g] if r.failed is None} for g, _, _ in names}
     out = ["| arm | prefix | new blocks | peak LR | final val CE |", "|---|---|---|---:|---:|"]
     out += [f"| {g} | {pre} | {new} | {peak(groups[g][0]):g} | {mean_std(groups[g])} |" for g, pre, new in names]
@@ -467,12 +482,13 @@ def main(argv=None, say=to_stderr):
     from .runs import read_text
     a = parse(sys.argv[1:] if argv is None else argv)
     try:
-        sources = {}
+        roots = {}
         for spec in a.runs:
             label, sep, root = spec.partition("=")
             if not sep or not label or not root:
                 raise ReportError(f"readme: --runs {spec}: expected LABEL=DIR")
-            sources[label] = Runs(label, root)
+            roots.setdefault(label, []).append(root)
+        sources = {label: Runs(label, r) for label, r in roots.items()}
         text = read_text(a.readme)
         new, differ = remake(text, sources, say)
         if a.check:
