@@ -16,8 +16,9 @@ to its train.log. At the end (and after each run) DIR/sweep.md and
 DIR/sweep.json hold the final validation CE of every run and per setting the
 mean and spread over its seeds, runs that did not train marked (the report's
 rule). --stop-after STEP is passed to each run (tests). Exits 1 when a run
-failed (its log names why), 130 when interrupted: the runs stop at a
-checkpoint, and the same command continues them.
+failed (its log names why), 130 when interrupted (Ctrl-C, or SIGTERM: `kill`;
+a sweep started in the background by a shell ignores SIGINT, as the shell
+leaves it): the runs stop at a checkpoint, and the same command continues them.
 """
 import argparse
 import json
