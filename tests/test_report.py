@@ -760,17 +760,21 @@ class Readme(unittest.TestCase):
                          "[-0.0500, -0.0500] |")
 
     def test_calibrated_two_dirs(self):
-        """a label given twice: the union of two calibrate directories (Post-Norm's groups moved to a second one)
-        makes the same blocks as the one directory; a group in both is refused, naming it and the two"""
+        """a label given twice: the union of two calibrate directories (Post-Norm's groups moved to a second one,
+        each with its own calibration.json and report) makes the same blocks as the one directory; a group in
+        both is refused, naming it and the two"""
         root = self.write_calibration()
         other = os.path.join(self.tmp, "calibrate-post")
-        os.makedirs(other)
+        for d in (root, other):
+            os.makedirs(os.path.join(d, "report"))
+            with open(os.path.join(d, "calibration.json"), "w") as f:
+                f.write("{}\n")
         for g in ("joint-post", "grow-post", "hybrid-post-pre", "control-extra-tokens"):
             os.rename(os.path.join(root, g), os.path.join(other, g))
         from report import readme
         text = self.block("calibration", "cal") + self.block("calibrated", "cal") + self.block("hybrid", "cal")
         split, _ = readme.remake(text, {"cal": readme.Runs("cal", [root, other])}, [].append)
-        for g in os.listdir(other):
+        for g in ("joint-post", "grow-post", "hybrid-post-pre", "control-extra-tokens"):
             os.rename(os.path.join(other, g), os.path.join(root, g))
         whole, _, _ = self.remake(text, cal=root)
         self.assertEqual(split, whole)

@@ -55,20 +55,24 @@ class Runs:
                 raise ReportError(f"readme: {label}={root}: not a directory")
         self._arms = None
 
-    def entries(self):
-        """{name: path} of every entry of the directories."""
+    def entries(self, keep):
+        """{name: path} of the entries of the directories for which keep(name,
+        path) holds; such a name in two of them is refused."""
         out = {}
         for root in self.roots:
             for name in os.listdir(root):
+                path = os.path.join(root, name)
+                if not keep(name, path):
+                    continue
                 if name in out:
                     raise ReportError(f"readme: {self.where}: {name} is in both {os.path.dirname(out[name])} "
                                       f"and {root}")
-                out[name] = os.path.join(root, name)
+                out[name] = path
         return out
 
     def load(self):
         if self._arms is None:
-            runs = [load_run(d) for d in sorted(self.entries().values()) if is_run(d)]
+            runs = [load_run(d) for d in sorted(self.entries(lambda _, d: is_run(d)).values())]
             if not runs:
                 raise ReportError(f"readme: {self.where}: no run directory in it")
             classify(runs)
@@ -255,7 +259,7 @@ def compare(a, b):
 def topk(src):
     """tools/topk_study.sh's runs: the exact teacher (seeds 1 and 2) and each
     top-k cache, final validation CE and the difference from the exact run."""
-    entries = src.entries()
+    entries = src.entries(lambda _, d: os.path.isdir(d))
 
     def run(d):
         if d not in entries or not is_run(entries[d]):
@@ -281,9 +285,8 @@ def calibrate_runs(src):
     arm at the calibrated rate), control-NAME and hybrid-PREFIX-NEW; every run
     classified."""
     groups = {}
-    for g, gd in sorted(src.entries().items()):
-        if not re.fullmatch(r"(joint|grow|control|hybrid)-[a-z-]+", g) or not os.path.isdir(gd):
-            continue
+    sweeps = src.entries(lambda g, gd: re.fullmatch(r"(joint|grow|control|hybrid)-[a-z-]+", g) and os.path.isdir(gd))
+    for g, gd in sorted(sweeps.items()):
         dirs = sorted(os.path.join(gd, s, d) for s in os.listdir(gd) if os.path.isdir(os.path.join(gd, s))
                       for d in os.listdir(os.path.join(gd, s)))
         groups[g] = [load_run(d) for d in dirs if is_run(d)]
