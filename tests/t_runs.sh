@@ -52,6 +52,17 @@ check "runs RUNDIR: that run with every setting" \
   _ "$tmp/out"
 rm -rf "$R/a-study-with-a-rather-long-name"
 
+# A sweep's tree (GROUP/SETTING/seedS) too long for the name column: its group and seed kept.
+for i in 1 2; do
+  mkdir -p "$R/hybrid-pre-post/lr.peak=0.002"
+  cp -r "$R/grow-post-s1" "$R/hybrid-pre-post/lr.peak=0.002/seed$i"
+done
+runs "$R"
+check "runs cuts a long sweep path between its group and its seed" \
+  bash -c 'grep -q "^hybrid-pre-post/\.\.\./seed1  *finished " "$1" && grep -q "^hybrid-pre-post/\.\.\./seed2  *finished " "$1" &&
+           [ "$2" -le 100 ]' _ "$tmp/out" "$(widest)"
+rm -rf "$R/hybrid-pre-post"
+
 # A live run: a process holds its train.lock, as train does (the pid inside).
 L=$R/live
 cp -r "$R/fixed-pre-s7" "$L"

@@ -22,7 +22,7 @@
 
 #define MAX_DEPTH 4        // runs/study/arm is 2 deep
 #define LINE_COLS 100      // a run's line
-#define NAME_COLS 30       // longer paths are cut at the front
+#define NAME_COLS 30       // longer paths are cut (put_name)
 #define STATE_COLS 23      // "stopped (no checkpoint)"
 #define SHORT_VALUE_COLS 24  // values in a run's line are cut there
 
@@ -129,10 +129,22 @@ static void put_differences(const ng_flat_config *f, const char **keys, size_t n
   if (k < nk) printf("%s+%zu more", k ? ", " : "", nk - k);
 }
 
-// A path in `cols` columns: its end when it is longer.
+// A path in `cols` columns. A longer one keeps its first component and as
+// many of its last ones as fit, "/.../" between them (a sweep's group and a
+// run's seed, "hybrid-pre-post/.../seed1"); where not even its first and last
+// component fit, its end, "..." before it.
 static void put_name(const char *name, int cols) {
   int len = (int)strlen(name);
-  if (len <= cols) printf("%-*s", cols, name);
+  const char *first_end = strchr(name, '/');
+  if (len <= cols) {
+    printf("%-*s", cols, name);
+    return;
+  }
+  int head = first_end ? (int)(first_end - name) : len;
+  const char *tail = NULL;  // the longest run of last components that fits
+  for (const char *s = name + len; s > name + head; s--)
+    if (s[-1] == '/' && head + 5 + (int)(name + len - s) <= cols) tail = s;
+  if (tail) printf("%.*s/.../%-*s", head, name, cols - head - 5, tail);
   else printf("...%s", name + len - (cols - 3));
 }
 
