@@ -545,11 +545,16 @@ static const char *bin;
 static char student_ckpt[600], teacher_ckpt[600];
 
 // Runs `normgrow diag ARGS` with stdout to out_path; returns its exit status,
-// and its stderr in err (one line expected on failure).
+// and its stderr in err (one line expected on failure). The command runs this
+// process's BLAS kernels (OPENBLAS_CORETYPE set to them), so that its numbers
+// are the same operations as the in-process ones they are compared with bit
+// for bit: unset, normgrow would choose other kernels where OpenBLAS fell back
+// to its generic ones (tools/normgrow.c) and round its matmuls otherwise.
 static int run_diag(const char *args, const char *out_path, char *err, size_t err_size) {
   char cmd[4000], err_path[620];
   snprintf(err_path, sizeof err_path, "%s/stderr.txt", dir);
-  snprintf(cmd, sizeof cmd, "'%s' diag %s >'%s' 2>'%s'", bin, args, out_path, err_path);
+  snprintf(cmd, sizeof cmd, "OPENBLAS_CORETYPE='%s' '%s' diag %s >'%s' 2>'%s'", ng_blas_corename(), bin,
+           args, out_path, err_path);
   int rc = system(cmd);
   FILE *f = fopen(err_path, "r");
   size_t n = f ? fread(err, 1, err_size - 1, f) : 0;
