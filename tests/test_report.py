@@ -801,6 +801,14 @@ class Readme(unittest.TestCase):
         # 2.07 − 1.99, 2.09 − 2.00: mean 0.085, se 0.005: the interval excludes 0
         self.assertEqual(rows["| hybrid-pre-post − hybrid-post-pre"], "| hybrid-pre-post − hybrid-post-pre | 2 | "
                          "+0.0850 | [%+.4f, %+.4f] | yes |" % (0.085 - t1 * 0.005, 0.085 + t1 * 0.005))
+        # new blocks: ((2.07 − 2.05) + (2.00 − 1.99)) / 2, ((2.09 − 2.06) + (2.02 − 2.00)) / 2: 0.015,
+        # 0.025, mean 0.02, se 0.005; prefix: ((1.99 − 2.05) + (2.00 − 2.07)) / 2, and the same for
+        # seed 2: −0.065 twice, no spread
+        self.assertEqual(rows["| new blocks Post − Pre, mean over the two prefixes"],
+                         "| new blocks Post − Pre, mean over the two prefixes | 2 | +0.0200 | [%+.4f, %+.4f] | no |"
+                         % (0.02 - t1 * 0.005, 0.02 + t1 * 0.005))
+        self.assertTrue(rows["| prefix Post − Pre, mean over the two kinds of new blocks"].startswith(
+            "| prefix Post − Pre, mean over the two kinds of new blocks | 2 | -0.0650 | [-0.0650, -0.0650] |"))
 
     def test_arms(self):
         """the arms block: mean ± sample std over the seeds, tokens, and the ablation's last and smallest block"""

@@ -415,7 +415,8 @@ def calibrated(src):
 def hybrid(src):
     """The grown arms of both placements beside the hybrid growths (the other
     placement's blocks grown on each prefix), and the paired differences that
-    separate the new blocks' placement from the prefix's, with 95% intervals."""
+    separate the new blocks' placement from the prefix's, with 95% intervals:
+    four between arms, then the two main effects of the 2 x 2 design."""
     groups = at_peaks(calibrate_runs(src))
     names = (("grow-pre", "Pre", "Pre"), ("grow-post", "Post", "Post"),
              ("hybrid-pre-post", "Pre", "Post"), ("hybrid-post-pre", "Post", "Pre"))
@@ -426,10 +427,21 @@ def hybrid(src):
     out = ["| arm | prefix | new blocks | peak LR | final val CE |", "|---|---|---|---:|---:|"]
     out += [f"| {g} | {pre} | {new} | {peak(groups[g][0]):g} | {mean_std(groups[g])} |" for g, pre, new in names]
     out += ["", "| paired difference | seeds | mean | 95% interval | excludes 0 |", "|---|---:|---:|---:|---|"]
-    for a, b in (("hybrid-pre-post", "grow-pre"), ("hybrid-post-pre", "grow-post"),
-                 ("hybrid-pre-post", "hybrid-post-pre"), ("grow-post", "grow-pre")):
-        p = paired(ces[a], ces[b])
-        out.append(f"| {a} − {b} | {p.n if p else 0} | {'%+.4f' % p.mean if p else 'n/a'} | {interval(p)} | "
+    rows = [(f"{a} − {b}", paired(ces[a], ces[b])) for a, b in (
+        ("hybrid-pre-post", "grow-pre"), ("hybrid-post-pre", "grow-post"),
+        ("hybrid-pre-post", "hybrid-post-pre"), ("grow-post", "grow-pre"))]
+    # The four arms as a 2 x 2 design: each factor's effect (Post − Pre) averaged
+    # over the other factor's two levels, seed by seed.
+    seeds = set.intersection(*(set(c) for c in ces.values()))
+    pre_pre, post_post = ces["grow-pre"], ces["grow-post"]
+    pre_post, post_pre = ces["hybrid-pre-post"], ces["hybrid-post-pre"]
+    new_blocks = {s: (pre_post[s] - pre_pre[s] + post_post[s] - post_pre[s]) / 2 for s in seeds}
+    prefix = {s: (post_pre[s] - pre_pre[s] + post_post[s] - pre_post[s]) / 2 for s in seeds}
+    zero = {s: 0.0 for s in seeds}
+    rows += [("new blocks Post − Pre, mean over the two prefixes", paired(new_blocks, zero)),
+             ("prefix Post − Pre, mean over the two kinds of new blocks", paired(prefix, zero))]
+    for name, p in rows:
+        out.append(f"| {name} | {p.n if p else 0} | {'%+.4f' % p.mean if p else 'n/a'} | {interval(p)} | "
                    f"{excludes(p)} |")
     return "\n".join(out) + "\n"
 
