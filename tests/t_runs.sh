@@ -42,6 +42,8 @@ runs "$R"
 check "runs differing in 15 settings under long names: one line each, within 100 columns" \
   bash -c '[ "$(wc -l <"$1")" -eq 7 ] && [ "$2" -le 100 ] && grep -q "^\.\.\..*arm-2-with-a-long-name-too  *finished .*more$" "$1"' \
   _ "$tmp/out" "$(widest)"
+check "runs passes by a difference too long for its line and shows a shorter one after it" \
+  grep -q "arm-2-with-a-long-name-too  *finished .* seed=12, .*more$" "$tmp/out"
 runs "$R" --long
 check "runs --long: every difference in full below its run" \
   bash -c 'grep -q "^    stages = \[{\"depth\":1,\"tokens\":32,\"restart_lr\":true,\"freeze_existing\":false},{\"depth\":2" "$1" &&

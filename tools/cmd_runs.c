@@ -107,26 +107,40 @@ static void put_cut(const char *text, size_t room) {
   else if (room >= 3) printf("%.*s...", (int)(room - 3), text);
 }
 
-// "key=value, ..." (values cut at SHORT_VALUE_COLS) for as many of the keys as
-// fit in `room` columns, then ", +N more".
+// "key=value" with the value cut at SHORT_VALUE_COLS.
+static void difference_item(const ng_flat_config *f, const char *key, char *item, size_t size) {
+  const char *v = ng_flat_value(f, key);
+  if (!v) v = "(absent)";
+  size_t vlen = strlen(v);
+  snprintf(item, size, "%s=%.*s%s", key, (int)(vlen > SHORT_VALUE_COLS ? SHORT_VALUE_COLS - 3 : vlen), v,
+           vlen > SHORT_VALUE_COLS ? "..." : "");
+}
+
+// "key=value, ..." in `room` columns: every key when all fit; else, in order,
+// those that fit beside ", +N more" (one too long for what is left is passed
+// by, so a short difference after a long one is still shown), then ", +N more".
 static void put_differences(const ng_flat_config *f, const char **keys, size_t nk, size_t room) {
-  if (nk == 0) fputs("-", stdout);
-  size_t used = 0, k = 0;
-  for (; k < nk; k++) {
-    const char *v = ng_flat_value(f, keys[k]);
-    if (!v) v = "(absent)";
-    char item[256];
-    size_t vlen = strlen(v);
-    snprintf(item, sizeof item, "%s=%.*s%s", keys[k],
-             (int)(vlen > SHORT_VALUE_COLS ? SHORT_VALUE_COLS - 3 : vlen), v,
-             vlen > SHORT_VALUE_COLS ? "..." : "");
-    size_t len = strlen(item) + (k ? 2 : 0), rest = nk - k - 1;
-    size_t tail = rest ? (size_t)snprintf(NULL, 0, ", +%zu more", rest) : 0;
-    if (used + len + tail > room) break;
-    printf("%s%s", k ? ", " : "", item);
-    used += len;
+  if (nk == 0) {
+    fputs("-", stdout);
+    return;
   }
-  if (k < nk) printf("%s+%zu more", k ? ", " : "", nk - k);
+  char item[256];
+  size_t all = 0;
+  for (size_t k = 0; k < nk; k++) {
+    difference_item(f, keys[k], item, sizeof item);
+    all += strlen(item) + (k ? 2 : 0);
+  }
+  size_t reserve = all <= room ? 0 : (size_t)snprintf(NULL, 0, ", +%zu more", nk);
+  size_t used = 0, shown = 0;
+  for (size_t k = 0; k < nk; k++) {
+    difference_item(f, keys[k], item, sizeof item);
+    size_t len = strlen(item) + (shown ? 2 : 0);
+    if (used + len + reserve > room) continue;
+    printf("%s%s", shown ? ", " : "", item);
+    used += len;
+    shown++;
+  }
+  if (shown < nk) printf("%s+%zu more", shown ? ", " : "", nk - shown);
 }
 
 // A path in `cols` columns. A longer one keeps its first component and as
