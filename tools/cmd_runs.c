@@ -146,20 +146,35 @@ static void put_differences(const ng_flat_config *f, const char **keys, size_t n
 // A path in `cols` columns. A longer one keeps its first component and as
 // many of its last ones as fit, "/.../" between them (a sweep's group and a
 // run's seed, "hybrid-pre-post/.../seed1"); where not even its first and last
-// component fit, its end, "..." before it.
-static void put_name(const char *name, int cols) {
+// component fit, its end, "..." before it. cut_tail gives the last components
+// kept (NULL: the path fits, or only its end is kept); shown_len the columns
+// the path takes.
+static const char *cut_tail(const char *name, int cols) {
   int len = (int)strlen(name);
   const char *first_end = strchr(name, '/');
-  if (len <= cols) {
-    printf("%-*s", cols, name);
-    return;
-  }
-  int head = first_end ? (int)(first_end - name) : len;
+  if (len <= cols || !first_end) return NULL;
+  int head = (int)(first_end - name);
   const char *tail = NULL;  // the longest run of last components that fits
-  for (const char *s = name + len; s > name + head; s--)
+  for (const char *s = name + len; s > first_end; s--)
     if (s[-1] == '/' && head + 5 + (int)(name + len - s) <= cols) tail = s;
-  if (tail) printf("%.*s/.../%-*s", head, name, cols - head - 5, tail);
-  else printf("...%s", name + len - (cols - 3));
+  return tail;
+}
+
+static int shown_len(const char *name, int cols) {
+  int len = (int)strlen(name);
+  const char *tail = cut_tail(name, cols);
+  if (len <= cols) return len;
+  return tail ? (int)(strchr(name, '/') - name) + 5 + (int)strlen(tail) : cols;
+}
+
+static void put_name(const char *name, int cols) {
+  int len = (int)strlen(name);
+  const char *tail = cut_tail(name, cols);
+  if (len <= cols) printf("%-*s", cols, name);
+  else if (tail) {
+    int head = (int)(strchr(name, '/') - name);
+    printf("%.*s/.../%-*s", head, name, cols - head - 5, tail);
+  } else printf("...%s", name + len - (cols - 3));
 }
 
 // One run's line: name, state, step, final CE, then its differences in what
@@ -224,8 +239,8 @@ static void show_list(const run_list *l, bool details) {
   size_t nk = differing_keys(l, &keys);
   int cols = 3;
   for (size_t i = 0; i < l->n; i++) {
-    int len = (int)strlen(l->runs[i].name);
-    if (len > cols) cols = len < NAME_COLS ? len : NAME_COLS;
+    int len = shown_len(l->runs[i].name, NAME_COLS);
+    if (len > cols) cols = len;
   }
   put_header(cols);
   for (size_t i = 0; i < l->n; i++) {
