@@ -22,7 +22,7 @@
 
 #define MAX_DEPTH 4        // runs/study/arm is 2 deep
 #define LINE_COLS 100      // a run's line
-#define NAME_COLS 30       // longer paths are cut (put_name)
+#define NAME_COLS 30       // longer paths are cut (shown_name)
 #define STATE_COLS 23      // "stopped (no checkpoint)"
 #define SHORT_VALUE_COLS 24  // values in a run's line are cut there
 
@@ -124,57 +124,50 @@ static void put_differences(const ng_flat_config *f, const char **keys, size_t n
     fputs("-", stdout);
     return;
   }
-  char item[256];
+  char (*item)[256] = ng_xcalloc(nk, sizeof *item);
   size_t all = 0;
   for (size_t k = 0; k < nk; k++) {
-    difference_item(f, keys[k], item, sizeof item);
-    all += strlen(item) + (k ? 2 : 0);
+    difference_item(f, keys[k], item[k], sizeof item[k]);
+    all += strlen(item[k]) + (k ? 2 : 0);
   }
   size_t reserve = all <= room ? 0 : (size_t)snprintf(NULL, 0, ", +%zu more", nk);
   size_t used = 0, shown = 0;
   for (size_t k = 0; k < nk; k++) {
-    difference_item(f, keys[k], item, sizeof item);
-    size_t len = strlen(item) + (shown ? 2 : 0);
+    size_t len = strlen(item[k]) + (shown ? 2 : 0);
     if (used + len + reserve > room) continue;
-    printf("%s%s", shown ? ", " : "", item);
+    printf("%s%s", shown ? ", " : "", item[k]);
     used += len;
     shown++;
   }
   if (shown < nk) printf("%s+%zu more", shown ? ", " : "", nk - shown);
+  free(item);
 }
 
-// A path in `cols` columns. A longer one keeps its first component and as
-// many of its last ones as fit, "/.../" between them (a sweep's group and a
-// run's seed, "hybrid-pre-post/.../seed1"); where not even its first and last
-// component fit, its end, "..." before it. cut_tail gives the last components
-// kept (NULL: the path fits, or only its end is kept); shown_len the columns
-// the path takes.
-static const char *cut_tail(const char *name, int cols) {
+// A path as shown in at most `cols` columns, written to out (cols + 1 bytes at
+// least). A longer one keeps its first component and as many of its last ones
+// as fit, "/.../" between them (a sweep's group and a run's seed,
+// "hybrid-pre-post/.../seed1"); where not even its first and last component
+// fit, its end, "..." before it.
+static void shown_name(const char *name, int cols, char *out) {
   int len = (int)strlen(name);
   const char *first_end = strchr(name, '/');
-  if (len <= cols || !first_end) return NULL;
-  int head = (int)(first_end - name);
-  const char *tail = NULL;  // the longest run of last components that fits
-  for (const char *s = name + len; s > first_end; s--)
-    if (s[-1] == '/' && head + 5 + (int)(name + len - s) <= cols) tail = s;
-  return tail;
-}
-
-static int shown_len(const char *name, int cols) {
-  int len = (int)strlen(name);
-  const char *tail = cut_tail(name, cols);
-  if (len <= cols) return len;
-  return tail ? (int)(strchr(name, '/') - name) + 5 + (int)strlen(tail) : cols;
+  if (len <= cols) {
+    strcpy(out, name);
+    return;
+  }
+  int head = first_end ? (int)(first_end - name) : len;
+  for (const char *s = first_end ? first_end + 1 : name + len; s < name + len; s++)
+    if (s[-1] == '/' && head + 5 + (int)(name + len - s) <= cols) {  // the longest tail that fits
+      sprintf(out, "%.*s/.../%s", head, name, s);
+      return;
+    }
+  sprintf(out, "...%s", name + len - (cols - 3));
 }
 
 static void put_name(const char *name, int cols) {
-  int len = (int)strlen(name);
-  const char *tail = cut_tail(name, cols);
-  if (len <= cols) printf("%-*s", cols, name);
-  else if (tail) {
-    int head = (int)(strchr(name, '/') - name);
-    printf("%.*s/.../%-*s", head, name, cols - head - 5, tail);
-  } else printf("...%s", name + len - (cols - 3));
+  char shown[NAME_COLS + 1];
+  shown_name(name, cols, shown);
+  printf("%-*s", cols, shown);
 }
 
 // One run's line: name, state, step, final CE, then its differences in what
@@ -239,8 +232,9 @@ static void show_list(const run_list *l, bool details) {
   size_t nk = differing_keys(l, &keys);
   int cols = 3;
   for (size_t i = 0; i < l->n; i++) {
-    int len = shown_len(l->runs[i].name, NAME_COLS);
-    if (len > cols) cols = len;
+    char shown[NAME_COLS + 1];
+    shown_name(l->runs[i].name, NAME_COLS, shown);
+    if ((int)strlen(shown) > cols) cols = (int)strlen(shown);
   }
   put_header(cols);
   for (size_t i = 0; i < l->n; i++) {
