@@ -148,7 +148,7 @@ static void loss_grad(const float *ps, const float *est, const float *et, int64_
 // ---------------------------------------------------------------- the loss
 
 // A row's teacher: full logits t [V], a top-k cache (ids, vals [k], its lse at
-// the temperature), or neither (CE alone).
+// the temperature and log mass off the cache), or neither (CE alone).
 typedef struct {
   const float *t;
   ng_topk_row c;  // c.ids NULL: no cache
@@ -192,14 +192,14 @@ static void scale_row(float *r, int64_t n, float c) {
 }
 
 // Forward KL from a top-k cache, the reference's kd_topk_row: q_j = exp(v_j /
-// tau - lse) on the cached ids, tail mass q_r = 1 - sum q_j against the
+// tau - lse) on the cached ids, tail mass q_r = exp(rest) against the
 // student's p_r off the cache; r = tgt relative to zst (tgt_z = zst): q_j zst
 // on the cached ids, est_j q_r / p_r elsewhere.
 static kd_terms fkl_topk(ng_topk_row c, const float *s, const float *est, float ms, double zst,
                          int64_t V, double inv_tau, float *r) {
-  double rest = off_cache(est, c.ids, c.k, V, r), q_sum, tail;
-  double kl = ng_topk_fkl_cached(c, s, ms, inv_tau, log(zst), &q_sum);
-  kl += ng_topk_fkl_rest(rest, zst, q_sum, &tail);
+  double off = off_cache(est, c.ids, c.k, V, r), tail;
+  double kl = ng_topk_fkl_cached(c, s, ms, inv_tau, log(zst));
+  kl += ng_topk_fkl_rest(c, off, zst, &tail);
   scale_row(r, V, (float)tail);
   ng_topk_fkl_target(c, inv_tau, zst, r);
   return (kd_terms){.kl = kl, .tgt_z = zst};
@@ -283,14 +283,14 @@ static void fill_row(float *r, int64_t n, float c) {
 }
 
 // Reverse KL or JSD from a top-k cache, the reference's buckets: each cached
-// id, and "every other id" (Q_rest = max(0, 1 - sum Q_j), P_rest the student's
+// id, and "every other id" (Q_rest = exp(rest), P_rest the student's
 // mass there; none when the cache holds every id); g = g_rest off the cache.
 static kd_terms bucket_topk(ng_divergence d, double beta, ng_topk_row c, const float *s,
                             const float *est, int64_t V, float ms, double zst, double inv_tau,
                             float *r) {
   double log_zst = log(zst), p_rest = off_cache(est, c.ids, c.k, V, r) / zst, g_rest, g;
   kd_terms k = {0};
-  k.kl += ng_topk_bucket_rest(d, beta, c, V, inv_tau, p_rest, &g_rest, &k.gbar);
+  k.kl += ng_topk_bucket_rest(d, beta, c, V, p_rest, &g_rest, &k.gbar);
   fill_row(r, V, (float)g_rest);
   for (int64_t j = 0; j < c.k; j++) {
     k.kl += ng_topk_bucket_id(d, beta, c, j, s, ms, inv_tau, log_zst, &g, &k.gbar);
@@ -367,11 +367,11 @@ static void loss_row(const float *s, const row_teacher *tc, int32_t y, int64_t V
 }
 
 // The rows of ng_vec_ce_kd and ng_vec_ce_kd_topk: logits [N, V] and a full
-// teacher [N, V], a top-k cache (ids, vals [N, k], lse [N]) or neither.
+// teacher [N, V], a top-k cache (ids, vals [N, k], lse, rest [N]) or neither.
 typedef struct {
   const float *logits, *teacher;
   const int32_t *ids;
-  const float *vals, *lse;
+  const float *vals, *lse, *rest;
   int64_t k, V;
 } vec_rows;
 
@@ -381,7 +381,7 @@ static void vec_loss_row(const void *ctx, int64_t i, int32_t y, int64_t Vu, ng_l
   const vec_rows *c = ctx;
   row_teacher tc = {.t = c->teacher ? c->teacher + (size_t)i * c->V : NULL};
   if (c->ids) tc.c = (ng_topk_row){.ids = c->ids + (size_t)i * c->k, .vals = c->vals + (size_t)i * c->k,
-                                   .lse = c->lse[i], .k = c->k};
+                                   .lse = c->lse[i], .rest = c->rest[i], .k = c->k};
   loss_row(c->logits + (size_t)i * c->V, &tc, y, Vu, lp, w, ds, scratch, ce, kl);
 }
 
@@ -401,11 +401,13 @@ void ng_vec_ce_kd(ng_backend *be, const float *logits, const float *teacher,
 }
 
 void ng_vec_ce_kd_topk(ng_backend *be, const float *logits, const int32_t *topk_ids,
-                       const float *topk_vals, const float *topk_lse, int64_t k,
-                       const int32_t *targets, int64_t N, int64_t V, ng_loss_params lp,
-                       float *dlogits, double *ce, double *kd, int64_t *n_valid) {
+                       const float *topk_vals, const float *topk_lse, const float *topk_rest,
+                       int64_t k, const int32_t *targets, int64_t N, int64_t V,
+                       ng_loss_params lp, float *dlogits, double *ce, double *kd,
+                       int64_t *n_valid) {
   (void)be;
-  vec_rows c = {.logits = logits, .ids = topk_ids, .vals = topk_vals, .lse = topk_lse, .k = k, .V = V};
+  vec_rows c = {.logits = logits, .ids = topk_ids, .vals = topk_vals, .lse = topk_lse,
+                .rest = topk_rest, .k = k, .V = V};
   vec_loss_rows(&c, targets, N, lp, dlogits, ce, kd, n_valid);
 }
 

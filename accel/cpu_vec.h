@@ -35,9 +35,10 @@ void ng_vec_ce_kd(ng_backend *be, const float *logits, const float *teacher,
 // ng_backend.ce_kd_topk: the same passes over the student's row; the k cached
 // ids and the rest bucket in double, as the reference's rows (k is small).
 void ng_vec_ce_kd_topk(ng_backend *be, const float *logits, const int32_t *topk_ids,
-                       const float *topk_vals, const float *topk_lse, int64_t k,
-                       const int32_t *targets, int64_t N, int64_t V, ng_loss_params lp,
-                       float *dlogits, double *ce, double *kd, int64_t *n_valid);
+                       const float *topk_vals, const float *topk_lse, const float *topk_rest,
+                       int64_t k, const int32_t *targets, int64_t N, int64_t V,
+                       ng_loss_params lp, float *dlogits, double *ce, double *kd,
+                       int64_t *n_valid);
 
 void ng_vec_rmsnorm_forward(ng_backend *be, const float *x, const float *w, int64_t R, int64_t C,
                             float eps, float *y, float *rstd);

@@ -503,7 +503,7 @@ static double exp_shifted(const float *x, int64_t V, float mx, float inv_tau, fl
 typedef struct {
   const float *logits;                    // [N, V], or NULL
   const int32_t *ids;                     // [N, k] cached ids, or NULL
-  const float *vals, *lse;                // [N, k] cached logits, [N] lse at temperature
+  const float *vals, *lse, *rest;         // [N, k] cached logits, [N] lse, [N] log Q_rest
   int64_t k;
 } teacher_ref;
 
@@ -527,7 +527,7 @@ static double kd_full_row(const float *s, const float *t, int64_t V, float ms, d
 }
 
 // Top-k teacher row: q_j = exp(v_j / tau - lse) on the k cached ids, tail
-// mass q_r = 1 - sum q_j; the student's pst = est / zst (est [V] unnormalised,
+// mass q_r = exp(rest), the cache's; the student's pst = est / zst (est [V] unnormalised,
 // from s [V] with max ms) has tail mass p_r over the ids not cached, summed
 // directly (1 - sum would leave only rounding when the cache holds nearly
 // every id). When the cache holds every id there is no tail. KL of the
@@ -541,12 +541,12 @@ static double kd_topk_row(ng_topk_row c, const float *s, float ms, const float *
                           int64_t V, double tau, float *tgt, double *tgt_scale) {
   double inv_tau = 1.0 / tau, zd = 0.0;
   for (int64_t j = 0; j < V; j++) zd += exp(((double)s[j] - ms) * inv_tau);
-  double rest = 0.0, q_sum, tail;
+  double off = 0.0, tail;
   memcpy(tgt, est, (size_t)V * sizeof(float));
   for (int64_t j = 0; j < c.k; j++) tgt[c.ids[j]] = 0.0f;  // tgt: est on the ids not cached
-  for (int64_t j = 0; j < V; j++) rest += tgt[j];
-  double kl = ng_topk_fkl_cached(c, s, ms, inv_tau, log(zd), &q_sum);
-  kl += ng_topk_fkl_rest(rest, zst, q_sum, &tail);
+  for (int64_t j = 0; j < V; j++) off += tgt[j];
+  double kl = ng_topk_fkl_cached(c, s, ms, inv_tau, log(zd));
+  kl += ng_topk_fkl_rest(c, off, zst, &tail);
   for (int64_t j = 0; j < V; j++) tgt[j] = (float)(tgt[j] * tail);
   ng_topk_fkl_target(c, inv_tau, zst, tgt);
   *tgt_scale = 1.0 / zst;
@@ -554,35 +554,30 @@ static double kd_topk_row(ng_topk_row c, const float *s, float ms, const float *
 }
 
 // The top-k cache's terms, every CPU backend's (backend_cpu.h).
-double ng_topk_fkl_cached(ng_topk_row c, const float *s, float ms, double inv_tau, double log_z,
-                          double *q_sum) {
-  double kl = 0.0, qs = 0.0;
+double ng_topk_fkl_cached(ng_topk_row c, const float *s, float ms, double inv_tau, double log_z) {
+  double kl = 0.0;
   for (int64_t j = 0; j < c.k; j++) {
-    double lq = (double)c.vals[j] * inv_tau - c.lse, q = exp(lq);
-    qs += q;
-    kl += q * (lq - (((double)s[c.ids[j]] - ms) * inv_tau - log_z));
+    double lq = (double)c.vals[j] * inv_tau - c.lse;
+    kl += exp(lq) * (lq - (((double)s[c.ids[j]] - ms) * inv_tau - log_z));
   }
-  *q_sum = qs;
   return kl;
 }
 
-double ng_topk_fkl_rest(double rest, double z, double q_sum, double *tail) {
-  double p_r = rest / z, q_r = rest > 0.0 ? fmax(1.0 - q_sum, 0.0) : 0.0;
-  *tail = rest > 0.0 ? q_r / p_r : 0.0;
-  return q_r > 0.0 ? q_r * (log(q_r) - log(p_r)) : 0.0;
+double ng_topk_fkl_rest(ng_topk_row c, double off, double z, double *tail) {
+  double p_r = off / z, q_r = off > 0.0 ? exp((double)c.rest) : 0.0;
+  *tail = off > 0.0 ? q_r / p_r : 0.0;
+  return q_r > 0.0 ? q_r * ((double)c.rest - log(p_r)) : 0.0;
 }
 
 void ng_topk_fkl_target(ng_topk_row c, double inv_tau, double z, float *r) {
   for (int64_t j = 0; j < c.k; j++) r[c.ids[j]] = (float)(exp((double)c.vals[j] * inv_tau - c.lse) * z);
 }
 
-double ng_topk_bucket_rest(ng_divergence d, double beta, ng_topk_row c, int64_t V, double inv_tau,
-                           double p_rest, double *g_rest, double *gbar) {
-  double q_sum = 0.0;
+double ng_topk_bucket_rest(ng_divergence d, double beta, ng_topk_row c, int64_t V, double p_rest,
+                           double *g_rest, double *gbar) {
   *g_rest = 0.0;
   if (c.k == V) return 0.0;  // the cache holds every id: no rest bucket
-  for (int64_t j = 0; j < c.k; j++) q_sum += exp((double)c.vals[j] * inv_tau - c.lse);
-  double D = ng_bucket_term(d, beta, log(fmax(1.0 - q_sum, 0.0)), log(p_rest), g_rest);
+  double D = ng_bucket_term(d, beta, (double)c.rest, log(p_rest), g_rest);
   *gbar += p_rest * *g_rest;
   return D;
 }
@@ -596,9 +591,9 @@ double ng_topk_bucket_id(ng_divergence d, double beta, ng_topk_row c, int64_t j,
 }
 
 // Reverse KL or JSD of one row between bucketed distributions: every id its
-// own bucket with a full teacher t [V]; with a top-k cache (ids, vals [k], lse)
-// each cached id and "every other id" (Q_rest = max(0, 1 - sum Q_j), P_rest
-// the student's mass there). Student: lp_j = (s_j - ms)/tau - log zd, in
+// own bucket with a full teacher t [V]; with a top-k cache (ids, vals [k], lse,
+// rest) each cached id and "every other id" (Q_rest = exp(rest), P_rest the
+// student's mass there). Student: lp_j = (s_j - ms)/tau - log zd, in
 // double. Returns D and writes dz [V] = dD/dz (z = s / tau):
 //   dz_i = p_i (g_b(i) - sum_b P_b g_b), g_b from ng_bucket_term (divergence.h).
 static double div_bucket_row(ng_divergence d, double beta, const float *s, float ms,
@@ -622,7 +617,7 @@ static double div_bucket_row(ng_divergence d, double beta, const float *s, float
     for (int64_t j = 0; j < V; j++) dz[j] = exp(((double)s[j] - ms) * inv_tau - log_zd);
     for (int64_t j = 0; j < c.k; j++) dz[c.ids[j]] = 0.0;
     for (int64_t j = 0; j < V; j++) p_rest += dz[j];
-    D += ng_topk_bucket_rest(d, beta, c, V, inv_tau, p_rest, &g_rest, &gbar);
+    D += ng_topk_bucket_rest(d, beta, c, V, p_rest, &g_rest, &gbar);
     for (int64_t j = 0; j < V; j++) dz[j] = g_rest;
     for (int64_t j = 0; j < c.k; j++)
       D += ng_topk_bucket_id(d, beta, c, j, s, ms, inv_tau, log_zd, &dz[c.ids[j]], &gbar);
@@ -641,7 +636,7 @@ static double kd_row(const teacher_ref *t, int64_t i, const float *s, float ms, 
   ng_topk_row c = {0};
   if (t->ids)
     c = (ng_topk_row){.ids = t->ids + (size_t)i * t->k, .vals = t->vals + (size_t)i * t->k,
-                      .lse = t->lse[i], .k = t->k};
+                      .lse = t->lse[i], .rest = t->rest[i], .k = t->k};
   double kl = 0.0, tgt_scale = 0.0;
   switch (lp.divergence) {
     case NG_DIV_FORWARD_KL:  // dz = pst - tgt
@@ -759,11 +754,12 @@ static void cpu_ce_kd(ng_backend *be, const float *logits, const float *teacher,
 }
 
 static void cpu_ce_kd_topk(ng_backend *be, const float *logits, const int32_t *topk_ids,
-                           const float *topk_vals, const float *topk_lse, int64_t k,
-                           const int32_t *targets, int64_t N, int64_t V, ng_loss_params lp,
-                           float *dlogits, double *ce, double *kd, int64_t *n_valid) {
+                           const float *topk_vals, const float *topk_lse, const float *topk_rest,
+                           int64_t k, const int32_t *targets, int64_t N, int64_t V,
+                           ng_loss_params lp, float *dlogits, double *ce, double *kd,
+                           int64_t *n_valid) {
   (void)be;
-  teacher_ref t = {.ids = topk_ids, .vals = topk_vals, .lse = topk_lse, .k = k};
+  teacher_ref t = {.ids = topk_ids, .vals = topk_vals, .lse = topk_lse, .rest = topk_rest, .k = k};
   ce_kd_rows(logits, &t, targets, N, V, lp, dlogits, ce, kd, n_valid);
 }
 
@@ -825,14 +821,15 @@ static void cpu_row_rms(ng_backend *be, const float *x, int64_t R, int64_t C, fl
   }
 }
 
-// Each row's top k and log-sum-exp: ng_top_k and ng_logsumexp (topk.h).
+// Each row's top k and log masses: ng_top_k and ng_topk_logmass (topk.h).
 static void cpu_topk(ng_backend *be, const float *logits, int64_t R, int64_t ld, int64_t V, int64_t k,
-                     double inv_tau, uint32_t *ids, float *vals, float *lse) {
+                     double inv_tau, uint32_t *ids, float *vals, float *lse, float *rest) {
   (void)be;
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < R; r++) {
-    ng_top_k(logits + (size_t)r * ld, V, k, ids + (size_t)r * k, vals + (size_t)r * k);
-    lse[r] = ng_logsumexp(logits + (size_t)r * ld, V, inv_tau);
+    const float *x = logits + (size_t)r * ld;
+    ng_top_k(x, V, k, ids + (size_t)r * k, vals + (size_t)r * k);
+    ng_topk_logmass(x, V, vals + (size_t)r * k, k, inv_tau, &lse[r], &rest[r]);
   }
 }
 

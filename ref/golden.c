@@ -81,15 +81,40 @@ static int check_ids(const char *name, const int32_t *ids, int64_t n, int64_t T,
   return 0;
 }
 
+// Without in.teacher_topk_rest, log Q_rest by section 4's rule for a cache
+// without it: log max(0, 1 - sum_j Q_j), in double.
+static void rest_from_cached(ng_golden_case *gc) {
+  double inv_tau = 1.0 / gc->loss.temperature;
+  for (int64_t i = 0; i < gc->B * gc->T; i++) {
+    double q_sum = 0.0;
+    for (int64_t j = 0; j < gc->topk; j++)
+      q_sum += exp((double)gc->topk_vals[i * gc->topk + j] * inv_tau - gc->topk_lse[i]);
+    gc->topk_rest[i] = (float)log(fmax(1.0 - q_sum, 0.0));
+  }
+}
+
+// in.teacher_topk_rest [B, T]: log-masses (at most 0, -inf allowed).
+static int read_rest(ng_golden_case *gc) {
+  int64_t shape[2] = {gc->B, gc->T};
+  if (ng_st_load_f32(&gc->file, "in.teacher_topk_rest", 2, shape, gc->topk_rest)) return -1;
+  for (int64_t i = 0; i < gc->B * gc->T; i++)
+    if (!(gc->topk_rest[i] <= 0.0f))
+      return ng_fail("tensor \"in.teacher_topk_rest\": %g at (%lld, %lld) is not a log-probability "
+                     "(at most 0)", gc->topk_rest[i], (long long)(i / gc->T), (long long)(i % gc->T));
+  return 0;
+}
+
 // The optional top-k teacher: in.teacher_topk_ids [B, T, k] (ids in [0, V)),
-// in.teacher_topk_values [B, T, k], in.teacher_topk_lse [B, T]: all or none.
+// in.teacher_topk_values [B, T, k], in.teacher_topk_lse [B, T]: all or none;
+// with them, optionally in.teacher_topk_rest [B, T].
 static int read_topk(ng_golden_case *gc) {
   const ng_st_file *f = &gc->file;
   const ng_st_tensor *ids = ng_st_find(f, "in.teacher_topk_ids");
   bool vals = ng_st_find(f, "in.teacher_topk_values"), lse = ng_st_find(f, "in.teacher_topk_lse");
-  if (!ids && !vals && !lse) return 0;
+  bool rest = ng_st_find(f, "in.teacher_topk_rest");
+  if (!ids && !vals && !lse && !rest) return 0;
   if (!ids || !vals || !lse)
-    return ng_fail("in.teacher_topk_ids, _values and _lse: give all three or none");
+    return ng_fail("in.teacher_topk_ids, _values and _lse: give all three or none (_rest only with them)");
   int64_t V = gc->model.vocab_size, N = gc->B * gc->T;
   if (ids->ndim != 3 || ids->shape[2] < 1 || ids->shape[2] > V)
     return ng_fail("tensor \"in.teacher_topk_ids\": expected shape [B, T, k] with 1 <= k <= %lld", (long long)V);
@@ -98,10 +123,15 @@ static int read_topk(ng_golden_case *gc) {
   gc->topk_ids = ng_xmalloc((size_t)(N * gc->topk) * sizeof(int32_t));
   gc->topk_vals = ng_xmalloc((size_t)(N * gc->topk) * sizeof(float));
   gc->topk_lse = ng_xmalloc((size_t)N * sizeof(float));
-  return ng_st_load_i32(f, "in.teacher_topk_ids", 3, shape, gc->topk_ids) ||
-         check_ids("in.teacher_topk_ids", gc->topk_ids, N * gc->topk, gc->T * gc->topk, 0, V) ||
-         ng_st_load_f32(f, "in.teacher_topk_values", 3, shape, gc->topk_vals) ||
-         ng_st_load_f32(f, "in.teacher_topk_lse", 2, shape, gc->topk_lse);
+  gc->topk_rest = ng_xmalloc((size_t)N * sizeof(float));
+  if (ng_st_load_i32(f, "in.teacher_topk_ids", 3, shape, gc->topk_ids) ||
+      check_ids("in.teacher_topk_ids", gc->topk_ids, N * gc->topk, gc->T * gc->topk, 0, V) ||
+      ng_st_load_f32(f, "in.teacher_topk_values", 3, shape, gc->topk_vals) ||
+      ng_st_load_f32(f, "in.teacher_topk_lse", 2, shape, gc->topk_lse))
+    return -1;
+  if (rest) return read_rest(gc);
+  rest_from_cached(gc);
+  return 0;
 }
 
 static int read_inputs(ng_golden_case *gc) {
@@ -136,7 +166,8 @@ static int check_names(const ng_golden_case *gc) {
     const char *name = gc->file.tensors[i].name;
     bool ok = strncmp(name, "out.", 4) == 0 || strcmp(name, "in.tokens") == 0 ||
               strcmp(name, "in.targets") == 0 || strcmp(name, "in.teacher_logits") == 0 ||
-              strncmp(name, "in.teacher_topk_", 16) == 0 ||
+              strcmp(name, "in.teacher_topk_ids") == 0 || strcmp(name, "in.teacher_topk_values") == 0 ||
+              strcmp(name, "in.teacher_topk_lse") == 0 || strcmp(name, "in.teacher_topk_rest") == 0 ||
               (strncmp(name, "param.", 6) == 0 && ng_model_find(skel, name + 6));
     if (!ok) rc = ng_fail("tensor \"%s\" is not part of this case's configuration", name);
   }
@@ -165,6 +196,7 @@ void ng_golden_close(ng_golden_case *gc) {
   free(gc->topk_ids);
   free(gc->topk_vals);
   free(gc->topk_lse);
+  free(gc->topk_rest);
   memset(gc, 0, sizeof *gc);
 }
 
@@ -261,6 +293,7 @@ static void emit_topk(const eval_ctx *e, ng_model *m, ng_acts *a, const float *l
   ng_loss_teacher t = {.topk_ids = upload(be, gc->topk_ids, (size_t)(N * k) * sizeof(int32_t)),
                        .topk_vals = upload(be, gc->topk_vals, (size_t)(N * k) * sizeof(float)),
                        .topk_lse = upload(be, gc->topk_lse, (size_t)N * sizeof(float)),
+                       .topk_rest = upload(be, gc->topk_rest, (size_t)N * sizeof(float)),
                        .k = k};
   float *d = be->alloc(be, (size_t)(N * V) * sizeof(float));
   ng_loss_params lp = loss_params(gc);
@@ -268,13 +301,14 @@ static void emit_topk(const eval_ctx *e, ng_model *m, ng_acts *a, const float *l
   ng_model_loss(m, a, &t, e->targets, lp, false, &ce, &kd, &nv);
   add_scalar(out, "out.topk_kd", kd);
   add_scalar(out, "out.topk_loss", ng_loss_mix(lp.kd_weight, ce, kd));
-  be->ce_kd_topk(be, logits, t.topk_ids, t.topk_vals, t.topk_lse, k, e->targets, N, V, lp, d, &ce,
-                 &kd, &nv);
+  be->ce_kd_topk(be, logits, t.topk_ids, t.topk_vals, t.topk_lse, t.topk_rest, k, e->targets, N, V,
+                 lp, d, &ce, &kd, &nv);
   int64_t shape[3] = {gc->B, gc->T, V};
   download_as(be, out, "out.topk_dlogits", 3, shape, d);
   be->free(be, (void *)t.topk_ids);
   be->free(be, (void *)t.topk_vals);
   be->free(be, (void *)t.topk_lse);
+  be->free(be, (void *)t.topk_rest);
   be->free(be, d);
 }
 
@@ -578,7 +612,8 @@ typedef struct {
   uint64_t seed;
   int64_t batch, seq;
   bool teacher;
-  int64_t topk;  // 0: no top-k teacher inputs
+  int64_t topk;    // 0: no top-k teacher inputs
+  bool topk_rest;  // with in.teacher_topk_rest
   double ignore_fraction;
   ng_model_config model;
   ng_loss_config loss;
@@ -587,7 +622,7 @@ typedef struct {
 } golden_spec;
 
 static int parse_spec(const char *path, golden_spec *s) {
-  static const char *const keys[] = {"seed",  "batch", "seq",   "teacher", "topk",
+  static const char *const keys[] = {"seed",  "batch", "seq", "teacher", "topk", "topk_rest",
                                      "ignore_fraction", "model", "loss", "optim", NULL};
   char *text;
   if (ng_read_file(path, MAX_SPEC_BYTES, &text, NULL) != 0) return -1;
@@ -602,12 +637,15 @@ static int parse_spec(const char *path, golden_spec *s) {
            ng_json_bool(root, "spec", "teacher", &s->teacher) ||
            (cJSON_GetObjectItemCaseSensitive(root, "topk") &&
             ng_json_int(root, "spec", "topk", 1, INT32_MAX, &s->topk)) ||
+           (cJSON_GetObjectItemCaseSensitive(root, "topk_rest") &&
+            ng_json_bool(root, "spec", "topk_rest", &s->topk_rest)) ||
            ng_json_num(root, "spec", "ignore_fraction", 0.0, 1.0, &s->ignore_fraction) ||
            ng_model_config_parse(cJSON_GetObjectItemCaseSensitive(root, "model"), "model", &s->model) ||
            ng_loss_config_parse(cJSON_GetObjectItemCaseSensitive(root, "loss"), "loss", &s->loss) ||
            ng_optim_config_parse(cJSON_GetObjectItemCaseSensitive(root, "optim"), "optim", &s->optim);
   if (rc == 0 && s->topk && (!s->teacher || s->topk > s->model.vocab_size))
     rc = ng_fail("spec.topk: needs \"teacher\": true and at most vocab_size ids");
+  if (rc == 0 && s->topk_rest && !s->topk) rc = ng_fail("spec.topk_rest: needs \"topk\"");
   if (rc == 0) {
     s->seed = (uint64_t)seed;
     cJSON *cfg = cJSON_CreateObject();
@@ -637,25 +675,28 @@ static void random_weights(ng_rng *r, const ng_model *skel, float **data) {
 
 typedef struct {
   uint32_t *ids;
-  float *vals, *lse;
+  float *vals, *lse, *rest;
 } topk_inputs;
 
-// The teacher's exact top-k per position and its log-sum-exp at the
-// temperature, as a top-k cache would hold them (t->* freed by the caller
-// after the writer has saved).
+// The teacher's exact top-k per position, its log-sum-exp at the temperature
+// and (with spec.topk_rest) its log mass off the top k, as a top-k cache holds
+// them (t->* freed by the caller after the writer has saved).
 static void add_topk(ng_st_writer *w, const golden_spec *s, const float *teacher, topk_inputs *t) {
   int64_t N = s->batch * s->seq, V = s->model.vocab_size, k = s->topk;
   int64_t shape[3] = {s->batch, s->seq, k};
   t->ids = ng_xmalloc((size_t)(N * k) * sizeof(uint32_t));
   t->vals = ng_xmalloc((size_t)(N * k) * sizeof(float));
   t->lse = ng_xmalloc((size_t)N * sizeof(float));
+  t->rest = ng_xmalloc((size_t)N * sizeof(float));
   for (int64_t i = 0; i < N; i++) {
     ng_top_k(teacher + i * V, V, k, t->ids + i * k, t->vals + i * k);
-    t->lse[i] = ng_logsumexp(teacher + i * V, V, 1.0 / s->loss.temperature);
+    ng_topk_logmass(teacher + i * V, V, t->vals + i * k, k, 1.0 / s->loss.temperature, &t->lse[i],
+                    &t->rest[i]);
   }
   ng_st_writer_add(w, "in.teacher_topk_ids", NG_I32, 3, shape, t->ids);
   ng_st_writer_add(w, "in.teacher_topk_values", NG_F32, 3, shape, t->vals);
   ng_st_writer_add(w, "in.teacher_topk_lse", NG_F32, 2, shape, t->lse);
+  if (s->topk_rest) ng_st_writer_add(w, "in.teacher_topk_rest", NG_F32, 2, shape, t->rest);
 }
 
 static int write_inputs(const golden_spec *s, const char *path) {
@@ -694,6 +735,7 @@ static int write_inputs(const golden_spec *s, const char *path) {
   free(topk.ids);
   free(topk.vals);
   free(topk.lse);
+  free(topk.rest);
   ng_st_writer_free(w);
   for (int i = 0; i < skel->n_params; i++) free(data[i]);
   free(data);

@@ -1040,8 +1040,8 @@ void ng_model_loss(ng_model *m, ng_acts *a, const ng_loss_teacher *t, const int3
     ng_model_logits(m, a, row0, rows);                                  // [rows, V]
     if (t && t->topk_ids) {
       be->ce_kd_topk(be, a->logits, t->topk_ids + row0 * t->k, t->topk_vals + row0 * t->k,
-                     t->topk_lse + row0, t->k, targets + row0, rows, V, lp, dlogits, &c_ce,
-                     &c_kd, &nv);
+                     t->topk_lse + row0, t->topk_rest + row0, t->k, targets + row0, rows, V,
+                     lp, dlogits, &c_ce, &c_kd, &nv);
     } else {
       const float *teacher = t && t->logits ? t->logits + row0 * V : NULL;
       if (t && t->model) {

@@ -50,12 +50,23 @@ void ng_top_k(const float *x, int64_t V, int64_t k, uint32_t *ids, float *vals) 
   }
 }
 
-float ng_logsumexp(const float *x, int64_t V, double inv_tau) {
-  float mx = x[0];
+void ng_topk_logmass(const float *x, int64_t V, const float *vals, int64_t k, double inv_tau,
+                     float *lse, float *rest) {
+  float mx = x[0], kth = vals[0];
   for (int64_t j = 1; j < V; j++) mx = x[j] > mx ? x[j] : mx;
-  double z = 0.0;
-  for (int64_t j = 0; j < V; j++) z += exp(((double)x[j] - mx) * inv_tau);
-  return (float)((double)mx * inv_tau + log(z));
+  for (int64_t j = 1; j < k; j++) kth = vals[j] < kth ? vals[j] : kth;
+  int64_t tied = 0;  // ids tied with the smallest kept value, less the kept ones
+  for (int64_t j = 0; j < k; j++) tied -= vals[j] == kth;
+  double z = 0.0, off = 0.0;
+  for (int64_t j = 0; j < V; j++) {
+    double e = exp(((double)x[j] - mx) * inv_tau);
+    z += e;
+    if (x[j] < kth) off += e;
+    tied += x[j] == kth;
+  }
+  off += (double)tied * exp(((double)kth - mx) * inv_tau);
+  *lse = (float)((double)mx * inv_tau + log(z));
+  *rest = (float)(log(off) - log(z));
 }
 
 static int pwrite_all(int fd, const void *buf, size_t n, uint64_t off, const char *path) {
@@ -75,18 +86,19 @@ typedef struct {
   int64_t vocab;  // the shard's ids [0, vocab): a padded teacher's other rows are left out
 } cache_out;
 
-// The backend's top-k of a batch [rows, k] and [rows], downloaded to the host.
+// The backend's top-k of a batch [rows, k], [rows] and [rows], downloaded to the host.
 typedef struct {
   uint32_t *ids, *dev_ids;
-  float *vals, *dev_vals, *lse, *dev_lse;
+  float *vals, *dev_vals, *lse, *dev_lse, *rest, *dev_rest;
 } topk_rows;
 
-// Rows [p0, p0 + rows) of `r` (host) into the file's three regions.
+// Rows [p0, p0 + rows) of `r` (host) into the file's four regions.
 static int write_rows(const cache_out *o, const topk_rows *r, uint64_t p0, int64_t rows) {
   uint64_t kb = o->k * 4, base = NG_TOPK_HEADER;
   return pwrite_all(o->fd, r->ids, (size_t)rows * kb, base + p0 * kb, o->path) ||
          pwrite_all(o->fd, r->vals, (size_t)rows * kb, base + o->P * kb + p0 * kb, o->path) ||
-         pwrite_all(o->fd, r->lse, (size_t)rows * 4, base + 2 * o->P * kb + p0 * 4, o->path);
+         pwrite_all(o->fd, r->lse, (size_t)rows * 4, base + 2 * o->P * kb + p0 * 4, o->path) ||
+         pwrite_all(o->fd, r->rest, (size_t)rows * 4, base + 2 * o->P * kb + o->P * 4 + p0 * 4, o->path);
 }
 
 // Windows [w0, w0 + nb) through the teacher, their top k selected by the
@@ -104,10 +116,11 @@ static int build_batch(ng_model *t, ng_acts *a, const ng_shard *s, const cache_o
   ng_model_forward(t, a, dtok, NULL);
   ng_model_logits(t, a, 0, a->N);  // [N, V]: the acts hold all rows
   be->topk(be, a->logits, n, t->cfg.vocab_size, o->vocab, (int64_t)k, inv_tau, r->dev_ids, r->dev_vals,
-           r->dev_lse);
+           r->dev_lse, r->dev_rest);
   be->download(be, r->ids, r->dev_ids, (size_t)n * k * sizeof(uint32_t));
   be->download(be, r->vals, r->dev_vals, (size_t)n * k * sizeof(float));
   be->download(be, r->lse, r->dev_lse, (size_t)n * sizeof(float));
+  be->download(be, r->rest, r->dev_rest, (size_t)n * sizeof(float));
   return write_rows(o, r, at * (uint64_t)seq, n);
 }
 
@@ -122,27 +135,29 @@ static int build_into(ng_model *t, const ng_shard *s, topk_header *h, int64_t ba
   int32_t *tok = ng_xmalloc(N * sizeof(int32_t)), *dtok = be->alloc(be, N * sizeof(int32_t));
   topk_rows r = {ng_xmalloc(N * k * sizeof(uint32_t)), be->alloc(be, N * k * sizeof(uint32_t)),
                  ng_xmalloc(N * k * sizeof(float)), be->alloc(be, N * k * sizeof(float)),
+                 ng_xmalloc(N * sizeof(float)), be->alloc(be, N * sizeof(float)),
                  ng_xmalloc(N * sizeof(float)), be->alloc(be, N * sizeof(float))};
   int rc = 0;
   for (uint64_t w0 = 0; w0 < h->windows && rc == 0; w0 += (uint64_t)batch) {
     int64_t nb = h->windows - w0 < (uint64_t)batch ? (int64_t)(h->windows - w0) : batch;
     rc = build_batch(t, a, s, o, seq, h->first_window + w0, w0, nb, 1.0 / h->temperature, tok, dtok, &r);
   }
-  free(tok), free(r.ids), free(r.vals), free(r.lse);
+  free(tok), free(r.ids), free(r.vals), free(r.lse), free(r.rest);
   be->free(be, dtok), be->free(be, r.dev_ids), be->free(be, r.dev_vals), be->free(be, r.dev_lse);
+  be->free(be, r.dev_rest);
   ng_acts_free(t, a);
   return rc;
 }
 
 // build_into's buffers within the machine's memory: the teacher's forward
 // with logits of every row [N, V], and per row its token and its k ids and
-// values and log-sum-exp, on the host and on the backend (counted twice: a
+// values and two log masses, on the host and on the backend (counted twice: a
 // host backend's are the host's).
 static int check_build_memory(const ng_model *t, int64_t batch, int64_t seq, int64_t k) {
   ng_acts_options all_rows = {0};
   double N = (double)batch * (double)seq;
   double bytes = 4.0 * (double)ng_plan_acts_floats(&t->cfg, batch, seq, &all_rows) +
-                 2.0 * N * (8.0 + 8.0 * (double)k);
+                 2.0 * N * (12.0 + 8.0 * (double)k);
   char what[160];
   snprintf(what, sizeof what, "teacher-cache: --batch %lld x --seq %lld (k %lld)", (long long)batch,
            (long long)seq, (long long)k);
@@ -220,11 +235,14 @@ int ng_topk_build_ranks(ng_model *teacher, const ng_shard *s, int64_t k, int64_t
 
 // ---------------------------------------------------------------- reading
 
-// A file's header against its size and the shard (checksum `sum`): a version 1
-// file holds every window; a part (version 2) windows from `first` on.
+// A file's header against its size and the shard (checksum `sum`): a version 3
+// file holds every window; a part (version 4) windows from `first` on.
 static int check_header(const topk_header *h, size_t size, const ng_shard *s, uint64_t sum,
                         uint32_t version, uint64_t first) {
   if (memcmp(h->magic, NG_TOPK_MAGIC, 8) != 0) return ng_fail("not a normgrow top-k cache (bad magic)");
+  if (h->version == 1 || h->version == 2)
+    return ng_fail("version %u, a cache without the teacher's mass off the cached ids: make it again "
+                   "with `normgrow teacher-cache`", h->version);
   if (h->version != version)
     return ng_fail("version %u, expected %u (%s)", h->version, version,
                    version == NG_TOPK_VERSION ? "a part is read through its manifest" : "a part of a manifest");
@@ -236,9 +254,9 @@ static int check_header(const topk_header *h, size_t size, const ng_shard *s, ui
                    (unsigned long long)first);
   size_t P, row, body;
   if (ng_mul_size(h->windows, h->seq, &P) || ng_mul_size(h->k, 8, &row) ||
-      ng_mul_size(P, row + 4, &body) || body > SIZE_MAX - NG_TOPK_HEADER ||
+      ng_mul_size(P, row + 8, &body) || body > SIZE_MAX - NG_TOPK_HEADER ||
       size != NG_TOPK_HEADER + body)
-    return ng_fail("file is %zu bytes, header says 64 + %llu windows x %u positions x (8 x %u + 4)",
+    return ng_fail("file is %zu bytes, header says 64 + %llu windows x %u positions x (8 x %u + 8)",
                    size, (unsigned long long)h->windows, h->seq, h->k);
   if (h->shard_tokens != s->n_tokens || h->shard_checksum != sum || h->vocab_size != s->vocab_size)
     return ng_fail("was made from another shard than %s", s->path);
@@ -268,7 +286,8 @@ static int map_part(ng_topk_part *p, const char *path, const ng_shard *s, uint64
   *p = (ng_topk_part){map, size, h->first_window, h->windows,
                       (const uint32_t *)(map + NG_TOPK_HEADER),
                       (const float *)(map + NG_TOPK_HEADER + P * h->k * 4),
-                      (const float *)(map + NG_TOPK_HEADER + 2 * P * h->k * 4)};
+                      (const float *)(map + NG_TOPK_HEADER + 2 * P * h->k * 4),
+                      (const float *)(map + NG_TOPK_HEADER + 2 * P * h->k * 4 + P * 4)};
   return 0;
 }
 
@@ -332,6 +351,7 @@ int ng_topk_open(ng_topk_cache *c, const char *path, const ng_shard *s) {
   c->k = h.k, c->vocab_size = h.vocab_size, c->seq = h.seq, c->temperature = h.temperature;
   c->windows = h.windows, c->shard_tokens = h.shard_tokens, c->shard_checksum = h.shard_checksum;
   c->map = p->map, c->map_size = p->map_size, c->ids = p->ids, c->vals = p->vals, c->lse = p->lse;
+  c->rest = p->rest;
   return 0;
 }
 
@@ -351,7 +371,8 @@ static const ng_topk_part *part_of(const ng_topk_cache *c, uint64_t w, uint64_t 
 }
 
 int ng_topk_batch(const ng_topk_cache *c, const ng_shard *s, const int64_t *windows, int64_t B,
-                  int32_t *tokens, int32_t *targets, int32_t *ids, float *vals, float *lse) {
+                  int32_t *tokens, int32_t *targets, int32_t *ids, float *vals, float *lse,
+                  float *rest) {
   uint64_t T = c->seq, k = c->k;
   for (int64_t b = 0; b < B; b++) {
     NG_ASSERT(windows[b] >= 0 && (uint64_t)windows[b] < c->windows);
@@ -374,8 +395,13 @@ int ng_topk_batch(const ng_topk_cache *c, const ng_shard *s, const int64_t *wind
       if (!isfinite(p->lse[p0 + t]))
         return ng_fail("%s: log-sum-exp %g at position %llu is not finite", c->path, p->lse[p0 + t],
                        (unsigned long long)(at + t));
+    for (uint64_t t = 0; t < T; t++)
+      if (!(p->rest[p0 + t] <= 0.0f))
+        return ng_fail("%s: log mass off the cache %g at position %llu is not a log-probability "
+                       "(at most 0)", c->path, p->rest[p0 + t], (unsigned long long)(at + t));
     memcpy(vals + (uint64_t)b * T * k, p->vals + p0 * k, T * k * sizeof(float));
     memcpy(lse + (uint64_t)b * T, p->lse + p0, T * sizeof(float));
+    memcpy(rest + (uint64_t)b * T, p->rest + p0, T * sizeof(float));
   }
   return 0;
 }

@@ -43,7 +43,7 @@ typedef struct {
   int32_t *h_tokens, *h_targets, *tokens, *targets;  // host and backend [B*T]
   ng_topk_cache cache_train, cache_val;               // when the run uses caches
   int32_t *h_ids, *ids;                               // [B*T, k] host, backend
-  float *h_vals, *vals, *h_lse, *lse;                 // [B*T, k], [B*T]
+  float *h_vals, *vals, *h_lse, *lse, *h_rest, *rest; // [B*T, k], [B*T], [B*T]
   int64_t *windows;                                   // [B]
   ng_epoch_order epochs;  // the windows' order under data.sampling "epoch"
   double t_start, last_report, last_loss;
@@ -120,7 +120,7 @@ static int check_run_memory(const trainer *t) {
              (long long)rc->model.intermediate_size, (long long)rc->model.vocab_size,
              (long long)rc->stages[s].depth, (long long)rc->batch, (long long)rc->seq,
              rc->use_cache ? " x the teacher cache's k" : "");
-    double bytes = (double)(t->be->host_memory ? p.total : p.checkpoint) + N * (8.0 + (k > 0 ? 8.0 * k + 4.0 : 0.0)) +
+    double bytes = (double)(t->be->host_memory ? p.total : p.checkpoint) + N * (8.0 + (k > 0 ? 8.0 * k + 8.0 : 0.0)) +
                    epoch_order_bytes(t);
     if (ng_check_memory(bytes, what)) return -1;
   }
@@ -179,9 +179,11 @@ static void alloc_batches(trainer *t) {
     t->h_ids = ng_xmalloc(N * k * sizeof(int32_t));
     t->h_vals = ng_xmalloc(N * k * sizeof(float));
     t->h_lse = ng_xmalloc(N * sizeof(float));
+    t->h_rest = ng_xmalloc(N * sizeof(float));
     t->ids = t->be->alloc(t->be, N * k * sizeof(int32_t));
     t->vals = t->be->alloc(t->be, N * k * sizeof(float));
     t->lse = t->be->alloc(t->be, N * sizeof(float));
+    t->rest = t->be->alloc(t->be, N * sizeof(float));
   } else if (t->teacher) {
     ng_acts_options o = {.chunk = loss_chunk(&t->rc)};
     t->tacts = ng_acts_create_with(t->teacher, t->rc.micro_batch, t->rc.seq, &o);
@@ -214,12 +216,13 @@ static void upload_batch(trainer *t) {
 static int cache_batch(trainer *t, const ng_topk_cache *c, const ng_shard *s) {
   size_t N = (size_t)(t->rc.batch * t->rc.seq), k = c->k;
   if (ng_topk_batch(c, s, t->windows, t->rc.batch, t->h_tokens, t->h_targets, t->h_ids,
-                    t->h_vals, t->h_lse))
+                    t->h_vals, t->h_lse, t->h_rest))
     return -1;
   upload_batch(t);
   t->be->upload(t->be, t->ids, t->h_ids, N * k * sizeof(int32_t));
   t->be->upload(t->be, t->vals, t->h_vals, N * k * sizeof(float));
   t->be->upload(t->be, t->lse, t->h_lse, N * sizeof(float));
+  t->be->upload(t->be, t->rest, t->h_rest, N * sizeof(float));
   return 0;
 }
 
@@ -235,7 +238,7 @@ static micro_batch micro_of(const trainer *t, int64_t j) {
   micro_batch mb = {t->tokens + row0, t->targets + row0, {0}};
   if (t->rc.use_cache)
     mb.cache = (ng_loss_teacher){.topk_ids = t->ids + row0 * k, .topk_vals = t->vals + row0 * k,
-                                 .topk_lse = t->lse + row0, .k = k};
+                                 .topk_lse = t->lse + row0, .topk_rest = t->rest + row0, .k = k};
   return mb;
 }
 
@@ -943,10 +946,12 @@ static void trainer_free(trainer *t) {
     t->be->free(t->be, t->ids);
     t->be->free(t->be, t->vals);
     t->be->free(t->be, t->lse);
+    t->be->free(t->be, t->rest);
   }
   free(t->h_ids);
   free(t->h_vals);
   free(t->h_lse);
+  free(t->h_rest);
   free(t->windows);
   ng_epoch_order_free(&t->epochs);
   ng_topk_close(&t->cache_train);

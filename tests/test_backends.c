@@ -628,11 +628,14 @@ static void test_loss(const target *t, int64_t N, int64_t V, int64_t Vu, bool te
   float *logits = randn(N * V, 3.0), *tl = randn(N * V, 3.0), *dl[2];
   int32_t *y = ng_xmalloc((size_t)N * sizeof(int32_t)), *ids = ng_xmalloc((size_t)(N * k + 1) * 4);
   float *vals = ng_xmalloc((size_t)(N * k + 1) * sizeof(float)), *lse = ng_xmalloc((size_t)N * 4);
+  float *rest = ng_xmalloc((size_t)N * 4);
   for (int64_t i = 0; i < N; i++) {
     y[i] = i % 5 == 3 ? -1 : (int32_t)ng_rng_below(&rng, (uint64_t)Vu);
-    double sum = 0.0;
+    double sum = 0.0, off = 0.0;
     for (int64_t j = 0; j < Vu; j++) sum += exp((double)tl[i * V + j] / 2.0);
+    for (int64_t j = k; j < Vu; j++) off += exp((double)tl[i * V + j] / 2.0);
     lse[i] = (float)log(sum);
+    rest[i] = (float)(log(off) - log(sum));
     for (int64_t j = 0; j < k; j++) {  // the first k ids stand for the top k (any set works)
       ids[i * k + j] = (int32_t)j;
       vals[i * k + j] = tl[i * V + j];
@@ -648,9 +651,11 @@ static void test_loss(const target *t, int64_t N, int64_t V, int64_t Vu, bool te
     int32_t *d_y = up(&b, y, (size_t)N * sizeof(int32_t));
     int32_t *d_ids = k ? up(&b, ids, (size_t)(N * k) * sizeof(int32_t)) : NULL;
     float *d_v = k ? upf(&b, vals, N * k) : NULL, *d_lse = k ? upf(&b, lse, N) : NULL;
+    float *d_rest = k ? upf(&b, rest, N) : NULL;
     for (int c = i; c <= 2 * i; c++) {  // c: 0 the reference, 1 and 2 the backend twice
       if (k > 0)
-        b.be->ce_kd_topk(b.be, d_l, d_ids, d_v, d_lse, k, d_y, N, V, lp, d_d, &ce[c], &kd[c], &nv[c]);
+        b.be->ce_kd_topk(b.be, d_l, d_ids, d_v, d_lse, d_rest, k, d_y, N, V, lp, d_d, &ce[c], &kd[c],
+                         &nv[c]);
       else
         b.be->ce_kd(b.be, d_l, teacher ? d_t : NULL, d_y, N, V, lp, d_d, &ce[c], &kd[c], &nv[c]);
       if (c < 2) dl[i] = down(&b, d_d, N * V);
@@ -681,6 +686,7 @@ static void test_loss(const target *t, int64_t N, int64_t V, int64_t Vu, bool te
   free(ids);
   free(vals);
   free(lse);
+  free(rest);
 }
 
 // One call over N rows against two calls over rows [0, split) and [split, N)
@@ -804,19 +810,22 @@ static bool topk_row_ok(const float *x, int64_t V, int64_t k, const uint32_t *id
 
 // topk of R rows of logits [R, ld] over their first V columns (row 1 on three
 // levels: ties at the k-th value); which tied ids are taken is the backend's.
-// The log-sum-exp: within 1e-6 of the reference's (a double sum in another order).
+// The log-sum-exp and the log mass off the kept ids: within 1e-6 of the
+// reference's, relative (double sums in another order); -inf alike at k = V.
 static void test_topk(const target *t, int64_t R, int64_t V, int64_t ld, int64_t k) {
-  float *x = randn(R * ld, 5.0), *vals[2], *lse[2];
+  float *x = randn(R * ld, 5.0), *vals[2], *lse[2], *rest[2];
   uint32_t *ids[2];
   for (int64_t j = 0; R > 1 && j < V; j++) x[ld + j] = (float)(j % 3);
   for (int i = 0; i < 2; i++) {
     bufs b = {.be = run_be(t, i)};
     float *d_x = upf(&b, x, R * ld), *d_v = upf(&b, NULL, R * k), *d_l = upf(&b, NULL, R);
+    float *d_r = upf(&b, NULL, R);
     uint32_t *d_i = up(&b, NULL, (size_t)(R * k) * sizeof(uint32_t));
-    b.be->topk(b.be, d_x, R, ld, V, k, 0.5, d_i, d_v, d_l);
+    b.be->topk(b.be, d_x, R, ld, V, k, 0.5, d_i, d_v, d_l, d_r);
     ids[i] = down_bytes(&b, d_i, (size_t)(R * k) * sizeof(uint32_t));
     vals[i] = down(&b, d_v, R * k);
     lse[i] = down(&b, d_l, R);
+    rest[i] = down(&b, d_r, R);
     release(&b);
   }
   bool ok = true;
@@ -824,13 +833,17 @@ static void test_topk(const target *t, int64_t R, int64_t V, int64_t ld, int64_t
   for (int64_t r = 0; r < R; r++) {
     ok = ok && topk_row_ok(x + r * ld, V, k, ids[1] + r * k, vals[1] + r * k, vals[0] + r * k);
     worst = fmax(worst, fabs((double)lse[1][r] - lse[0][r]) / fabs((double)lse[0][r]));
+    if (k == V) ok = ok && isinf(rest[1][r]) && isinf(rest[0][r]) && rest[0][r] < 0 && rest[1][r] < 0;
+    else worst = fmax(worst, fabs((double)rest[1][r] - rest[0][r]) / fabs((double)rest[0][r]));
   }
   char name[192];
   snprintf(name, sizeof name, "%s: topk R=%lld V=%lld ld=%lld k=%lld: the reference's values, lse "
-           "within 1e-6 (%.1e)", t->label, (long long)R, (long long)V, (long long)ld, (long long)k, worst);
+           "and rest within 1e-6 (%.1e)", t->label, (long long)R, (long long)V, (long long)ld,
+           (long long)k, worst);
   CHECK(ok && worst <= 1e-6, name, "selection %s", ok ? "right" : "wrong");
   free2(vals);
   free2(lse);
+  free2(rest);
   free(ids[0]);
   free(ids[1]);
   free(x);

@@ -2,6 +2,7 @@
 // one line on stderr that names the problem, a non-zero exit (not a crash),
 // and no output file. Under `make asan` the same runs also catch leaks.
 #include <cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +26,7 @@ typedef struct {
   const char *retype;                // I32 tensor written as F32 (same bytes)
   const char *extra;                 // an extra tensor name
   int32_t token_value;               // if nonzero: in.tokens[3] = value - 1000
+  float rest_value;                  // if nonzero: in.teacher_topk_rest[0] = value
   const char *format;                // metadata format override
 } edit;
 
@@ -49,7 +51,7 @@ static void write_case(const edit *e, const char *path) {
   char *cfg = edited_config(e);
   ng_st_writer_meta(w, "format", e->format ? e->format : ng_st_meta(&good, "format"));
   ng_st_writer_meta(w, "config", cfg);
-  int32_t *tokens = NULL;
+  int32_t *copy = NULL;
   for (int i = 0; i < good.n; i++) {
     const ng_st_tensor *t = &good.tensors[i];
     int64_t shape[NG_ST_MAX_DIMS];
@@ -59,11 +61,14 @@ static void write_case(const edit *e, const char *path) {
     if (e->drop && strcmp(t->name, e->drop) == 0) continue;
     if (e->reshape && strcmp(t->name, e->reshape) == 0) shape[0] = t->shape[1], shape[1] = t->shape[0];
     if (e->retype && strcmp(t->name, e->retype) == 0) dt = NG_F32;
-    if (e->token_value && strcmp(t->name, "in.tokens") == 0) {
-      tokens = ng_xmalloc(t->end - t->begin);
-      memcpy(tokens, t->data, t->end - t->begin);
-      tokens[3] = e->token_value - 1000;
-      data = tokens;
+    bool token = e->token_value && strcmp(t->name, "in.tokens") == 0;
+    bool rest = e->rest_value != 0.0f && strcmp(t->name, "in.teacher_topk_rest") == 0;
+    if (token || rest) {  // a copy with one 4-byte value replaced
+      copy = ng_xmalloc(t->end - t->begin);
+      memcpy(copy, t->data, t->end - t->begin);
+      if (token) copy[3] = e->token_value - 1000;
+      if (rest) memcpy(copy, &e->rest_value, 4);
+      data = copy;
     }
     ng_st_writer_add(w, t->name, dt, t->ndim, shape, data);
   }
@@ -73,7 +78,7 @@ static void write_case(const edit *e, const char *path) {
   NG_ASSERT(ng_st_writer_save(w, path) == 0);
   ng_st_writer_free(w);
   free(cfg);
-  free(tokens);
+  free(copy);
 }
 
 // Runs `normgrow golden-eval CASE OUT`; checks status, the one stderr line and its words.
@@ -160,9 +165,19 @@ int main(void) {
   bad_case("weight of another config", (edit){.extra = "param.model.layers.7.mlp.up_proj.weight"}, "layers.7", NULL);
   bad_case("token id past the vocabulary", (edit){.token_value = 1000 + 40}, "in.tokens", "40");
   bad_case("negative token id", (edit){.token_value = 1000 - 1}, "in.tokens", "-1");
+  bad_case("a top-k rest without the top-k teacher", (edit){.extra = "in.teacher_topk_rest"},
+           "in.teacher_topk_ids", "_rest only with them");
+  bad_case("a tensor named like a top-k input that is none", (edit){.extra = "in.teacher_topk_bogus"},
+           "in.teacher_topk_bogus", "not part of");
   bad_bytes("truncated file", good.map_size - 100, 0, "");
   bad_bytes("header length past the end", good.map_size, (uint64_t)good.map_size, "header");
   bad_bytes("empty file", 0, 0, "");
+  ng_st_close(&good);  // a case with a top-k teacher and its rest
+  snprintf(base, sizeof base, "%s/golden/pre_topk5_rest_reverse_kl.safetensors", root);
+  NG_ASSERT(ng_st_open(&good, base) == 0);
+  bad_case("a top-k rest above 0 (not a log-probability)", (edit){.rest_value = 0.25f},
+           "in.teacher_topk_rest", "0.25 at (0, 0) is not a log-probability");
+  bad_case("a NaN top-k rest", (edit){.rest_value = NAN}, "in.teacher_topk_rest", "nan at (0, 0)");
   char out[600], missing[600];
   snprintf(out, sizeof out, "%s/out.safetensors", dir);
   snprintf(missing, sizeof missing, "%s/no-such-case.safetensors", dir);

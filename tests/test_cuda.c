@@ -4,10 +4,11 @@
 // refusals without a device (opening it, NCCL's binding); and on a GPU the
 // checks a first run needs: cuBLAS's bf16 rounding and fp32 without TF32, bf16
 // attention on tensor cores against the CPU's own bf16 kernel, the top-k
-// kernel's ids in its own order, the kernels it names, NG_CUDA_SYNC naming a
-// faulting launch, and a single-process NCCL smoke. Without a usable device it
-// prints one "skip" line saying why after the host checks (a failure instead
-// when NG_REQUIRE_GPU is set, as tools/gpu_check.sh does).
+// kernel's ids in its own order and its rest against the CPU's, the kernels it
+// names, NG_CUDA_SYNC naming a faulting launch, and a single-process NCCL smoke.
+// Without a usable device it prints one "skip" line saying why after the host
+// checks (a failure instead when NG_REQUIRE_GPU is set, as tools/gpu_check.sh
+// does).
 //
 //   test_cuda [GROUP...]   only those device groups (default: all): rounding,
 //                          attention_bf16, topk, kernels, sync, nccl
@@ -313,25 +314,49 @@ static void test_attention_bf16(void) {
   for (size_t i = 0; bf16_mode && i < sizeof shapes / sizeof shapes[0]; i++) attention_as_cpu_bf16(shapes[i]);
 }
 
-// The device's top-k of rows of logits (a row stride past V, row 2 on three
-// levels: ties at the k-th value) in the kernel's own order (selection_ok);
-// its values and log-sum-exp against the CPU's are test_backends'.
-static void test_topk(void) {
-  int64_t R = 13, V = 1000, ld = 1003, k = 40;
+// The device's top-k of R rows of logits [R, ld] (row 2 on three levels: ties at
+// the k-th value) in the kernel's own order (selection_ok), and rest, the log of
+// the mass off the kept ids: within 1e-6 of the CPU's (double sums in another
+// order; which tied ids are kept does not change it), below 0, and -inf for both
+// when k = V. Its values and log-sum-exp against the CPU's are test_backends'.
+static void topk_rows(int64_t R, int64_t V, int64_t ld, int64_t k) {
   float *x = rnd(R * ld, 5.0);
   for (int64_t j = 0; j < V; j++) x[2 * ld + j] = (float)(j % 3);
-  float *dx = upf(x, R * ld), *dvals = upf(NULL, R * k), *dlse = upf(NULL, R);
+  float *dx = upf(x, R * ld), *dvals = upf(NULL, R * k), *dlse = upf(NULL, R), *drest = upf(NULL, R);
   uint32_t *dids = up(NULL, (size_t)(R * k) * sizeof(uint32_t));
-  dev->topk(dev, dx, R, ld, V, k, 0.5, dids, dvals, dlse);
+  dev->topk(dev, dx, R, ld, V, k, 0.5, dids, dvals, dlse, drest);
   uint32_t *ids = down(dids, (size_t)(R * k) * sizeof(uint32_t));
-  float *vals = downf(dvals, R * k);
-  bool ok = true;
-  for (int64_t r = 0; r < R; r++) ok = ok && selection_ok(x + r * ld, V, k, ids + r * k, vals + r * k);
-  char name[120];
-  snprintf(name, sizeof name, "%s topk: the kernel's ids in its order (ties: the lowest ids)", label);
+  float *vals = downf(dvals, R * k), *rest = downf(drest, R);
+  ng_backend *cpu = ng_backend_cpu();
+  uint32_t *cpu_ids = ng_xmalloc((size_t)(R * k) * sizeof(uint32_t));
+  float *cpu_vals = ng_xmalloc((size_t)(R * k) * sizeof(float)), *cpu_lse = ng_xmalloc((size_t)R * sizeof(float));
+  float *cpu_rest = ng_xmalloc((size_t)R * sizeof(float));
+  cpu->topk(cpu, x, R, ld, V, k, 0.5, cpu_ids, cpu_vals, cpu_lse, cpu_rest);
+  bool ok = true, rest_ok = true;
+  double worst = 0.0;
+  for (int64_t r = 0; r < R; r++) {
+    ok = ok && selection_ok(x + r * ld, V, k, ids + r * k, vals + r * k);
+    if (k == V) {
+      rest_ok = rest_ok && rest[r] == -INFINITY && cpu_rest[r] == -INFINITY;
+    } else {
+      rest_ok = rest_ok && isfinite(rest[r]) && rest[r] < 0.0f && isfinite(cpu_rest[r]);
+      worst = fmax(worst, fabs((double)rest[r] - cpu_rest[r]) / fabs((double)cpu_rest[r]));
+    }
+  }
+  char name[200];
+  snprintf(name, sizeof name, "%s topk V=%lld k=%lld: the kernel's ids in its order (ties: the lowest ids)",
+           label, (long long)V, (long long)k);
   CHECK(ok, name, "selection wrong");
-  dev->free(dev, dx), dev->free(dev, dvals), dev->free(dev, dlse), dev->free(dev, dids);
-  free(x), free(ids), free(vals);
+  snprintf(name, sizeof name, "%s topk V=%lld k=%lld: rest as the CPU's, %s (%.1e)", label, (long long)V,
+           (long long)k, k == V ? "-inf" : "within 1e-6", worst);
+  CHECK(rest_ok && worst <= 1e-6, name, "row 0: %.9g, the CPU's %.9g", rest[0], cpu_rest[0]);
+  dev->free(dev, dx), dev->free(dev, dvals), dev->free(dev, dlse), dev->free(dev, drest), dev->free(dev, dids);
+  free(x), free(ids), free(vals), free(rest), free(cpu_ids), free(cpu_vals), free(cpu_lse), free(cpu_rest);
+}
+
+static void test_topk(void) {
+  topk_rows(13, 1000, 1003, 40);
+  topk_rows(3, 1000, 1003, 1000);
 }
 
 static void test_kernels(void) {

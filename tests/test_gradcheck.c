@@ -297,7 +297,7 @@ static void test_loss(bool teacher, double tau, ng_divergence dv, double beta) {
 
 // The top-k cache form of the loss: its own gradient, and exact KD at k = V.
 typedef struct {
-  float *logits, *vals, lse[5];
+  float *logits, *vals, lse[5], rest[5];
   int32_t ids[5 * 7], targets[5];
   int64_t k;
   ng_loss_params lp;
@@ -307,12 +307,14 @@ static double topk_probe(void *p) {
   topk_ctx *c = p;
   double ce, kd;
   int64_t nv;
-  be->ce_kd_topk(be, c->logits, c->ids, c->vals, c->lse, c->k, c->targets, 5, 7, c->lp, NULL, &ce, &kd, &nv);
+  be->ce_kd_topk(be, c->logits, c->ids, c->vals, c->lse, c->rest, c->k, c->targets, 5, 7, c->lp, NULL,
+                 &ce, &kd, &nv);
   return ng_loss_mix(c->lp.kd_weight, ce, kd);
 }
 
 // Teacher logits t [5, 7] into a cache of its k largest per row (k = 7: all,
-// in a shuffled order) with the log-sum-exp at the temperature.
+// in a shuffled order) with the log-sum-exp at the temperature and the log
+// mass off the cached ids (-inf at k = 7).
 static void make_cache(topk_ctx *c, const float *t) {
   c->vals = ng_xmalloc(5 * 7 * sizeof(float));
   for (int i = 0; i < 5; i++) {
@@ -332,18 +334,25 @@ static void make_cache(topk_ctx *c, const float *t) {
       c->ids[i * c->k + n] = best;
       c->vals[i * c->k + n++] = row[best];
     }
+    double off = 0.0;  // summed over the ids not cached
+    for (int j = 0; j < 7; j++) {
+      bool used = false;
+      for (int u = 0; u < c->k; u++) used |= c->ids[i * c->k + u] == j;
+      off += used ? 0.0 : exp((row[j] - mx) / c->lp.temperature);
+    }
+    c->rest[i] = (float)(log(off) - log(z));  // -inf at k = 7
   }
 }
 
 static void test_loss_topk(ng_divergence dv, double beta) {
   float *teacher = randn(35, 0, 3);
   for (int64_t k = 3; k <= 7; k += 4) {
-    topk_ctx c = {randn(35, 0, 3), NULL, {0}, {0}, {2, -1, 6, 0, 3}, k, {0.6, 2.0, 0, 0, dv, beta}};
+    topk_ctx c = {randn(35, 0, 3), NULL, {0}, {0}, {0}, {2, -1, 6, 0, 3}, k, {0.6, 2.0, 0, 0, dv, beta}};
     make_cache(&c, teacher);
     float *d = ng_xcalloc(35, 4), *d_full = ng_xcalloc(35, 4);
     double ce, kd, ce_full, kd_full;
     int64_t nv;
-    be->ce_kd_topk(be, c.logits, c.ids, c.vals, c.lse, k, c.targets, 5, 7, c.lp, d, &ce, &kd, &nv);
+    be->ce_kd_topk(be, c.logits, c.ids, c.vals, c.lse, c.rest, k, c.targets, 5, 7, c.lp, d, &ce, &kd, &nv);
     char name[96];
     snprintf(name, sizeof name, "ce+kd (%s) from a top-%lld cache: dlogits",
              ng_divergence_name(dv), (long long)k);
@@ -362,6 +371,60 @@ static void test_loss_topk(ng_divergence dv, double beta) {
     free(c.logits); free(c.vals); free(d); free(d_full);
   }
   free(teacher);
+}
+
+// D(Q, P) of one row's buckets (log-masses lq, lp [n]) under divergence dv, in double.
+static double bucket_divergence(ng_divergence dv, double beta, const double *lq, const double *lp, int n) {
+  double D = 0.0;
+  for (int b = 0; b < n; b++) {
+    double q = exp(lq[b]), p = exp(lp[b]), m = beta * q + (1.0 - beta) * p;
+    switch (dv) {
+      case NG_DIV_FORWARD_KL: D += q * (lq[b] - lp[b]); break;
+      case NG_DIV_REVERSE_KL: D += p * (lp[b] - lq[b]); break;
+      case NG_DIV_JSD: D += beta * q * (lq[b] - log(m)) + (1.0 - beta) * p * (lp[b] - log(m)); break;
+    }
+  }
+  return D;
+}
+
+// A confident teacher: in each row one logit 40 above the others (N(0, 3^2)),
+// tau 1, a top-3 cache. Its mass off the cache (about e^-35) lies far below the
+// rounding of its fp32 log-sum-exp (about 4e-6), so 1 - sum Q_j is rounding
+// there (0, or 1e-6 for 1e-15); the cache's own log mass keeps it. The loss
+// equals the bucketed divergence computed in double from the full teacher
+// logits (buckets: the 3 cached ids and the rest), and its gradient checks.
+static void test_loss_topk_confident(ng_divergence dv, double beta) {
+  float *teacher = randn(35, 0, 3);
+  for (int i = 0; i < 5; i++) teacher[i * 7 + (3 * i) % 7] += 40.0f;
+  topk_ctx c = {randn(35, 0, 3), NULL, {0}, {0}, {0}, {2, -1, 6, 0, 3}, 3, {1.0, 1.0, 0, 0, dv, beta}};
+  make_cache(&c, teacher);
+  double want = 0.0, kd, ce;
+  int64_t nv, valid = 0;
+  for (int i = 0; i < 5; i++) {
+    if (c.targets[i] < 0) continue;
+    const float *t = teacher + i * 7, *s = c.logits + i * 7;
+    double zt = 0.0, zs = 0.0, lq[4], lp[4], qr = 0.0, pr = 0.0;
+    for (int j = 0; j < 7; j++) zt += exp(t[j]), zs += exp(s[j]);
+    for (int j = 0; j < 7; j++) {
+      bool used = false;
+      for (int u = 0; u < 3; u++) used |= c.ids[i * 3 + u] == j;
+      if (!used) qr += exp(t[j]) / zt, pr += exp(s[j]) / zs;
+    }
+    for (int u = 0; u < 3; u++) lq[u] = t[c.ids[i * 3 + u]] - log(zt), lp[u] = s[c.ids[i * 3 + u]] - log(zs);
+    lq[3] = log(qr), lp[3] = log(pr);
+    want += bucket_divergence(dv, beta, lq, lp, 4);
+    valid++;
+  }
+  want /= (double)valid;
+  float *d = ng_xcalloc(35, 4);
+  be->ce_kd_topk(be, c.logits, c.ids, c.vals, c.lse, c.rest, 3, c.targets, 5, 7, c.lp, d, &ce, &kd, &nv);
+  char name[128];
+  snprintf(name, sizeof name, "%s from a top-3 cache of a confident teacher (rest e^-35): the "
+           "bucketed divergence of the full teacher", ng_divergence_name(dv));
+  CHECK(isfinite(kd) && fabs(kd - want) <= 1e-5 * fabs(want), name, "kd %.9g, expected %.9g", kd, want);
+  snprintf(name, sizeof name, "%s from a top-3 cache of a confident teacher: dlogits", ng_divergence_name(dv));
+  CHECK_GRAD(fd_error(c.logits, 35, d, topk_probe, &c, 100), name);
+  free(c.logits); free(c.vals); free(d); free(teacher);
 }
 
 // A vocabulary padded past the tokenizer's: with vocab_used = 5 of 7 columns
@@ -575,5 +638,7 @@ int main(void) {
   test_model(NG_NORM_HYBRID, false, true, 4, 2, 1.0f, false, 0, false);    // a pre, then a post block
   test_model(NG_NORM_HYBRID, true, true, 4, 1, 0.3f, true, 0, false);      // a post, then a pre block
   test_model(NG_NORM_HYBRID, false, false, 4, 2, 0.3f, false, 3, true);    // recomputed, in chunks
+  for (int dv = NG_DIV_FORWARD_KL; dv <= NG_DIV_LAST; dv++)  // last too, for the same reason
+    test_loss_topk_confident((ng_divergence)dv, dv == NG_DIV_JSD ? 0.3 : 0.0);
   return TEST_RESULT();
 }

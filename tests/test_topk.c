@@ -59,7 +59,7 @@ static void test_entries(ng_model *t, const ng_shard *s, const ng_topk_cache *c,
   int64_t V = 40, Vs = c->vocab_size, k = c->k, seq = c->seq, w = (int64_t)c->windows - 1;
   float *logits = window_logits(t, s, w, seq);
   bool ids_ok = true;
-  double worst_val = 0.0, worst_excess = 0.0, worst_lse = 0.0;
+  double worst_val = 0.0, worst_excess = 0.0, worst_lse = 0.0, worst_rest = 0.0;
   for (int64_t p = 0; p < seq; p++) {
     const float *row = logits + p * V;
     const uint32_t *ids = c->ids + ((uint64_t)w * seq + p) * k;
@@ -76,15 +76,18 @@ static void test_entries(ng_model *t, const ng_shard *s, const ng_topk_cache *c,
     }
     for (int64_t j = 0; j < Vs; j++)
       if (!cached[j]) worst_excess = fmax(worst_excess, (row[j] - kth) / scale);
-    double mx = row[0], z = 0.0;
+    double mx = row[0], z = 0.0, off = 0.0;
     for (int64_t j = 1; j < Vs; j++) mx = fmax(mx, row[j]);
     for (int64_t j = 0; j < Vs; j++) z += exp((row[j] - mx) / c->temperature);
+    for (int64_t j = 0; j < Vs; j++) off += cached[j] ? 0.0 : exp((row[j] - mx) / c->temperature);
     worst_lse = fmax(worst_lse, fabs(c->lse[(uint64_t)w * seq + p] - (mx / c->temperature + log(z))));
+    worst_rest = fmax(worst_rest, fabs(c->rest[(uint64_t)w * seq + p] - log(off / z)));
   }
-  CHECK(ids_ok && worst_val <= NG_GOLDEN_TOL_FORWARD && worst_excess <= NG_GOLDEN_TOL_FORWARD && worst_lse < 1e-5,
-        name, "ids %s, value error %.2e, an id left out above the k-th by %.2e, lse error %.2e (bound %.0e)",
-        ids_ok ? "distinct and in range" : "out of range or repeated", worst_val, worst_excess, worst_lse,
-        NG_GOLDEN_TOL_FORWARD);
+  CHECK(ids_ok && worst_val <= NG_GOLDEN_TOL_FORWARD && worst_excess <= NG_GOLDEN_TOL_FORWARD &&
+            worst_lse < 1e-5 && worst_rest < 1e-5,
+        name, "ids %s, value error %.2e, an id left out above the k-th by %.2e, lse error %.2e, rest "
+        "error %.2e (bound %.0e)", ids_ok ? "distinct and in range" : "out of range or repeated",
+        worst_val, worst_excess, worst_lse, worst_rest, NG_GOLDEN_TOL_FORWARD);
   free(logits);
 }
 
@@ -115,6 +118,11 @@ static void test_validation(const ng_topk_cache *c, const ng_shard *s, const ng_
   copy[12] = 0;  // k = 0
   write_bytes(path, copy, c->map_size);
   expect_open_error("k of 0", path, s, "not valid");
+  memcpy(copy, c->map, c->map_size);
+  copy[8] = 1;  // a cache of the format without the rest region
+  write_bytes(path, copy, c->map_size);
+  expect_open_error("a version 1 cache is refused, to be made again", path, s,
+                    "version 1, a cache without the teacher's mass off the cached ids: make it again");
   // A header of 0 windows with a body of 0 bytes (a division by zero in the trainer before).
   uint64_t windows = 0;
   memcpy(copy, c->map, NG_TOPK_HEADER);
@@ -123,7 +131,7 @@ static void test_validation(const ng_topk_cache *c, const ng_shard *s, const ng_
   expect_open_error("0 windows", path, s, "0 windows");
   // One window more than the shard holds, with a body of the size it implies:
   // its batches would read tokens past the shard's end.
-  size_t row = (size_t)c->seq * (8 * (size_t)c->k + 4), big = c->map_size + row;
+  size_t row = (size_t)c->seq * (8 * (size_t)c->k + 8), big = c->map_size + row;
   uint8_t *longer = ng_xcalloc(big, 1);
   memcpy(longer, c->map, NG_TOPK_HEADER);
   windows = c->windows + 1;
@@ -136,7 +144,8 @@ static void test_validation(const ng_topk_cache *c, const ng_shard *s, const ng_
 }
 
 // A cache whose value (or log-sum-exp) at a position of window 2 is not
-// finite: the batch holding that window is refused, naming the position.
+// finite, or whose log mass off the cache there is not a log-probability: the
+// batch holding that window is refused, naming the position.
 static void expect_batch_error(const char *name, const ng_topk_cache *c, const ng_shard *s, size_t offset,
                                float bad, const char *want) {
   char path[128];
@@ -150,22 +159,26 @@ static void expect_batch_error(const char *name, const ng_topk_cache *c, const n
   NG_ASSERT(ng_topk_open(&d, path, s) == 0);
   size_t T = d.seq, k = d.k;
   int32_t *tok = ng_xmalloc(T * 4), *tgt = ng_xmalloc(T * 4), *ids = ng_xmalloc(T * k * 4);
-  float *vals = ng_xmalloc(T * k * 4), *lse = ng_xmalloc(T * 4);
+  float *vals = ng_xmalloc(T * k * 4), *lse = ng_xmalloc(T * 4), *rest = ng_xmalloc(T * 4);
   int64_t w = 1;
-  int ok_other = ng_topk_batch(&d, s, &w, 1, tok, tgt, ids, vals, lse);
+  int ok_other = ng_topk_batch(&d, s, &w, 1, tok, tgt, ids, vals, lse, rest);
   w = 2;
-  int rc = ng_topk_batch(&d, s, &w, 1, tok, tgt, ids, vals, lse);
+  int rc = ng_topk_batch(&d, s, &w, 1, tok, tgt, ids, vals, lse, rest);
   CHECK(ok_other == 0 && rc != 0 && strstr(ng_error(), want) && strstr(ng_error(), path), name, "rc %d: %s", rc, ng_error());
-  free(tok), free(tgt), free(ids), free(vals), free(lse);
+  free(tok), free(tgt), free(ids), free(vals), free(lse), free(rest);
   ng_topk_close(&d);
 }
 
 static void test_nonfinite(const ng_topk_cache *c, const ng_shard *s) {
   size_t P = c->windows * c->seq, k = c->k, pos = 2 * (size_t)c->seq + 3;
-  size_t vals = NG_TOPK_HEADER + P * k * 4, lse = NG_TOPK_HEADER + 2 * P * k * 4;
+  size_t vals = NG_TOPK_HEADER + P * k * 4, lse = NG_TOPK_HEADER + 2 * P * k * 4, rest = lse + P * 4;
   expect_batch_error("a NaN value in the cache is refused", c, s, vals + (pos * k + 1) * 4, NAN, "value nan at position 35");
   expect_batch_error("an infinite log-sum-exp in the cache is refused", c, s, lse + pos * 4, INFINITY,
                      "log-sum-exp inf at position 35");
+  expect_batch_error("a NaN log mass off the cache is refused", c, s, rest + pos * 4, NAN,
+                     "log mass off the cache nan at position 35");
+  expect_batch_error("a log mass off the cache above 0 is refused", c, s, rest + pos * 4, 0.5f,
+                     "log mass off the cache 0.5 at position 35 is not a log-probability");
 }
 
 // A teacher whose logits of one batch need more than twice the machine's
@@ -196,15 +209,16 @@ static bool same_entries(const ng_topk_cache *a, const ng_topk_cache *b, const n
   int32_t *ids[2] = {ng_xmalloc((size_t)(T * k) * 4), ng_xmalloc((size_t)(T * k) * 4)};
   float *vals[2] = {ng_xmalloc((size_t)(T * k) * 4), ng_xmalloc((size_t)(T * k) * 4)};
   float *lse[2] = {ng_xmalloc((size_t)T * 4), ng_xmalloc((size_t)T * 4)};
+  float *rest[2] = {ng_xmalloc((size_t)T * 4), ng_xmalloc((size_t)T * 4)};
   bool same = a->windows == b->windows && a->k == b->k && a->seq == b->seq;
   for (int64_t w = 0; same && w < (int64_t)a->windows; w++) {
-    same = ng_topk_batch(a, s, &w, 1, tok, tgt, ids[0], vals[0], lse[0]) == 0 &&
-           ng_topk_batch(b, s, &w, 1, tok, tgt, ids[1], vals[1], lse[1]) == 0 &&
+    same = ng_topk_batch(a, s, &w, 1, tok, tgt, ids[0], vals[0], lse[0], rest[0]) == 0 &&
+           ng_topk_batch(b, s, &w, 1, tok, tgt, ids[1], vals[1], lse[1], rest[1]) == 0 &&
            memcmp(ids[0], ids[1], (size_t)(T * k) * 4) == 0 && memcmp(vals[0], vals[1], (size_t)(T * k) * 4) == 0 &&
-           memcmp(lse[0], lse[1], (size_t)T * 4) == 0;
+           memcmp(lse[0], lse[1], (size_t)T * 4) == 0 && memcmp(rest[0], rest[1], (size_t)T * 4) == 0;
   }
   free(tok), free(tgt);
-  for (int i = 0; i < 2; i++) free(ids[i]), free(vals[i]), free(lse[i]);
+  for (int i = 0; i < 2; i++) free(ids[i]), free(vals[i]), free(lse[i]), free(rest[i]);
   return same;
 }
 
@@ -263,8 +277,36 @@ static void test_parts(ng_model *t, const ng_shard *s) {
         "more ranks than windows: refused in one line", "rc %d: %s", rc, ng_error());
 }
 
+// ng_topk_logmass on rows whose answer is known in closed form: a confident
+// row (one logit 30 above 39 zeros, k = 1, tau 1), whose rest mass 39 e^-30
+// lies below the rounding of its fp32 log-sum-exp, so that 1 - Q_1 is 0 where
+// the rest is log 39 - 30 - log(1 + 39 e^-30); a row with ties at the k-th
+// value (3, then 1 three times, then 0; k = 2): one 1 kept, the rest 2 e + 1.
+static void test_logmass(void) {
+  float x[40] = {30.0f}, vals[2], lse, rest;
+  uint32_t ids[2];
+  ng_top_k(x, 40, 1, ids, vals);
+  ng_topk_logmass(x, 40, vals, 1, 1.0, &lse, &rest);
+  double want = log(39.0) - 30.0 - log1p(39.0 * exp(-30.0));
+  double old_rule = 1.0 - exp((double)vals[0] - lse);  // 1 - Q_1 from the stored lse
+  CHECK(ids[0] == 0 && fabs(rest - want) <= 1e-6 * fabs(want) && old_rule <= 0.0,
+        "a confident row's mass off its top 1 (39 e^-30), where 1 - Q_1 is 0 at fp32's lse",
+        "rest %.9g, expected %.9g; 1 - Q_1 = %.3g", rest, want, old_rule);
+  float tied[5] = {3.0f, 1.0f, 1.0f, 1.0f, 0.0f};
+  ng_top_k(tied, 5, 2, ids, vals);
+  ng_topk_logmass(tied, 5, vals, 2, 1.0, &lse, &rest);
+  double z = exp(3.0) + 3.0 * exp(1.0) + 1.0;
+  CHECK(fabs(lse - log(z)) <= 1e-6 && fabs(rest - log((2.0 * exp(1.0) + 1.0) / z)) <= 1e-6,
+        "a row tied at the k-th value: the tied ids not kept are in the rest",
+        "lse %.9g (expected %.9g), rest %.9g (expected %.9g)", lse, log(z), rest,
+        log((2.0 * exp(1.0) + 1.0) / z));
+  ng_topk_logmass(tied, 5, tied, 5, 1.0, &lse, &rest);
+  CHECK(isinf(rest) && rest < 0, "every id kept: the rest is -inf", "rest %g", rest);
+}
+
 int main(void) {
   be = ng_backend_cpu();
+  test_logmass();
   snprintf(dir, sizeof dir, "/tmp/ng_topk_XXXXXX");
   NG_ASSERT(mkdtemp(dir));
   uint32_t tokens[200], other_tokens[200];
@@ -284,7 +326,7 @@ int main(void) {
   ng_topk_cache c;
   CHECK(ng_topk_open(&c, cache_path, &s) == 0 && c.windows == 199 / 16 && c.k == 5,
         "open and validate the cache", "%s", ng_error());
-  test_entries(t, &s, &c, "cache holds the teacher's k largest logits and the log-sum-exp");
+  test_entries(t, &s, &c, "cache holds the teacher's k largest logits, the log-sum-exp and the log mass off them");
   test_validation(&c, &s, &other);
   test_nonfinite(&c, &s);
   // A batch larger than the windows (12 here) gets buffers for the windows only:

@@ -525,10 +525,10 @@ static void check_epochs_cached(void) {
 }
 
 // The reverse KL from a top-k cache whose every position leaves the teacher no
-// mass outside its k ids (small.topk with each log-sum-exp lowered by 1: the
-// cached mass e > 1, so the rest bucket's is 0): the run stops at step 1 with
-// one line naming the KD term and the cause; forward KL from the same cache
-// trains.
+// mass outside its k ids (small.topk with each log mass off the cache set to
+// -inf, as a teacher whose other logits are all -inf would store it): the run
+// stops at step 1 with one line naming the KD term and the cause; forward KL
+// from the same cache trains.
 static void check_reverse_kl_cache(void) {
   char path[160], cache[160];
   snprintf(path, sizeof path, "%s/small.topk", dir);
@@ -541,14 +541,10 @@ static void check_reverse_kl_cache(void) {
   memcpy(&k, bytes + 12, 4);
   memcpy(&seq, bytes + 20, 4);
   memcpy(&windows, bytes + 32, 8);
-  size_t P = (size_t)windows * seq, lse = NG_TOPK_HEADER + 8 * P * k;
-  NG_ASSERT(n == lse + 4 * P);
-  for (size_t i = 0; i < P; i++) {
-    float v;
-    memcpy(&v, bytes + lse + 4 * i, 4);
-    v -= 1.0f;
-    memcpy(bytes + lse + 4 * i, &v, 4);
-  }
+  size_t P = (size_t)windows * seq, rest = NG_TOPK_HEADER + 8 * P * k + 4 * P;
+  NG_ASSERT(n == rest + 4 * P);
+  float none = -INFINITY;
+  for (size_t i = 0; i < P; i++) memcpy(bytes + rest + 4 * i, &none, 4);
   FILE *f = fopen(cache, "wb");
   NG_ASSERT(f && fwrite(bytes, 1, n, f) == n && fclose(f) == 0);
   free(bytes);

@@ -474,26 +474,28 @@ static void ceilings(const bench_setup *s, bool with_bf16, double *sgemm, double
 #define LOSS_TOPK 64
 #define LOSS_TAU 2.0
 typedef struct {
-  float *logits, *teacher, *vals, *lse, *dlogits;  // the backend's copies
+  float *logits, *teacher, *vals, *lse, *rest, *dlogits;  // the backend's copies
   int32_t *targets, *ids;
 } loss_bufs;
 
 static loss_bufs loss_upload(ng_backend *be, const loss_bufs *h, int64_t N, int64_t V) {
   size_t rows = (size_t)(N * V) * sizeof(float), cache = (size_t)(N * LOSS_TOPK) * sizeof(float);
   loss_bufs d = {be->alloc(be, rows), be->alloc(be, rows), be->alloc(be, cache),
-                 be->alloc(be, (size_t)N * sizeof(float)), be->alloc(be, rows),
+                 be->alloc(be, (size_t)N * sizeof(float)), be->alloc(be, (size_t)N * sizeof(float)),
+                 be->alloc(be, rows),
                  be->alloc(be, (size_t)N * sizeof(int32_t)), be->alloc(be, cache)};
   be->upload(be, d.logits, h->logits, rows);
   be->upload(be, d.teacher, h->teacher, rows);
   be->upload(be, d.vals, h->vals, cache);
   be->upload(be, d.lse, h->lse, (size_t)N * sizeof(float));
+  be->upload(be, d.rest, h->rest, (size_t)N * sizeof(float));
   be->upload(be, d.targets, h->targets, (size_t)N * sizeof(int32_t));
   be->upload(be, d.ids, h->ids, cache);
   return d;
 }
 
 static void loss_free(ng_backend *be, loss_bufs *d) {
-  void *all[] = {d->logits, d->teacher, d->vals, d->lse, d->dlogits, d->targets, d->ids};
+  void *all[] = {d->logits, d->teacher, d->vals, d->lse, d->rest, d->dlogits, d->targets, d->ids};
   for (size_t i = 0; i < sizeof all / sizeof *all; i++) be->free(be, all[i]);
 }
 
@@ -506,8 +508,8 @@ static double loss_time(ng_backend *be, const loss_bufs *d, int64_t N, int64_t V
   for (int k = 0; k < steps; k++) {
     double t0 = omp_get_wtime();
     if (topk)
-      be->ce_kd_topk(be, d->logits, d->ids, d->vals, d->lse, LOSS_TOPK, d->targets, N, V, lp,
-                     d->dlogits, &ce, &kd, &nv);
+      be->ce_kd_topk(be, d->logits, d->ids, d->vals, d->lse, d->rest, LOSS_TOPK, d->targets, N, V,
+                     lp, d->dlogits, &ce, &kd, &nv);
     else
       be->ce_kd(be, d->logits, d->teacher, d->targets, N, V, lp, d->dlogits, &ce, &kd, &nv);
     be->synchronize(be);
@@ -524,12 +526,14 @@ static loss_bufs loss_inputs(int64_t N, int64_t V) {
   ng_rng_seed(&g, 4321);
   size_t rows = (size_t)(N * V) * sizeof(float), cache = (size_t)(N * LOSS_TOPK) * sizeof(float);
   loss_bufs h = {ng_xmalloc(rows), ng_xmalloc(rows), ng_xmalloc(cache), ng_xmalloc((size_t)N * sizeof(float)),
-                 NULL, ng_xmalloc((size_t)N * sizeof(int32_t)), ng_xmalloc(cache)};
+                 ng_xmalloc((size_t)N * sizeof(float)), NULL, ng_xmalloc((size_t)N * sizeof(int32_t)),
+                 ng_xmalloc(cache)};
   ng_rng_fill_normal(&g, h.logits, (size_t)(N * V), 0.0, 3.0);
   ng_rng_fill_normal(&g, h.teacher, (size_t)(N * V), 0.0, 3.0);
   for (int64_t i = 0; i < N; i++) h.targets[i] = (int32_t)ng_rng_below(&g, (uint64_t)V);
   ng_backend *cpu = ng_backend_cpu();
-  cpu->topk(cpu, h.teacher, N, V, V, LOSS_TOPK, 1.0 / LOSS_TAU, (uint32_t *)h.ids, h.vals, h.lse);
+  cpu->topk(cpu, h.teacher, N, V, V, LOSS_TOPK, 1.0 / LOSS_TAU, (uint32_t *)h.ids, h.vals, h.lse,
+            h.rest);
   return h;
 }
 
@@ -547,7 +551,7 @@ static void bench_losses(bench_run *runs, int n, const bench_setup *s) {
          (long long)N, (long long)V, LOSS_TAU, s->steps);
   loss_bufs h = loss_inputs(N, V), d[3];
   for (int j = 0; j < m; j++) d[j] = loss_upload(runs[which[j]].be, &h, N, V);
-  free(h.logits), free(h.teacher), free(h.vals), free(h.lse), free(h.targets), free(h.ids);
+  free(h.logits), free(h.teacher), free(h.vals), free(h.lse), free(h.rest), free(h.targets), free(h.ids);
   for (int dv = 0; dv <= NG_DIV_LAST; dv++)
     for (int topk = 0; topk < 2; topk++) {
       char kind[32];

@@ -275,12 +275,12 @@ def topk_kd(logits, targets, topk, loss_cfg):
     """tau^2 x mean over targets != -1 of D(Q, P) (loss.divergence) between the bucketed teacher
     Q and student P over {the k cached ids, everything else} (0 when no target).
 
-    topk = (ids [B, T, k], values [B, T, k], lse [B, T]): Q_j = exp(v_j / tau - lse)
-    on the cached ids, Q_rest = max(1 - sum_j Q_j, 0); P = softmax(logits / tau)
-    on the cached ids and P_rest its mass on the other ids (= 1 - sum_j P_j). The
-    rest term is 0 when Q_rest = 0, and when k = V: the bucket is then empty
-    (P_rest = 0) and Q_rest is only the rounding of lse."""
-    ids, values, lse = topk
+    topk = (ids [B, T, k], values [B, T, k], lse [B, T], rest [B, T] or None):
+    Q_j = exp(v_j / tau - lse) on the cached ids, Q_rest = exp(rest), or without
+    rest max(1 - sum_j Q_j, 0); P = softmax(logits / tau) on the cached ids and
+    P_rest its mass on the other ids (= 1 - sum_j P_j). The rest term is 0 when
+    Q_rest = 0, and when k = V: the bucket is then empty (P_rest = 0)."""
+    ids, values, lse, rest = topk
     tau = loss_cfg["temperature"]
     keep = targets != -1
     count = max(int(keep.sum()), 1)
@@ -290,8 +290,8 @@ def topk_kd(logits, targets, topk, loss_cfg):
     if ids.shape[-1] < logits.shape[-1]:
         cached = torch.zeros(logits.shape, dtype=torch.bool).scatter(-1, ids, True)
         p_rest = log_p.exp().masked_fill(cached, 0.0).sum(-1)
-        q_rest = (1 - log_q.exp().sum(-1)).clamp(min=0.0)
-        log_q = torch.cat([log_q, q_rest.log()[..., None]], -1)
+        log_q_rest = rest if rest is not None else (1 - log_q.exp().sum(-1)).clamp(min=0.0).log()
+        log_q = torch.cat([log_q, log_q_rest[..., None]], -1)
         log_pb = torch.cat([log_pb, p_rest.log()[..., None]], -1)
     kl = divergence(log_q, log_pb, loss_cfg)
     return tau * tau * (kl * keep).sum() / count
@@ -310,9 +310,12 @@ def topk_terms(logits, targets, topk, loss_cfg):
 
 
 def teacher_topk(teacher, k, tau):
-    """The top-k cache of teacher logits [B, T, V], float64: (ids, values, lse)."""
+    """The top-k cache of teacher logits [B, T, V], float64: (ids, values, lse, rest),
+    rest the log mass off the k ids, summed over them (-inf at k = V)."""
     values, ids = torch.topk(teacher, k, dim=-1)
-    return ids, values, torch.logsumexp(teacher / tau, -1)
+    lse = torch.logsumexp(teacher / tau, -1)
+    off = (teacher / tau).scatter(-1, ids, -math.inf)
+    return ids, values, lse, torch.logsumexp(off, -1) - lse
 
 
 def adamw_step(params, grads, o):
@@ -339,7 +342,8 @@ def adamw_step(params, grads, o):
 
 class Case:
     """A golden case: config (dict of model/loss/optim), inputs and float64 params.
-    topk: None or the top-k teacher (ids int64 [B, T, k], values [B, T, k], lse [B, T])."""
+    topk: None or the top-k teacher (ids int64 [B, T, k], values [B, T, k], lse [B, T],
+    rest [B, T] or None)."""
 
     def __init__(self, config, tokens, targets, teacher, params, topk=None):
         self.config, self.model = config, config["model"]
@@ -371,10 +375,12 @@ class Case:
         if self.teacher is not None:
             tensors["in.teacher_logits"] = self.teacher.numpy().astype(np.float32)
         if self.topk is not None:
-            ids, values, lse = self.topk
+            ids, values, lse, rest = self.topk
             tensors.update({TOPK_INPUTS[0]: ids.numpy().astype(np.int32),
                             TOPK_INPUTS[1]: values.numpy().astype(np.float32),
                             TOPK_INPUTS[2]: lse.numpy().astype(np.float32)})
+            if rest is not None:
+                tensors[TOPK_REST] = rest.numpy().astype(np.float32)
         for name, p in self.params.items():
             tensors["param." + name] = p.numpy().astype(np.float32)
         write_safetensors(path, tensors, {"format": FORMAT, "config": json.dumps(self.config)})
@@ -392,7 +398,8 @@ class Case:
                  "fnorm" if m["final_norm"] else "nofnorm",
                  (self.config["loss"].get("divergence", "forward_kl")
                   if self.teacher is not None else "ce"),
-                 f"topk{self.topk[0].shape[-1]}" if self.topk is not None else "notopk",
+                 (f"topk{self.topk[0].shape[-1]}" + ("+rest" if self.topk[3] is not None else ""))
+                 if self.topk is not None else "notopk",
                  f"ign{int((self.targets == -1).sum())}"]
         if "layer_scale_init" in m:
             parts.insert(1, "layerscale")
@@ -400,17 +407,20 @@ class Case:
 
 
 TOPK_INPUTS = ("in.teacher_topk_ids", "in.teacher_topk_values", "in.teacher_topk_lse")
+TOPK_REST = "in.teacher_topk_rest"
 
 
 def load_topk(tensors, BT, V, path):
     """The top-k teacher inputs of a case file as Case.topk (None when absent);
     all three or none, shapes [B, T, k] (1 <= k <= V), [B, T, k], [B, T], I32 ids
-    distinct per position in [0, V), F32 values and lse."""
+    distinct per position in [0, V), F32 values and lse; with them optionally
+    F32 rest [B, T], log-masses (at most 0)."""
     present = [n for n in TOPK_INPUTS if n in tensors]
-    if not present:
+    if not present and TOPK_REST not in tensors:
         return None
     if len(present) < 3:
-        raise ValueError(f"{path}: {', '.join(TOPK_INPUTS)}: give all three or none")
+        raise ValueError(f"{path}: {', '.join(TOPK_INPUTS)}: give all three or none "
+                         f"({TOPK_REST} only with them)")
     ids, values, lse = (tensors[n] for n in TOPK_INPUTS)
     k = ids.shape[-1] if ids.ndim == 3 else 0
     if (ids.dtype != np.int32 or values.dtype != np.float32 or lse.dtype != np.float32
@@ -420,8 +430,14 @@ def load_topk(tensors, BT, V, path):
                          f"with 1 <= k <= {V}, F32 lse [B, T], B, T = {BT}")
     if ids.min() < 0 or ids.max() >= V or (np.diff(np.sort(ids, -1), axis=-1) == 0).any():
         raise ValueError(f"{path}: in.teacher_topk_ids: ids not distinct in [0, {V})")
+    rest = tensors.get(TOPK_REST)
+    if rest is not None and (rest.dtype != np.float32 or list(rest.shape) != BT
+                             or not (rest <= 0).all()):
+        raise ValueError(f"{path}: {TOPK_REST}: expected F32 [B, T] log-masses (at most 0), "
+                         f"B, T = {BT}")
     return (torch.from_numpy(ids.astype(np.int64)), torch.from_numpy(values.astype(np.float64)),
-            torch.from_numpy(lse.astype(np.float64)))
+            torch.from_numpy(lse.astype(np.float64)),
+            None if rest is None else torch.from_numpy(rest.astype(np.float64)))
 
 
 def f32(array):
@@ -506,8 +522,9 @@ def random_case(rng, features):
                 random_params(rng, m))
     if teacher is not None and features.get("topk") is not None:
         k = min(V, 1 + int(features["topk"] * V))
-        ids, values, lse = teacher_topk(teacher, k, config["loss"]["temperature"])
-        case.topk = (ids, values, f32(lse))  # values are teacher logits: float32 already
+        ids, values, lse, rest = teacher_topk(teacher, k, config["loss"]["temperature"])
+        # values are teacher logits: float32 already
+        case.topk = (ids, values, f32(lse), f32(rest) if features["topk_rest"] else None)
     return case
 
 
@@ -555,12 +572,15 @@ def random_features(rng, n):
 def with_topk(rng, features):
     """Gives a third of the cases with a teacher (rounded) a top-k teacher: feature
     topk = f in [0, 1], k = min(V, 1 + floor(f V)); f cycles through 1 (k = V),
-    0 (k = 1) and two uniform draws. Draws only from rng (not the cases' generator),
-    so the rest of every case is as without it."""
+    0 (k = 1) and two uniform draws; every second of them also has the cache's log
+    mass off the top k (topk_rest), the others Q_rest from 1 - sum_j Q_j. Draws
+    only from rng (not the cases' generator), so the rest of every case is as
+    without it."""
     teachers = [i for i, f in enumerate(features) if f["teacher"]]
     chosen = [teachers[i] for i in rng.permutation(len(teachers))[:round(len(teachers) / 3)]]
     for n, i in enumerate(chosen):
         features[i]["topk"] = (1.0, 0.0, None, None)[n % 4]
+        features[i]["topk_rest"] = n % 2 == 1
         if features[i]["topk"] is None:
             features[i]["topk"] = float(rng.random())
     return features
@@ -841,9 +861,9 @@ def topk_errors(case, rng, probes=6, h=1e-6):
         exact = float(losses(logits, case.targets, case.teacher, loss_cfg)[1])
 
     def cache(k):
-        ids, values, lse = teacher_topk(case.teacher, k, tau)
+        ids, values, lse, rest = teacher_topk(case.teacher, k, tau)
         order = torch.from_numpy(rng.permutation(k))
-        return ids[..., order], values[..., order], lse
+        return ids[..., order], values[..., order], lse, rest
 
     def bucketed(logits, topk):
         return float(topk_kd(logits, case.targets, topk, loss_cfg))

@@ -12,11 +12,22 @@ extern "C" {
 #include "normgrow/divergence.h"
 }
 
-// The teacher: full logits [N, V], or a top-k cache (ids, vals [N, k], lse [N]), or neither.
+// The teacher: full logits [N, V], or a top-k cache (ids, vals [N, k], lse and
+// rest [N]), or neither.
 struct teacher_ref {
   const float *logits;
   const int32_t *ids;
-  const float *vals, *lse;
+  const float *vals, *lse, *rest;
+  int64_t k;
+};
+
+// One row of a top-k cache (the reference's ng_topk_row): ids, vals [k]; lse, so
+// that Q_j = exp(vals_j / tau - lse); rest = log Q_rest, the teacher's log mass on
+// the other ids (-inf: none). ids is NULL without a cache.
+struct topk_row {
+  const int32_t *ids;
+  const float *vals;
+  float lse, rest;
   int64_t k;
 };
 
@@ -74,37 +85,38 @@ __device__ double kd_full(const row_red &r, const float *s, const float *t, int6
   return r.sum(kl);
 }
 
-// KL of the bucketed top-k teacher (see kd_topk_row); *tail receives q_r / p_r.
-__device__ double kd_topk(const row_red &r, const unsigned *bits, const int32_t *ids,
-                          const float *vals, float lse, int64_t k, const float *s, float ms,
-                          double zst, int64_t V, double tau, float inv_tau_f, double *tail) {
-  double inv_tau = 1.0 / tau, zd = 0.0, rest = 0.0, q_sum = 0.0, kl = 0.0;
+// KL of the bucketed top-k teacher c (see kd_topk_row): Q_j on the cached ids,
+// q_r = exp(c.rest) on the others, where the student's share of zst is p_r = off /
+// zst (none, q_r = 0, when off is 0); *tail receives q_r / p_r.
+__device__ double kd_topk(const row_red &r, const unsigned *bits, const topk_row &c, const float *s,
+                          float ms, double zst, int64_t V, double tau, float inv_tau_f,
+                          double *tail) {
+  double inv_tau = 1.0 / tau, zd = 0.0, off = 0.0, kl = 0.0;
   for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
     zd += exp(((double)s[j] - ms) * inv_tau);
-    if (!cached(bits, j)) rest += expf((s[j] - ms) * inv_tau_f);
+    if (!cached(bits, j)) off += expf((s[j] - ms) * inv_tau_f);
   }
   double log_zd = log(r.sum(zd));
-  rest = r.sum(rest);
-  for (int64_t j = threadIdx.x; j < k; j += blockDim.x) {
-    double lq = (double)vals[j] * inv_tau - lse, q = exp(lq);
-    q_sum += q;
-    kl += q * (lq - (((double)s[ids[j]] - ms) * inv_tau - log_zd));
+  off = r.sum(off);
+  for (int64_t j = threadIdx.x; j < c.k; j += blockDim.x) {
+    double lq = (double)c.vals[j] * inv_tau - c.lse;
+    kl += exp(lq) * (lq - (((double)s[c.ids[j]] - ms) * inv_tau - log_zd));
   }
-  q_sum = r.sum(q_sum);
   kl = r.sum(kl);
-  double p_r = rest / zst, q_r = rest > 0.0 ? fmax(1.0 - q_sum, 0.0) : 0.0;
-  if (q_r > 0.0) kl += q_r * (log(q_r) - log(p_r));
-  *tail = rest > 0.0 ? q_r / p_r : 0.0;
+  double p_r = off / zst, q_r = off > 0.0 ? exp((double)c.rest) : 0.0;
+  if (q_r > 0.0) kl += q_r * ((double)c.rest - log(p_r));
+  *tail = off > 0.0 ? q_r / p_r : 0.0;
   return kl;
 }
 
 // Reverse KL or JSD of the row between bucketed distributions (div_bucket_row of
 // the reference): every id its own bucket with a full teacher row t; with a top-k
-// cache (ids, vals [k], lse; bits marks the ids) each cached id and "every other
-// id". Returns D; fills log_zd, mt, log_zt, g_rest and gbar of *kg.
+// cache c (bits marks its ids) each cached id and "every other id", the teacher's
+// mass there Q_rest = exp(c.rest). Returns D; fills log_zd, mt, log_zt, g_rest and
+// gbar of *kg.
 __device__ double kd_bucket(const row_red &r, const loss_consts &lc, const unsigned *bits,
-                            const float *t, const int32_t *ids, const float *vals, float lse,
-                            int64_t k, const float *s, float ms, int64_t V, kd_grad *kg) {
+                            const float *t, const topk_row &c, const float *s, float ms, int64_t V,
+                            kd_grad *kg) {
   double inv_tau = 1.0 / lc.tau, zd = 0.0, D = 0.0, gbar = 0.0, g;
   for (int64_t j = threadIdx.x; j < V; j += blockDim.x) zd += exp(((double)s[j] - ms) * inv_tau);
   kg->log_zd = log(r.sum(zd));
@@ -120,19 +132,18 @@ __device__ double kd_bucket(const row_red &r, const loss_consts &lc, const unsig
       gbar += exp(lp) * g;
     }
   } else {
-    double p_rest = 0.0, q_sum = 0.0;
+    double p_rest = 0.0;
     for (int64_t j = threadIdx.x; j < V; j += blockDim.x)
       if (!cached(bits, j)) p_rest += exp(((double)s[j] - ms) * inv_tau - kg->log_zd);
-    for (int64_t j = threadIdx.x; j < k; j += blockDim.x) q_sum += exp((double)vals[j] * inv_tau - lse);
     p_rest = r.sum(p_rest);
-    q_sum = r.sum(q_sum);
     kg->g_rest = 0.0;
-    if (k < V) {  // the cache holds every id: no rest bucket
-      double d_rest = ng_bucket_term(lc.div, lc.beta, log(fmax(1.0 - q_sum, 0.0)), log(p_rest), &kg->g_rest);
+    if (c.k < V) {  // (k = V: the cache holds every id, no rest bucket)
+      double d_rest = ng_bucket_term(lc.div, lc.beta, (double)c.rest, log(p_rest), &kg->g_rest);
       if (threadIdx.x == 0) D += d_rest, gbar += p_rest * kg->g_rest;  // once in the block's sums
     }
-    for (int64_t j = threadIdx.x; j < k; j += blockDim.x) {
-      double lp = ((double)s[ids[j]] - ms) * inv_tau - kg->log_zd, lq = (double)vals[j] * inv_tau - lse;
+    for (int64_t j = threadIdx.x; j < c.k; j += blockDim.x) {
+      double lp = ((double)s[c.ids[j]] - ms) * inv_tau - kg->log_zd;
+      double lq = (double)c.vals[j] * inv_tau - c.lse;
       D += ng_bucket_term(lc.div, lc.beta, lq, lp, &g);
       gbar += exp(lp) * g;
     }
@@ -202,14 +213,14 @@ __global__ void __launch_bounds__(ROW_THREADS) ce_kd_k(const float *logits, teac
   float ms = r.max(s, Vu);
   double zs = r.exp_sum(s, Vu, ms, 1.0f), kl = 0.0;
   const float *trow = t.logits ? t.logits + i * V : NULL;
-  const int32_t *ids = t.ids ? t.ids + i * t.k : NULL;
-  const float *vals = t.ids ? t.vals + i * t.k : NULL;
+  topk_row c = {};
+  if (t.ids) c = {t.ids + i * t.k, t.vals + i * t.k, t.lse[i], t.rest[i], t.k};
   kd_grad kg = {};
-  if (ids) {
+  if (c.ids) {
     for (int64_t j = threadIdx.x; j < ngc_tiles(V, 32); j += blockDim.x) bits[j] = 0u;
     __syncthreads();
-    for (int64_t j = threadIdx.x; j < t.k; j += blockDim.x)
-      atomicOr(&bits[ids[j] / 32], 1u << (ids[j] % 32));  // integer: order-independent
+    for (int64_t j = threadIdx.x; j < c.k; j += blockDim.x)
+      atomicOr(&bits[c.ids[j] / 32], 1u << (c.ids[j] % 32));  // integer: order-independent
     __syncthreads();
   }
   if (lc.teacher) {
@@ -221,13 +232,13 @@ __global__ void __launch_bounds__(ROW_THREADS) ce_kd_k(const float *logits, teac
           kl = kd_full(r, s, trow, Vu, ms, kg.zst, lc.inv_tau, &kg.mt, &zt);
           kg.tgt_scale = 1.0 / zt;
         } else {
-          kl = kd_topk(r, bits, ids, vals, t.lse[i], t.k, s, ms, kg.zst, Vu, lc.tau, lc.inv_tau, &kg.tail);
+          kl = kd_topk(r, bits, c, s, ms, kg.zst, Vu, lc.tau, lc.inv_tau, &kg.tail);
           kg.tgt_scale = 1.0 / kg.zst;
         }
         break;
       case NG_DIV_REVERSE_KL:
       case NG_DIV_JSD:
-        kl = kd_bucket(r, lc, bits, trow, ids, vals, ids ? t.lse[i] : 0.0f, t.k, s, ms, Vu, &kg);
+        kl = kd_bucket(r, lc, bits, trow, c, s, ms, Vu, &kg);
         break;
     }
   }
@@ -239,14 +250,14 @@ __global__ void __launch_bounds__(ROW_THREADS) ce_kd_k(const float *logits, teac
   // d/ds_j = w (a_ce ps_j + a_kd dz_j), ps = softmax(s), dz as in the reference.
   for (int64_t j = threadIdx.x; j < Vu; j += blockDim.x) {
     double g = lc.a_ce * expf(s[j] - ms) / zs;
-    if (lc.teacher) g += lc.a_kd * kd_dz(lc, kg, s, ms, trow, ids && cached(bits, j), j);
+    if (lc.teacher) g += lc.a_kd * kd_dz(lc, kg, s, ms, trow, c.ids && cached(bits, j), j);
     ds[j] = (float)(lc.w * g);
   }
   __syncthreads();
-  if (ids) {  // the cached ids
-    for (int64_t j = threadIdx.x; j < t.k; j += blockDim.x)
-      ds[ids[j]] = (float)(lc.w * (lc.a_ce * expf(s[ids[j]] - ms) / zs +
-                                   lc.a_kd * kd_dz_cached(lc, kg, s, ms, ids[j], vals[j], t.lse[i])));
+  if (c.ids) {  // the cached ids
+    for (int64_t j = threadIdx.x; j < c.k; j += blockDim.x)
+      ds[c.ids[j]] = (float)(lc.w * (lc.a_ce * expf(s[c.ids[j]] - ms) / zs +
+                                     lc.a_kd * kd_dz_cached(lc, kg, s, ms, c.ids[j], c.vals[j], c.lse)));
     __syncthreads();
   }
   if (threadIdx.x == 0) ds[y] -= (float)(lc.w * lc.a_ce);
@@ -294,14 +305,14 @@ static void ce_kd_run(ng_backend *be, const float *logits, teacher_ref t, const 
 void ngc_ce_kd(ng_backend *be, const float *logits, const float *teacher, const int32_t *targets,
                int64_t N, int64_t V, ng_loss_params lp, float *dlogits, double *ce, double *kd,
                int64_t *n_valid) {
-  teacher_ref t = {teacher, NULL, NULL, NULL, 0};
+  teacher_ref t = {teacher, NULL, NULL, NULL, NULL, 0};
   ce_kd_run(be, logits, t, targets, N, V, lp, dlogits, ce, kd, n_valid);
 }
 
 void ngc_ce_kd_topk(ng_backend *be, const float *logits, const int32_t *topk_ids,
-                    const float *topk_vals, const float *topk_lse, int64_t k,
-                    const int32_t *targets, int64_t N, int64_t V, ng_loss_params lp,
+                    const float *topk_vals, const float *topk_lse, const float *topk_rest,
+                    int64_t k, const int32_t *targets, int64_t N, int64_t V, ng_loss_params lp,
                     float *dlogits, double *ce, double *kd, int64_t *n_valid) {
-  teacher_ref t = {NULL, topk_ids, topk_vals, topk_lse, k};
+  teacher_ref t = {NULL, topk_ids, topk_vals, topk_lse, topk_rest, k};
   ce_kd_run(be, logits, t, targets, N, V, lp, dlogits, ce, kd, n_valid);
 }

@@ -106,8 +106,8 @@ void ngc_ce_kd(ng_backend *be, const float *logits, const float *teacher, const 
                int64_t N, int64_t V, ng_loss_params lp, float *dlogits, double *ce, double *kd,
                int64_t *n_valid);
 void ngc_ce_kd_topk(ng_backend *be, const float *logits, const int32_t *topk_ids,
-                    const float *topk_vals, const float *topk_lse, int64_t k,
-                    const int32_t *targets, int64_t N, int64_t V, ng_loss_params lp,
+                    const float *topk_vals, const float *topk_lse, const float *topk_rest,
+                    int64_t k, const int32_t *targets, int64_t N, int64_t V, ng_loss_params lp,
                     float *dlogits, double *ce, double *kd, int64_t *n_valid);
 double ngc_sumsq(ng_backend *be, const float *x, int64_t n);
 void ngc_adamw(ng_backend *be, float *p, const float *g, float *m, float *v, int64_t n,
@@ -115,6 +115,6 @@ void ngc_adamw(ng_backend *be, float *p, const float *g, float *m, float *v, int
 void ngc_widen_bf16(ng_backend *be, const uint16_t *x, int64_t n, float *y);
 void ngc_row_rms(ng_backend *be, const float *x, int64_t R, int64_t C, float *rms);
 void ngc_topk(ng_backend *be, const float *logits, int64_t R, int64_t ld, int64_t V, int64_t k,
-              double inv_tau, uint32_t *ids, float *vals, float *lse);
+              double inv_tau, uint32_t *ids, float *vals, float *lse, float *rest);
 
 #endif

@@ -200,11 +200,12 @@ struct ng_backend {
                 float *dlogits, double *ce, double *kd, int64_t *n_valid);
 
   // Same with the teacher given by a top-k cache: per row its k largest logits
-  // (topk_ids, topk_vals [N, k]) and the log-sum-exp of all its logits at the
-  // temperature (topk_lse [N]). KD is lp.divergence between the bucketed
-  // distributions {the k cached tokens, everything else}: exact when k = V.
+  // (topk_ids, topk_vals [N, k]), the log-sum-exp of all its logits at the
+  // temperature (topk_lse [N]) and the log of its mass on the other ids
+  // (topk_rest [N], log Q_rest; -inf: none). KD is lp.divergence between the
+  // bucketed distributions {the k cached tokens, everything else}: exact when k = V.
   void (*ce_kd_topk)(ng_backend *be, const float *logits, const int32_t *topk_ids,
-                     const float *topk_vals, const float *topk_lse, int64_t k,
+                     const float *topk_vals, const float *topk_lse, const float *topk_rest, int64_t k,
                      const int32_t *targets, int64_t N, int64_t V, ng_loss_params lp,
                      float *dlogits, double *ce, double *kd, int64_t *n_valid);
 
@@ -229,10 +230,12 @@ struct ng_backend {
   // into ids, vals [R, k] (k distinct ids; which ids hold values tied with the k-th
   // largest, and their order, are the backend's: the CPU's ng_top_k scan, cuda's the
   // ids above the k-th value ascending, then the lowest tied ones ascending), and
-  // lse [R] = log sum_j exp(x_j inv_tau), max-subtracted, summed in double
-  // (ng_logsumexp; the order of the sum is the backend's). Only these leave the row.
+  // lse [R] = log sum_j exp(x_j inv_tau) and rest [R] = log of the mass off the
+  // k kept ids, log sum_{j not kept} exp(x_j inv_tau) - lse (-inf when k = V),
+  // each max-subtracted and summed in double over the ids themselves
+  // (ng_topk_logmass; the order of the sums is the backend's). Only these leave the row.
   void (*topk)(ng_backend *be, const float *logits, int64_t R, int64_t ld, int64_t V, int64_t k,
-               double inv_tau, uint32_t *ids, float *vals, float *lse);
+               double inv_tau, uint32_t *ids, float *vals, float *lse, float *rest);
 };
 
 // linear_forward and linear_backward as the backend's matmuls, one call each in

@@ -42,33 +42,33 @@ void ng_cpu_loss_rows(ng_loss_row_fn *row, const void *ctx, size_t scratch_bytes
                       float *dlogits, double *ce, double *kd, int64_t *n_valid);
 
 // A row's top-k teacher cache (docs/golden-contract.md section 4): the cached
-// ids and the teacher's logits there (ids, vals [k]) and lse, the log-sum-exp of
-// all its logits at the temperature, so q_j = exp(vals_j / tau - lse). Its
+// ids and the teacher's logits there (ids, vals [k]), lse, the log-sum-exp of
+// all its logits at the temperature, so Q_j = exp(vals_j / tau - lse), and
+// rest = log Q_rest, the log of its mass on the other ids (-inf: none). Its
 // terms against a student row s [V] with max ms and log-partition log_z at tau
 // (lp_j = (s_j - ms) / tau - log_z), each in double, in one order, for every
 // CPU backend's loss row:
 typedef struct {
   const int32_t *ids;
   const float *vals;
-  float lse;
+  float lse, rest;
   int64_t k;
 } ng_topk_row;
-// Forward KL over the cached ids: sum_j q_j (lq_j - lp_s(ids_j)); *q_sum = sum_j q_j.
-double ng_topk_fkl_cached(ng_topk_row c, const float *s, float ms, double inv_tau, double log_z,
-                          double *q_sum);
-// Forward KL's rest bucket, q_r log(q_r / p_r) with q_r = max(0, 1 - q_sum) and
-// p_r = rest / z the student's mass off the cache (rest of its partition z;
-// none when rest is 0); *tail = q_r / p_r (0 without a rest), the teacher's
-// share of an id off the cache relative to the student's.
-double ng_topk_fkl_rest(double rest, double z, double q_sum, double *tail);
-// r [ids_j] = q_j z on the cached ids: the forward KL's target relative to z.
+// Forward KL over the cached ids: sum_j Q_j (lq_j - lp_s(ids_j)).
+double ng_topk_fkl_cached(ng_topk_row c, const float *s, float ms, double inv_tau, double log_z);
+// Forward KL's rest bucket, Q_r log(Q_r / p_r) with Q_r = exp(c.rest) and p_r =
+// off / z the student's mass off the cache (off of its partition z; none when
+// off is 0); *tail = Q_r / p_r (0 without a rest), the teacher's share of an
+// id off the cache relative to the student's.
+double ng_topk_fkl_rest(ng_topk_row c, double off, double z, double *tail);
+// r [ids_j] = Q_j z on the cached ids: the forward KL's target relative to z.
 void ng_topk_fkl_target(ng_topk_row c, double inv_tau, double z, float *r);
-// Reverse KL or JSD (beta), the rest bucket of a row of V ids (Q_rest = max(0,
-// 1 - sum_j q_j), P_rest = p_rest; none when the cache holds every id, k = V):
+// Reverse KL or JSD (beta), the rest bucket of a row of V ids (Q_rest =
+// exp(c.rest), P_rest = p_rest; none when the cache holds every id, k = V):
 // its term, its ng_bucket_term gradient in *g_rest (0 without one), and P_rest
 // g_rest added to *gbar.
-double ng_topk_bucket_rest(ng_divergence d, double beta, ng_topk_row c, int64_t V, double inv_tau,
-                           double p_rest, double *g_rest, double *gbar);
+double ng_topk_bucket_rest(ng_divergence d, double beta, ng_topk_row c, int64_t V, double p_rest,
+                           double *g_rest, double *gbar);
 // The same for the bucket of cached id j: its term, *g, and p g added to *gbar.
 double ng_topk_bucket_id(ng_divergence d, double beta, ng_topk_row c, int64_t j, const float *s,
                          float ms, double inv_tau, double log_z, double *g, double *gbar);

@@ -50,6 +50,8 @@ typedef struct {
   int64_t topk;                // k of the optional top-k teacher inputs (0: none)
   int32_t *topk_ids;           // host [B*T, k]
   float *topk_vals, *topk_lse; // host [B*T, k], [B*T]
+  float *topk_rest;            // host [B*T]: log Q_rest, the case's in.teacher_topk_rest or
+                               // log max(0, 1 - sum_j Q_j) without one (contract section 4)
 } ng_golden_case;
 
 // A named host fp32 tensor (outputs of an evaluation, expected values).

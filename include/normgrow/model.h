@@ -314,6 +314,7 @@ typedef struct {
   const float *logits;                // [N, V] backend, or NULL
   const int32_t *topk_ids;            // [N, k] backend, or NULL
   const float *topk_vals, *topk_lse;  // [N, k], [N]
+  const float *topk_rest;             // [N]
   int64_t k;
 } ng_loss_teacher;
 

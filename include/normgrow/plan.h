@@ -42,7 +42,7 @@
 // one parameter, devices x s + s values with s = ceil(largest / devices), and
 // the reduced gradients of its slices, ceil(P / devices) values. Rank 0 gathers
 // a checkpoint's moments into the checkpoint's host copy (no more memory). Not counted:
-// batches of token ids and top-k cache entries (8 k + 4 bytes per token), the
+// batches of token ids and top-k cache entries (8 k + 8 bytes per token), the
 // program, its libraries and backend scratch (NG_PLAN_RUNTIME_BYTES stands for them).
 //
 // FLOPs of one step, the trainer's rule (ref/train.c), with P the matmul

@@ -18,16 +18,17 @@ static void read_cache(const char *path, const ng_shard *s) {
   NG_FUZZ_REQUIRE(c.windows >= 1 && c.windows * c.seq + 1 <= s->n_tokens);
   size_t T = c.seq, k = c.k;
   int32_t *tok = ng_xmalloc(T * 4), *tgt = ng_xmalloc(T * 4), *ids = ng_xmalloc(T * k * 4);
-  float *vals = ng_xmalloc(T * k * 4), *lse = ng_xmalloc(T * 4);
+  float *vals = ng_xmalloc(T * k * 4), *lse = ng_xmalloc(T * 4), *rest = ng_xmalloc(T * 4);
   for (int64_t w = 0; w < (int64_t)c.windows; w++) {
-    if (ng_topk_batch(&c, s, &w, 1, tok, tgt, ids, vals, lse) != 0) {
+    if (ng_topk_batch(&c, s, &w, 1, tok, tgt, ids, vals, lse, rest) != 0) {
       ng_fuzz_refused();
       continue;
     }
     for (size_t i = 0; i < T * k; i++) NG_FUZZ_REQUIRE((uint32_t)ids[i] < c.vocab_size && isfinite(vals[i]));
-    for (size_t t = 0; t < T; t++) NG_FUZZ_REQUIRE(isfinite(lse[t]) && (uint32_t)tgt[t] < s->vocab_size);
+    for (size_t t = 0; t < T; t++)
+      NG_FUZZ_REQUIRE(isfinite(lse[t]) && rest[t] <= 0.0f && (uint32_t)tgt[t] < s->vocab_size);
   }
-  free(tok), free(tgt), free(ids), free(vals), free(lse);
+  free(tok), free(tgt), free(ids), free(vals), free(lse), free(rest);
   ng_topk_close(&c);
 }
 
@@ -37,7 +38,7 @@ static void read_fitted(const uint8_t *cache, size_t n, const ng_shard *s, const
   uint32_t k, seq;
   uint64_t windows, checksum = ng_shard_checksum(s);
   memcpy(&k, cache + 12, 4), memcpy(&seq, cache + 20, 4), memcpy(&windows, cache + 32, 8);
-  double body = (double)windows * seq * (8.0 * k + 4.0);
+  double body = (double)windows * seq * (8.0 * k + 8.0);
   if (body > (double)(1 << 16)) return;  // a small cache: many executions per second
   size_t size = NG_TOPK_HEADER + (size_t)body;
   uint8_t *f = ng_xcalloc(size, 1);
