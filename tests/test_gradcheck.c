@@ -312,6 +312,13 @@ static double topk_probe(void *p) {
   return ng_loss_mix(c->lp.kd_weight, ce, kd);
 }
 
+// Whether id j is among ids [n].
+static bool among(const int32_t *ids, int n, int j) {
+  for (int u = 0; u < n; u++)
+    if (ids[u] == j) return true;
+  return false;
+}
+
 // Teacher logits t [5, 7] into a cache of its k largest per row (k = 7: all,
 // in a shuffled order) with the log-sum-exp at the temperature and the log
 // mass off the cached ids (-inf at k = 7).
@@ -327,19 +334,15 @@ static void make_cache(topk_ctx *c, const float *t) {
     for (int r = 0; r < 7 && n < c->k; r++) {  // the k largest, by rank (ties impossible here)
       int best = -1;
       for (int j = 0; j < 7; j++) {
-        bool used = false;
-        for (int u = 0; u < n; u++) used |= c->ids[i * c->k + u] == order[j];
+        bool used = among(c->ids + i * c->k, n, order[j]);
         if (!used && (best < 0 || row[order[j]] > row[best])) best = order[j];
       }
       c->ids[i * c->k + n] = best;
       c->vals[i * c->k + n++] = row[best];
     }
     double off = 0.0;  // summed over the ids not cached
-    for (int j = 0; j < 7; j++) {
-      bool used = false;
-      for (int u = 0; u < c->k; u++) used |= c->ids[i * c->k + u] == j;
-      off += used ? 0.0 : exp((row[j] - mx) / c->lp.temperature);
-    }
+    for (int j = 0; j < 7; j++)
+      off += among(c->ids + i * c->k, (int)c->k, j) ? 0.0 : exp((row[j] - mx) / c->lp.temperature);
     c->rest[i] = (float)(log(off) - log(z));  // -inf at k = 7
   }
 }
@@ -405,11 +408,8 @@ static void test_loss_topk_confident(ng_divergence dv, double beta) {
     const float *t = teacher + i * 7, *s = c.logits + i * 7;
     double zt = 0.0, zs = 0.0, lq[4], lp[4], qr = 0.0, pr = 0.0;
     for (int j = 0; j < 7; j++) zt += exp(t[j]), zs += exp(s[j]);
-    for (int j = 0; j < 7; j++) {
-      bool used = false;
-      for (int u = 0; u < 3; u++) used |= c.ids[i * 3 + u] == j;
-      if (!used) qr += exp(t[j]) / zt, pr += exp(s[j]) / zs;
-    }
+    for (int j = 0; j < 7; j++)
+      if (!among(c.ids + i * 3, 3, j)) qr += exp(t[j]) / zt, pr += exp(s[j]) / zs;
     for (int u = 0; u < 3; u++) lq[u] = t[c.ids[i * 3 + u]] - log(zt), lp[u] = s[c.ids[i * 3 + u]] - log(zs);
     lq[3] = log(qr), lp[3] = log(pr);
     want += bucket_divergence(dv, beta, lq, lp, 4);
