@@ -5,7 +5,8 @@
 # the report pairs the four arms in its interaction table, and a second call trains
 # nothing again; a call for one of the placements with --hybrid keeps the other's rate and
 # arms in calibration.json and the report and grows each hybrid at its prefix's rate, the
-# other placement's from calibration.json. Bad options are refused in one line.
+# other placement's from calibration.json; with --warmups, each placement's warmup is the best at
+# its peak and its grown arm trains at it. Bad options are refused in one line.
 set -u
 root=${NG_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
 bin=${NG_BIN:-$root/build/normgrow}
@@ -109,9 +110,39 @@ sys.exit(not (c['lr']['peak'] == ${h#*:} and c['model']['norm_placement'] == pre
 done
 [ "$ok" = 1 ] && echo "ok calibrate --hybrid: post blocks on a pre prefix at 3e-2, pre blocks on a post prefix at 3e-3" ||
   echo "FAIL calibrate --hybrid: a hybrid run is missing or not at its prefix's rate"
+# --warmups: each placement's joint arm at its calibrated peak over the warmups but the set's
+# (2048: the peak sweep's run, not run again); calibration.json's warmup is the best of the
+# three by the sweep's rule, worked out here from the two sweeps' files; the grown arm and the
+# report's joint arm at that warmup
+"$root/tools/calibrate.sh" --configs set --depth 2 --placements pre,post --lrs 3e-3 --warmups 256,2048,16384 \
+  --seeds 1 --jobs 2 --out calw >calw.log 2>&1
+rc=$?
+if [ "$rc" -eq 0 ] && /usr/bin/python3 - <<'EOF'; then
+import glob, json, sys
+cal = json.load(open("calw/calibration.json"))
+for p in ("pre", "post"):
+    joint = [s for s in json.load(open(f"calw/joint-{p}/sweep.json"))["settings"] if s["best"]][0]
+    warm = json.load(open(f"calw/warmup-{p}/sweep.json"))["settings"]
+    if sorted(int(s["setting"]["lr.warmup_tokens"]) for s in warm) != [256, 16384]:
+        sys.exit(f"{p}: warmup sweep {[s['setting'] for s in warm]}")
+    means = [(joint["mean_ce"], 2048)] + [(s["mean_ce"], int(s["setting"]["lr.warmup_tokens"])) for s in warm
+                                          if s["trained"] == s["runs"]]
+    w = min(means, key=lambda m: m[0])[1]  # the first of equal means: the set's
+    grown = [json.load(open(f)) for f in glob.glob(f"calw/grow-{p}/*/seed1/config.json")]
+    report = open("calw/report/report.md").read()
+    if not (cal[p]["lr.warmup_tokens"] == w and cal[p]["lr.peak"] == "3e-3" and len(grown) == 1
+            and grown[0]["lr"]["warmup_tokens"] == w and (w == 2048) == (cal[p]["sweep"] == f"calw/joint-{p}")
+            and (w == 2048 or f"joint-pre@model.norm_placement={p},lr.peak=3e-3,lr.warmup_tokens={w}" in report)):
+        sys.exit(f"{p}: expected warmup {w} of {means}; calibration {cal[p]}, grown {[g['lr'] for g in grown]}")
+EOF
+  echo "ok calibrate --warmups: each placement's best warmup of 256, 2048 (the set's, not run again) and 16384 at its peak; grown arm and report at it ($(python3 -c 'import json; c = json.load(open("calw/calibration.json")); print(", ".join("%s %s" % (p, v["lr.warmup_tokens"]) for p, v in c.items()))'))"
+else
+  echo "FAIL calibrate --warmups: status $rc; $(tail -3 calw.log | tr '\n' ' ')"
+fi
 # bad options: one line, a non-zero exit, nothing made
 for bad in "--placements pre,postnorm|unknown placement postnorm" "--set huge|--set huge: expected toy or toy-large" \
-           "--configs set|--configs needs --depth L" "--placements pre --hybrid|--hybrid needs pre and post"; do
+           "--configs set|--configs needs --depth L" "--placements pre --hybrid|--hybrid needs pre and post" \
+           "--set toy --warmups 1e3|--warmups: 1e3 is not a number of tokens"; do
   # shellcheck disable=SC2086
   "$root/tools/calibrate.sh" ${bad%%|*} --lrs 1e-3 --out bad >/dev/null 2>bad.err
   rc=$?

@@ -810,6 +810,61 @@ class Readme(unittest.TestCase):
         self.assertTrue(rows["| prefix Post − Pre, mean over the two kinds of new blocks"].startswith(
             "| prefix Post − Pre, mean over the two kinds of new blocks | 2 | -0.0650 | [-0.0650, -0.0650] |"))
 
+    def write_warmups(self):
+        """write_calibration's runs (the set's warmup 16) and tools/calibrate.sh --warmups' sweeps at each
+        placement's calibrated peak: Pre-Norm's 64 ends below the set's and 256 above; Post-Norm's 64 is
+        lower on the seed that trained but its seed 2 stops early, and 256 is above the set's; grow-pre also at
+        Pre-Norm's calibrated (0.003, 64). In a copy, leaving write_calibration's directory as it is."""
+        root = shutil.copytree(self.write_calibration(), os.path.join(self.tmp, "calibrate-warmups"),
+                               dirs_exist_ok=True)
+        runs = {("warmup-pre", 0.003, 64): (2.00, 2.01), ("warmup-pre", 0.003, 256): (2.20, 2.21),
+                ("warmup-post", 0.001, 64): (1.90, -1.50), ("warmup-post", 0.001, 256): (2.10, 2.12),
+                ("grow-pre", 0.003, 64): (2.04, 2.03)}
+        for (group, lr, w), ces in runs.items():
+            kind, _, p = group.partition("-")
+            for seed, ce in zip((1, 2), ces):
+                setting = f"model.norm_placement={p},lr.peak={lr},lr.warmup_tokens={w}"
+                cfg = config(f"{'grow' if kind == 'grow' else 'joint'}-pre@{setting}", seed, placement=p,
+                             depths=(1, 2, 3) if kind == "grow" else (3, 3, 3))
+                cfg["lr"].update(peak=lr, warmup_tokens=w)
+                d = write_run(os.path.join(root, group, setting, f"seed{seed}"), cfg,
+                              [3, 2.5, ce] if ce > 0 else [-ce] * 3, finished=ce > 0)
+                with open(os.path.join(d, "backend.jsonl"), "w") as f:
+                    f.write(json.dumps({"step": 0, "backend": "onednn", "precision": "fp32", "threads": 1,
+                                        "blas_kernels": "Zen", "blas_kernels_origin": "chosen by OpenBLAS"}) + "\n")
+        return root
+
+    def test_warmups(self):
+        """the warmups block: each placement's joint arm at its calibrated peak over the warmups, the best whole
+        warmup in bold (a tie or a warmup not all of whose seeds trained: the set's)"""
+        new, _, _ = self.remake(self.block("warmups", "cal"), cal=self.write_warmups())
+        rows = {line.split(" | ")[0]: line for line in new.split("\n") if line.startswith("| ")}
+        self.assertEqual(rows["| joint arm"], "| joint arm | peak LR | warmup 16 | warmup 64 | warmup 256 | "
+                         "calibrated warmup |")
+        self.assertEqual(rows["| Pre-Norm"], "| Pre-Norm | 0.003 | 2.0300 ± 0.0141 | **2.0050 ± 0.0071** | "
+                         "2.2050 ± 0.0071 | 64 |")
+        self.assertEqual(rows["| Post-Norm"], "| Post-Norm | 0.001 | **2.0300 ± 0.0000** | 1.9000 (1 of 2 trained) | "
+                         "2.1100 ± 0.0141 | 16 |")
+        self.assertIn("the set's (16) from the peak sweep. Seeds 1, 2;", new)
+        from report import readme
+        with self.assertRaisesRegex(readme.ReportError, "no warmup-PLACEMENT sweep in it"):
+            readme.warmups(readme.Runs("cal", self.write_calibration()))
+
+    def test_calibrated_warmups(self):
+        """the calibrated block at calibrated warmups: Pre-Norm's joint and grown arms at (0.003, 64), its rate
+        cell naming the warmup; Post-Norm's at the set's warmup as without the warmup sweeps"""
+        new, _, _ = self.remake(self.block("calibrated", "cal"), cal=self.write_warmups())
+        tables = [{line.split(" | ")[0]: line for line in t.split("\n") if line.startswith("| ")}
+                  for t in new.split("\n\n")]
+        t1 = 12.706204736174698
+        # grown − joint, Pre-Norm: 2.04 − 2.00, 2.03 − 2.01: mean 0.03, se 0.01; the interaction
+        # (2.00 − 2.04) − (2.03 − 2.00), (2.02 − 2.03) − (2.03 − 2.01): −0.07, −0.03: mean −0.05, se 0.02
+        self.assertEqual(tables[0]["| Pre-Norm"], "| Pre-Norm | 0.003, warmup 64 | 2.0050 ± 0.0071 | 2.0350 ± 0.0071 | "
+                         "+0.0300 | [%+.4f, %+.4f] | — | — |" % (0.03 - t1 * 0.01, 0.03 + t1 * 0.01))
+        self.assertEqual(tables[0]["| Post-Norm"], "| Post-Norm | 0.001 | 2.0300 ± 0.0000 | 2.0100 ± 0.0141 | "
+                         "-0.0200 | [%+.4f, %+.4f] | -0.0500 | [%+.4f, %+.4f] |"
+                         % (-0.02 - t1 * 0.01, -0.02 + t1 * 0.01, -0.05 - t1 * 0.02, -0.05 + t1 * 0.02))
+
     def test_arms(self):
         """the arms block: mean ± sample std over the seeds, tokens, and the ablation's last and smallest block"""
         new, differ, _ = self.remake(self.block("arms", "demo"), demo=self.demo)

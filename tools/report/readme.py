@@ -281,11 +281,13 @@ def topk(src):
 
 def calibrate_runs(src):
     """{group: [run]} of tools/calibrate.sh's directory: GROUP/SETTING/seedS for
-    the groups joint-P (the sweep of placement P's joint arm), grow-P (its grown
-    arm at the calibrated rate), control-NAME and hybrid-PREFIX-NEW; every run
-    classified."""
+    the groups joint-P (the sweep of placement P's joint arm), warmup-P (its
+    sweep over the warmup at the calibrated peak, --warmups), grow-P (its grown
+    arm at the calibrated setting), control-NAME and hybrid-PREFIX-NEW; every
+    run classified."""
     groups = {}
-    sweeps = src.entries(lambda g, gd: re.fullmatch(r"(joint|grow|control|hybrid)-[a-z-]+", g) and os.path.isdir(gd))
+    sweeps = src.entries(lambda g, gd: re.fullmatch(r"(joint|warmup|grow|control|hybrid)-[a-z-]+", g)
+                         and os.path.isdir(gd))
     for g, gd in sorted(sweeps.items()):
         dirs = sorted(os.path.join(gd, s, d) for s in os.listdir(gd) if os.path.isdir(os.path.join(gd, s))
                       for d in os.listdir(os.path.join(gd, s)))
@@ -298,6 +300,10 @@ def calibrate_runs(src):
 
 def peak(r):
     return float(r.settings["lr.peak"])
+
+
+def warmup(r):
+    return int(r.settings["lr.warmup_tokens"])
 
 
 def by_peak(runs):
@@ -346,24 +352,84 @@ def calibration(src):
     return "\n".join(out) + "\n"
 
 
-def at_peaks(groups):
-    """{group: its runs at their calibrated rate}: joint-P and grow-P at P's,
-    the controls at Post-Norm's, hybrid-PREFIX-NEW at the prefix's; a group of a
-    placement with no calibrated rate is left out."""
-    rate = {p: calibrated_peak(groups[f"joint-{p}"]) for p in placements_of(groups)}
+def by_warmup(groups, p, lr):
+    """{warmup: [runs]} of placement P's joint arm at peak LR: joint-P's (the
+    set's warmup) first, then warmup-P's in increasing order."""
     out = {}
-    for g, runs in groups.items():
-        kind, _, rest = g.partition("-")
-        p = {"joint": rest, "grow": rest, "control": "post", "hybrid": rest.split("-")[0]}[kind]
-        if rate.get(p) is not None:
-            out[g] = [r for r in runs if peak(r) == rate[p]]
+    for r in groups[f"joint-{p}"] + sorted(groups.get(f"warmup-{p}", []), key=warmup):
+        if peak(r) == lr:
+            out.setdefault(warmup(r), []).append(r)
     return out
 
 
-def calibrated_study(src):
+def calibrated_setting(groups, p):
+    """Placement P's calibrated (peak LR, warmup) as tools/calibrate.sh decides
+    them: the peak of joint-P's sweep (calibrated_peak), then at that peak the
+    warmup by the same rule among the set's (joint-P's runs) and warmup-P's, a
+    tie to the set's; None when no peak qualifies."""
+    lr = calibrated_peak(groups[f"joint-{p}"])
+    if lr is None:
+        return None
+    runs = by_warmup(groups, p, lr)
+    return lr, lowest_mean({w: [(r.last.ce, r.failed) for r in rs] for w, rs in runs.items()})
+
+
+def set_warmup(groups):
+    """The set's own warmup: that of the peak sweeps' runs."""
+    return warmup(next(r for g, runs in groups.items() if g.startswith("joint-") for r in runs))
+
+
+def rate(r, set_w):
+    """A run's peak LR, and its warmup where it is not the set's."""
+    return f"{peak(r):g}" + ("" if warmup(r) == set_w else f", warmup {warmup(r)}")
+
+
+def at_peaks(groups):
+    """{group: its runs at their calibrated setting}: joint-P (from joint-P and
+    warmup-P) and grow-P at P's, the controls at Post-Norm's, hybrid-PREFIX-NEW at
+    the prefix's; a group of a placement with no calibrated rate is left out."""
+    setting = {p: calibrated_setting(groups, p) for p in placements_of(groups)}
+    out = {}
+    for g, runs in groups.items():
+        kind, _, rest = g.partition("-")
+        if kind == "warmup":
+            continue
+        p = {"joint": rest, "grow": rest, "control": "post", "hybrid": rest.split("-")[0]}[kind]
+        if setting.get(p) is not None:
+            pool = runs + groups.get(f"warmup-{p}", []) if kind == "joint" else runs
+            out[g] = [r for r in pool if (peak(r), warmup(r)) == setting[p]]
+    return out
+
+
+def warmups(src):
+    """Each placement with a warmup sweep: its joint arm at its calibrated peak
+    over the warmups (the set's from the peak sweep), mean ± std of the final
+    validation CE over the seeds, the calibrated warmup in bold."""
+    groups = calibrate_runs(src)
+    ps = [p for p in placements_of(groups) if groups.get(f"warmup-{p}")]
+    if not ps:
+        raise ReportError(f"readme: {src.where}: no warmup-PLACEMENT sweep in it (tools/calibrate.sh --warmups)")
+    setting = {p: calibrated_setting(groups, p) for p in ps}
+    runs = {p: by_warmup(groups, p, setting[p][0]) for p in ps if setting[p]}
+    ws = sorted({w for p in runs for w in runs[p]})
+    out = ["| joint arm | peak LR | " + " | ".join(f"warmup {w}" for w in ws) + " | calibrated warmup |",
+           "|---|" + "---:|" * (len(ws) + 2)]
+    for p in ps:
+        if not setting[p]:
+            out.append(f"| {PLACEMENTS[p]} | none | " + " | ".join("not run" for _ in ws) + " | none |")
+            continue
+        lr, best = setting[p]
+        cells = [("**%s**" if w == best else "%s") % mean_std(runs[p][w]) if w in runs[p] else "not run" for w in ws]
+        out.append(f"| {PLACEMENTS[p]} | {lr:g} | " + " | ".join(cells) + f" | {best if best is not None else 'none'} |")
+    seeds = sorted({r.seed for p in ps for r in groups[f"warmup-{p}"]})
+    out += ["", f"Warmups in tokens; the set's ({set_warmup(groups)}) from the peak sweep. Seeds "
+            f"{', '.join(map(str, seeds))}; run with {backend_words(machine(groups[f'warmup-{ps[0]}'][0]))}."]
+    return "\n".join(out) + "\n"
+
+
+def calibrated_study(groups):
     """The calibrated joint arms, the grown arms and the controls of
-    tools/calibrate.sh's directory as one Study."""
-    groups = at_peaks(calibrate_runs(src))
+    tools/calibrate.sh's directory (at_peaks' groups) as one Study."""
     runs = [r for p in PLACEMENTS for g in (f"joint-{p}", f"grow-{p}") for r in groups.get(g, [])]
     runs += [r for g in sorted(groups) if g.startswith("control-") for r in groups[g]]
     arms = group_arms(runs)
@@ -375,7 +441,8 @@ def calibrated(src):
     joint and the interaction with Pre-Norm, each paired over the seeds with its
     95% interval; each placement against Pre-Norm, joint and grown; then each
     control against grown Post-Norm."""
-    study = calibrated_study(src)
+    every = calibrate_runs(src)
+    study, set_w = calibrated_study(at_peaks(every)), set_warmup(every)
     grown_arms = {a.first.placement: a for a in study.arms if grown(a)}
     quads = {q[0].first.placement: q for q in quadruples(study)}
     out = ["| placement | peak LR | joint | grown | grown − joint | 95% interval | interaction with Pre-Norm "
@@ -388,7 +455,7 @@ def calibrated(src):
         d = paired(final_ces(g), final_ces(j))
         q = quads.get(p)
         i = interaction(q)[0] if q else None
-        out.append(f"| {PLACEMENTS[p]} | {peak(j.first):g} | {mean_std(j.runs)} | {mean_std(g.runs)} | "
+        out.append(f"| {PLACEMENTS[p]} | {rate(j.first, set_w)} | {mean_std(j.runs)} | {mean_std(g.runs)} | "
                    f"{'%+.4f' % d.mean if d else 'n/a'} | {interval(d)} | "
                    f"{('%+.4f' % i.mean) if i else ('—' if p == 'pre' else 'n/a')} | "
                    f"{interval(i) if i else ('—' if p == 'pre' else 'n/a')} |")
@@ -403,7 +470,7 @@ def calibrated(src):
     controls = [a for a in study.arms if a.name.startswith("control-")]
     g = grown_arms.get("post")
     if controls and g is not None:
-        out += ["", f"| control (Post-Norm, peak LR {peak(g.first):g}) | final val CE | control − grown Post-Norm "
+        out += ["", f"| control (Post-Norm, peak LR {rate(g.first, set_w)}) | final val CE | control − grown Post-Norm "
                 "| 95% interval |", "|---|---:|---:|---:|"]
         for c in controls:
             d = paired(final_ces(c), final_ces(g))
@@ -417,7 +484,8 @@ def hybrid(src):
     placement's blocks grown on each prefix), and the paired differences that
     separate the new blocks' placement from the prefix's, with 95% intervals:
     four between arms, then the two main effects of the 2 x 2 design."""
-    groups = at_peaks(calibrate_runs(src))
+    every = calibrate_runs(src)
+    groups, set_w = at_peaks(every), set_warmup(every)
     names = (("grow-pre", "Pre", "Pre"), ("grow-post", "Post", "Post"),
              ("hybrid-pre-post", "Pre", "Post"), ("hybrid-post-pre", "Post", "Pre"))
     for g, _, _ in names:
@@ -425,7 +493,7 @@ def hybrid(src):
             raise ReportError(f"readme: {src.where}: no runs in {g} (tools/calibrate.sh --hybrid)")
     ces = {g: {r.seed: r.last.ce for r in groups[g] if r.failed is None} for g, _, _ in names}
     out = ["| arm | prefix | new blocks | peak LR | final val CE |", "|---|---|---|---:|---:|"]
-    out += [f"| {g} | {pre} | {new} | {peak(groups[g][0]):g} | {mean_std(groups[g])} |" for g, pre, new in names]
+    out += [f"| {g} | {pre} | {new} | {rate(groups[g][0], set_w)} | {mean_std(groups[g])} |" for g, pre, new in names]
     out += ["", "| paired difference | seeds | mean | 95% interval | excludes 0 |", "|---|---:|---:|---:|---|"]
     rows = [(f"{a} − {b}", paired(ces[a], ces[b])) for a, b in (
         ("hybrid-pre-post", "grow-pre"), ("hybrid-post-pre", "grow-post"),
@@ -447,7 +515,8 @@ def hybrid(src):
 
 
 KINDS = {"seed1": (seed1, 1), "topk": (topk, 1), "arms": (arm_rows, 1), "paired": (paired_rows, 1), "spread": (spread, 1),
-         "compare": (compare, 2), "calibration": (calibration, 1), "calibrated": (calibrated, 1), "hybrid": (hybrid, 1)}
+         "compare": (compare, 2), "calibration": (calibration, 1), "calibrated": (calibrated, 1), "hybrid": (hybrid, 1),
+         "warmups": (warmups, 1)}
 
 
 # ---------------------------------------------------------------- the README
