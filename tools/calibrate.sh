@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Learning rates calibrated per norm placement (docs/assumptions.md, "Learning-rate
-# calibration"), then the study's arms at each placement's calibrated rate:
+# Learning rates calibrated per norm placement (docs/assumptions.md, "The learning rates,
+# calibrated per placement"), then the study's arms at each placement's calibrated rate:
 #   1. for each placement in turn: the joint arm of the set (configs/SET/joint-pre.json in
 #      that placement) over a grid of peak learning rates and seeds, `normgrow sweep` into
 #      OUT/joint-<placement>; the placement's calibrated peak, the sweep's best setting (the

@@ -27,7 +27,7 @@ def summary(values):
 
 
 def lowest_mean(settings):
-    """The calibration rule (docs/assumptions.md, "Learning-rate calibration"):
+    """The calibration rule (docs/assumptions.md, "The learning rates, calibrated per placement"):
     of settings {key: [(ce, failed)] over its runs}, the key of the lowest mean
     CE among the settings all of whose runs trained (failed None); None when
     no setting qualifies. Ties go to the first key in the dict's order."""
