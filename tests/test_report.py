@@ -272,6 +272,21 @@ class Readings(unittest.TestCase):
         runs.append(write_run(os.path.join(self.tmp, "gpre2-s1"), cfg, [3, 3, 2.1]))
         self.assertEqual(interaction_table(load_study(runs, quiet)).rows, [])
 
+    def test_interaction_deepnorm(self):
+        """a DeepNorm arm (its alpha, DeepNet's beta init off) is paired with Pre-Norm's arms of the same config"""
+        ce = {"gdeep": 2.00, "gpre": 2.05, "jdeep": 2.03, "jpre": 2.02}
+        runs = []
+        for name, c in ce.items():
+            cfg = config(name, 1, placement="deepnorm" if "deep" in name else "pre",
+                         depths=(1, 2, 3) if name[0] == "g" else (3, 3, 3))
+            if "deep" in name:
+                cfg["model"]["deepnorm_alpha"] = 1.565
+                cfg.setdefault("init", {})["deepnorm_beta"] = False
+            runs.append(write_run(os.path.join(self.tmp, f"{name}-s1"), cfg, [3, 3, c]))
+        t = interaction_table(load_study(runs, quiet))
+        self.assertEqual(t.rows[0][1], "gdeep, gpre, jdeep, jpre")
+        self.assertEqual(str(t.rows[0][5]), "-0.0600")  # (2.00 − 2.05) − (2.03 − 2.02)
+
     def test_did_not_train(self):
         """a run at the unigram plateau (ln 2 of a two-token shard), one with a null CE and an unfinished one are
         left out of the means, each with its reason"""

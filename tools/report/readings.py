@@ -197,7 +197,9 @@ def paired_table(study):
 
 # ---------------------------------------------------------------- arms by their configs
 
-PLACEMENT_KEYS = ("model.norm_placement", "model.deepnorm_alpha", "model.mixln_post_layers")
+# A placement's keys: its name and the settings that only it reads (DeepNorm's alpha and beta
+# init, Mix-LN's Post-Norm blocks).
+PLACEMENT_KEYS = ("model.norm_placement", "model.deepnorm_alpha", "init.deepnorm_beta", "model.mixln_post_layers")
 IDENTITY_KEYS = ("name", "run_dir", "seed")
 
 
