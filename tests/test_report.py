@@ -253,15 +253,24 @@ class Readings(unittest.TestCase):
         self.assertEqual(rows["grown Pre-Norm: ΔCE removing the last block"][2], "+0.0100")
         self.assertEqual(rows["grown Post-Norm: smallest ΔCE of removing any block"][2], "+0.3000 (block 3)")
 
-    def test_interaction_calibrated(self):
-        """placements at their own learning rates are paired when the pairing is unique, and said so"""
-        ce = {"gpost": 2.00, "gpre": 2.05, "jpost": 2.03, "jpre": 2.02}
+    def four_arms(self, other, edit):
+        """Seed 1 of the four arms of an interaction: grown and joint (g, j) of placement OTHER and of Pre-Norm,
+        final CE 2.00, 2.05, 2.03, 2.02 (interaction −0.06); edit(cfg) makes OTHER's configs its own."""
+        ce = {f"g{other}": 2.00, "gpre": 2.05, f"j{other}": 2.03, "jpre": 2.02}
         runs = []
         for name, c in ce.items():
-            cfg = config(name, 1, placement="post" if "post" in name else "pre",
+            cfg = config(name, 1, placement=other if other in name else "pre",
                          depths=(1, 2, 3) if name[0] == "g" else (3, 3, 3))
-            cfg["lr"]["peak"] = 0.006 if "post" in name else 0.003
+            if other in name:
+                edit(cfg)
             runs.append(write_run(os.path.join(self.tmp, f"{name}-s1"), cfg, [3, 3, c]))
+        return runs
+
+    def test_interaction_calibrated(self):
+        """placements at their own learning rates are paired when the pairing is unique, and said so"""
+        def edit(cfg):
+            cfg["lr"]["peak"] = 0.006
+        runs = self.four_arms("post", edit)
         t = interaction_table(load_study(runs, quiet))
         self.assertEqual(t.rows[0][1], "gpost, gpre, jpost, jpre")
         self.assertEqual(str(t.rows[0][5]), "-0.0600")  # (2.00 − 2.05) − (2.03 − 2.02)
@@ -274,17 +283,11 @@ class Readings(unittest.TestCase):
 
     def test_interaction_deepnorm(self):
         """a DeepNorm arm (its alpha, DeepNet's beta init off) is paired with Pre-Norm's arms of the same config"""
-        ce = {"gdeep": 2.00, "gpre": 2.05, "jdeep": 2.03, "jpre": 2.02}
-        runs = []
-        for name, c in ce.items():
-            cfg = config(name, 1, placement="deepnorm" if "deep" in name else "pre",
-                         depths=(1, 2, 3) if name[0] == "g" else (3, 3, 3))
-            if "deep" in name:
-                cfg["model"]["deepnorm_alpha"] = 1.565
-                cfg.setdefault("init", {})["deepnorm_beta"] = False
-            runs.append(write_run(os.path.join(self.tmp, f"{name}-s1"), cfg, [3, 3, c]))
-        t = interaction_table(load_study(runs, quiet))
-        self.assertEqual(t.rows[0][1], "gdeep, gpre, jdeep, jpre")
+        def edit(cfg):
+            cfg["model"]["deepnorm_alpha"] = 1.565
+            cfg.setdefault("init", {})["deepnorm_beta"] = False
+        t = interaction_table(load_study(self.four_arms("deepnorm", edit), quiet))
+        self.assertEqual(t.rows[0][1], "gdeepnorm, gpre, jdeepnorm, jpre")
         self.assertEqual(str(t.rows[0][5]), "-0.0600")  # (2.00 − 2.05) − (2.03 − 2.02)
 
     def test_did_not_train(self):
