@@ -142,6 +142,32 @@ else
   echo "FAIL runs over the sweep: status $rc: $(cat runs.out)"
 fi
 
+# 4b. The sweep's records alone, as tools/archive_runs.sh keeps them (no weights, no
+# checkpoints), extracted elsewhere, one run's records cut before its last evaluation, and
+# grown by a seed: the 3 runs whose records end at their last step are kept, records
+# untouched; the cut one and the 2 of seed 3 train.
+cut='x/sw/lr.peak=3e-2/seed2'
+if "$root/tools/archive_runs.sh" sw.tar.xz sw >/dev/null 2>&1 && mkdir x && tar xJf sw.tar.xz -C x &&
+   [ -z "$(find x -name '*.safetensors')" ] && tail -1 "$cut/metrics.jsonl" | grep -q '"event":"eval","step":320,'; then
+  sed -i '$d' "$cut/metrics.jsonl"
+  "$bin" --threads 1 sweep tiny.json --out x/sw --set lr.peak=1e-6,3e-2 --seeds 1,2,3 --jobs 2 >fourth.out 2>&1
+  rc=$?
+  kept=0
+  for d in lr.peak=1e-6/seed1 lr.peak=1e-6/seed2 lr.peak=3e-2/seed1; do
+    grep -q ": finished (its records only, as an archive keeps them), kept (x/sw/$d)" fourth.out &&
+      cmp -s "sw/$d/metrics.jsonl" "x/sw/$d/metrics.jsonl" && [ ! -e "x/sw/$d/final.safetensors" ] && kept=$((kept + 1))
+  done
+  if [ "$rc" -eq 0 ] && [ "$kept" -eq 3 ] && [ "$(grep -c ': starting (' fourth.out)" -eq 3 ] &&
+     grep -q ": starting ($cut)" fourth.out && cmp -s "$cut/final.safetensors" "sw/lr.peak=3e-2/seed2/final.safetensors" &&
+     python3 -c "import json, sys; sys.exit(json.load(open('x/sw/sweep.json'))['settings'][1]['trained'] != 3)"; then
+    echo "ok an archived sweep grown by a seed: 3 runs kept by their records alone, the cut one trained again (bit-identical), 2 of seed 3 trained"
+  else
+    echo "FAIL an archived sweep grown by a seed: status $rc, $kept of 3 kept: $(grep -e kept -e starting fourth.out | head -8)"
+  fi
+else
+  echo "FAIL the sweep archived with tools/archive_runs.sh: no weights in it, its runs' records whole"
+fi
+
 # 5. Bad input: one line on stderr, a non-zero exit, nothing trained.
 bad() {  # what out ARGS...: the sweep of ARGS into out must refuse with one line matching what
   local what=$1 out=$2; shift 2

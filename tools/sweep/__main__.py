@@ -9,7 +9,9 @@ DIR/<setting>/seed<S> (<setting>: "k=v,k=v", "config" without --set) under the
 name "<RUN.json's name>@<setting>". Every setting is checked first (`normgrow
 train --check`): a key the run config does not know, or a value it refuses,
 stops the sweep before anything trains, with one line. Run again, the sweep
-keeps every finished run, resumes every stopped one from its checkpoint and
+keeps every finished run (one whose records end at its last step counts, its
+weights gone or not: a sweep extracted from tools/archive_runs.sh's archive
+grows as the original would), resumes every stopped one from its checkpoint and
 starts the rest, so a grid may also grow by values or seeds; DIR holds the
 config it swept (DIR/sweep-config.json) and refuses another. Each run's output goes
 to its train.log. At the end (and after each run) DIR/sweep.md and
@@ -130,6 +132,8 @@ class Sweep:
             return None, "finished, kept"
         if os.path.exists(os.path.join(d, "checkpoint.safetensors")):
             return self.train("--resume", d, *self.tail), "resuming from its checkpoint"
+        if records_end(d):
+            return None, "finished (its records only, as an archive keeps them), kept"
         return (self.train(self.a.config, "--set", f"name={name}@{lab}", *self.set_args(setting),
                            "--seed", str(seed), "--run-dir", d, "--force", *self.tail), "starting")
 
@@ -192,6 +196,17 @@ class Sweep:
     def write(self, plan):
         from .table import read_rows, write_table
         write_table(self.a.out, self.a.config, [k for k, _ in self.sets], self.seeds, read_rows(plan))
+
+
+def records_end(d):
+    """Whether the records in d (config.json, metrics.jsonl) end with the evaluation at the
+    run's last step, as `normgrow runs` calls a run finished: a run whose weights are gone
+    (tools/archive_runs.sh keeps none) but whose records are whole."""
+    from report.runs import ReportError, is_run, load_run
+    try:
+        return is_run(d) and load_run(d).finished
+    except (ReportError, OSError):
+        return False
 
 
 def last_line(d):
