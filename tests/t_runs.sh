@@ -140,6 +140,11 @@ check "archive_runs keeps an existing archive without --force: one line, status 
 arch --force "$A/runs.tar.xz" "$A/study"
 check "archive_runs --force replaces it" \
   bash -c '[ "$(tar xJOf "$1" study/grow-post-s1/metrics.jsonl)" = changed ]' _ "$A/runs.tar.xz"
+arch --no-diag "$A/nodiag.tar.xz" "$A/study"
+check "archive_runs --no-diag leaves out diag.jsonl and nothing else" \
+  bash -c 'mkdir -p "$1/y" && tar xJf "$1/nodiag.tar.xz" -C "$1/y" && [ -n "$(find "$1/x" -name diag.jsonl)" ] &&
+           [ -z "$(find "$1/y" -name diag.jsonl)" ] &&
+           diff -r -x diag.jsonl -x "*.safetensors" -x "*.lock" -x "*.png" "$1/study" "$1/y/study" >/dev/null' _ "$A"
 mkdir -p "$A/other/study"
 cp -r "$root/tests/fixtures/report/grow-post-s1" "$A/other/study/"
 arch "$A/two.tar.xz" "$A/study" "$A/other/study/"

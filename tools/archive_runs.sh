@@ -6,12 +6,21 @@
 # diag.jsonl, diag_final.json, backend.jsonl, train.log, the sweeps' sweep.json and
 # calibrate.sh's calibration.json and report.md (docs/runs.md). Each DIR is stored
 # under its own name: `tar xJf OUT -C X` gives X/<basename of DIR>.
-#   tools/archive_runs.sh [--force] OUT.tar.xz DIR...
-# OUT is written whole or not at all, and replaced only with --force.
+#   tools/archive_runs.sh [--force] [--no-diag] OUT.tar.xz DIR...
+# OUT is written whole or not at all, and replaced only with --force. --no-diag leaves
+# out diag.jsonl too (the diagnostics at each evaluation, half a toy run's records): the
+# sweeps' tables, the README's blocks and the report's tables of final values need none.
 set -euo pipefail
-usage="usage: tools/archive_runs.sh [--force] OUT.tar.xz DIR..."
-force=0
-[ "${1:-}" = --force ] && { force=1; shift; }
+usage="usage: tools/archive_runs.sh [--force] [--no-diag] OUT.tar.xz DIR..."
+force=0 leave=()
+while [ $# -gt 0 ]; do
+  case $1 in
+    --force) force=1 ;;
+    --no-diag) leave=(--exclude=diag.jsonl) ;;
+    *) break ;;
+  esac
+  shift
+done
 [ $# -ge 2 ] || { echo "$usage" >&2; exit 2; }
 out=$1
 shift
@@ -37,7 +46,7 @@ done
 # Sorted names, fixed owners and times of the files themselves: the same records
 # give the same archive.
 tar --create --xz --sort=name --owner=0 --group=0 --numeric-owner \
-  --exclude='*.safetensors' --exclude='*.lock' --exclude='*.png' --exclude='*.tmp.*' \
+  --exclude='*.safetensors' --exclude='*.lock' --exclude='*.png' --exclude='*.tmp.*' "${leave[@]}" \
   --file "$tmp" "${args[@]}" ||
   { echo "archive_runs: $out: tar failed" >&2; exit 1; }
 mv -f "$tmp" "$out"
