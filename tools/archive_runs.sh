@@ -9,7 +9,8 @@
 #   tools/archive_runs.sh [--force] [--no-diag] OUT.tar.xz DIR...
 # OUT is written whole or not at all, and replaced only with --force. --no-diag leaves
 # out diag.jsonl too (the diagnostics at each evaluation, half a toy run's records): the
-# sweeps' tables, the README's blocks and the report's tables of final values need none.
+# sweeps' tables and the README's calibration blocks need none; the report's readings of
+# the stream's scale do.
 set -euo pipefail
 usage="usage: tools/archive_runs.sh [--force] [--no-diag] OUT.tar.xz DIR..."
 force=0 leave=()
