@@ -216,13 +216,15 @@ demo: $(BUILD)/normgrow
 	tools/demo.sh --seeds $(SEEDS) $(if $(JOBS),--jobs $(JOBS)) $(if $(BACKEND),--backend $(BACKEND)) $(if $(PRECISION),--precision $(PRECISION)) $(if $(STUDY),--study $(STUDY))
 
 # Peak learning rates calibrated per placement, then the grown arms (with CONTROLS=1
-# the controls, with HYBRID=1 the hybrid growths) at the calibrated rates and their report (tools/calibrate.sh;
+# the controls, with HYBRID=1 the hybrid growths, with DIVERGENCES=1 the grown arms under
+# reverse KL and JSD, with INTERVENTIONS=1 grown Pre-Norm with each intervention on the
+# stream's scale) at the calibrated rates and their report (tools/calibrate.sh;
 # runs/calibrate-<set>; hours on 2 cores). SET=toy|toy-large, PLACEMENTS=pre,post,...
 # (default: all six), LRS=a,b,c, WARMUPS=a,b,c (tokens: the warmup calibrated at each
 # placement's peak), JOBS, THREADS, BACKEND, PRECISION; seeds 1, 2, 3.
 # Needs the set's data and teacher: `make demo` (toy) or `make demo STUDY=large`.
 calibrate: $(BUILD)/normgrow
-	tools/calibrate.sh --set $(or $(SET),toy) $(if $(PLACEMENTS),--placements $(PLACEMENTS)) $(if $(LRS),--lrs $(LRS)) $(if $(WARMUPS),--warmups $(WARMUPS)) $(if $(JOBS),--jobs $(JOBS)) $(if $(THREADS),--threads $(THREADS)) $(if $(BACKEND),--backend $(BACKEND)) $(if $(PRECISION),--precision $(PRECISION)) $(if $(CONTROLS),--controls) $(if $(HYBRID),--hybrid)
+	tools/calibrate.sh --set $(or $(SET),toy) $(if $(PLACEMENTS),--placements $(PLACEMENTS)) $(if $(LRS),--lrs $(LRS)) $(if $(WARMUPS),--warmups $(WARMUPS)) $(if $(JOBS),--jobs $(JOBS)) $(if $(THREADS),--threads $(THREADS)) $(if $(BACKEND),--backend $(BACKEND)) $(if $(PRECISION),--precision $(PRECISION)) $(if $(CONTROLS),--controls) $(if $(HYBRID),--hybrid) $(if $(DIVERGENCES),--divergences) $(if $(INTERVENTIONS),--interventions)
 
 # The study's launcher (tools/study.sh) end to end on toy shapes under mpirun -np 2, stopped
 # once and continued, against one process (a few minutes on 2 cores; runs/rehearsal).

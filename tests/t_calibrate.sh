@@ -6,7 +6,9 @@
 # nothing again; a call for one of the placements with --hybrid keeps the other's rate and
 # arms in calibration.json and the report and grows each hybrid at its prefix's rate, the
 # other placement's from calibration.json; with --warmups, each placement's warmup is the best at
-# its peak and its grown arm trains at it. Bad options are refused in one line.
+# its peak and its grown arm trains at it; with --divergences and --interventions (a distilling
+# set), the other divergences and the interventions train at their placement's rate and the
+# README's blocks read them. Bad options are refused in one line.
 set -u
 root=${NG_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
 bin=${NG_BIN:-$root/build/normgrow}
@@ -139,10 +141,65 @@ EOF
 else
   echo "FAIL calibrate --warmups: status $rc; $(tail -3 calw.log | tr '\n' ' ')"
 fi
+# --divergences --interventions on a distilling set (a tiny teacher): the grown arm of each
+# placement under reverse KL and under JSD (beta 0.5) at its placement's calibrated rate, the
+# grown Pre-Norm arm with each intervention at Pre-Norm's; the README's blocks made from the
+# directory as calibrate.sh leaves it
+tiny teacher '[{"depth": 2, "tokens": 81920}]' >teacher.json
+"$bin" train teacher.json --run-dir teacher --threads 1 >teacher.log 2>&1 || echo "FAIL calibrate: the tiny teacher did not train"
+mkdir dset
+for a in joint-pre grow-pre; do
+  python3 -c 'import json, sys
+c = json.load(open(sys.argv[1]))
+c.update(mode="distill", teacher=sys.argv[2], loss={"kd_weight": 0.5, "temperature": 2.0})
+print(json.dumps(c))' "set/$a.json" "$tmp/teacher/final.safetensors" >"dset/$a.json"
+done
+"$root/tools/calibrate.sh" --configs dset --depth 2 --placements pre,post --lrs 1e-2,3e-2 --seeds 1 --jobs 2 \
+  --out cald --divergences --interventions >cald.log 2>&1
+rc=$?
+if [ "$rc" -eq 0 ] && python3 - <<'EOF'; then
+import glob, json, sys
+rate = {p: float(c["lr.peak"]) for p, c in json.load(open("cald/calibration.json")).items()}
+if rate["pre"] == rate["post"]:  # then the check below could not tell the placements' rates apart
+    sys.exit(f"both placements calibrated to {rate['pre']}")
+def one(group):
+    runs = [json.load(open(f)) for f in glob.glob(f"cald/{group}/*/seed1/config.json")]
+    if len(runs) != 1:
+        sys.exit(f"{group}: {len(runs)} runs")
+    return runs[0]
+for p in ("pre", "post"):
+    for g, loss in ((f"divergence-{p}-reverse-kl", {"divergence": "reverse_kl"}),
+                    (f"divergence-{p}-jsd", {"divergence": "jsd", "beta": 0.5})):
+        c = one(g)
+        if not (c["model"]["norm_placement"] == p and c["lr"]["peak"] == rate[p] and c["loss"] == {
+                "kd_weight": 0.5, "temperature": 2.0, **loss} and [s["depth"] for s in c["stages"]] == [1, 2]):
+            sys.exit(f"{g}: {c['model']['norm_placement']} {c['lr']} {c['loss']}")
+for g, section, key, value in (("intervention-rescale-stream", "growth", "rescale_stream", True),
+                               ("intervention-depth-scaled-init", "growth", "depth_scaled_init", True),
+                               ("intervention-layer-scale", "model", "layer_scale_init", 0.1)):
+    c = one(g)
+    if not (c[section].get(key) == value and c["model"]["norm_placement"] == "pre" and c["lr"]["peak"] == rate["pre"]
+            and [s["depth"] for s in c["stages"]] == [1, 2]):
+        sys.exit(f"{g}: {c[section]}")
+EOF
+  echo "ok calibrate --divergences --interventions: reverse KL and JSD (beta 0.5) grown at each placement's rate, the three interventions on grown Pre-Norm"
+else
+  echo "FAIL calibrate --divergences --interventions: status $rc; $(tail -3 cald.log | tr '\n' ' ')"
+fi
+printf '<!-- numbers divergences d -->\n<!-- /numbers -->\n<!-- numbers interventions d -->\n<!-- /numbers -->\n' >blocks.md
+if PYTHONPATH=$root/tools /usr/bin/python3 -m report.readme blocks.md --runs d=cald --out blocks2.md 2>readme.err &&
+   [ "$(grep -c '^| Pre-Norm \|^| Post-Norm ' blocks2.md)" -eq 6 ] && grep -q '^| LayerScale, 0.1 | ' blocks2.md &&
+   [ "$(grep -c '^| \(forward KL\|reverse KL\|JSD\) | 1 |' blocks2.md)" -eq 3 ]; then
+  echo "ok calibrate --divergences --interventions: the README's divergences and interventions blocks made from its directory"
+else
+  echo "FAIL calibrate --divergences --interventions: the README's blocks: $(cat readme.err) $(cat blocks2.md 2>/dev/null)"
+fi
 # bad options: one line, a non-zero exit, nothing made
 for bad in "--placements pre,postnorm|unknown placement postnorm" "--set huge|--set huge: expected toy or toy-large" \
            "--configs set|--configs needs --depth L" "--placements pre --hybrid|--hybrid needs pre and post" \
-           "--set toy --warmups 1e3|--warmups: 1e3 is not a number of tokens"; do
+           "--set toy --warmups 1e3|--warmups: 1e3 is not a number of tokens" \
+           "--placements pre --divergences|--divergences needs pre and post" \
+           "--placements post --interventions|--interventions needs pre among"; do
   # shellcheck disable=SC2086
   "$root/tools/calibrate.sh" ${bad%%|*} --lrs 1e-3 --out bad >/dev/null 2>bad.err
   rc=$?

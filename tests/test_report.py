@@ -735,11 +735,13 @@ class Readme(unittest.TestCase):
                     f.write(json.dumps(backend) + "\n")
                 if kind == "hybrid":  # the growth records name each block's placement
                     path = os.path.join(d, "metrics.jsonl")
-                    lines = [json.loads(x) for x in open(path)]
+                    with open(path) as f:
+                        lines = [json.loads(x) for x in f]
                     for x in lines:
                         if x["event"] == "growth":
                             x["block_placements"] = [prefix] + [new] * (x["depth"] - 1)
-                    open(path, "w").write("".join(json.dumps(x) + "\n" for x in lines))
+                    with open(path, "w") as f:
+                        f.write("".join(json.dumps(x) + "\n" for x in lines))
         return root
 
     def test_calibration(self):
@@ -882,6 +884,86 @@ class Readme(unittest.TestCase):
         self.assertEqual(tables[0]["| Post-Norm"], "| Post-Norm | 0.001 | 2.0300 ± 0.0000 | 2.0100 ± 0.0141 | "
                          "-0.0200 | [%+.4f, %+.4f] | -0.0500 | [%+.4f, %+.4f] |"
                          % (-0.02 - t1 * 0.01, -0.02 + t1 * 0.01, -0.05 - t1 * 0.02, -0.05 + t1 * 0.02))
+
+    def write_other_studies(self):
+        """write_calibration's runs and tools/calibrate.sh --divergences --interventions' groups: each at its
+        placement's calibrated rate (Pre-Norm's 0.003, Post-Norm's 0.001), and one reverse-KL Pre-Norm sweep at
+        Post-Norm's rate, left out. In a copy, leaving write_calibration's directory as it is."""
+        root = shutil.copytree(self.write_calibration(), os.path.join(self.tmp, "calibrate-others"),
+                               dirs_exist_ok=True)
+        runs = {("divergence-pre-reverse-kl", "pre", 0.003): (2.07, 2.07),
+                ("divergence-pre-reverse-kl", "pre", 0.001): (1.00, 1.00),  # not Pre-Norm's rate
+                ("divergence-pre-jsd", "pre", 0.003): (2.04, 2.06), ("divergence-post-reverse-kl", "post", 0.001):
+                (2.01, 2.05), ("divergence-post-jsd", "post", 0.001): (2.03, -1.50),
+                ("intervention-rescale-stream", "pre", 0.003): (2.01, 2.03),
+                ("intervention-depth-scaled-init", "pre", 0.003): (2.06, 2.08),
+                ("intervention-layer-scale", "pre", 0.003): (2.05, 2.07)}
+        for (group, p, lr), ces in runs.items():
+            for seed, ce in zip((1, 2), ces):
+                setting = f"model.norm_placement={p},{group},lr.peak={lr}"
+                cfg = config(f"grow-pre@{setting}", seed, placement=p)
+                cfg["lr"]["peak"] = lr
+                if group.startswith("divergence-"):
+                    cfg["loss"].update(divergence="jsd", beta=0.5) if group.endswith("jsd") else \
+                        cfg["loss"].update(divergence="reverse_kl")
+                else:
+                    cfg["growth" if "layer" not in group else "model"].update(
+                        {"intervention-rescale-stream": {"rescale_stream": True},
+                         "intervention-depth-scaled-init": {"depth_scaled_init": True},
+                         "intervention-layer-scale": {"layer_scale_init": 0.1}}[group])
+                write_run(os.path.join(root, group, setting, f"seed{seed}"), cfg,
+                          [3, 2.5, ce] if ce > 0 else [-ce] * 3, finished=ce > 0)
+        return root
+
+    def test_divergences(self):
+        """the divergences block: each placement's grown arm under each divergence at its calibrated rate, against
+        its forward KL; grown Post − Pre under each divergence and its change from forward KL's, paired over the
+        seeds (a run that did not train leaves its seed out of its pairs)"""
+        new, _, _ = self.remake(self.block("divergences", "cal"), cal=self.write_other_studies())
+        tables = [[line for line in t.split("\n") if line.startswith("| ")] for t in new.split("\n\n")]
+        t1 = 12.706204736174698
+        # reverse KL − forward KL, Pre-Norm: 2.07 − 2.05, 2.07 − 2.06: mean 0.015, se 0.005
+        self.assertEqual(tables[0][1:], [
+            "| Pre-Norm | forward KL | 0.003 | 2.0550 ± 0.0071 | — | — |",
+            "| Pre-Norm | reverse KL | 0.003 | 2.0700 ± 0.0000 | +0.0150 | [%+.4f, %+.4f] |"
+            % (0.015 - t1 * 0.005, 0.015 + t1 * 0.005),
+            "| Pre-Norm | JSD | 0.003 | 2.0500 ± 0.0141 | -0.0050 | [%+.4f, %+.4f] |"
+            % (-0.005 - t1 * 0.005, -0.005 + t1 * 0.005),
+            "| Post-Norm | forward KL | 0.001 | 2.0100 ± 0.0141 | — | — |",
+            "| Post-Norm | reverse KL | 0.001 | 2.0300 ± 0.0283 | +0.0200 | [%+.4f, %+.4f] |"
+            % (0.02 - t1 * 0.01, 0.02 + t1 * 0.01),
+            "| Post-Norm | JSD | 0.001 | 2.0300 (1 of 2 trained) | +0.0300 | 1 seed: no interval |"])
+        # Post − Pre: forward KL 2.00 − 2.05, 2.02 − 2.06 (−0.05, −0.04); reverse KL −0.06, −0.02: change
+        # −0.01, +0.02: mean 0.005, se 0.015; JSD seed 1 only
+        rows = {line.split(" | ")[0]: line for line in tables[1]}
+        self.assertEqual(rows["| forward KL"], "| forward KL | 2 | -0.0450 | [%+.4f, %+.4f] | — | — |"
+                         % (-0.045 - t1 * 0.005, -0.045 + t1 * 0.005))
+        self.assertEqual(rows["| reverse KL"], "| reverse KL | 2 | -0.0400 | [%+.4f, %+.4f] | +0.0050 | "
+                         "[%+.4f, %+.4f] |" % (-0.04 - t1 * 0.02, -0.04 + t1 * 0.02, 0.005 - t1 * 0.015,
+                                               0.005 + t1 * 0.015))
+        self.assertEqual(rows["| JSD"], "| JSD | 1 | -0.0100 | 1 seed: no interval | +0.0400 | 1 seed: no interval |")
+        from report import readme
+        with self.assertRaisesRegex(readme.ReportError, r"no runs in divergence-pre-reverse-kl "
+                                    r"\(tools/calibrate.sh --divergences\)"):
+            readme.divergences(readme.Runs("cal", self.write_calibration()))
+
+    def test_interventions(self):
+        """the interventions block: grown Pre-Norm with each intervention at Pre-Norm's rate, against grown Pre-Norm
+        and grown Post-Norm at its own rate, paired over the seeds"""
+        new, _, _ = self.remake(self.block("interventions", "cal"), cal=self.write_other_studies())
+        rows = [line for line in new.split("\n") if line.startswith("| ")]
+        t1 = 12.706204736174698
+        self.assertEqual(rows[0], "| grown Pre-Norm | peak LR | final val CE | − grown Pre-Norm | 95% interval "
+                         "| − grown Post-Norm (0.001) | 95% interval |")
+        # grow-pre − grow-post: 0.05, 0.04: mean 0.045, se 0.005; rescaled − grow-pre: −0.04, −0.03; − grow-post:
+        # 0.01 twice
+        self.assertEqual(rows[1:3], [
+            "| without | 0.003 | 2.0550 ± 0.0071 | — | — | +0.0450 | [%+.4f, %+.4f] |"
+            % (0.045 - t1 * 0.005, 0.045 + t1 * 0.005),
+            "| the stream rescaled at each growth | 0.003 | 2.0200 ± 0.0141 | -0.0350 | [%+.4f, %+.4f] | +0.0100 | "
+            "[+0.0100, +0.0100] |" % (-0.035 - t1 * 0.005, -0.035 + t1 * 0.005)])
+        self.assertEqual([r.split(" | ")[0] for r in rows[3:]], ["| depth-scaled init of the new blocks",
+                                                                  "| LayerScale, 0.1"])
 
     def test_arms(self):
         """the arms block: mean ± sample std over the seeds, tokens, and the ablation's last and smallest block"""

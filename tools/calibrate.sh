@@ -17,8 +17,14 @@
 #      Post-Norm's (OUT/hybrid-post-pre); a rate these need is this call's or, for a
 #      placement not among --placements, the one OUT/calibration.json holds from an
 #      earlier call (so placements calibrated over different grids, one call each, get
-#      their controls and hybrids in a last call);
-#   3. the report over the calibrated joint arms, the grown arms and the controls:
+#      their controls and hybrids in a last call); with --divergences, the grown arms of
+#      Pre- and Post-Norm under the two other KD divergences, reverse KL and JSD (beta 0.5,
+#      TRL's default), each at its placement's calibrated peak (and warmup):
+#      OUT/divergence-<placement>-reverse-kl and -jsd; with --interventions, the grown
+#      Pre-Norm arm with each intervention on the residual stream's scale (docs/design.md:
+#      the stream rescaled at each growth, depth-scaled init of the new blocks, LayerScale
+#      at 0.1) at Pre-Norm's calibrated peak (and warmup): OUT/intervention-<name>;
+#   3. the report over every arm OUT holds at calibrated settings:
 #      OUT/report (paired differences, the interaction per placement; pairs of arms at
 #      different calibrated rates are paired as the same config in another placement).
 # The LR floor and every other setting are the set's own; so is the warmup without --warmups
@@ -29,7 +35,8 @@
 #
 # usage: tools/calibrate.sh [--set toy|toy-large | --configs DIR --depth L] [--placements P1,P2,...]
 #            [--lrs A,B,...] [--seeds S1,S2,...] [--jobs J] [--threads N] [--backend NAME]
-#            [--precision fp32|bf16] [--out DIR] [--controls] [--hybrid] [--warmups W1,W2,...]
+#            [--precision fp32|bf16] [--out DIR] [--controls] [--hybrid] [--divergences]
+#            [--interventions] [--warmups W1,W2,...]
 #   --jobs J --threads N: J runs at a time on N threads each (`normgrow sweep`'s; N
 #             defaults to the cores shared out; a run's bits depend on N)
 #   --warmups: warmups in tokens (each stage's, lr.warmup_tokens) to calibrate at each
@@ -42,12 +49,14 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=${NG_BIN:-$root/build/normgrow}
-usage="usage: tools/calibrate.sh [--set toy|toy-large | --configs DIR --depth L] [--placements P,...] [--lrs A,...] [--seeds S,...] [--jobs J] [--threads N] [--backend NAME] [--precision P] [--out DIR] [--controls] [--hybrid] [--warmups W,...]"
-set_name=toy configs='' depth='' need=() placements=pre,post,sandwich,lns,mixln,deepnorm lrs='' warmups='' seeds=1,2,3 jobs=1 out='' controls=0 hybrid=0 where=()
+usage="usage: tools/calibrate.sh [--set toy|toy-large | --configs DIR --depth L] [--placements P,...] [--lrs A,...] [--seeds S,...] [--jobs J] [--threads N] [--backend NAME] [--precision P] [--out DIR] [--controls] [--hybrid] [--divergences] [--interventions] [--warmups W,...]"
+set_name=toy configs='' depth='' need=() placements=pre,post,sandwich,lns,mixln,deepnorm lrs='' warmups='' seeds=1,2,3 jobs=1 out='' controls=0 hybrid=0 divergences=0 interventions=0 where=()
 while [ $# -gt 0 ]; do
   case $1 in
     --controls) controls=1; shift; continue ;;
     --hybrid) hybrid=1; shift; continue ;;
+    --divergences) divergences=1; shift; continue ;;
+    --interventions) interventions=1; shift; continue ;;
   esac
   [ $# -ge 2 ] || { echo "$usage" >&2; exit 2; }
   case $1 in
@@ -142,6 +151,10 @@ sys.exit(sys.argv[2] not in json.load(open(sys.argv[1])))' "$out/calibration.jso
   { echo "calibrate: --controls needs post among --placements or in $out/calibration.json" >&2; exit 2; }
 [ "$hybrid" = 0 ] || { is_calibrated pre && is_calibrated post; } ||
   { echo "calibrate: --hybrid needs pre and post among --placements or in $out/calibration.json" >&2; exit 2; }
+[ "$divergences" = 0 ] || { is_calibrated pre && is_calibrated post; } ||
+  { echo "calibrate: --divergences needs pre and post among --placements or in $out/calibration.json" >&2; exit 2; }
+[ "$interventions" = 0 ] || is_calibrated pre ||
+  { echo "calibrate: --interventions needs pre among --placements or in $out/calibration.json" >&2; exit 2; }
 for f in "${need[@]}"; do
   [ -f "$f" ] || { echo "calibrate: $f is missing: make the set's data and teacher first" \
     "(make demo$([ "$set_name" = toy-large ] && echo ' STUDY=large'))" >&2; exit 1; }
@@ -238,9 +251,43 @@ if [ "$hybrid" = 1 ]; then
       --set "growth.new_block_placement=$new" $(lr_sets "$prefix")
   done
 fi
+# The other KD divergences (the set's is forward KL) and the interventions on the stream's
+# scale, each by the group it trains into; a group's placement: its own or, for the
+# interventions, Pre-Norm.
+divergence_sets() {  # divergence-P-D: its --set options
+  case $1 in
+    *-reverse-kl) echo "--set loss.divergence=reverse_kl" ;;
+    *-jsd) echo "--set loss.divergence=jsd --set loss.beta=0.5" ;;  # TRL's default beta
+  esac
+}
+intervention_sets() {  # intervention-NAME: its --set options
+  case ${1#intervention-} in
+    rescale-stream) echo "--set growth.rescale_stream=true" ;;
+    depth-scaled-init) echo "--set growth.depth_scaled_init=true" ;;
+    layer-scale) echo "--set model.layer_scale_init=0.1" ;;
+  esac
+}
+divergence_groups=(divergence-pre-reverse-kl divergence-pre-jsd divergence-post-reverse-kl divergence-post-jsd)
+intervention_groups=(intervention-rescale-stream intervention-depth-scaled-init intervention-layer-scale)
+if [ "$divergences" = 1 ]; then
+  for g in "${divergence_groups[@]}"; do
+    p=${g#divergence-} p=${p%%-*}
+    say "$g: grown $p at its peak LR ${best[$p]}, warmup ${warm[$p]} tokens -> $out/$g"
+    # shellcheck disable=SC2046
+    sweep "$configs/grow-pre.json" "$out/$g" $(placement_sets "$p") $(divergence_sets "$g") $(lr_sets "$p")
+  done
+fi
+if [ "$interventions" = 1 ]; then
+  for g in "${intervention_groups[@]}"; do
+    say "$g: grown pre at its peak LR ${best[pre]}, warmup ${warm[pre]} tokens -> $out/$g"
+    # shellcheck disable=SC2046
+    sweep "$configs/grow-pre.json" "$out/$g" $(placement_sets pre) $(intervention_sets "$g") $(lr_sets pre)
+  done
+fi
 # The report over every arm OUT holds at calibrated rates, this call's and an earlier
 # call's: each calibrated placement's joint arm at its rate and warmup and its grown arm; the
-# controls at Post-Norm's and the hybrids at their prefix's, where they were run.
+# controls at Post-Norm's, the hybrids at their prefix's, the divergences at their
+# placement's and the interventions at Pre-Norm's, where they were run.
 dirs=()
 add_runs() {  # sweep-dir placement: the runs of that placement's calibrated setting, where the sweep has finished
   [ -f "$1/sweep.json" ] && mapfile -t -O ${#dirs[@]} dirs < <(at "$1" "${best[$2]}" "${warm[$2]}")
@@ -256,6 +303,13 @@ fi
 for h in pre-post post-pre; do
   [ -z "${best[${h%-*}]:-}" ] || add_runs "$out/hybrid-$h" "${h%-*}"
 done
+for g in "${divergence_groups[@]}"; do
+  p=${g#divergence-} p=${p%%-*}
+  [ -z "${best[$p]:-}" ] || add_runs "$out/$g" "$p"
+done
+if [ -n "${best[pre]:-}" ]; then
+  for g in "${intervention_groups[@]}"; do add_runs "$out/$g" pre; done
+fi
 "$bin" report "${dirs[@]}" --out "$out/report" --force >>"$out/calibrate.log" 2>&1 ||
   { echo "calibrate: the report failed ($out/calibrate.log)" >&2; exit 1; }
 say "done: $out/calibration.json, $out/report/report.md"

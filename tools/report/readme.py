@@ -283,10 +283,11 @@ def calibrate_runs(src):
     """{group: [run]} of tools/calibrate.sh's directory: GROUP/SETTING/seedS for
     the groups joint-P (the sweep of placement P's joint arm), warmup-P (its
     sweep over the warmup at the calibrated peak, --warmups), grow-P (its grown
-    arm at the calibrated setting), control-NAME and hybrid-PREFIX-NEW; every
-    run classified."""
+    arm at the calibrated setting), control-NAME, hybrid-PREFIX-NEW,
+    divergence-P-NAME and intervention-NAME; every run classified."""
     groups = {}
-    sweeps = src.entries(lambda g, gd: re.fullmatch(r"(joint|warmup|grow|control|hybrid)-[a-z-]+", g)
+    sweeps = src.entries(lambda g, gd: re.fullmatch(
+        r"(joint|warmup|grow|control|hybrid|divergence|intervention)-[a-z-]+", g)
                          and os.path.isdir(gd))
     for g, gd in sorted(sweeps.items()):
         dirs = sorted(os.path.join(gd, s, d) for s in os.listdir(gd) if os.path.isdir(os.path.join(gd, s))
@@ -387,14 +388,16 @@ def rate(r, set_w):
 def at_peaks(groups):
     """{group: its runs at their calibrated setting}: joint-P (from joint-P and
     warmup-P) and grow-P at P's, the controls at Post-Norm's, hybrid-PREFIX-NEW at
-    the prefix's; a group of a placement with no calibrated rate is left out."""
+    the prefix's, divergence-P-NAME at P's, the interventions at Pre-Norm's; a
+    group of a placement with no calibrated rate is left out."""
     setting = {p: calibrated_setting(groups, p) for p in placements_of(groups)}
     out = {}
     for g, runs in groups.items():
         kind, _, rest = g.partition("-")
         if kind == "warmup":
             continue
-        p = {"joint": rest, "grow": rest, "control": "post", "hybrid": rest.split("-")[0]}[kind]
+        p = {"joint": rest, "grow": rest, "control": "post", "hybrid": rest.split("-")[0],
+             "divergence": rest.split("-")[0], "intervention": "pre"}[kind]
         if setting.get(p) is not None:
             pool = runs + groups.get(f"warmup-{p}", []) if kind == "joint" else runs
             out[g] = [r for r in pool if (peak(r), warmup(r)) == setting[p]]
@@ -479,6 +482,80 @@ def calibrated(src):
     return "\n".join(out) + "\n"
 
 
+def seed_ces(runs):
+    """{seed: final validation CE} of the runs that trained."""
+    return {r.seed: r.last.ce for r in runs if r.failed is None}
+
+
+def difference_cells(a, b):
+    """"mean | [lo, hi]" of A − B paired over the seeds both trained."""
+    d = paired(seed_ces(a), seed_ces(b))
+    return f"{'%+.4f' % d.mean if d else 'n/a'} | {interval(d)}"
+
+
+def groups_needed(src, groups, names, option):
+    for g in names:
+        if not groups.get(g):
+            raise ReportError(f"readme: {src.where}: no runs in {g} (tools/calibrate.sh {option})")
+
+
+DIVERGENCES = (("grow", "forward KL"), ("divergence-{}-reverse-kl", "reverse KL"), ("divergence-{}-jsd", "JSD"))
+
+
+def divergences(src):
+    """The grown Pre- and Post-Norm arms under each KD divergence (the set's
+    forward KL, reverse KL, JSD), each at its placement's calibrated setting:
+    each against the same placement's forward KL, then grown Post − Pre under
+    each divergence and its change from forward KL's, paired over the seeds
+    with 95% intervals."""
+    every = calibrate_runs(src)
+    groups, set_w = at_peaks(every), set_warmup(every)
+    name = {(p, d): ("grow-" + p if g == "grow" else g.format(p)) for p in ("pre", "post") for g, d in DIVERGENCES}
+    groups_needed(src, groups, name.values(), "--divergences")
+    out = ["| placement | divergence | peak LR | final val CE | − forward KL | 95% interval |",
+           "|---|---|---:|---:|---:|---:|"]
+    for p in ("pre", "post"):
+        fkl = groups[name[p, "forward KL"]]
+        for _, d in DIVERGENCES:
+            runs = groups[name[p, d]]
+            cells = "— | —" if d == "forward KL" else difference_cells(runs, fkl)
+            out.append(f"| {PLACEMENTS[p]} | {d} | {rate(runs[0], set_w)} | {mean_std(runs)} | {cells} |")
+    out += ["", "| divergence | seeds | grown Post − grown Pre | 95% interval | change from forward KL's "
+            "| 95% interval |", "|---|---:|---:|---:|---:|---:|"]
+    post_pre = {}
+    for _, d in DIVERGENCES:
+        post, pre = seed_ces(groups[name["post", d]]), seed_ces(groups[name["pre", d]])
+        post_pre[d] = {s: post[s] - pre[s] for s in set(post) & set(pre)}
+        g = paired(post_pre[d], dict.fromkeys(post_pre[d], 0.0))
+        c = None if d == "forward KL" else paired(post_pre[d], post_pre["forward KL"])
+        out.append(f"| {d} | {g.n if g else 0} | {'%+.4f' % g.mean if g else 'n/a'} | {interval(g)} | "
+                   + ("— | — |" if d == "forward KL" else f"{'%+.4f' % c.mean if c else 'n/a'} | {interval(c)} |"))
+    return "\n".join(out) + "\n"
+
+
+INTERVENTIONS = (("intervention-rescale-stream", "the stream rescaled at each growth"),
+                 ("intervention-depth-scaled-init", "depth-scaled init of the new blocks"),
+                 ("intervention-layer-scale", "LayerScale, 0.1"))
+
+
+def interventions(src):
+    """The grown Pre-Norm arm with each intervention on the stream's scale, at
+    Pre-Norm's calibrated setting: each against grown Pre-Norm and against
+    grown Post-Norm (at its own), paired over the seeds with 95% intervals."""
+    every = calibrate_runs(src)
+    groups, set_w = at_peaks(every), set_warmup(every)
+    groups_needed(src, groups, ["grow-pre", "grow-post"] + [g for g, _ in INTERVENTIONS], "--interventions")
+    pre, post = groups["grow-pre"], groups["grow-post"]
+    out = ["| grown Pre-Norm | peak LR | final val CE | − grown Pre-Norm | 95% interval | − grown Post-Norm "
+           f"({rate(post[0], set_w)}) | 95% interval |", "|---|---:|---:|---:|---:|---:|---:|",
+           f"| without | {rate(pre[0], set_w)} | {mean_std(pre)} | — | — | {difference_cells(pre, post)} |"]
+    for g, what in INTERVENTIONS:
+        runs = groups[g]
+        out.append(f"| {what} | {rate(runs[0], set_w)} | {mean_std(runs)} | {difference_cells(runs, pre)} | "
+                   f"{difference_cells(runs, post)} |")
+    return "\n".join(out) + "\n"
+
+
 def hybrid(src):
     """The grown arms of both placements beside the hybrid growths (the other
     placement's blocks grown on each prefix), and the paired differences that
@@ -488,10 +565,8 @@ def hybrid(src):
     groups, set_w = at_peaks(every), set_warmup(every)
     names = (("grow-pre", "Pre", "Pre"), ("grow-post", "Post", "Post"),
              ("hybrid-pre-post", "Pre", "Post"), ("hybrid-post-pre", "Post", "Pre"))
-    for g, _, _ in names:
-        if not groups.get(g):
-            raise ReportError(f"readme: {src.where}: no runs in {g} (tools/calibrate.sh --hybrid)")
-    ces = {g: {r.seed: r.last.ce for r in groups[g] if r.failed is None} for g, _, _ in names}
+    groups_needed(src, groups, [g for g, _, _ in names], "--hybrid")
+    ces = {g: seed_ces(groups[g]) for g, _, _ in names}
     out = ["| arm | prefix | new blocks | peak LR | final val CE |", "|---|---|---|---:|---:|"]
     out += [f"| {g} | {pre} | {new} | {rate(groups[g][0], set_w)} | {mean_std(groups[g])} |" for g, pre, new in names]
     out += ["", "| paired difference | seeds | mean | 95% interval | excludes 0 |", "|---|---:|---:|---:|---|"]
@@ -516,7 +591,7 @@ def hybrid(src):
 
 KINDS = {"seed1": (seed1, 1), "topk": (topk, 1), "arms": (arm_rows, 1), "paired": (paired_rows, 1), "spread": (spread, 1),
          "compare": (compare, 2), "calibration": (calibration, 1), "calibrated": (calibrated, 1), "hybrid": (hybrid, 1),
-         "warmups": (warmups, 1)}
+         "warmups": (warmups, 1), "divergences": (divergences, 1), "interventions": (interventions, 1)}
 
 
 # ---------------------------------------------------------------- the README
