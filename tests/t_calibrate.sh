@@ -143,8 +143,8 @@ else
 fi
 # --divergences --interventions on a distilling set (a tiny teacher): the grown arm of each
 # placement under reverse KL and under JSD (beta 0.5) at its placement's calibrated rate, the
-# grown Pre-Norm arm with each intervention at Pre-Norm's; the README's blocks made from the
-# directory as calibrate.sh leaves it
+# grown Pre-Norm arm with each intervention, and the joint one with LayerScale, at Pre-Norm's;
+# the README's blocks made from the directory as calibrate.sh leaves it
 tiny teacher '[{"depth": 2, "tokens": 81920}]' >teacher.json
 "$bin" train teacher.json --run-dir teacher --threads 1 >teacher.log 2>&1 || echo "FAIL calibrate: the tiny teacher did not train"
 mkdir dset
@@ -174,21 +174,23 @@ for p in ("pre", "post"):
         if not (c["model"]["norm_placement"] == p and c["lr"]["peak"] == rate[p] and c["loss"] == {
                 "kd_weight": 0.5, "temperature": 2.0, **loss} and [s["depth"] for s in c["stages"]] == [1, 2]):
             sys.exit(f"{g}: {c['model']['norm_placement']} {c['lr']} {c['loss']}")
-for g, section, key, value in (("intervention-rescale-stream", "growth", "rescale_stream", True),
-                               ("intervention-depth-scaled-init", "growth", "depth_scaled_init", True),
-                               ("intervention-layer-scale", "model", "layer_scale_init", 0.1)):
+for g, section, key, value, depths in (("intervention-rescale-stream", "growth", "rescale_stream", True, [1, 2]),
+                                       ("intervention-depth-scaled-init", "growth", "depth_scaled_init", True, [1, 2]),
+                                       ("intervention-layer-scale", "model", "layer_scale_init", 0.1, [1, 2]),
+                                       ("intervention-joint-layer-scale", "model", "layer_scale_init", 0.1, [2])):
     c = one(g)
     if not (c[section].get(key) == value and c["model"]["norm_placement"] == "pre" and c["lr"]["peak"] == rate["pre"]
-            and [s["depth"] for s in c["stages"]] == [1, 2]):
+            and [s["depth"] for s in c["stages"]] == depths):
         sys.exit(f"{g}: {c[section]}")
 EOF
-  echo "ok calibrate --divergences --interventions: reverse KL and JSD (beta 0.5) grown at each placement's rate, the three interventions on grown Pre-Norm"
+  echo "ok calibrate --divergences --interventions: reverse KL and JSD (beta 0.5) grown at each placement's rate, the three interventions on grown Pre-Norm, LayerScale on joint Pre-Norm"
 else
   echo "FAIL calibrate --divergences --interventions: status $rc; $(tail -3 cald.log | tr '\n' ' ')"
 fi
 printf '<!-- numbers divergences d -->\n<!-- /numbers -->\n<!-- numbers interventions d -->\n<!-- /numbers -->\n' >blocks.md
 if PYTHONPATH=$root/tools /usr/bin/python3 -m report.readme blocks.md --runs d=cald --out blocks2.md 2>readme.err &&
-   [ "$(grep -c '^| Pre-Norm \|^| Post-Norm ' blocks2.md)" -eq 6 ] && grep -q '^| LayerScale, 0.1 | ' blocks2.md &&
+   [ "$(grep -c '^| \(Pre\|Post\)-Norm | \(forward KL\|reverse KL\|JSD\) |' blocks2.md)" -eq 6 ] && grep -q '^| LayerScale, 0.1 | ' blocks2.md &&
+   grep -q '^| grown − joint (interaction) | | | ' blocks2.md &&
    [ "$(grep -c '^| \(forward KL\|reverse KL\|JSD\) | 1 |' blocks2.md)" -eq 3 ]; then
   echo "ok calibrate --divergences --interventions: the README's divergences and interventions blocks made from its directory"
 else

@@ -897,11 +897,14 @@ class Readme(unittest.TestCase):
                 (2.01, 2.05), ("divergence-post-jsd", "post", 0.001): (2.03, -1.50),
                 ("intervention-rescale-stream", "pre", 0.003): (2.01, 2.03),
                 ("intervention-depth-scaled-init", "pre", 0.003): (2.06, 2.08),
-                ("intervention-layer-scale", "pre", 0.003): (2.05, 2.07)}
+                ("intervention-layer-scale", "pre", 0.003): (2.05, 2.07),
+                ("intervention-joint-layer-scale", "pre", 0.003): (2.00, 2.03)}
         for (group, p, lr), ces in runs.items():
             for seed, ce in zip((1, 2), ces):
                 setting = f"model.norm_placement={p},{group},lr.peak={lr}"
-                cfg = config(f"grow-pre@{setting}", seed, placement=p)
+                joint = "joint" in group
+                cfg = config(f"{'joint' if joint else 'grow'}-pre@{setting}", seed, placement=p,
+                             depths=(3, 3, 3) if joint else (1, 2, 3))
                 cfg["lr"]["peak"] = lr
                 if group.startswith("divergence-"):
                     cfg["loss"].update(divergence="jsd", beta=0.5) if group.endswith("jsd") else \
@@ -910,7 +913,8 @@ class Readme(unittest.TestCase):
                     cfg["growth" if "layer" not in group else "model"].update(
                         {"intervention-rescale-stream": {"rescale_stream": True},
                          "intervention-depth-scaled-init": {"depth_scaled_init": True},
-                         "intervention-layer-scale": {"layer_scale_init": 0.1}}[group])
+                         "intervention-layer-scale": {"layer_scale_init": 0.1},
+                         "intervention-joint-layer-scale": {"layer_scale_init": 0.1}}[group])
                 write_run(os.path.join(root, group, setting, f"seed{seed}"), cfg,
                           [3, 2.5, ce] if ce > 0 else [-ce] * 3, finished=ce > 0)
         return root
@@ -949,7 +953,8 @@ class Readme(unittest.TestCase):
 
     def test_interventions(self):
         """the interventions block: grown Pre-Norm with each intervention at Pre-Norm's rate, against grown Pre-Norm
-        and grown Post-Norm at its own rate, paired over the seeds"""
+        and grown Post-Norm at its own rate, paired over the seeds; LayerScale in the joint arm too, and its
+        interaction with growth"""
         new, _, _ = self.remake(self.block("interventions", "cal"), cal=self.write_other_studies())
         rows = [line for line in new.split("\n") if line.startswith("| ")]
         t1 = 12.706204736174698
@@ -962,8 +967,16 @@ class Readme(unittest.TestCase):
             % (0.045 - t1 * 0.005, 0.045 + t1 * 0.005),
             "| the stream rescaled at each growth | 0.003 | 2.0200 ± 0.0141 | -0.0350 | [%+.4f, %+.4f] | +0.0100 | "
             "[+0.0100, +0.0100] |" % (-0.035 - t1 * 0.005, -0.035 + t1 * 0.005)])
-        self.assertEqual([r.split(" | ")[0] for r in rows[3:]], ["| depth-scaled init of the new blocks",
-                                                                  "| LayerScale, 0.1"])
+        self.assertEqual([r.split(" | ")[0] for r in rows[3:5]], ["| depth-scaled init of the new blocks",
+                                                                   "| LayerScale, 0.1"])
+        # LayerScale in the joint arm: 2.00 − 2.02, 2.03 − 2.04 (−0.02, −0.01: mean −0.015, se 0.005); grown:
+        # 2.05 − 2.05, 2.07 − 2.06 (0, 0.01: mean 0.005, se 0.005); the interaction 0.02, 0.02
+        self.assertEqual(rows[6:], [
+            "| joint | 2.0300 ± 0.0141 | 2.0150 ± 0.0212 | -0.0150 | [%+.4f, %+.4f] |"
+            % (-0.015 - t1 * 0.005, -0.015 + t1 * 0.005),
+            "| grown | 2.0550 ± 0.0071 | 2.0600 ± 0.0141 | +0.0050 | [%+.4f, %+.4f] |"
+            % (0.005 - t1 * 0.005, 0.005 + t1 * 0.005),
+            "| grown − joint (interaction) | | | +0.0200 | [+0.0200, +0.0200] |"])
 
     def test_arms(self):
         """the arms block: mean ± sample std over the seeds, tokens, and the ablation's last and smallest block"""
@@ -1014,17 +1027,29 @@ class Readme(unittest.TestCase):
         self.assertEqual(rows["| joint-pre"], "| joint-pre | Pre-Norm | 3 → 3 | 1 | 1 | n/a | n/a |")
 
     def test_topk(self):
-        """the topk block: tools/topk_study.sh's runs, each against the exact teacher's seed 1"""
+        """the topk block: tools/topk_study.sh's sweeps (exact/config/seedS, kK/config/seedS), each cache against
+        the exact teacher paired by seed; a cache run that did not train leaves its seed out"""
         root = os.path.join(self.tmp, "topk")
-        for d, seed, ce in (("exact", 1, 2.0), ("exact-seed2", 2, 2.01), ("k8", 1, 2.03), ("k32", 1, 2.005)):
-            cfg = config("grow-post", seed, placement="post", depths=(1, 2, 3))
-            if d.startswith("k"):
-                cfg["teacher_cache"] = {"train": f"train-{d}.topk", "val": f"val-{d}.topk"}
-            write_run(os.path.join(root, d), cfg, [3, 2.5, ce])
+        for d, ces in (("exact", (2.00, 2.02, 2.01)), ("k8", (2.03, 2.04, 2.02)), ("k32", (2.005, -1.5, 2.015))):
+            for seed, ce in enumerate(ces, 1):
+                cfg = config("grow-post@config", seed, placement="post", depths=(1, 2, 3))
+                if d.startswith("k"):
+                    cfg["teacher_cache"] = {"train": f"train-{d}.topk", "val": f"val-{d}.topk"}
+                write_run(os.path.join(root, d, "config", f"seed{seed}"), cfg, [3, 2.5, ce] if ce > 0 else [-ce] * 3,
+                          finished=ce > 0)
         new, _, _ = self.remake(self.block("topk", "topk"), topk=root)
         rows = [line for line in new.split("\n") if line.startswith("| ")]
-        self.assertEqual(rows[1:], ["| exact | 2.0000 | — |", "| exact, seed 2 | 2.0100 | +0.0100 |",
-                                    "| top-8 cache | 2.0300 | +0.0300 |", "| top-32 cache | 2.0050 | +0.0050 |"])
+        t2 = 4.302652729749464
+        # k8 − exact: 0.03, 0.02, 0.01: mean 0.02, se 0.01 / sqrt(3); k32: seeds 1 and 3: 0.005 twice
+        self.assertEqual(rows[1:], [
+            "| exact | 3 | 2.0100 ± 0.0100 | — | — |",
+            "| top-8 cache | 3 | 2.0300 ± 0.0100 | +0.0200 | [%+.4f, %+.4f] |"
+            % (0.02 - t2 * 0.01 / 3 ** 0.5, 0.02 + t2 * 0.01 / 3 ** 0.5),
+            "| top-32 cache | 3 | 2.0100 ± 0.0071 (2 of 3 trained) | +0.0050 | [+0.0050, +0.0050] |"])
+        shutil.rmtree(os.path.join(root, "exact"))
+        from report import readme
+        with self.assertRaisesRegex(readme.ReportError, r"no runs in exact/config \(tools/topk_study.sh\)"):
+            readme.topk(readme.Runs("topk", root))
 
     def test_compare(self):
         """the compare block: seed 1 of two demos, the difference and whether the final weights are the same bytes"""

@@ -23,7 +23,9 @@
 #      OUT/divergence-<placement>-reverse-kl and -jsd; with --interventions, the grown
 #      Pre-Norm arm with each intervention on the residual stream's scale (docs/design.md:
 #      the stream rescaled at each growth, depth-scaled init of the new blocks, LayerScale
-#      at 0.1) at Pre-Norm's calibrated peak (and warmup): OUT/intervention-<name>;
+#      at 0.1) at Pre-Norm's calibrated peak (and warmup): OUT/intervention-<name>, and,
+#      as LayerScale acts in every step and not only at a growth, the joint Pre-Norm arm
+#      with it: OUT/intervention-joint-layer-scale;
 #   3. the report over every arm OUT holds at calibrated settings:
 #      OUT/report (paired differences, the interaction per placement; pairs of arms at
 #      different calibrated rates are paired as the same config in another placement).
@@ -264,11 +266,12 @@ intervention_sets() {  # intervention-NAME: its --set options
   case ${1#intervention-} in
     rescale-stream) echo "--set growth.rescale_stream=true" ;;
     depth-scaled-init) echo "--set growth.depth_scaled_init=true" ;;
-    layer-scale) echo "--set model.layer_scale_init=0.1" ;;
+    layer-scale | joint-layer-scale) echo "--set model.layer_scale_init=0.1" ;;
   esac
 }
 divergence_groups=(divergence-pre-reverse-kl divergence-pre-jsd divergence-post-reverse-kl divergence-post-jsd)
-intervention_groups=(intervention-rescale-stream intervention-depth-scaled-init intervention-layer-scale)
+intervention_groups=(intervention-rescale-stream intervention-depth-scaled-init intervention-layer-scale
+                     intervention-joint-layer-scale)
 if [ "$divergences" = 1 ]; then
   for g in "${divergence_groups[@]}"; do
     p=${g#divergence-} p=${p%%-*}
@@ -279,9 +282,11 @@ if [ "$divergences" = 1 ]; then
 fi
 if [ "$interventions" = 1 ]; then
   for g in "${intervention_groups[@]}"; do
-    say "$g: grown pre at its peak LR ${best[pre]}, warmup ${warm[pre]} tokens -> $out/$g"
+    arm=grow
+    [[ $g != intervention-joint-* ]] || arm=joint
+    say "$g: $arm pre at its peak LR ${best[pre]}, warmup ${warm[pre]} tokens -> $out/$g"
     # shellcheck disable=SC2046
-    sweep "$configs/grow-pre.json" "$out/$g" $(placement_sets pre) $(intervention_sets "$g") $(lr_sets pre)
+    sweep "$configs/$arm-pre.json" "$out/$g" $(placement_sets pre) $(intervention_sets "$g") $(lr_sets pre)
   done
 fi
 # The report over every arm OUT holds at calibrated rates, this call's and an earlier

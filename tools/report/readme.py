@@ -257,23 +257,27 @@ def compare(a, b):
 
 
 def topk(src):
-    """tools/topk_study.sh's runs: the exact teacher (seeds 1 and 2) and each
-    top-k cache, final validation CE and the difference from the exact run."""
-    entries = src.entries(lambda _, d: os.path.isdir(d))
+    """tools/topk_study.sh's runs (exact/config/seedS, kK/config/seedS): the
+    exact teacher and each top-k cache over the seeds, mean ± std of the final
+    validation CE, and each cache against the exact teacher paired by seed
+    (the same initialisation; a cache run's data order is the cache's), with
+    its 95% interval."""
+    entries = src.entries(lambda g, gd: (g == "exact" or re.fullmatch(r"k[0-9]+", g)) and os.path.isdir(gd))
 
-    def run(d):
-        if d not in entries or not is_run(entries[d]):
-            raise ReportError(f"readme: {src.where}: no run {d}")
-        return load_run(entries[d])
-    exact = run("exact")
-    rows = [("exact", exact), ("exact, seed 2", run("exact-seed2"))]
-    ks = sorted(int(d[1:]) for d in entries if re.fullmatch(r"k[0-9]+", d))
-    rows += [(f"top-{k} cache", run(f"k{k}")) for k in ks]
-    classify([r for _, r in rows])
-    out = ["| teacher | final val CE | difference from exact |", "|---|---:|---:|"]
-    for name, r in rows:
-        diff = "—" if r is exact or r.failed is not None else "%+.4f" % (r.last.ce - exact.last.ce)
-        out.append(f"| {name} | {ce(r)} | {diff} |")
+    def sweep(d):
+        runs = os.path.join(entries.get(d, ""), "config")
+        dirs = [os.path.join(runs, s) for s in sorted(os.listdir(runs))] if os.path.isdir(runs) else []
+        if not any(is_run(x) for x in dirs):
+            raise ReportError(f"readme: {src.where}: no runs in {d}/config (tools/topk_study.sh)")
+        return [load_run(x) for x in dirs if is_run(x)]
+    ks = sorted(int(d[1:]) for d in entries if d != "exact")
+    rows = [("exact", sweep("exact"))] + [(f"top-{k} cache", sweep(f"k{k}")) for k in ks]
+    classify([r for _, runs in rows for r in runs])
+    exact = rows[0][1]
+    out = ["| teacher | seeds | final val CE | − exact | 95% interval |", "|---|---:|---:|---:|---:|"]
+    for name, runs in rows:
+        cells = "— | —" if runs is exact else difference_cells(runs, exact)
+        out.append(f"| {name} | {len(runs)} | {mean_std(runs)} | {cells} |")
     return "\n".join(out) + "\n"
 
 
@@ -541,10 +545,13 @@ INTERVENTIONS = (("intervention-rescale-stream", "the stream rescaled at each gr
 def interventions(src):
     """The grown Pre-Norm arm with each intervention on the stream's scale, at
     Pre-Norm's calibrated setting: each against grown Pre-Norm and against
-    grown Post-Norm (at its own), paired over the seeds with 95% intervals."""
+    grown Post-Norm (at its own), paired over the seeds with 95% intervals;
+    then LayerScale, which acts in every step, in the joint arm too: its
+    effect there and its interaction with growth."""
     every = calibrate_runs(src)
     groups, set_w = at_peaks(every), set_warmup(every)
-    groups_needed(src, groups, ["grow-pre", "grow-post"] + [g for g, _ in INTERVENTIONS], "--interventions")
+    groups_needed(src, groups, ["grow-pre", "grow-post", "joint-pre", "intervention-joint-layer-scale"]
+                  + [g for g, _ in INTERVENTIONS], "--interventions")
     pre, post = groups["grow-pre"], groups["grow-post"]
     out = ["| grown Pre-Norm | peak LR | final val CE | − grown Pre-Norm | 95% interval | − grown Post-Norm "
            f"({rate(post[0], set_w)}) | 95% interval |", "|---|---:|---:|---:|---:|---:|---:|",
@@ -553,6 +560,20 @@ def interventions(src):
         runs = groups[g]
         out.append(f"| {what} | {rate(runs[0], set_w)} | {mean_std(runs)} | {difference_cells(runs, pre)} | "
                    f"{difference_cells(runs, post)} |")
+    joint, joint_ls, grown_ls = (seed_ces(groups[g]) for g in ("joint-pre", "intervention-joint-layer-scale",
+                                                                "intervention-layer-scale"))
+    grown_ce = seed_ces(pre)
+    seeds = set(joint) & set(joint_ls) & set(grown_ls) & set(grown_ce)
+    ls_joint = {s: joint_ls[s] - joint[s] for s in seeds}
+    ls_grown = {s: grown_ls[s] - grown_ce[s] for s in seeds}
+    i = paired(ls_grown, ls_joint)
+    out += ["", "| Pre-Norm | without LayerScale | with LayerScale, 0.1 | with − without | 95% interval |",
+            "|---|---:|---:|---:|---:|",
+            f"| joint | {mean_std(groups['joint-pre'])} | {mean_std(groups['intervention-joint-layer-scale'])} | "
+            f"{difference_cells(groups['intervention-joint-layer-scale'], groups['joint-pre'])} |",
+            f"| grown | {mean_std(pre)} | {mean_std(groups['intervention-layer-scale'])} | "
+            f"{difference_cells(groups['intervention-layer-scale'], pre)} |",
+            f"| grown − joint (interaction) | | | {'%+.4f' % i.mean if i else 'n/a'} | {interval(i)} |"]
     return "\n".join(out) + "\n"
 
 
