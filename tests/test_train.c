@@ -491,8 +491,22 @@ static void check_epochs(void) {
         rc ? ng_error() : "weights differ, or sampling had no effect");
 }
 
+// The hard-label CE of a run's first step (its first batch, before any update).
+static double first_step_ce(const char *run) {
+  metrics m = read_metrics(run);
+  double ce = NAN;
+  for (int i = 0; i < m.n && isnan(ce); i++)
+    if (is(m.rec[i], "step")) ce = num(m.rec[i], "ce");
+  metrics_free(&m);
+  return ce;
+}
+
 // The same from top-k caches of the teacher (k 8) on the small shard and the
 // validation shard: the cache's windows in epoch order, resumed bit for bit.
+// They are the shard's own epoch windows in the same order: a cache run's first
+// batch is the exact teacher's run's (check_epochs' "epoch"), so the student's
+// CE there agrees (to rounding: the loss ops differ), where another batch's
+// (uniform sampling's) does not.
 static void check_epochs_cached(void) {
   const char *splits[2][2] = {{"small.bin", "small.topk"}, {"val.bin", "val.topk"}};
   char path[160], cache[160];
@@ -522,6 +536,11 @@ static void check_epochs_cached(void) {
   CHECK(rc == 0 && w == 0.0 && u > 0.0, "data.sampling epoch from top-k caches: stopped after step 30 and "
         "resumed, final weights bit-identical; they differ from uniform sampling's", "%s",
         rc ? ng_error() : "weights differ, or sampling had no effect");
+  double cached = first_step_ce("cache_epoch"), exact = first_step_ce("epoch"), other = first_step_ce("uniform_small");
+  CHECK(fabs(cached - exact) <= 1e-6 * exact && fabs(other - exact) > 1e-3 * exact,
+        "data.sampling epoch: a cache run's first batch is the exact teacher's run's (first-step CE equal to "
+        "1e-6, another batch's apart by more than 1e-3)", "cache %.9g, exact %.9g, uniform %.9g", cached, exact,
+        other);
 }
 
 // The reverse KL from a top-k cache whose every position leaves the teacher no

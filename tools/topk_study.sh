@@ -3,11 +3,12 @@
 # arm (configs/toy/grow-post.json) with the exact teacher and with top-k caches
 # of that teacher, each over the seeds (`normgrow sweep`: runs/topk-study/exact
 # and runs/topk-study/kK, each holding config/seedS), and prints the final
-# validation CE of each, mean ± std over the seeds. A cache run draws its batches
-# from the cache's aligned windows, so its data order differs from the exact
-# run's of the same seed (the same initialisation): the README's block
-# (`make readme-numbers RUNS="topk=runs/topk-study"`) pairs them by seed and
-# gives the difference's 95% interval. Run again, it keeps every finished run
+# validation CE of each, mean ± std over the seeds. The arm draws its batches by
+# epoch (the shard's windows in a seeded order) and a cache holds those same
+# windows, so a cache run of a seed trains on the exact teacher's run's batches
+# from the same initialisation: the README's block (`make readme-numbers
+# RUNS="topk=runs/topk-study"`) pairs them by seed and gives the difference's 95%
+# interval, the cache's cost alone. Run again, it keeps every finished run
 # and cache. Needs the demo's data and teacher (make demo, or its first steps).
 #   tools/topk_study.sh [--seeds S1,S2,...] [--jobs J] [--threads N] [--backend NAME]
 #                       [--precision fp32|bf16] [K...]      (defaults: seeds 1,2,3; K 8 32)

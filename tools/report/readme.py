@@ -260,7 +260,7 @@ def topk(src):
     """tools/topk_study.sh's runs (exact/config/seedS, kK/config/seedS): the
     exact teacher and each top-k cache over the seeds, mean ± std of the final
     validation CE, and each cache against the exact teacher paired by seed
-    (the same initialisation; a cache run's data order is the cache's), with
+    (the same initialisation and, sampling by epoch, the same batches), with
     its 95% interval."""
     entries = src.entries(lambda g, gd: (g == "exact" or re.fullmatch(r"k[0-9]+", g)) and os.path.isdir(gd))
 
