@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# tools/calibrate.sh from the outside, on a tiny pretraining set (a second a run): two
-# placements, a grid of two peak learning rates (one too large for Post-Norm), one seed;
-# each placement's calibrated rate is the grid's best, its grown arm trains at that rate,
-# the report pairs the four arms in its interaction table, and a second call trains
-# nothing again; a call for one of the placements with --hybrid keeps the other's rate and
+# tools/calibrate.sh from the outside, on a tiny distilling set (a tiny teacher; two
+# seconds a run): two placements, a grid of two peak learning rates (one too large for
+# Post-Norm), one seed; each placement's calibrated rate is the grid's best, its grown arm
+# trains at that rate, the report pairs the four arms in its interaction table; a call for one of the
+# placements with --hybrid trains none of the finished runs again, keeps the other's rate and
 # arms in calibration.json and the report and grows each hybrid at its prefix's rate, the
 # other placement's from calibration.json; with --warmups, each placement's warmup is the best at
-# its peak and its grown arm trains at it; with --divergences and --interventions (a distilling
-# set), the other divergences and the interventions train at their placement's rate and the
-# README's blocks read them. Bad options are refused in one line.
+# its peak and its grown arm trains at it; with --divergences and --interventions, the other
+# divergences and the interventions train at their placement's rate and the README's blocks
+# read them. Bad options are refused in one line.
 set -u
 root=${NG_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
 bin=${NG_BIN:-$root/build/normgrow}
@@ -20,10 +20,13 @@ export NG_BIN=$bin
 "$bin" data /usr/share/common-licenses/GPL-3 /usr/share/common-licenses/GPL-2 --records-split "" \
   --val-fraction 0.1 --out data >/dev/null || { echo "FAIL data: could not build shards"; exit 0; }
 mkdir set
-# joint: depth 2 for 320 steps of 256 tokens; grown: depth 1 then 2, 160 steps each
-tiny() {  # name stages
+# a distilling set: joint depth 2 for 320 steps of 256 tokens; grown depth 1 then 2, 160
+# steps each; its teacher of depth 2 pretrained for 320 steps
+tiny() {  # name stages [teacher]: pretraining, or distilling from the teacher
+  local mode='"mode": "pretrain"'
+  [ -z "${3:-}" ] || mode="\"mode\": \"distill\", \"teacher\": \"$3\", \"loss\": {\"kd_weight\": 0.5, \"temperature\": 2.0}"
   cat <<JSON
-{"name": "$1", "seed": 1, "run_dir": "runs/$1", "mode": "pretrain",
+{"name": "$1", "seed": 1, "run_dir": "runs/$1", $mode,
  "data": {"train": "$tmp/data/train.bin", "val": "$tmp/data/val.bin", "batch": 8, "seq": 32},
  "model": {"vocab_size": 257, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8, "rope_theta": 10000,
@@ -31,12 +34,15 @@ tiny() {  # name stages
  "optim": {"beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.1, "grad_clip": 1.0},
  "lr": {"peak": 0.01, "floor": 1e-7, "warmup_tokens": 2048, "shape": "cosine"},
  "growth": {"position": "top", "init": "gate", "gate_steps": 8},
- "eval": {"every_steps": 40, "batches": 2}, "checkpoint_every_steps": 40,
+ "eval": {"every_steps": 80, "batches": 2}, "checkpoint_every_steps": 160,
  "stages": $2}
 JSON
 }
-tiny joint-pre '[{"depth": 2, "tokens": 81920}]' >set/joint-pre.json
-tiny grow-pre '[{"depth": 1, "tokens": 40960}, {"depth": 2, "tokens": 40960}]' >set/grow-pre.json
+tiny teacher '[{"depth": 2, "tokens": 81920}]' >teacher.json
+"$bin" train teacher.json --run-dir teacher --threads 1 >teacher.log 2>&1 || echo "FAIL calibrate: the tiny teacher did not train"
+tiny joint-pre '[{"depth": 2, "tokens": 81920}]' "$tmp/teacher/final.safetensors" >set/joint-pre.json
+tiny grow-pre '[{"depth": 1, "tokens": 40960}, {"depth": 2, "tokens": 40960}]' "$tmp/teacher/final.safetensors" \
+  >set/grow-pre.json
 
 cal=("$root/tools/calibrate.sh" --configs set --depth 2 --placements pre,post --lrs 3e-3,3e-2
      --seeds 1 --jobs 2 --out cal)
@@ -73,29 +79,23 @@ if grep -A12 "^## Interaction of placement and growth" cal/report/report.md | gr
 else
   echo "FAIL calibrate: no interaction row at both rates in cal/report/report.md"
 fi
-# run again: nothing trains again (the final weights are the same files)
+# a call for one placement of the two, with --hybrid (and --divergences --interventions,
+# checked below): calibration.json and the report keep the other's, the six runs stay as they
+# are (Post-Norm's sweeps run again and keep theirs: the final weights are the same files),
+# the hybrids train, its twelve sweeps on the --threads given (not the cores shared out: 2
+# threads for one job on 2 cores)
 before=$(stat -c '%n %i %Y' cal/*/*/seed*/final.safetensors | sort)
-"${cal[@]}" >cal2.log 2>&1
-rc=$?
-after=$(stat -c '%n %i %Y' cal/*/*/seed*/final.safetensors | sort)
-if [ "$rc" -eq 0 ] && [ "$before" = "$after" ] && [ "$(grep -c . <<<"$before")" -eq 6 ]; then
-  echo "ok calibrate: a second call keeps all 6 finished runs as they are"
-else
-  echo "FAIL calibrate: a second call changed the runs ($(grep -c . <<<"$before") before)"
-fi
-# a call for one placement of the two, with --hybrid: calibration.json and the report keep
-# the other's, the six runs stay as they are, the hybrids train, its four sweeps on the
-# --threads given (not the cores shared out: 2 threads for one job on 2 cores)
 "$root/tools/calibrate.sh" --configs set --depth 2 --placements post --lrs 3e-3,3e-2 --seeds 1 \
-  --jobs 1 --threads 1 --out cal --hybrid >cal3.log 2>&1
+  --jobs 1 --threads 1 --out cal --hybrid --divergences --interventions >cal3.log 2>&1
 rc=$?
 after=$(stat -c '%n %i %Y' cal/{joint,grow}-*/*/seed*/final.safetensors | sort)
-if [ "$rc" -eq 0 ] && [ "$before" = "$after" ] && [ "$(grep -c ' 1 at a time on 1 thread each' cal/calibrate.log)" -eq 4 ] &&
+if [ "$rc" -eq 0 ] && [ "$before" = "$after" ] && [ "$(grep -c . <<<"$before")" -eq 6 ] &&
+   [ "$(grep -c ' 1 at a time on 1 thread each' cal/calibrate.log)" -eq 12 ] &&
    python3 -c 'import json, sys
 c = json.load(open("cal/calibration.json"))
 sys.exit(not (set(c) == {"pre", "post"} and c["pre"]["lr.peak"] == "3e-2"))' &&
    grep -A12 "^## Interaction of placement and growth" cal/report/report.md | grep -q "^| Post-Norm | .* | 1 |"; then
-  echo "ok calibrate --placements post --hybrid after pre,post: Pre-Norm's rate and arms kept in calibration.json and the report"
+  echo "ok calibrate --placements post --hybrid after pre,post: the 6 finished runs kept as they are, Pre-Norm's rate and arms kept in calibration.json and the report"
 else
   echo "FAIL calibrate --placements post --hybrid after pre,post: status $rc; $(cat cal/calibration.json 2>/dev/null | tr -d '\n')"
 fi
@@ -141,29 +141,17 @@ EOF
 else
   echo "FAIL calibrate --warmups: status $rc; $(tail -3 calw.log | tr '\n' ' ')"
 fi
-# --divergences --interventions on a distilling set (a tiny teacher): the grown arm of each
+# --divergences --interventions (with the --hybrid call above): the grown arm of each
 # placement under reverse KL and under JSD (beta 0.5) at its placement's calibrated rate, the
 # grown Pre-Norm arm with each intervention, and the joint one with LayerScale, at Pre-Norm's;
 # the README's blocks made from the directory as calibrate.sh leaves it
-tiny teacher '[{"depth": 2, "tokens": 81920}]' >teacher.json
-"$bin" train teacher.json --run-dir teacher --threads 1 >teacher.log 2>&1 || echo "FAIL calibrate: the tiny teacher did not train"
-mkdir dset
-for a in joint-pre grow-pre; do
-  python3 -c 'import json, sys
-c = json.load(open(sys.argv[1]))
-c.update(mode="distill", teacher=sys.argv[2], loss={"kd_weight": 0.5, "temperature": 2.0})
-print(json.dumps(c))' "set/$a.json" "$tmp/teacher/final.safetensors" >"dset/$a.json"
-done
-"$root/tools/calibrate.sh" --configs dset --depth 2 --placements pre,post --lrs 1e-2,3e-2 --seeds 1 --jobs 2 \
-  --out cald --divergences --interventions >cald.log 2>&1
-rc=$?
 if [ "$rc" -eq 0 ] && python3 - <<'EOF'; then
 import glob, json, sys
-rate = {p: float(c["lr.peak"]) for p, c in json.load(open("cald/calibration.json")).items()}
+rate = {p: float(c["lr.peak"]) for p, c in json.load(open("cal/calibration.json")).items()}
 if rate["pre"] == rate["post"]:  # then the check below could not tell the placements' rates apart
     sys.exit(f"both placements calibrated to {rate['pre']}")
 def one(group):
-    runs = [json.load(open(f)) for f in glob.glob(f"cald/{group}/*/seed1/config.json")]
+    runs = [json.load(open(f)) for f in glob.glob(f"cal/{group}/*/seed1/config.json")]
     if len(runs) != 1:
         sys.exit(f"{group}: {len(runs)} runs")
     return runs[0]
@@ -185,10 +173,10 @@ for g, section, key, value, depths in (("intervention-rescale-stream", "growth",
 EOF
   echo "ok calibrate --divergences --interventions: reverse KL and JSD (beta 0.5) grown at each placement's rate, the three interventions on grown Pre-Norm, LayerScale on joint Pre-Norm"
 else
-  echo "FAIL calibrate --divergences --interventions: status $rc; $(tail -3 cald.log | tr '\n' ' ')"
+  echo "FAIL calibrate --divergences --interventions: status $rc; $(tail -3 cal3.log | tr '\n' ' ')"
 fi
 printf '<!-- numbers divergences d -->\n<!-- /numbers -->\n<!-- numbers interventions d -->\n<!-- /numbers -->\n' >blocks.md
-if PYTHONPATH=$root/tools /usr/bin/python3 -m report.readme blocks.md --runs d=cald --out blocks2.md 2>readme.err &&
+if PYTHONPATH=$root/tools /usr/bin/python3 -m report.readme blocks.md --runs d=cal --out blocks2.md 2>readme.err &&
    [ "$(grep -c '^| \(Pre\|Post\)-Norm | \(forward KL\|reverse KL\|JSD\) |' blocks2.md)" -eq 6 ] && grep -q '^| LayerScale, 0.1 | ' blocks2.md &&
    grep -q '^| grown − joint (interaction) | | | ' blocks2.md &&
    [ "$(grep -c '^| \(forward KL\|reverse KL\|JSD\) | 1 |' blocks2.md)" -eq 3 ]; then
