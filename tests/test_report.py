@@ -291,25 +291,35 @@ class Readings(unittest.TestCase):
         self.assertEqual(str(t.rows[0][5]), "-0.0600")  # (2.00 − 2.05) − (2.03 − 2.02)
 
     def test_did_not_train(self):
-        """a run at the unigram plateau (ln 2 of a two-token shard), one with a null CE and an unfinished one are
-        left out of the means, each with its reason"""
+        """a run at the unigram plateau (ln 2 of a two-token shard), one with a null CE, an unfinished one and one
+        that stopped before its first evaluation (step records only) are left out of the means, each with its
+        reason"""
         write_shard(os.path.join(self.tmp, "val.bin"), [0, 0, 1, 1, 0, 1])
         self.assertAlmostEqual(unigram_entropy(os.path.join(self.tmp, "val.bin")), math.log(2), places=12)
         ok = self.run_dir("a", 1, [3, 3, 0.40])
         plateau = self.run_dir("a", 2, [3, 3, 0.65])
         nan = self.run_dir("a", 3, [3, 3, None])
         short = self.run_dir("a", 4, [3, 3, 0.30], finished=False)
-        study = load_study([ok, plateau, nan, short], quiet)
+        early = self.run_dir("a", 5, [3, 3, 0.30])
+        path = os.path.join(early, "metrics.jsonl")
+        with open(path) as f:
+            steps = [x for x in f if '"event": "step"' in x][:2]  # diverged at step 3
+        with open(path, "w") as f:
+            f.write("".join(steps))
+        study = load_study([ok, plateau, nan, short, early], quiet)
         why = {r.seed: r.failed for r in study.runs}
         self.assertIsNone(why[1])
         self.assertIn("unigram plateau: validation CE 0.6500, the unigram entropy of its validation data 0.6931", why[2])
         self.assertIn("not finite", why[3])
         self.assertIn("stops at step 4 of 6", why[4])
+        self.assertEqual(why[5], "stopped before its first evaluation: its metrics.jsonl ends at step 2 of 6")
         t = arms_table(study)
         self.assertEqual(str(t.cell("a", "final val CE")), "0.4000")
-        self.assertEqual(t.cell("a", "seeds"), "1, 2 (did not train), 3 (did not train), 4 (did not train)")
+        self.assertEqual(t.cell("a", "seeds"), "1, 2 (did not train), 3 (did not train), 4 (did not train), "
+                         "5 (did not train)")
         failed = [x for x in tables(study) if x.title == "Runs that did not train"][0]
-        self.assertEqual([r[2] for r in failed.rows], ["2", "3", "4"])
+        self.assertEqual([r[2] for r in failed.rows], ["2", "3", "4", "5"])
+        self.assertEqual(failed.rows[3][4], "none")
 
     def test_no_stage_field(self):
         """the oldest metrics files, without "stage": read as one stage (no stage table)"""

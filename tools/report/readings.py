@@ -687,10 +687,11 @@ def failed_table(study):
               "Runs left out of every mean and difference above, with the reason: a last validation CE that is "
               f"not finite, one within {PLATEAU_TEXT} of the unigram entropy of the run's validation data (or "
               "above it: the plateau of a model that predicts each token from the token frequencies alone), or a "
-              "metrics.jsonl that stops before the run's last step. Their own last values:",
+              "metrics.jsonl that stops before the run's last step (or before its first evaluation). Their own "
+              "last values:",
               ["run", "arm", "seed", "reason", "last val CE", "unigram entropy"], left=4)
     for r in failed:
-        t.rows.append([f"`{r.dir}`", r.name, str(r.seed), r.failed, Num(r.last.ce),
+        t.rows.append([f"`{r.dir}`", r.name, str(r.seed), r.failed, Num(r.last.ce) if r.evals else "none",
                        Num(r.entropy) if r.entropy is not None else "unknown"])
     return t
 

@@ -238,7 +238,14 @@ class Run:
 
     @property
     def last(self):
-        return self.evals[-1]
+        """The last evaluation; for a run with none (stopped before its first),
+        one with a NaN CE at its last step record (its tokens, layer-tokens and
+        FLOPs; 0 without a step record)."""
+        if self.evals:
+            return self.evals[-1]
+        s = self.steps[-1] if self.steps else {}
+        return Eval(step=self.last_step, stage=s.get("stage", 0), tokens=s.get("tokens", 0), ce=math.nan, kd=None,
+                    teacher_ce=None, layer_tokens=s.get("layer_tokens", 0), flops=s.get("flops", 0))
 
     @property
     def title(self):
@@ -339,8 +346,6 @@ def read_metrics(path, r):
                 r.block_placements[depth] = tuple(at)
         elif event == "step":
             r.steps.append(rec)
-    if not r.evals:
-        raise ReportError(f"{path}: no eval record")
 
 
 def point(rec, name, where):

@@ -105,6 +105,9 @@ class Entropies:
 
 def why_not_trained(run, entropy):
     """The reason the run did not train, or None when it did."""
+    if not run.evals:
+        return (f"stopped before its first evaluation: its metrics.jsonl ends at step {run.last_step} of "
+                f"{run.steps_total}")
     ce = run.last.ce
     if not math.isfinite(ce):
         return "its last validation CE is not finite"
