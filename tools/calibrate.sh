@@ -269,12 +269,16 @@ intervention_sets() {  # intervention-NAME: its --set options
     layer-scale | joint-layer-scale) echo "--set model.layer_scale_init=0.1" ;;
   esac
 }
+divergence_placement() {  # divergence-P-D: P
+  local p=${1#divergence-}
+  echo "${p%%-*}"
+}
 divergence_groups=(divergence-pre-reverse-kl divergence-pre-jsd divergence-post-reverse-kl divergence-post-jsd)
 intervention_groups=(intervention-rescale-stream intervention-depth-scaled-init intervention-layer-scale
                      intervention-joint-layer-scale)
 if [ "$divergences" = 1 ]; then
   for g in "${divergence_groups[@]}"; do
-    p=${g#divergence-} p=${p%%-*}
+    p=$(divergence_placement "$g")
     say "$g: grown $p at its peak LR ${best[$p]}, warmup ${warm[$p]} tokens -> $out/$g"
     # shellcheck disable=SC2046
     sweep "$configs/grow-pre.json" "$out/$g" $(placement_sets "$p") $(divergence_sets "$g") $(lr_sets "$p")
@@ -309,7 +313,7 @@ for h in pre-post post-pre; do
   [ -z "${best[${h%-*}]:-}" ] || add_runs "$out/hybrid-$h" "${h%-*}"
 done
 for g in "${divergence_groups[@]}"; do
-  p=${g#divergence-} p=${p%%-*}
+  p=$(divergence_placement "$g")
   [ -z "${best[$p]:-}" ] || add_runs "$out/$g" "$p"
 done
 if [ -n "${best[pre]:-}" ]; then

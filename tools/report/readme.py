@@ -26,7 +26,7 @@ import sys
 
 from .readings import (Study, excludes, final_ces, grown, interaction, interval, joint_of, last_block_dce,
                        min_block_dce, over, quadruples, rms_spread_table)
-from .runs import PLACEMENTS, ReportError, group_arms, is_run, load_run
+from .runs import PLACEMENTS, Arm, ReportError, group_arms, is_run, load_run
 from .stats import lowest_mean, paired, summary
 from .trained import classify
 
@@ -267,9 +267,10 @@ def topk(src):
     def sweep(d):
         runs = os.path.join(entries.get(d, ""), "config")
         dirs = [os.path.join(runs, s) for s in sorted(os.listdir(runs))] if os.path.isdir(runs) else []
-        if not any(is_run(x) for x in dirs):
+        dirs = [x for x in dirs if is_run(x)]
+        if not dirs:
             raise ReportError(f"readme: {src.where}: no runs in {d}/config (tools/topk_study.sh)")
-        return [load_run(x) for x in dirs if is_run(x)]
+        return [load_run(x) for x in dirs]
     ks = sorted(int(d[1:]) for d in entries if d != "exact")
     rows = [("exact", sweep("exact"))] + [(f"top-{k} cache", sweep(f"k{k}")) for k in ks]
     classify([r for _, runs in rows for r in runs])
@@ -488,7 +489,7 @@ def calibrated(src):
 
 def seed_ces(runs):
     """{seed: final validation CE} of the runs that trained."""
-    return {r.seed: r.last.ce for r in runs if r.failed is None}
+    return final_ces(Arm(runs))
 
 
 def difference_cells(a, b):
@@ -503,7 +504,7 @@ def groups_needed(src, groups, names, option):
             raise ReportError(f"readme: {src.where}: no runs in {g} (tools/calibrate.sh {option})")
 
 
-DIVERGENCES = (("grow", "forward KL"), ("divergence-{}-reverse-kl", "reverse KL"), ("divergence-{}-jsd", "JSD"))
+DIVERGENCES = (("grow-{}", "forward KL"), ("divergence-{}-reverse-kl", "reverse KL"), ("divergence-{}-jsd", "JSD"))
 
 
 def divergences(src):
@@ -514,7 +515,7 @@ def divergences(src):
     with 95% intervals."""
     every = calibrate_runs(src)
     groups, set_w = at_peaks(every), set_warmup(every)
-    name = {(p, d): ("grow-" + p if g == "grow" else g.format(p)) for p in ("pre", "post") for g, d in DIVERGENCES}
+    name = {(p, d): g.format(p) for p in ("pre", "post") for g, d in DIVERGENCES}
     groups_needed(src, groups, name.values(), "--divergences")
     out = ["| placement | divergence | peak LR | final val CE | − forward KL | 95% interval |",
            "|---|---|---:|---:|---:|---:|"]

@@ -439,9 +439,16 @@ def read_final(path, r):
     r.final = f
 
 
-def load_run(path):
+def load_records(path):
+    """A run's config.json and metrics.jsonl, without its diagnostics: what
+    says whether and how far it trained."""
     r = load_config(run_file(path, "config"), path)
     read_metrics(run_file(path, "metrics"), r)
+    return r
+
+
+def load_run(path):
+    r = load_records(path)
     if os.path.exists(run_file(path, "diag")):
         read_diag(run_file(path, "diag"), r)
     if os.path.exists(run_file(path, "diag_final")):

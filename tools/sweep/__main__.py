@@ -202,9 +202,9 @@ def records_end(d):
     """Whether the records in d (config.json, metrics.jsonl) end with the evaluation at the
     run's last step, as `normgrow runs` calls a run finished: a run whose weights are gone
     (tools/archive_runs.sh keeps none) but whose records are whole."""
-    from report.runs import ReportError, is_run, load_run
+    from report.runs import ReportError, is_run, load_records
     try:
-        return is_run(d) and load_run(d).finished
+        return is_run(d) and load_records(d).finished
     except (ReportError, OSError):
         return False
 

@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 
 from report.files import write_atomic
-from report.runs import ReportError, is_run, load_run
+from report.runs import ReportError, is_run, load_records
 from report.stats import lowest_mean, summary
 from report.trained import PLATEAU_MARGIN, classify
 
@@ -49,7 +49,7 @@ def read_rows(plan):
                 cell.failed = "not run (no config.json in its directory)"
                 continue
             try:
-                run = load_run(cell.dir)
+                run = load_records(cell.dir)
             except ReportError as e:
                 cell.failed = f"unreadable: {e}"
                 continue
