@@ -311,7 +311,8 @@ static int read_config(const char *dir, ng_rundir_status *s) {
   return err ? -1 : 0;
 }
 
-// One record of metrics.jsonl: its step, and the val_ce of an eval record.
+// One record of metrics.jsonl: its step, the val_ce of an eval record, and
+// whether it is a "diverged" one.
 static int metrics_record(const char *line, const char *where, ng_rundir_status *s) {
   cJSON *j = cJSON_Parse(line);
   const cJSON *ev = cJSON_GetObjectItemCaseSensitive(j, "event");
@@ -324,13 +325,13 @@ static int metrics_record(const char *line, const char *where, ng_rundir_status 
   else
     rc = ng_json_int_value(cJSON_GetObjectItemCaseSensitive(j, "step"), what, 0, NG_JSON_MAX_INT,
                            &s->last_step);
-  if (rc == 0 && strcmp(ev->valuestring, "eval") == 0) {
+  bool eval = rc == 0 && strcmp(ev->valuestring, "eval") == 0;
+  if (eval) {
     s->has_eval = true;
     s->final_ce = cJSON_IsNumber(ce) ? ce->valuedouble : NAN;
-    s->finished = s->last_step == s->steps_total;
-  } else {
-    s->finished = false;
   }
+  s->finished = eval && s->last_step == s->steps_total;
+  s->diverged = rc == 0 && strcmp(ev->valuestring, "diverged") == 0;
   cJSON_Delete(j);
   return rc;
 }
@@ -403,6 +404,8 @@ void ng_rundir_state(const ng_rundir_status *s, char *buf, size_t n) {
     snprintf(buf, n, "running");
   else if (s->finished)
     snprintf(buf, n, "finished");
+  else if (s->diverged)
+    snprintf(buf, n, "diverged (step %lld)", (long long)s->last_step);
   else if (s->ckpt_step >= 0)
     snprintf(buf, n, "stopped (checkpoint %lld)", (long long)s->ckpt_step);
   else if (s->last_step > 0)

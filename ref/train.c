@@ -581,12 +581,30 @@ static const ng_param *first_nonfinite(const ng_model *m, bool grads) {
 // number stays finite (docs/runs.md).
 #define CE_BOUND_UNIFORMS 100.0
 
+// Stops the run at step t->st.step, which diverged (`why`): its "diverged"
+// record ends metrics.jsonl, and one line says why and what to do: `fix` in
+// config.json, then resume from the last checkpoint, or start again without
+// one. NG_TRAIN_DIVERGED.
+static int stop_diverged(trainer *t, const char *why, const char *fix) {
+  const char *d = t->rc.run_dir;
+  cJSON *j = record(t, "diverged");
+  cJSON_AddStringToObject(j, "why", why);
+  ng_rundir_log(&t->dir, NG_LOG_METRICS, j);
+  bool ckpt = ng_rundir_has(d, NG_RUN_CHECKPOINT);
+  ng_fail("%s: step %lld (stage %lld): %s; stopped, nothing of the step written but its \"diverged\" record in "
+          "metrics.jsonl; %s%s%s: %s in %s/config.json and `normgrow train %s%s%s`",
+          t->rc.name, (long long)t->st.step, (long long)t->st.stage + 1, why,
+          ckpt ? "the last checkpoint in " : "no checkpoint yet", ckpt ? d : "", ckpt ? " stands" : "", fix, d,
+          ckpt ? "--resume " : "", d, ckpt ? "" : "/config.json --force");
+  return NG_TRAIN_DIVERGED;
+}
+
 // After the update of step t->st.step: a non-finite loss, gradient norm or
 // weight, or a CE above the bound, stops the run, before anything of the step
-// is logged or written, with one line naming the step, the stage and what
-// went wrong (the KD term, when the CE is finite and the loss is not; else the
-// first non-finite tensor) and what to change.
-static int check_sane(const trainer *t, double loss, double ce, double gnorm) {
+// is logged or written (stop_diverged), with one line naming the step, the
+// stage and what went wrong (the KD term, when the CE is finite and the loss is
+// not; else the first non-finite tensor) and what to change.
+static int check_sane(trainer *t, double loss, double ce, double gnorm) {
   bool bad = !isfinite(loss) || !isfinite(gnorm);
   const ng_param *g = bad ? first_nonfinite(t->student, true) : NULL;
   const ng_param *w = g ? NULL : first_nonfinite(t->student, false);
@@ -615,14 +633,12 @@ static int check_sane(const trainer *t, double loss, double ce, double gnorm) {
   } else {
     return 0;
   }
-  return ng_fail("%s: step %lld (stage %lld): %s; stopped with nothing of it written (the last "
-                 "checkpoint in %s stands): %s in %s/config.json and `normgrow train --resume %s`",
-                 t->rc.name, (long long)t->st.step, (long long)t->st.stage + 1, why, t->rc.run_dir,
-                 rkl_cache ? "distil with loss.divergence forward_kl or jsd, or from the full teacher,"
-                           : "lower lr",
-                 t->rc.run_dir, t->rc.run_dir);
+  return stop_diverged(t, why, rkl_cache ? "distil with loss.divergence forward_kl or jsd, or from the full teacher,"
+                                         : "lower lr");
 }
 
+// One step of training and its record: 0, -1 on an error, NG_TRAIN_DIVERGED
+// when check_sane stops the run.
 static int train_step(trainer *t) {
   const ng_run_config *rc = &t->rc;
   int64_t N = rc->batch * rc->seq;
@@ -651,7 +667,7 @@ static int train_step(trainer *t) {
   t->st.tokens += N;
   t->st.layer_tokens += N * t->student->cfg.num_hidden_layers;
   double loss = rc->distill ? ng_loss_mix(rc->loss.kd_weight, ce, kd) : ce;
-  if (check_sane(t, loss, ce, gnorm)) return -1;
+  if (check_sane(t, loss, ce, gnorm)) return NG_TRAIN_DIVERGED;
   cJSON *j = record(t, "step");
   cJSON_AddNumberToObject(j, "lr", lr);
   cJSON_AddNumberToObject(j, "loss", loss);
@@ -766,9 +782,9 @@ static int run_stages(trainer *t) {
       for (int64_t l = 0; l < t->student->cfg.num_hidden_layers; l++) ng_model_freeze(t->student, l, false);
     if (t->st.step_in_stage == 0 && grows && grow(t, s)) return -1;
     while (t->st.step_in_stage < ng_stage_steps(rc, s)) {
-      if (train_step(t) || (t->st.step % rc->eval_every == 0 && log_eval(t)) ||
-          ng_rundir_check_logs(&t->dir))
-        return -1;
+      int err = train_step(t);
+      if (err) return err;
+      if ((t->st.step % rc->eval_every == 0 && log_eval(t)) || ng_rundir_check_logs(&t->dir)) return -1;
       if (t->st.step % rc->checkpoint_every == 0 && save_checkpoint(t, NG_RUN_CHECKPOINT, true))
         return -1;
       if (t->st.step == t->stop_after) return 0;  // a stop: no final checkpoint
@@ -1023,7 +1039,7 @@ int ng_train(const ng_train_args *args) {
     if (rc >= 0 && isatty(STDERR_FILENO)) fputc('\n', stderr);
     if (rc >= 0) closing_line(&t, rc);
   }
-  if (rc < 0) fail_ranks(&t);
+  if (rc == -1) fail_ranks(&t);  // (a divergence stops every rank by itself: each sees the same numbers)
   trainer_free(&t);
   return rc;
 }

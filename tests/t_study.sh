@@ -2,7 +2,8 @@
 # tools/study.sh (the study's launcher) from the outside, one process, on sets of one's own
 # (--configs): configs/rehearsal's seven arms and teacher shrunk to a few steps each.
 # 1. Byte-level: data from a text corpus, the set's teacher pretrained and used as a Hugging
-#    Face directory, the seven arms, the report; a second call keeps all of it.
+#    Face directory, the seven arms, the report; a second call keeps all of it; an arm that
+#    diverges is kept and marked in the report, and the study goes on.
 # 2. Qwen3's vocabulary, with the real Qwen3 tokenizer (../shared, when present): a tiny
 #    teacher of 151,936 tokens made here and exported with the tokenizer's files is the
 #    --teacher; the launcher tokenizes the corpus with its tokenizer.json (the same ids as
@@ -59,6 +60,26 @@ if [ "$rc" -eq 0 ] && [ "$before" = "$(finals s1)" ] && [ "$(grep -c 'finished, 
   echo "ok study: a second call keeps the data, the teacher and the 7 finished arms"
 else
   echo "FAIL study: a second call did not keep what was done (status $rc)"
+fi
+# An arm that diverges (joint-post at lr.peak 10 with a weight decay of 1) is a result: the
+# study's copy with that arm's run removed trains it, goes on, and its report marks it as not
+# trained (exit 0); a second call keeps it.
+cp -r bytes dv && cp -r s1 s3 && rm -rf s3/joint-post s3/report
+python3 -c "import json, sys
+c = json.load(open(sys.argv[1]))
+c['lr']['peak'], c['optim']['weight_decay'] = 10, 1
+json.dump(c, open(sys.argv[1], 'w'), indent=2)" dv/joint-post.json
+"$root/tools/study.sh" --configs dv "${corpus[@]}" --out s3 >s3.log 2>&1
+rc=$?
+"$root/tools/study.sh" --configs dv "${corpus[@]}" --out s3 >s3b.log 2>&1
+rc2=$?
+if [ "$rc" -eq 0 ] && grep -q 'arm 2/7 joint-post: diverged (its output is above' s3.log &&
+   [ "$(grep -c 'finished, kept' s3.log)" -eq 6 ] && [ ! -e s3/joint-post/final.safetensors ] &&
+   grep -q '^- `s3/joint-post` (`joint-post` seed 1): diverged at step [0-9]* of ' s3/report/report.md &&
+   [ "$rc2" -eq 0 ] && grep -q 'arm 2/7 joint-post: diverged, kept' s3b.log && ! grep -q ': starting in' s3b.log; then
+  echo "ok study with an arm that diverges: the others kept, the report marks it; a second call keeps it"
+else
+  echo "FAIL study with an arm that diverges: status $rc, then $rc2; $(tail -3 s3.log | tr '\n' ' ')"
 fi
 "$root/tools/study.sh" --configs nowhere "${corpus[@]}" --out bad >bad.out 2>&1
 rc=$?

@@ -4,8 +4,9 @@
 # a grid of 2 settings x 2 seeds stopped part-way, resumed, then kept; its table
 # holds each run's final validation CE, the seeds' mean and std, and marks the
 # setting that stays on the unigram plateau; a run equals `normgrow train` of its
-# setting and seed bit for bit; a bad --set stops the sweep before it trains,
-# with one line and a non-zero exit.
+# setting and seed bit for bit; a setting that diverges is marked and kept, the
+# sweep's status 0; a bad --set stops the sweep before it trains, with one line
+# and a non-zero exit.
 set -u
 root=${NG_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
 bin=${NG_BIN:-$root/build/normgrow}
@@ -166,6 +167,41 @@ if "$root/tools/archive_runs.sh" sw.tar.xz sw >/dev/null 2>&1 && mkdir x && tar 
   fi
 else
   echo "FAIL the sweep archived with tools/archive_runs.sh: no weights in it, its runs' records whole"
+fi
+
+# 4c. A setting that diverges (lr.peak 10 with a weight decay of 1: the weights flip and
+# grow 9-fold a step until the CE passes its bound, before the first checkpoint) is a
+# result: `normgrow train` exits 3, its metrics.jsonl ends with a "diverged" record, the
+# sweep ends with status 0 and marks it; run again, the sweep keeps it, trains nothing.
+dv=(tiny.json --out dv --set lr.peak=3e-2,10 --set optim.weight_decay=1 --seeds 1)
+"$bin" --threads 1 sweep "${dv[@]}" >dv1.out 2>&1
+rc=$?
+log='dv/lr.peak=10,optim.weight_decay=1/seed1'
+if [ "$rc" -eq 0 ] && grep -q "^\[sweep .*\] lr.peak=10,optim.weight_decay=1 seed 1: diverged (did not train): normgrow: tiny@lr.peak=10,optim.weight_decay=1: step [0-9]* (stage 1): training CE .* a weight has run away; .*; no checkpoint yet: lower lr in $log/config.json and .normgrow train $log/config.json --force." dv1.out &&
+   tail -1 "$log/metrics.jsonl" | grep -q '^{"event":"diverged","step":[0-9]*,.*"why":"training CE ' &&
+   python3 -c "import json, sys; s = json.load(open('dv/sweep.json'))['settings']
+sys.exit(not (s[0]['trained'] == 1 and s[0]['best'] and s[1]['trained'] == 0 and
+              s[1]['seeds'][0]['why_not'].startswith('diverged at step ')))" &&
+   grep -q '^- lr.peak=10,optim.weight_decay=1, seed 1 (.*): diverged at step [0-9]* of 320: training CE ' dv/sweep.md; then
+  echo "ok sweep over a setting that diverges: status 0, the run marked diverged with its step and why, the other best"
+else
+  echo "FAIL sweep over a setting that diverges: status $rc: $(tail -3 dv1.out); $(tail -1 "$log/metrics.jsonl")"
+fi
+cp dv/sweep.json dv-before.json
+"$bin" --threads 1 sweep "${dv[@]}" >dv2.out 2>&1
+rc=$?
+if [ "$rc" -eq 0 ] && grep -q ": diverged (did not train), kept ($log)" dv2.out &&
+   grep -q ": finished, kept (" dv2.out && ! grep -q -e ': starting (' -e ': resuming' dv2.out &&
+   cmp -s dv-before.json dv/sweep.json; then
+  echo "ok the sweep run again: the diverged run kept as it is, nothing trained, the same table"
+else
+  echo "FAIL the sweep run again over a diverged run: status $rc: $(tail -4 dv2.out)"
+fi
+"$bin" runs dv >runs.out 2>&1
+if grep -q 'seed1  *diverged (step \([0-9]*\))  *\1/320  *-  ' runs.out; then
+  echo "ok runs over it: the diverged run's state names its step"
+else
+  echo "FAIL runs over a diverged run: $(cat runs.out)"
 fi
 
 # 5. Bad input: one line on stderr, a non-zero exit, nothing trained.

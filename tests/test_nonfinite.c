@@ -1,7 +1,8 @@
 // Non-finite training: a run that really diverges (stage 2 at a learning rate
 // of 10 with a weight decay of 1000: the weights grow ~10^4-fold a step) stops
 // at that step with one line naming the step, the stage and the first
-// non-finite tensor, writes no checkpoint or final weights from that state,
+// non-finite tensor (NG_TRAIN_DIVERGED), ends metrics.jsonl with a "diverged"
+// record of that step, writes no checkpoint or final weights from that state,
 // and resumes from its last checkpoint once config.json has a sane learning
 // rate (the resume re-reads it). A checkpoint with one Inf weight (written by
 // the test into a real checkpoint) is refused on resume with the tensor named,
@@ -107,6 +108,36 @@ static int read_steps(const char *path, int64_t *steps, double *lrs, int max) {
   return k;
 }
 
+// The last record of a metrics log: its event and step, and its "why" (""
+// when it has none) into why[n]. False when the log has no record.
+static bool last_record(const char *path, char *event, size_t n_event, int64_t *step, char *why, size_t n) {
+  size_t len;
+  char *text = slurp(path, &len), *last = NULL, *save = NULL;
+  for (char *line = text ? strtok_r(text, "\n", &save) : NULL; line; line = strtok_r(NULL, "\n", &save))
+    last = line;
+  cJSON *j = last ? cJSON_Parse(last) : NULL;
+  const cJSON *ev = cJSON_GetObjectItemCaseSensitive(j, "event"), *w = cJSON_GetObjectItemCaseSensitive(j, "why");
+  const cJSON *st = cJSON_GetObjectItemCaseSensitive(j, "step");
+  bool ok = cJSON_IsString(ev) && cJSON_IsNumber(st);
+  if (ok) {
+    snprintf(event, n_event, "%s", ev->valuestring);
+    snprintf(why, n, "%s", cJSON_IsString(w) ? w->valuestring : "");
+    *step = (int64_t)st->valuedouble;
+  }
+  cJSON_Delete(j);
+  free(text);
+  return ok;
+}
+
+// Whether the metrics log ends with the "diverged" record of `step`, whose
+// "why" is the reason the stop's message `msg` gives.
+static bool diverged_record(const char *path, int64_t step, const char *msg) {
+  char event[32], why[400];
+  int64_t at;
+  return last_record(path, event, sizeof event, &at, why, sizeof why) && strcmp(event, "diverged") == 0 &&
+         at == step && why[0] && strstr(msg, why);
+}
+
 // Whether a stop's message names what stopped it: the first non-finite value
 // (the gradient of a tensor, an updated tensor, or the loss), or the CE bound.
 static bool stop_named(const char *msg) {
@@ -135,10 +166,13 @@ static void check_divergence(void) {
   const char *at = strstr(msg, ": step ");
   if (at) step = strtol(at + 7, NULL, 10);
   int64_t ckpt_step = -1;
-  bool named = strstr(msg, "(stage 2)") && strchr(msg, '\n') == NULL && stop_named(msg);
-  CHECK(rc == -1 && named && step > 10 && step <= 30, "a diverging run stops at its step with one line",
-        "status %d: %s", rc, msg);
+  bool named = strstr(msg, "(stage 2)") && strchr(msg, '\n') == NULL && stop_named(msg) &&
+               strstr(msg, "; the last checkpoint in ") && strstr(msg, "`normgrow train --resume ");
+  CHECK(rc == NG_TRAIN_DIVERGED && named && step > 10 && step <= 30,
+        "a diverging run stops at its step with one line", "status %d: %s", rc, msg);
   printf("# %s\n", msg);
+  CHECK(diverged_record(metrics, step, msg), "metrics.jsonl ends with the \"diverged\" record of that step and why",
+        "stopped at step %ld: %s", step, msg);
   CHECK(finite_checkpoint(ckpt, &ckpt_step) && ckpt_step == 10 && access(final, F_OK) != 0,
         "the diverged run leaves its last good checkpoint (step 10) and no final weights",
         "checkpoint step %lld, final %s", (long long)ckpt_step,
@@ -160,9 +194,13 @@ static void check_divergence(void) {
   bool order = n == 30;
   // exact: a constant schedule logs its peak, the config's number read back from its digits
   for (int i = 0; order && i < n; i++) order = steps[i] == i + 1 && lrs[i] == (i < 10 ? 0.001 : 0.0005);
-  CHECK(rc == 0 && finite_checkpoint(final, NULL) && order,
-        "resumed from step 10 with the LR of the edited config.json: 30 finite steps",
-        "status %d (%s), %d step records", rc, rc ? ng_error() : "", n);
+  char *log = slurp(metrics, NULL);
+  bool cut = log && !strstr(log, "\"diverged\"");
+  free(log);
+  CHECK(rc == 0 && finite_checkpoint(final, NULL) && order && cut,
+        "resumed from step 10 with the LR of the edited config.json: 30 finite steps, the diverged record cut",
+        "status %d (%s), %d step records, the diverged record %s", rc, rc ? ng_error() : "", n,
+        cut ? "cut" : "still there");
 }
 
 // A copy of the checkpoint `path` (in place) with element 3 of `name` set to `value`.
@@ -224,7 +262,7 @@ static void check_poisoned(void) {
 // (token 0's row, which every position's logit of token 0 reads) set to
 // `value`: the resumed run stops at step 11 with one line that `want` is in;
 // the checkpoint it resumed from stays as it was, metrics.jsonl ends at step
-// 10, and no final weights are written.
+// 10 and the "diverged" record of step 11, and no final weights are written.
 static void check_bad_weight(const char *name, float value, const char *want) {
   char config[160], run[96], ckpt[160], final[160], metrics[160];
   snprintf(config, sizeof config, "%s/%s.json", dir, name);
@@ -250,8 +288,8 @@ static void check_bad_weight(const char *name, float value, const char *want) {
   char what[200];
   snprintf(what, sizeof what, "a weight of %g: the run stops at the next step with one line, its checkpoint kept",
            (double)value);
-  CHECK(trained && rc == -1 && strstr(msg, "step 11 (stage 2)") && strstr(msg, want) && stop_named(msg) &&
-            !strchr(msg, '\n') && kept,
+  CHECK(trained && rc == NG_TRAIN_DIVERGED && strstr(msg, "step 11 (stage 2)") && strstr(msg, want) &&
+            stop_named(msg) && !strchr(msg, '\n') && kept && diverged_record(metrics, 11, msg),
         what, "status %d: %s (checkpoint %s, %d step records, final %s)", rc, rc ? msg : "",
         n0 == n1 && memcmp(before, after, n0) == 0 ? "unchanged" : "changed", n,
         access(final, F_OK) == 0 ? "written" : "absent");

@@ -291,9 +291,9 @@ class Readings(unittest.TestCase):
         self.assertEqual(str(t.rows[0][5]), "-0.0600")  # (2.00 − 2.05) − (2.03 − 2.02)
 
     def test_did_not_train(self):
-        """a run at the unigram plateau (ln 2 of a two-token shard), one with a null CE, an unfinished one and one
-        that stopped before its first evaluation (step records only) are left out of the means, each with its
-        reason"""
+        """a run at the unigram plateau (ln 2 of a two-token shard), one with a null CE, an unfinished one, one
+        that stopped before its first evaluation (step records only) and one that diverged after it (its
+        "diverged" record last) are left out of the means, each with its reason"""
         write_shard(os.path.join(self.tmp, "val.bin"), [0, 0, 1, 1, 0, 1])
         self.assertAlmostEqual(unigram_entropy(os.path.join(self.tmp, "val.bin")), math.log(2), places=12)
         ok = self.run_dir("a", 1, [3, 3, 0.40])
@@ -306,19 +306,27 @@ class Readings(unittest.TestCase):
             steps = [x for x in f if '"event": "step"' in x][:2]  # diverged at step 3
         with open(path, "w") as f:
             f.write("".join(steps))
-        study = load_study([ok, plateau, nan, short, early], quiet)
+        diverged = self.run_dir("a", 6, [3, 3, 0.30])  # evaluated at step 3, stopped at step 5
+        path = os.path.join(diverged, "metrics.jsonl")
+        with open(path) as f:
+            kept = [x for x in f if json.loads(x)["step"] <= 4]
+        with open(path, "w") as f:
+            f.write("".join(kept) + json.dumps({"event": "diverged", "step": 5, "tokens": 5,
+                                                "why": "non-finite training (loss nan, grad norm nan)"}) + "\n")
+        study = load_study([ok, plateau, nan, short, early, diverged], quiet)
         why = {r.seed: r.failed for r in study.runs}
         self.assertIsNone(why[1])
         self.assertIn("unigram plateau: validation CE 0.6500, the unigram entropy of its validation data 0.6931", why[2])
         self.assertIn("not finite", why[3])
         self.assertIn("stops at step 4 of 6", why[4])
         self.assertEqual(why[5], "stopped before its first evaluation: its metrics.jsonl ends at step 2 of 6")
+        self.assertEqual(why[6], "diverged at step 5 of 6: non-finite training (loss nan, grad norm nan)")
         t = arms_table(study)
         self.assertEqual(str(t.cell("a", "final val CE")), "0.4000")
         self.assertEqual(t.cell("a", "seeds"), "1, 2 (did not train), 3 (did not train), 4 (did not train), "
-                         "5 (did not train)")
+                         "5 (did not train), 6 (did not train)")
         failed = [x for x in tables(study) if x.title == "Runs that did not train"][0]
-        self.assertEqual([r[2] for r in failed.rows], ["2", "3", "4", "5"])
+        self.assertEqual([r[2] for r in failed.rows], ["2", "3", "4", "5", "6"])
         self.assertEqual(failed.rows[3][4], "none")
 
     def test_no_stage_field(self):
@@ -593,14 +601,27 @@ class TensorBoard(unittest.TestCase):
     """Event files read back (skipped without tensorboardX for the python that runs the report)."""
 
     def test_events(self):
-        """--tensorboard: every run's val CE, growth markers and RMS spread, read back from the event files"""
+        """--tensorboard: every run's val CE, growth markers and RMS spread, read back from the event files;
+        --follow ends once every run has ended, one of them diverged (its "diverged" record a text event)"""
         py = os.environ.get("NG_PYTHON") or os.path.join(ROOT, "build", "venv-tensorboard", "bin", "python")
         if not os.access(py, os.X_OK) or subprocess.run([py, "-c", "import tensorboardX"]).returncode:
             self.skipTest("no tensorboardX (tools/tensorboard_venv.sh makes a venv with it)")
         tmp = tempfile.mkdtemp()
         try:
             shutil.copytree(FIXTURE, os.path.join(tmp, "runs"))
-            dirs = [os.path.join(tmp, "runs", d) for d in ("grow-post-s1", "fixed-pre-s7")]
+            # a third run, seed 9 of grow-post, diverged at step 5 after the evaluation of step 4
+            d9 = os.path.join(tmp, "runs", "grow-post-s9")
+            shutil.copytree(os.path.join(tmp, "runs", "grow-post-s1"), d9)
+            with open(os.path.join(d9, "config.json")) as f:
+                cfg = dict(json.load(f), seed=9)
+            with open(os.path.join(d9, "config.json"), "w") as f:
+                json.dump(cfg, f)
+            with open(os.path.join(d9, "metrics.jsonl")) as f:
+                recs = [x for x in f if json.loads(x)["step"] <= 4]
+            with open(os.path.join(d9, "metrics.jsonl"), "w") as f:
+                f.write("".join(recs) + json.dumps({"event": "diverged", "step": 5, "tokens": 5,
+                                                    "why": "non-finite training (loss nan, grad norm nan)"}) + "\n")
+            dirs = [os.path.join(tmp, "runs", d) for d in ("grow-post-s1", "fixed-pre-s7", "grow-post-s9")]
             logs = os.path.join(tmp, "tb")
             env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "tools"))
             p = subprocess.run([py, "-m", "report", *dirs, "--tensorboard", logs, "--follow", "--poll", "0.1"],
@@ -615,6 +636,12 @@ class TensorBoard(unittest.TestCase):
             self.assertEqual(ev["growth"][0][0], 2)
             self.assertIn("depth 1 → 2", ev["growth"][0][1])
             self.assertEqual([s for s, _ in ev["rms_std/hidden.L"]], [2, 4, 6])
+            self.assertIn("every run has ended", p.stdout)  # the diverged one too
+            got = subprocess.run([py, "-c", READ_EVENTS, os.path.join(logs, "grow-post", "seed9")],
+                                 capture_output=True, text=True, timeout=120)
+            ev = json.loads(got.stdout)
+            self.assertEqual(ev["val/ce"], [[2, 3.10417], [4, 2.90123]])
+            self.assertEqual(ev["diverged"], [[5, "step 5: non-finite training (loss nan, grad norm nan)"]])
             again = subprocess.run([py, "-m", "report", *dirs, "--tensorboard", logs, "--follow"],
                                    capture_output=True, text=True, env=env, timeout=120)
             self.assertNotEqual(again.returncode, 0)

@@ -5,7 +5,8 @@
 // --set KEY=VALUE (repeatable): a key of RUN.json replaced (ng_run_overrides, run.h);
 // --check: RUN.json with its overrides resolved and printed (every default
 // explicit, as the run directory's config.json would hold it), nothing trained.
-// A run stopped by SIGINT or SIGTERM (after its checkpoint) exits 128 + signal.
+// A run stopped by SIGINT or SIGTERM (after its checkpoint) exits 128 + signal;
+// one its sanity check stopped (it diverged: NG_TRAIN_DIVERGED) exits 3.
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +16,8 @@
 #include "normgrow/common.h"
 #include "normgrow/run.h"
 #include "normgrow/train.h"
+
+enum { EXIT_DIVERGED = 3 };  // a run its sanity check stopped
 
 // The values of every --set, in order (malloc'd; *n of them).
 static const char **collect_sets(const ng_cli *c, int *n) {
@@ -54,6 +57,10 @@ static int train(const ng_cli *c, ng_train_args *a) {
   if (ng_cli_opt(c, "check")) return check_config(a);
   int rc = ng_train(a);
   if (rc > 0) return 128 + rc;  // stopped by that signal, the checkpoint written
+  if (rc == NG_TRAIN_DIVERGED) {
+    ng_cli_error(ng_error());
+    return EXIT_DIVERGED;
+  }
   return rc ? ng_cli_error(ng_error()) : 0;
 }
 

@@ -50,6 +50,7 @@ static const command commands[] = {
      "         either with [--backend NAME] [--precision fp32|bf16] (replace the run's own)\n"
      "    run one arm (--force: replace a run in its directory), or continue it from its last\n"
      "    checkpoint (--extend-tokens: a finished run, N tokens more); Ctrl-C stops at a checkpoint;\n"
+     "    a run that diverges (a NaN, an Inf, a runaway CE) stops there and exits 3;\n"
      "    --set: a key of RUN.json replaced (lr.peak=1e-3, stages.0.tokens=8192, a string as it is);\n"
      "    --check: print the resolved config (with the overrides), train nothing"},
     {"diag", cmd_diag, 1, 1, true,
@@ -70,7 +71,7 @@ static const command commands[] = {
      "sweep RUN.json --out DIR [--set KEY=V1,V2,...]... [--seeds S1,S2,...] [--jobs J]\n"
      "         [--backend NAME] [--precision fp32|bf16] [--threads N (per run; default: the cores / J)]\n"
      "    RUN.json trained at every setting of the grid and every seed, J runs at a time, each in\n"
-     "    DIR/<setting>/seed<S>; run again, finished runs are kept and stopped ones resumed;\n"
+     "    DIR/<setting>/seed<S>; run again, finished and diverged runs are kept, stopped ones resumed;\n"
      "    DIR/sweep.md and sweep.json: final validation CE per setting, mean and spread over seeds"},
     {"runs", cmd_runs, 0, 1, false, NONE, LIST("long"),
      "runs [DIR] [--long]\n"

@@ -4,7 +4,8 @@
 # top-k teacher cache, the seven arms in order under an MPI launch line, and the
 # report. Run it again after an interruption: what is done is kept (data,
 # teacher, cache, every finished arm), an interrupted arm resumes from its last
-# checkpoint, and the rest follows.
+# checkpoint, and the rest follows. An arm that diverges is a result: kept, and
+# marked in the report as not trained.
 #
 # usage: tools/study.sh --set SET | --configs DIR --corpus PATH [--corpus PATH ...]
 #            [--records-split LINE | --jsonl-field FIELD] [--max-tokens N] [--val-fraction F]
@@ -221,10 +222,18 @@ progress() {
 }
 
 # ---------------------------------------------------------------- the arms
+# An arm that diverged (`normgrow train` stopped it at a NaN, an Inf or a runaway CE, its
+# metrics.jsonl ending with a "diverged" record) is a result: kept, the report marks it as
+# not trained, and the study goes on.
+diverged() { [ -f "$1/metrics.jsonl" ] && tail -n 1 "$1/metrics.jsonl" | grep -q '^{"event":"diverged",'; }
 for i in "${!arms[@]}"; do
   a=${arms[$i]} dir=$out/${arms[$i]}
   if [ -f "$dir/final.safetensors" ] && [ -f "$dir/diag_final.json" ]; then
     say "arm $((i + 1))/${#arms[@]} $a: finished, kept ($dir)"
+    continue
+  fi
+  if diverged "$dir"; then
+    say "arm $((i + 1))/${#arms[@]} $a: diverged, kept ($dir; the report marks it as not trained)"
     continue
   fi
   progress "$a" "$i" &
@@ -240,6 +249,10 @@ for i in "${!arms[@]}"; do
   kill "$monitor" 2>/dev/null || true
   wait "$monitor" 2>/dev/null || true
   monitor=
+  if [ "$rc" -ne 0 ] && diverged "$dir"; then
+    say "arm $((i + 1))/${#arms[@]} $a: diverged (its output is above; the report marks it as not trained)"
+    continue
+  fi
   if [ "$rc" -ne 0 ] || [ ! -f "$dir/final.safetensors" ]; then
     say "arm $a: failed (status $rc); its output is above; run the same command to continue"
     exit 1

@@ -121,6 +121,8 @@ typedef struct {
   bool has_eval;         // metrics.jsonl has an eval record
   double final_ce;       // the val_ce of its last one
   bool finished;         // that record is at steps_total
+  bool diverged;         // the last record is a "diverged" one (train.h): the
+                         // run stopped there, at last_step
   long trainer;          // the pid of the process that trains it now (0: none;
                          // -1: one does, its pid not yet written)
 } ng_rundir_status;
@@ -133,8 +135,8 @@ typedef struct {
 // waited on; -1 with a message naming the file.
 int ng_rundir_read(const char *dir, ng_rundir_status *s);
 void ng_rundir_status_free(ng_rundir_status *s);
-// The run's state in a few words: "finished", "running (pid N)", "stopped
-// (checkpoint N)", "stopped (no checkpoint)" or "not started".
+// The run's state in a few words: "finished", "running (pid N)", "diverged
+// (step N)", "stopped (checkpoint N)", "stopped (no checkpoint)" or "not started".
 void ng_rundir_state(const ng_rundir_status *s, char *buf, size_t n);
 
 #endif

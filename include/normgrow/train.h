@@ -30,6 +30,14 @@ typedef struct {
 // checkpoint (atomically) and makes ng_train return that signal's number (> 0;
 // nothing else returns > 0); a second one ends the process at once with status
 // 128 + signal. The previous handlers are restored on return.
+//
+// A step whose loss, gradient norm or weights are not finite, or whose CE is
+// absurd (docs/runs.md, "Non-finite or runaway training"), stops the run with
+// NG_TRAIN_DIVERGED: nothing of the step is written but the last record of
+// metrics.jsonl, {"event": "diverged", "step": S, ..., "why": "..."}, which a
+// resume from the last checkpoint cuts with the rest after it. Any other
+// failure returns -1; both with the message in ng_error().
+#define NG_TRAIN_DIVERGED (-2)
 int ng_train(const ng_train_args *args);
 
 #endif

@@ -75,8 +75,12 @@ class RunEvents:
                            if finite(rec.get(k)))
             self.writer.add_text("growth", f"step {int(step)}: depth {rec.get('depth_before')} → {rec['depth']}"
                                  + (f" (validation CE {ce})" if ce else ""), int(step))
+        if event == "diverged":
+            self.writer.add_text("diverged", f"step {int(step)}: {rec.get('why')}", int(step))
         if event == "eval":
             self.finished = int(step) == self.run.steps_total
+        elif event == "diverged":
+            self.finished = True  # it ended there: nothing follows until a resume cuts the record
         elif event in ("step", "growth"):
             self.finished = False
 
@@ -129,7 +133,7 @@ def write_once(runs, logdir, force):
 
 
 def follow(paths, logdir, force, poll_seconds):
-    """Writes the runs' events as they train, until every run has finished."""
+    """Writes the runs' events as they train, until every run has ended (finished, or diverged)."""
     runs = []
     for p in paths:
         if not is_run(p):
@@ -147,7 +151,7 @@ def follow(paths, logdir, force, poll_seconds):
             for e in events:
                 e.poll()
             if all(e.finished for e in events):
-                print(f"report: every run has finished; events in {logdir}")
+                print(f"report: every run has ended (finished, or diverged); events in {logdir}")
                 return 0
             time.sleep(poll_seconds)
     finally:

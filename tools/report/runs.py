@@ -207,6 +207,7 @@ class Run:
     grown_placement: str = None  # growth.new_block_placement: new blocks' placement (hybrid growth)
     last_step: int = 0
     finished: bool = False
+    diverged: str = None  # why, when its records end with a "diverged" one (at last_step)
     evals: list = field(default_factory=list)  # [Eval]
     growths: list = field(default_factory=list)  # [(step, tokens, depth after)]
     steps: list = field(default_factory=list)  # metrics step records as they are
@@ -326,6 +327,7 @@ def read_metrics(path, r):
         step = whole(rec.get("step"), f"{where}: step")
         r.last_step = step
         r.finished = False
+        r.diverged = text(rec.get("why"), f"{where}: why") if event == "diverged" else None
         if event == "eval":
             stage = whole(rec["stage"], f"{where}: stage") if "stage" in rec else 0
             r.evals.append(Eval(

@@ -1,8 +1,10 @@
-"""Which runs trained. A run did not train when its last validation CE is not
-finite, or ends within PLATEAU_MARGIN nats of (or above) the unigram entropy
-of its validation shard (the plateau of a model that predicts every token
-from the token frequencies alone), or when its metrics.jsonl stops before its
-last step (stopped early, or still training: the files do not tell which).
+"""Which runs trained. A run did not train when it diverged (its metrics.jsonl
+ends with the "diverged" record of the step its sanity check stopped it at),
+when its last validation CE is not finite, or ends within PLATEAU_MARGIN nats
+of (or above) the unigram entropy of its validation shard (the plateau of a
+model that predicts every token from the token frequencies alone), or when its
+metrics.jsonl stops before its last step (stopped early, or still training:
+the files do not tell which).
 Such runs are named with their reason and left out of every mean.
 
 The entropy is -sum p log p over the token frequencies of the shard the
@@ -105,6 +107,8 @@ class Entropies:
 
 def why_not_trained(run, entropy):
     """The reason the run did not train, or None when it did."""
+    if run.diverged is not None:
+        return f"diverged at step {run.last_step} of {run.steps_total}: {run.diverged}"
     if not run.evals:
         return (f"stopped before its first evaluation: its metrics.jsonl ends at step {run.last_step} of "
                 f"{run.steps_total}")

@@ -17,7 +17,10 @@ config it swept (DIR/sweep-config.json) and refuses another. Each run's output g
 to its train.log. At the end (and after each run) DIR/sweep.md and
 DIR/sweep.json hold the final validation CE of every run and per setting the
 mean and spread over its seeds, runs that did not train marked (the report's
-rule). --stop-after STEP is passed to each run (tests). Exits 1 when a run
+rule). A run that diverges (`normgrow train` exits 3: a NaN, an Inf or a
+runaway CE stopped it, and its metrics.jsonl ends with a "diverged" record) is
+a result, not a failure: marked as not trained, kept as it is when the sweep
+runs again. --stop-after STEP is passed to each run (tests). Exits 1 when a run
 failed (its log names why), 130 when interrupted (Ctrl-C, or SIGTERM: `kill`;
 a sweep started in the background by a shell ignores SIGINT, as the shell
 leaves it): the runs stop at a checkpoint, and the same command continues them.
@@ -33,6 +36,8 @@ import time
 from report.__main__ import Parser, Refused
 
 from .grid import GridError, label, parse_seeds, parse_sets, settings
+
+EXIT_DIVERGED = 3  # `normgrow train`'s status for a run its sanity check stopped
 
 
 def parse(argv):
@@ -127,12 +132,16 @@ class Sweep:
                 for s, lab in self.grid]
 
     def command(self, name, setting, lab, seed, d):
-        """What brings the run in d to its end, and what that is; None when finished."""
+        """What brings the run in d to its end, and what that is; None when it has ended
+        (finished, or diverged)."""
         if os.path.exists(os.path.join(d, "final.safetensors")):
             return None, "finished, kept"
+        end = recorded_end(d)
+        if end == "diverged":
+            return None, "diverged (did not train), kept"
         if os.path.exists(os.path.join(d, "checkpoint.safetensors")):
             return self.train("--resume", d, *self.tail), "resuming from its checkpoint"
-        if records_end(d):
+        if end == "finished":
             return None, "finished (its records only, as an archive keeps them), kept"
         return (self.train(self.a.config, "--set", f"name={name}@{lab}", *self.set_args(setting),
                            "--seed", str(seed), "--run-dir", d, "--force", *self.tail), "starting")
@@ -181,6 +190,8 @@ class Sweep:
                     if p.returncode == 0:
                         ended = os.path.exists(os.path.join(d, "final.safetensors"))
                         say(start, f"{lab} seed {seed}: " + ("done" if ended else "stopped (--stop-after)"))
+                    elif p.returncode == EXIT_DIVERGED:
+                        say(start, f"{lab} seed {seed}: diverged (did not train): {last_line(d)}")
                     else:
                         failed += 1
                         say(start, f"{lab} seed {seed}: FAILED (status {p.returncode}): {last_line(d)}")
@@ -198,15 +209,19 @@ class Sweep:
         write_table(self.a.out, self.a.config, [k for k, _ in self.sets], self.seeds, read_rows(plan))
 
 
-def records_end(d):
-    """Whether the records in d (config.json, metrics.jsonl) end with the evaluation at the
-    run's last step, as `normgrow runs` calls a run finished: a run whose weights are gone
-    (tools/archive_runs.sh keeps none) but whose records are whole."""
+def recorded_end(d):
+    """How the records in d (config.json, metrics.jsonl) end: "finished" with the evaluation
+    at the run's last step, as `normgrow runs` calls a run finished (a run whose weights are
+    gone, as tools/archive_runs.sh keeps none, but whose records are whole); "diverged" with
+    the record of the step its sanity check stopped it at; else None."""
     from report.runs import ReportError, is_run, load_records
     try:
-        return is_run(d) and load_records(d).finished
+        r = load_records(d) if is_run(d) else None
     except (ReportError, OSError):
-        return False
+        return None
+    if r is None:
+        return None
+    return "diverged" if r.diverged is not None else "finished" if r.finished else None
 
 
 def last_line(d):
