@@ -1039,7 +1039,10 @@ int ng_train(const ng_train_args *args) {
     if (rc >= 0 && isatty(STDERR_FILENO)) fputc('\n', stderr);
     if (rc >= 0) closing_line(&t, rc);
   }
-  if (rc == -1) fail_ranks(&t);  // (a divergence stops every rank by itself: each sees the same numbers)
+  if (rc == -1) fail_ranks(&t);
+  // A divergence stops every rank at the same step (each sees the same loss, gradient
+  // norm and weights); rank 0's line says so, the others' messages are empty.
+  if (rc == NG_TRAIN_DIVERGED && !is_root(&t)) ng_fail("%s", "");
   trainer_free(&t);
   return rc;
 }

@@ -5,7 +5,8 @@
 # (each step is a checkpoint here); a checkpoint of 2 ranks resumes on 1, 2 (bit-
 # identical) and 3; evaluations, diagnostics and the ablation shared by 2 and 3 ranks
 # equal one process's at the same weights; a teacher cache built by 3 ranks serves a run
-# as one process's does; a rank killed mid-run ends the others; --backend cuda on a
+# as one process's does; a rank killed mid-run ends the others; a run that diverges stops
+# every rank at one process's step with one line and status 3; --backend cuda on a
 # machine without a usable GPU is refused in one line. One "skip" line when
 # mpirun cannot start.
 set -u
@@ -239,6 +240,24 @@ else
   if [ -n "$victim" ] && [ "$rc" -ne 0 ] && [ "$(echo "$rank_pids" | wc -w)" -eq 3 ] && [ -z "$left" ]; then
     echo "ok mpi: a rank (process $victim of 3) killed after step 12: the other two ended, mpirun status $rc"
   else echo "FAIL mpi: killed rank '$victim' of '${rank_pids//$'\n'/ }', run status $rc, still running:${left:- none}"; fi
+fi
+
+# A run that diverges (the teacher's config at lr.peak 10 with a weight decay of 1) on 2 ranks:
+# both stop at the step one process stops at, mpirun exits 3, one line says so, and
+# metrics.jsonl (rank 0's) ends with one "diverged" record of that step.
+dv=(--set lr.peak=10 --set optim.weight_decay=1)
+"$bin" train "$tmp/teacher.json" "${dv[@]}" --run-dir "$tmp/dv1" >/dev/null 2>&1
+rc1=$?
+mpi 2 "$bin" train "$tmp/teacher.json" "${dv[@]}" --run-dir "$tmp/dv2" >/dev/null 2>"$tmp/dv2.err"
+rc2=$?
+step1=$(tail -n 1 "$tmp/dv1/metrics.jsonl" 2>/dev/null | sed -n 's/^{"event":"diverged","step":\([0-9]*\),.*/\1/p')
+step2=$(tail -n 1 "$tmp/dv2/metrics.jsonl" 2>/dev/null | sed -n 's/^{"event":"diverged","step":\([0-9]*\),.*/\1/p')
+if [ "$rc1" -eq 3 ] && [ "$rc2" -eq 3 ] && [ -n "$step1" ] && [ "$step1" = "$step2" ] &&
+   [ "$(grep -c '"event":"diverged"' "$tmp/dv2/metrics.jsonl")" -eq 1 ] &&
+   [ "$(grep -c '^normgrow: teacher: step ' "$tmp/dv2.err")" -eq 1 ]; then
+  echo "ok mpi: a run that diverges on 2 ranks: both stop at step $step2 as one process does, status 3, one line, one diverged record"
+else
+  echo "FAIL mpi: a run that diverges: status $rc1 alone, $rc2 on 2 ranks, stopped at step '$step1' / '$step2'; $(head -c 600 "$tmp/dv2.err")"
 fi
 
 # The cuda backend under mpirun carries its collectives with NCCL; on a machine

@@ -58,7 +58,7 @@ static int train(const ng_cli *c, ng_train_args *a) {
   int rc = ng_train(a);
   if (rc > 0) return 128 + rc;  // stopped by that signal, the checkpoint written
   if (rc == NG_TRAIN_DIVERGED) {
-    ng_cli_error(ng_error());
+    if (ng_error()[0]) ng_cli_error(ng_error());  // one line for all the ranks of a run
     return EXIT_DIVERGED;
   }
   return rc ? ng_cli_error(ng_error()) : 0;

@@ -36,7 +36,9 @@ typedef struct {
 // NG_TRAIN_DIVERGED: nothing of the step is written but the last record of
 // metrics.jsonl, {"event": "diverged", "step": S, ..., "why": "..."}, which a
 // resume from the last checkpoint cuts with the rest after it. Any other
-// failure returns -1; both with the message in ng_error().
+// failure returns -1; both with the message in ng_error() (for a divergence
+// under MPI, rank 0's alone: every rank stops at that step, and the other
+// ranks' messages are empty).
 #define NG_TRAIN_DIVERGED (-2)
 int ng_train(const ng_train_args *args);
 
