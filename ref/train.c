@@ -602,8 +602,8 @@ static int stop_diverged(trainer *t, const char *why, const char *fix) {
 // After the update of step t->st.step: a non-finite loss, gradient norm or
 // weight, or a CE above the bound, stops the run (stop_diverged) before
 // anything else of the step is logged or written, with one line naming the
-// step, the stage and what went wrong (the KD term, when the CE is finite and the loss is
-// not; else the first non-finite tensor) and what to change.
+// step, the stage and what went wrong (the KD term, when the CE is finite and
+// the loss is not; else the first non-finite tensor) and what to change.
 static int check_sane(trainer *t, double loss, double ce, double gnorm) {
   bool bad = !isfinite(loss) || !isfinite(gnorm);
   const ng_param *g = bad ? first_nonfinite(t->student, true) : NULL;
