@@ -119,9 +119,12 @@ fi
 # from the environment of a running command, after normgrow has run itself again.
 waits() {  # env assignments...: the OMP_WAIT_POLICY and GOMP_SPINCOUNT of a running bench
   env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT "$@" "$bin" bench --backend cpu --steps 1 >/dev/null 2>&1 &
-  local pid=$! got=''
-  for _ in $(seq 50); do
-    got=$(tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -E '^(OMP_WAIT_POLICY|GOMP_SPINCOUNT)=' | sort | tr '\n' ' ')
+  local pid=$! got='' exe
+  exe=$(realpath "$bin")
+  for _ in $(seq 50); do  # normgrow's environment, not env's before it runs normgrow
+    got=''
+    [ "$(readlink "/proc/$pid/exe" 2>/dev/null)" = "$exe" ] &&
+      got=$(tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -E '^(OMP_WAIT_POLICY|GOMP_SPINCOUNT)=' | sort | tr '\n' ' ')
     case $got in *OMP_WAIT_POLICY=*) break ;; esac
     sleep 0.1
   done
