@@ -1,9 +1,9 @@
 """The sweep's table: the final validation CE of every run, and per setting
 the mean, sample standard deviation and range over the seeds that trained.
 
-Which runs trained is the report's rule (report.trained: a non-finite CE, a
-run that stops before its last step, or one at the unigram plateau of its
-validation data), applied to the runs as the report reads them (report.runs);
+Which runs trained is the report's rule (report.trained: a run that diverged,
+a non-finite CE, a run that stops before its last step, or one at the unigram
+plateau of its validation data), applied to the runs as the report reads them (report.runs);
 a run whose directory the report cannot read, or that has no run yet, did not
 train either. Such runs are marked with their reason and left out of the means.
 """
@@ -81,7 +81,8 @@ def markdown(config, keys, seeds, rows):
            f"{len(rows)} setting{'s' if len(rows) != 1 else ''} x {len(seeds)} seed{'s' if len(seeds) != 1 else ''} "
            f"({n_runs} runs). Final validation CE (nats per token) of each run; per setting the mean, "
            "the sample standard deviation (std) and the range over the seeds that trained. A run that "
-           "did not train (the report's rule: a non-finite CE, a run that stops before its last step, "
+           "did not train (the report's rule: a run that diverged, a non-finite CE, a run that stops "
+           "before its last step, "
            f"or a CE within {PLATEAU_MARGIN} nats of the unigram entropy of its validation data) is "
            "marked ✗ and left out; its reason is listed below the table. **best**: the lowest mean "
            "among the settings all of whose seeds trained.", ""]
