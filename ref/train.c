@@ -584,12 +584,18 @@ static const ng_param *first_nonfinite(const ng_model *m, bool grads) {
 // Stops the run at step t->st.step, which diverged (`why`): its "diverged"
 // record ends metrics.jsonl, and one line says why and what to do: `fix` in
 // config.json, then resume from the last checkpoint, or start again without
-// one. NG_TRAIN_DIVERGED.
+// one. Every rank of an MPI run stops at this step (each sees the same loss,
+// gradient norm and weights): rank 0's line says so, the others' messages are
+// empty. NG_TRAIN_DIVERGED.
 static int stop_diverged(trainer *t, const char *why, const char *fix) {
   const char *d = t->rc.run_dir;
   cJSON *j = record(t, "diverged");
   cJSON_AddStringToObject(j, "why", why);
   ng_rundir_log(&t->dir, NG_LOG_METRICS, j);
+  if (!is_root(t)) {
+    ng_fail("%s", "");
+    return NG_TRAIN_DIVERGED;
+  }
   bool ckpt = ng_rundir_has(d, NG_RUN_CHECKPOINT);
   ng_fail("%s: step %lld (stage %lld): %s; stopped, nothing of the step written but its \"diverged\" record in "
           "metrics.jsonl; %s%s%s: %s in %s/config.json and `normgrow train %s%s%s`",
@@ -1039,10 +1045,7 @@ int ng_train(const ng_train_args *args) {
     if (rc >= 0 && isatty(STDERR_FILENO)) fputc('\n', stderr);
     if (rc >= 0) closing_line(&t, rc);
   }
-  if (rc == -1) fail_ranks(&t);
-  // A divergence stops every rank at the same step (each sees the same loss, gradient
-  // norm and weights); rank 0's line says so, the others' messages are empty.
-  if (rc == NG_TRAIN_DIVERGED && !is_root(&t)) ng_fail("%s", "");
+  if (rc == -1) fail_ranks(&t);  // (a divergence stops every rank by itself: stop_diverged)
   trainer_free(&t);
   return rc;
 }

@@ -250,8 +250,8 @@ dv=(--set lr.peak=10 --set optim.weight_decay=1)
 rc1=$?
 mpi 2 "$bin" train "$tmp/teacher.json" "${dv[@]}" --run-dir "$tmp/dv2" >/dev/null 2>"$tmp/dv2.err"
 rc2=$?
-step1=$(tail -n 1 "$tmp/dv1/metrics.jsonl" 2>/dev/null | sed -n 's/^{"event":"diverged","step":\([0-9]*\),.*/\1/p')
-step2=$(tail -n 1 "$tmp/dv2/metrics.jsonl" 2>/dev/null | sed -n 's/^{"event":"diverged","step":\([0-9]*\),.*/\1/p')
+diverged_at() { tail -n 1 "$1/metrics.jsonl" 2>/dev/null | sed -n 's/^{"event":"diverged","step":\([0-9]*\),.*/\1/p'; }
+step1=$(diverged_at "$tmp/dv1") step2=$(diverged_at "$tmp/dv2")
 if [ "$rc1" -eq 3 ] && [ "$rc2" -eq 3 ] && [ -n "$step1" ] && [ "$step1" = "$step2" ] &&
    [ "$(grep -c '"event":"diverged"' "$tmp/dv2/metrics.jsonl")" -eq 1 ] &&
    [ "$(grep -c '^normgrow: teacher: step ' "$tmp/dv2.err")" -eq 1 ]; then

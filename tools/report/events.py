@@ -75,11 +75,10 @@ class RunEvents:
                            if finite(rec.get(k)))
             self.writer.add_text("growth", f"step {int(step)}: depth {rec.get('depth_before')} → {rec['depth']}"
                                  + (f" (validation CE {ce})" if ce else ""), int(step))
-        if event == "diverged":
-            self.writer.add_text("diverged", f"step {int(step)}: {rec.get('why')}", int(step))
         if event == "eval":
             self.finished = int(step) == self.run.steps_total
         elif event == "diverged":
+            self.writer.add_text("diverged", f"step {int(step)}: {rec.get('why')}", int(step))
             self.finished = True  # it ended there: nothing follows until a resume cuts the record
         elif event in ("step", "growth"):
             self.finished = False

@@ -684,7 +684,8 @@ def failed_table(study):
     if not failed:
         return None
     t = Table("Runs that did not train",
-              "Runs left out of every mean and difference above, with the reason: a last validation CE that is "
+              "Runs left out of every mean and difference above, with the reason: a run that diverged (its "
+              "metrics.jsonl ends with the record of the step that stopped it), a last validation CE that is "
               f"not finite, one within {PLATEAU_TEXT} of the unigram entropy of the run's validation data (or "
               "above it: the plateau of a model that predicts each token from the token frequencies alone), or a "
               "metrics.jsonl that stops before the run's last step (or before its first evaluation). Their own "

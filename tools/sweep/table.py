@@ -3,9 +3,9 @@ the mean, sample standard deviation and range over the seeds that trained.
 
 Which runs trained is the report's rule (report.trained: a run that diverged,
 a non-finite CE, a run that stops before its last step, or one at the unigram
-plateau of its validation data), applied to the runs as the report reads them (report.runs);
-a run whose directory the report cannot read, or that has no run yet, did not
-train either. Such runs are marked with their reason and left out of the means.
+plateau of its validation data), applied to the runs as the report reads them
+(report.runs); a run whose directory the report cannot read, or that has no run
+yet, did not train either. Such runs are marked with their reason and left out of the means.
 """
 import math
 import os
